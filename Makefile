@@ -1,0 +1,53 @@
+# kvrouter — see README.md for what each target does and costs.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO                    ?= go
+VERSION               ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT         := $(shell $(GO) env GOPATH)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+LDFLAGS               := -s -w -X main.version=$(VERSION)
+IMAGE                 ?= kvrouter:$(VERSION)
+export GOLANGCI_LINT_VERSION
+
+.PHONY: help run test test-go test-e2e bench lint fmt vet build image deps
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+run: build ## start kvrouter on the embedded local default and show where it listens
+	./bin/kvrouter serve --admin-addr 127.0.0.1:9090
+
+test: deps vet lint test-go ## everything CI checks: deps, vet, lint, race tests
+	@echo "make test: all checks passed"
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+test-e2e: deps ## slow end-to-end tests (none beyond make test yet)
+	$(GO) test -race -count=1 -run 'E2E' ./test/...
+
+bench: ## benchmarks with allocations, one run per benchmark
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: deps-lint ## golangci-lint (pinned version) with gofumpt
+	$(GOLANGCI_LINT) run ./...
+
+fmt: deps-lint ## rewrite sources with gofumpt
+	$(GOLANGCI_LINT) fmt ./...
+
+vet:
+	$(GO) vet ./...
+
+build: ## build bin/kvrouter (cgo: needs libzmq)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kvrouter ./cmd/kvrouter
+
+image: ## container image (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+deps: ## install system packages, npm oracles and golangci-lint (no-op when present)
+	test/deps.sh system oracle lint
+
+deps-lint:
+	test/deps.sh lint

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the tests run the real main in a child process: the test
+// binary re-executes itself with KVROUTER_TEST_MAIN=1.
+func TestMain(m *testing.M) {
+	if os.Getenv("KVROUTER_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// listenURL reads stdout until the admin server announces its address.
+func listenURL(t *testing.T, r io.Reader) string {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if _, url, ok := strings.Cut(sc.Text(), "admin server listening on "); ok {
+			go func() { _, _ = io.Copy(io.Discard, r) }()
+			return url
+		}
+	}
+	t.Fatalf("serve never announced its admin address (scan error: %v)", sc.Err())
+	return ""
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: read body: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func TestServeAdminEndpoints(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+		_ = pw.Close()
+	}()
+	base := listenURL(t, pr)
+
+	tests := []struct {
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{"/healthz", http.StatusOK, "ok"},
+		{"/readyz", http.StatusOK, "ready"},
+		{"/metrics", http.StatusOK, `kvrouter_build_info{goversion="go`},
+		{"/metrics", http.StatusOK, "go_goroutines"},
+		{"/debug/pprof/", http.StatusOK, "goroutine"},
+		{"/nope", http.StatusNotFound, ""},
+	}
+	for _, tt := range tests {
+		code, body := get(t, base+tt.path)
+		if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
+			t.Errorf("GET %s = %d %.80q, want %d containing %q", tt.path, code, body, tt.wantCode, tt.wantBody)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve after cancel = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a performance bound
+		t.Fatal("serve did not return after its context was canceled")
+	}
+}
+
+func TestServeAddressInUse(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() {
+		_ = run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+	}()
+	addr := strings.TrimPrefix(listenURL(t, pr), "http://")
+	err := run(context.Background(), []string{"serve", "--admin-addr", addr}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "admin server") {
+		t.Fatalf("second serve on %s = %v, want an admin server listen error", addr, err)
+	}
+}
+
+// TestProcessSignals runs the real binary: SIGINT and SIGTERM stop serve with
+// status 0, and an unknown command exits 2.
+func TestProcessSignals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "serve", "--admin-addr", "127.0.0.1:0", "--log-level", "error")
+			cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			listenURL(t, stdout)
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("serve after %v: %v, want exit status 0", sig, err)
+			}
+		})
+	}
+	t.Run("unknown command", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "nonsense")
+		cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "Usage:") {
+			t.Fatalf("kvrouter nonsense = exit %d (%v) %q, want exit 2 with usage", code, err, out)
+		}
+	})
+}
