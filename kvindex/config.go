@@ -1,0 +1,57 @@
+package kvindex
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures an Index.
+type Config struct {
+	// Shards is the number of independently locked parts of the index; a
+	// power of two. More shards mean less lock contention between event
+	// appliers and matches. Default 64.
+	Shards int
+	// MaxEntries bounds the number of (block, pod, tier) entries, speculative
+	// ones included. When it is reached the least recently stored entries are
+	// evicted first (counted in kvrouter_kvindex_evicted_total). Default 10M,
+	// about 450 MB of heap.
+	MaxEntries int
+	// SpeculativeTTL is how long an entry recorded by a routing decision counts
+	// in matches before the pod's own KV event confirms it. Default 2s.
+	SpeculativeTTL time.Duration
+	// Now is the clock; nil means time.Now. Tests inject a fake one.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		Shards:         64,
+		MaxEntries:     10_000_000,
+		SpeculativeTTL: 2 * time.Second,
+	}
+}
+
+// maxSpeculativeTTL keeps deadlines comparable in 32-bit millisecond time.
+const maxSpeculativeTTL = 24 * time.Hour
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Shards <= 0 || c.Shards&(c.Shards-1) != 0 || c.Shards > 1<<16 {
+		errs = append(errs, fmt.Errorf("shards = %d, want a power of two in [1, 65536]", c.Shards))
+	}
+	if c.MaxEntries <= 0 || c.MaxEntries > 1<<31 {
+		errs = append(errs, fmt.Errorf("max entries = %d, want in [1, 2^31]", c.MaxEntries))
+	} else if c.Shards > 0 && c.MaxEntries < c.Shards {
+		errs = append(errs, fmt.Errorf("max entries = %d, want at least one per shard (%d)", c.MaxEntries, c.Shards))
+	}
+	if c.SpeculativeTTL < 0 || c.SpeculativeTTL > maxSpeculativeTTL {
+		errs = append(errs, fmt.Errorf("speculative TTL = %v, want in [0, %v]", c.SpeculativeTTL, maxSpeculativeTTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kvindex: invalid config: %w", err)
+	}
+	return nil
+}
