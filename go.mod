@@ -3,6 +3,7 @@ module github.com/kvrouter/kvrouter
 go 1.26.0
 
 require (
+	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/prometheus/client_golang v1.25.0
 	golang.org/x/sync v0.24.0
 )
@@ -14,6 +15,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/x448/float16 v0.8.4 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -1,0 +1,247 @@
+package kvindex
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"unicode/utf8"
+)
+
+// Algorithm names one of vLLM's prefix-caching hash functions, spelled as
+// vLLM's --prefix-caching-hash-algo flag spells it.
+type Algorithm string
+
+// The hash algorithms kvrouter implements. Both hash with SHA-256; they differ
+// in how the hashed Python object is serialized.
+const (
+	// SHA256 hashes pickle.dumps(obj, protocol=5). It is vLLM's default.
+	SHA256 Algorithm = "sha256"
+	// SHA256CBOR hashes cbor2.dumps(obj, canonical=True).
+	SHA256CBOR Algorithm = "sha256_cbor"
+)
+
+// DefaultSeed is the seed vLLM ≥ v0.30 uses when PYTHONHASHSEED is unset.
+const DefaultSeed = "vllm-none-hash"
+
+// DefaultBlockSize is vLLM's default KV-cache block size on GPUs, in tokens.
+const DefaultBlockSize = 16
+
+// ErrUnknownAlgorithm is returned for an algorithm name kvrouter does not
+// implement.
+var ErrUnknownAlgorithm = errors.New("kvindex: unknown hash algorithm")
+
+// ParseAlgorithm returns the Algorithm named s ("sha256" or "sha256_cbor"),
+// for command-line flags and configuration files.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch a := Algorithm(s); a {
+	case SHA256, SHA256CBOR:
+		return a, nil
+	default:
+		return "", fmt.Errorf("%w %q: want %q or %q", ErrUnknownAlgorithm, s, SHA256, SHA256CBOR)
+	}
+}
+
+// HashConfig says how a vLLM pod hashes its prefix-cache blocks. Every field
+// must equal the pod's own setting, or no hash kvrouter computes will ever
+// match an event from that pod.
+type HashConfig struct {
+	// Algorithm is the pod's --prefix-caching-hash-algo: SHA256 (vLLM's
+	// default) or SHA256CBOR.
+	Algorithm Algorithm
+	// Seed is the pod's PYTHONHASHSEED as a string ("0", "42", ...); the chain
+	// root is the hash of this string. The empty string is a real seed, hashed
+	// as "". When PYTHONHASHSEED is unset, vLLM ≥ v0.30 uses DefaultSeed and
+	// older releases use random bytes no router can reproduce. Must be valid
+	// UTF-8.
+	Seed string
+	// BlockSize is the number of tokens per KV-cache block (vLLM's
+	// --block-size, reported in BlockStored events); > 0.
+	BlockSize int
+}
+
+// DefaultHashConfig returns the configuration of a vLLM ≥ v0.30 pod started
+// without --prefix-caching-hash-algo, PYTHONHASHSEED or --block-size.
+func DefaultHashConfig() HashConfig {
+	return HashConfig{Algorithm: SHA256, Seed: DefaultSeed, BlockSize: DefaultBlockSize}
+}
+
+// Validate reports every problem of c at once.
+func (c HashConfig) Validate() error {
+	var errs []error
+	if _, err := ParseAlgorithm(string(c.Algorithm)); err != nil {
+		errs = append(errs, err)
+	}
+	if !utf8.ValidString(c.Seed) {
+		errs = append(errs, fmt.Errorf("kvindex: hash seed %q is not valid UTF-8", c.Seed))
+	}
+	if c.BlockSize <= 0 {
+		errs = append(errs, fmt.Errorf("kvindex: block size %d: must be > 0", c.BlockSize))
+	}
+	return errors.Join(errs...)
+}
+
+// Digest is the full SHA-256 digest of one block, the parent of the next
+// block in a chain.
+type Digest [32]byte
+
+// Value returns the 64-bit integer vLLM publishes in KV events for d: its
+// last 8 bytes read big-endian. It is the key of the Index.
+func (d Digest) Value() uint64 { return binary.BigEndian.Uint64(d[len(d)-8:]) }
+
+// String returns d in lowercase hex.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// Extra holds a request's extra hash keys. The empty string means absent.
+type Extra struct {
+	// LoRA is the name of the LoRA adapter the request uses (its "model" when
+	// that names an adapter); it is a key of every block.
+	LoRA string
+	// CacheSalt is the request's cache_salt; it is a key of block 0 only.
+	CacheSalt string
+}
+
+// Hasher computes vLLM's prefix-cache block hashes for one HashConfig:
+// block i of a token sequence hashes the tuple (parent digest, tokens of the
+// block, extra keys), where the parent of block 0 is Root.
+//
+// A Hasher is safe for concurrent use; the router shares one per
+// configuration. Its methods allocate nothing in steady state beyond growing
+// the caller's slice: each call borrows a scratch encoding buffer from a pool.
+type Hasher struct {
+	cfg  HashConfig
+	root Digest
+	pool sync.Pool // of *scratch
+}
+
+// scratch is the per-call encoding buffer.
+type scratch struct{ buf []byte }
+
+// NewHasher returns a Hasher for cfg, or cfg's validation error.
+func NewHasher(cfg HashConfig) (*Hasher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h := &Hasher{cfg: cfg}
+	h.pool.New = func() any { return &scratch{buf: make([]byte, 0, 256)} }
+	s := h.get()
+	h.root = h.sum(s, h.encodeSeed(s.buf[:0]))
+	h.put(s)
+	return h, nil
+}
+
+// Config returns the configuration h was built with.
+func (h *Hasher) Config() HashConfig { return h.cfg }
+
+// BlockSize returns the number of tokens per block.
+func (h *Hasher) BlockSize() int { return h.cfg.BlockSize }
+
+// Root returns vLLM's NONE_HASH, the parent of block 0: the hash of the seed
+// string.
+func (h *Hasher) Root() Digest { return h.root }
+
+// AppendHashes appends to dst the 64-bit values (Digest.Value) of every full
+// block of tokens, chained from Root, and returns the extended slice. Block 0
+// carries extra.CacheSalt; every block carries extra.LoRA. A trailing partial
+// block is not hashed, so len(tokens)/BlockSize values are appended.
+func (h *Hasher) AppendHashes(dst []uint64, tokens []uint32, extra Extra) []uint64 {
+	dst, _ = h.Extend(dst, h.root, true, tokens, extra)
+	return dst
+}
+
+// Extend continues a chain without rehashing its prefix: it hashes every
+// full block of tokens, the first with parent as its parent digest, appends
+// their 64-bit values to dst, and returns the extended slice and the digest
+// of the last block (parent itself when tokens holds no full block).
+//
+// first says whether tokens starts at block 0 of the request, the only block
+// that carries extra.CacheSalt; pass parent = Root() with it. To continue
+// after n blocks, pass the digest of block n-1 and first = false. The result
+// of hashing a sequence in pieces at block boundaries equals AppendHashes of
+// the whole.
+func (h *Hasher) Extend(dst []uint64, parent Digest, first bool, tokens []uint32, extra Extra) ([]uint64, Digest) {
+	bs := h.cfg.BlockSize
+	n := len(tokens) / bs
+	if n == 0 {
+		return dst, parent
+	}
+	dst = slices.Grow(dst, n)
+	s := h.get()
+	for i := range n {
+		parent = h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens[i*bs:(i+1)*bs], extra, first && i == 0))
+		dst = append(dst, parent.Value())
+	}
+	h.put(s)
+	return dst, parent
+}
+
+// AppendDigests is Extend returning the full digest of every full block: it
+// appends them to dst and returns the extended slice. The last one is the
+// parent to continue the chain with.
+func (h *Hasher) AppendDigests(dst []Digest, parent Digest, first bool, tokens []uint32, extra Extra) []Digest {
+	bs := h.cfg.BlockSize
+	n := len(tokens) / bs
+	if n == 0 {
+		return dst
+	}
+	dst = slices.Grow(dst, n)
+	s := h.get()
+	for i := range n {
+		parent = h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens[i*bs:(i+1)*bs], extra, first && i == 0))
+		dst = append(dst, parent)
+	}
+	h.put(s)
+	return dst
+}
+
+// Block returns the digest of one block whose tokens are exactly tokens,
+// whatever their number, with the given parent digest. first says whether it
+// is block 0 (the only one carrying extra.CacheSalt). It is what a verifier of
+// KV events needs: an event's parent digest, one block's token ids and its
+// LoRA name give the hash vLLM must have published.
+func (h *Hasher) Block(parent Digest, first bool, tokens []uint32, extra Extra) Digest {
+	s := h.get()
+	d := h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens, extra, first))
+	h.put(s)
+	return d
+}
+
+// encodeBlock appends the serialization of the tuple vLLM hashes for one
+// block: (parent, tuple(tokens), extra keys or None).
+func (h *Hasher) encodeBlock(b []byte, parent *Digest, tokens []uint32, extra Extra, first bool) []byte {
+	salt := ""
+	if first {
+		salt = extra.CacheSalt
+	}
+	if h.cfg.Algorithm == SHA256CBOR {
+		return appendCBORBlock(b, parent, tokens, extra.LoRA, salt)
+	}
+	return appendPickleBlock(b, parent, tokens, extra.LoRA, salt)
+}
+
+// encodeSeed appends the serialization of the seed string.
+func (h *Hasher) encodeSeed(b []byte) []byte {
+	if h.cfg.Algorithm == SHA256CBOR {
+		return appendCBORText(b, h.cfg.Seed)
+	}
+	return appendPickleString(b, h.cfg.Seed)
+}
+
+// sum hashes b, keeping it as s's buffer so its capacity is reused.
+func (*Hasher) sum(s *scratch, b []byte) Digest {
+	s.buf = b
+	return sha256.Sum256(b)
+}
+
+func (h *Hasher) get() *scratch { return h.pool.Get().(*scratch) }
+
+// put returns s to the pool unless a huge block grew it beyond reason.
+func (h *Hasher) put(s *scratch) {
+	if cap(s.buf) > 1<<20 {
+		s.buf = make([]byte, 0, 256)
+	}
+	h.pool.Put(s)
+}

@@ -1,0 +1,78 @@
+package kvindex
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"testing"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// FuzzHasher checks invariants of the hash chain on arbitrary input:
+// no panic; hashing in pieces (Extend), full digests (AppendDigests) and one
+// block at a time (Block) agree with AppendHashes; the hashes of a prefix
+// are a prefix of the hashes; and the CBOR encoding equals fxamacker/cbor's.
+func FuzzHasher(f *testing.F) {
+	for _, s := range []struct {
+		cbor       bool
+		seed       string
+		blockSize  uint8
+		tokens     []uint32
+		lora, salt string
+	}{
+		{true, "0", 16, iota32(48), "", ""},
+		{true, "", 16, iota32(48), "my-lora", ""},
+		{true, "0", 16, iota32(50), "", "salt"},
+		{false, DefaultSeed, 1, tokenEdges, "a", "a"},
+		{false, "42", 3, tokenEdges, "é", "é"},
+		{false, "42", 4, tokenEdges, "ab", "ab"},
+		{true, "42", 2, tokenEdges, "語", "😀"},
+	} {
+		raw := make([]byte, 0, 4*len(s.tokens))
+		for _, t := range s.tokens {
+			raw = binary.LittleEndian.AppendUint32(raw, t)
+		}
+		f.Add(s.cbor, s.seed, s.blockSize, raw, s.lora, s.salt, uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, useCBOR bool, seed string, blockSize uint8, raw []byte, lora, salt string, cut uint8) {
+		algo := SHA256
+		if useCBOR {
+			algo = SHA256CBOR
+		}
+		h, err := NewHasher(HashConfig{Algorithm: algo, Seed: seed, BlockSize: int(blockSize)})
+		if err != nil {
+			return // block size 0 or a seed that is not UTF-8: refused, no panic
+		}
+		tokens := make([]uint32, len(raw)/4)
+		for i := range tokens {
+			tokens[i] = binary.LittleEndian.Uint32(raw[4*i:])
+		}
+		extra := Extra{LoRA: lora, CacheSalt: salt}
+		all := checkChain(t, h, tokens, extra, int(cut))
+		half := tokens[:len(tokens)/2]
+		if got := h.AppendHashes(nil, half, extra); !slices.Equal(got, all[:len(got)]) {
+			t.Fatalf("AppendHashes(first %d tokens) = %v, not a prefix of %v", len(half), got, all)
+		}
+		if useCBOR {
+			checkCBOR(t, h, tokens[:min(len(tokens), int(blockSize))], lora, salt)
+		}
+	})
+}
+
+// checkCBOR compares one block's CBOR encoding with fxamacker/cbor's.
+func checkCBOR(t *testing.T, h *Hasher, tokens []uint32, lora, salt string) {
+	t.Helper()
+	var extra any
+	if keys := slices.DeleteFunc([]string{lora, salt}, func(s string) bool { return s == "" }); len(keys) > 0 {
+		extra = keys
+	}
+	root := h.Root()
+	want, err := cbor.Marshal([]any{root[:], tokens, extra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendCBORBlock(nil, &root, tokens, lora, salt); !bytes.Equal(got, want) {
+		t.Fatalf("appendCBORBlock(%v, %q, %q) = %x, want %x", tokens, lora, salt, got, want)
+	}
+}

@@ -1,0 +1,258 @@
+package kvindex
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// hashCase is one input of the differential test, as hash_oracle.py reads it.
+type hashCase struct {
+	Algo      Algorithm `json:"algo"`
+	Seed      string    `json:"seed"`
+	BlockSize int       `json:"block_size"`
+	Tokens    []uint32  `json:"tokens"`
+	LoRA      string    `json:"lora"`
+	Salt      string    `json:"salt"`
+	Bytes     bool      `json:"bytes"` // also compare the encoded bytes
+}
+
+// oracleResult is hash_oracle.py's answer for one hashCase (hex strings).
+type oracleResult struct {
+	Root       string   `json:"root"`
+	Blocks     []string `json:"blocks"`
+	SeedBytes  string   `json:"seed_bytes"`
+	BlockBytes []string `json:"block_bytes"`
+}
+
+var (
+	oracleSeeds      = []string{"", "0", "42", DefaultSeed}
+	oracleBlockSizes = []int{1, 2, 3, 4, 16, 64}
+	// tokenEdges are the boundaries of every integer encoding width.
+	tokenEdges = []uint32{0, 1, 23, 24, 255, 256, 65535, 65536, 1<<31 - 1, 1 << 31, 1<<32 - 1}
+)
+
+// randomToken draws a token of a random encoding width, or an edge value.
+func randomToken(rng *rand.Rand) uint32 {
+	switch rng.IntN(6) {
+	case 0:
+		return uint32(rng.IntN(24))
+	case 1:
+		return uint32(24 + rng.IntN(256-24))
+	case 2:
+		return uint32(256 + rng.IntN(65536-256))
+	case 3:
+		return uint32(65536 + rng.Int64N(1<<31-65536))
+	case 4:
+		return uint32(1<<31 + rng.Int64N(1<<31))
+	default:
+		return tokenEdges[rng.IntN(len(tokenEdges))]
+	}
+}
+
+// randomString draws an extra key: one character (ASCII, Latin-1 or beyond,
+// which matters to pickle's memo), short, multi-byte, or around the length
+// boundaries of CBOR and pickle string heads.
+func randomString(rng *rand.Rand) string {
+	pieces := []string{"a", "Z", "é", "ÿ", "Ā", "語", "😀", "-", "lora", " "}
+	switch rng.IntN(6) {
+	case 0:
+		return pieces[rng.IntN(len(pieces))]
+	case 1:
+		return "adapter-" + fmt.Sprint(rng.IntN(1000))
+	case 2:
+		return strings.Repeat("x", []int{23, 24, 255, 256, 300}[rng.IntN(5)])
+	default:
+		var b strings.Builder
+		for range 1 + rng.IntN(12) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		return b.String()
+	}
+}
+
+// randomCase returns case i of the differential test: i walks through every
+// algorithm, seed, block size and extra-key combination; tokens and strings
+// are random.
+func randomCase(rng *rand.Rand, i int) hashCase {
+	c := hashCase{
+		Algo:      []Algorithm{SHA256, SHA256CBOR}[i%2],
+		Seed:      oracleSeeds[i/2%len(oracleSeeds)],
+		BlockSize: oracleBlockSizes[i/8%len(oracleBlockSizes)],
+		Bytes:     i%7 == 0,
+	}
+	combo := i / 48 % 4 // none, lora, salt, both
+	if combo&1 != 0 {
+		c.LoRA = randomString(rng)
+	}
+	if combo&2 != 0 {
+		c.Salt = randomString(rng)
+		if c.LoRA != "" && rng.IntN(4) == 0 {
+			c.Salt = c.LoRA // equal keys: one shared object in Python, or two
+		}
+	}
+	n := rng.IntN(6)*c.BlockSize + rng.IntN(c.BlockSize+1)
+	c.Tokens = make([]uint32, n)
+	for j := range c.Tokens {
+		c.Tokens[j] = randomToken(rng)
+	}
+	return c
+}
+
+// framingCases cross CPython's 64 KiB pickle frames: big blocks whose frame
+// fills up right at, before and after the end of the tuple, and strings long
+// enough to be written outside any frame.
+func framingCases() []hashCase {
+	fill := func(n int, v uint32) []uint32 {
+		t := make([]uint32, n)
+		for i := range t {
+			t[i] = v + uint32(i%3)
+		}
+		return t
+	}
+	var cases []hashCase
+	for _, n := range []int{13098, 13099, 13100, 13101} { // 5-byte ints
+		cases = append(cases, hashCase{Algo: SHA256, Seed: "0", BlockSize: n, Tokens: fill(n, 70000), Bytes: true})
+	}
+	long := strings.Repeat("L", 70000)
+	return append(cases,
+		hashCase{Algo: SHA256, Seed: "0", BlockSize: 9400, Tokens: fill(28200, 3_000_000_000), LoRA: "a", Salt: "a", Bytes: true},
+		hashCase{Algo: SHA256, Seed: long, BlockSize: 4, Tokens: fill(9, 7), LoRA: long, Salt: "s", Bytes: true},
+		hashCase{Algo: SHA256, Seed: "x", BlockSize: 2, Tokens: fill(4, 1), LoRA: "l", Salt: long + "é", Bytes: true},
+		hashCase{Algo: SHA256CBOR, Seed: long, BlockSize: 3, Tokens: fill(7, 100000), LoRA: long, Salt: long, Bytes: true},
+	)
+}
+
+// runOracle pipes cases to hash_oracle.py in one Python process.
+func runOracle(t *testing.T, cases []hashCase) []oracleResult {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s (Debian's Python, the hash oracle) is missing: run `make deps`: %v", python, err)
+	}
+	in, err := json.Marshal(map[string]any{"cases": cases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "testdata/hash_oracle.py")
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() == 3 {
+		t.Fatalf("hash oracle: %s(python3-cbor2 is installed by `make deps`)", stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("hash oracle: %v\n%s", err, stderr.String())
+	}
+	var doc struct {
+		Python  string         `json:"python"`
+		CBOR2   string         `json:"cbor2"`
+		Results []oracleResult `json:"results"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("hash oracle output: %v", err)
+	}
+	if len(doc.Results) != len(cases) {
+		t.Fatalf("hash oracle answered %d cases, want %d", len(doc.Results), len(cases))
+	}
+	t.Logf("oracle: Python %s, cbor2 %s, %d cases", doc.Python, doc.CBOR2, len(cases))
+	return doc.Results
+}
+
+// TestHashesMatchPython compares every block hash (and, for a subset, the
+// encoded bytes) with Python's pickle/hashlib and cbor2.
+func TestHashesMatchPython(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2026, 11))
+	var cases []hashCase
+	for i := range 1536 {
+		cases = append(cases, randomCase(rng, i))
+	}
+	cases = append(cases, framingCases()...)
+	results := runOracle(t, cases)
+	blocks, failed := 0, 0
+	for i, c := range cases {
+		blocks += len(results[i].Blocks)
+		if err := compareCase(c, results[i]); err != nil {
+			if failed++; failed > 10 {
+				t.Fatal("too many differences")
+			}
+			t.Errorf("case %d (%s, seed %.20q, block size %d, lora %.20q, salt %.20q, %d tokens): %v",
+				i, c.Algo, c.Seed, c.BlockSize, c.LoRA, c.Salt, len(c.Tokens), err)
+		}
+	}
+	t.Logf("%d cases, %d blocks compared", len(cases), blocks)
+}
+
+// compareCase reports the first difference between Go and the oracle: in
+// the encoded bytes first, when the case asks for them, then in the digests.
+func compareCase(c hashCase, want oracleResult) error {
+	h, err := NewHasher(HashConfig{Algorithm: c.Algo, Seed: c.Seed, BlockSize: c.BlockSize})
+	if err != nil {
+		return err
+	}
+	extra := Extra{LoRA: c.LoRA, CacheSalt: c.Salt}
+	digests := h.AppendDigests(nil, h.Root(), true, c.Tokens, extra)
+	if c.Bytes {
+		if err := compareBytes(h, c, extra, digests, want); err != nil {
+			return err
+		}
+	}
+	if got := h.Root().String(); got != want.Root {
+		return fmt.Errorf("Root() = %s, want %s", got, want.Root)
+	}
+	got := make([]string, len(digests))
+	for i, d := range digests {
+		got[i] = d.String()
+	}
+	if i := firstDiff(got, want.Blocks); i >= 0 {
+		return fmt.Errorf("block %d = %s, want %s", i, at(got, i), at(want.Blocks, i))
+	}
+	return nil
+}
+
+// compareBytes compares the encodings of the seed and of every block with
+// the oracle's, each block with the oracle's parent.
+func compareBytes(h *Hasher, c hashCase, extra Extra, digests []Digest, want oracleResult) error {
+	if err := compareHex("seed encoding", hex.EncodeToString(h.encodeSeed(nil)), want.SeedBytes); err != nil {
+		return err
+	}
+	if len(want.BlockBytes) != len(digests) {
+		return fmt.Errorf("%d blocks, oracle encoded %d", len(digests), len(want.BlockBytes))
+	}
+	parent := h.Root()
+	for i := range want.BlockBytes {
+		bs := c.BlockSize
+		enc := h.encodeBlock(nil, &parent, c.Tokens[i*bs:(i+1)*bs], extra, i == 0)
+		if err := compareHex(fmt.Sprintf("block %d encoding", i), hex.EncodeToString(enc), want.BlockBytes[i]); err != nil {
+			return err
+		}
+		if i+1 < len(want.Blocks) {
+			if _, err := hex.Decode(parent[:], []byte(want.Blocks[i])); err != nil {
+				return fmt.Errorf("oracle digest %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// compareHex reports the first differing byte of two hex strings.
+func compareHex(what, got, want string) error {
+	if got == want {
+		return nil
+	}
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	i &^= 1
+	show := func(s string) string { return s[i:min(len(s), i+48)] }
+	return fmt.Errorf("%s differs at byte %d (lengths %d, %d): got …%s, want …%s", what, i/2, len(got)/2, len(want)/2, show(got), show(want))
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""Reference block hashes for kvindex's differential test, computed the way
+vLLM computes them (specs/VLLM.md section 1), with Python's own pickle and
+hashlib and Debian's python3-cbor2. Independent of the Go code under test.
+
+stdin:  {"cases": [{"algo": "sha256"|"sha256_cbor", "seed": str,
+          "block_size": int, "tokens": [int], "lora": str, "salt": str,
+          "bytes": bool}]}           ("" means no LoRA / no salt)
+stdout: {"python": version, "cbor2": version, "results": [{"root": hex,
+          "blocks": [hex digest of every full block],
+          "seed_bytes": hex, "block_bytes": [hex]}]}   (bytes only if asked)
+Exit status 3 when cbor2 is missing.
+"""
+import hashlib
+import json
+import pickle
+import sys
+
+try:
+    import cbor2
+except ImportError:
+    sys.stderr.write("hash_oracle.py: cannot import cbor2 (Debian python3-cbor2): run `make deps`\n")
+    sys.exit(3)
+
+
+def serialize(algo, obj):
+    if algo == "sha256":
+        return pickle.dumps(obj, protocol=5)
+    if algo == "sha256_cbor":
+        return cbor2.dumps(obj, canonical=True)
+    raise ValueError("unknown algorithm %r" % algo)
+
+
+def run_case(case):
+    algo, size, tokens = case["algo"], case["block_size"], case["tokens"]
+    want_bytes = case.get("bytes", False)
+    seed_bytes = serialize(algo, case["seed"])
+    parent = hashlib.sha256(seed_bytes).digest()  # NONE_HASH
+    res = {"root": parent.hex(), "blocks": []}
+    if want_bytes:
+        res["seed_bytes"] = seed_bytes.hex()
+        res["block_bytes"] = []
+    for i in range(len(tokens) // size):  # full blocks only
+        keys = []
+        if case["lora"]:
+            keys.append(case["lora"])  # every block
+        if i == 0 and case["salt"]:
+            keys.append(case["salt"])  # block 0 only
+        extra = tuple(keys) if keys else None
+        data = serialize(algo, (parent, tuple(tokens[i * size:(i + 1) * size]), extra))
+        parent = hashlib.sha256(data).digest()
+        res["blocks"].append(parent.hex())
+        if want_bytes:
+            res["block_bytes"].append(data.hex())
+    return res
+
+
+def cbor2_version():
+    try:
+        from importlib import metadata
+        return metadata.version("cbor2")
+    except Exception:  # noqa: BLE001 - only informational
+        return getattr(cbor2, "__version__", "unknown")
+
+
+def main():
+    doc = json.load(sys.stdin)
+    out = {
+        "python": sys.version.split()[0],
+        "cbor2": cbor2_version(),
+        "results": [run_case(c) for c in doc["cases"]],
+    }
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
