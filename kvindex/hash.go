@@ -92,6 +92,19 @@ type Digest [32]byte
 // last 8 bytes read big-endian. It is the key of the Index.
 func (d Digest) Value() uint64 { return binary.BigEndian.Uint64(d[len(d)-8:]) }
 
+// ErrDigestLength is returned for a digest that is not 32 bytes long.
+var ErrDigestLength = errors.New("kvindex: digest is not 32 bytes")
+
+// DigestFromBytes returns the Digest held in b, such as a raw block hash of a
+// KV event sent with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0. It refuses any
+// length but 32 bytes (xxhash digests, truncated input).
+func DigestFromBytes(b []byte) (Digest, error) {
+	if len(b) != len(Digest{}) {
+		return Digest{}, fmt.Errorf("%w: got %d bytes", ErrDigestLength, len(b))
+	}
+	return Digest(b), nil
+}
+
 // String returns d in lowercase hex.
 func (d Digest) String() string { return hex.EncodeToString(d[:]) }
 

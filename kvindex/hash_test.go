@@ -229,3 +229,21 @@ func TestParseAlgorithm(t *testing.T) {
 		}
 	}
 }
+
+func TestDigestFromBytes(t *testing.T) {
+	h := mustHasher(t, SHA256, "0", 16)
+	root := h.Root()
+	if got, err := DigestFromBytes(root[:]); got != root || err != nil {
+		t.Errorf("DigestFromBytes(root) = %s, %v, want %s, nil", got, err, root)
+	}
+	for _, n := range []int{0, 8, 16, 31, 33} {
+		if got, err := DigestFromBytes(make([]byte, n)); !errors.Is(err, ErrDigestLength) || got != (Digest{}) {
+			t.Errorf("DigestFromBytes(%d bytes) = %s, %v, want a zero digest and %v", n, got, err, ErrDigestLength)
+		}
+	}
+	var d Digest
+	d[24], d[31] = 0x80, 1
+	if got, want := d.Value(), uint64(1<<63|1); got != want {
+		t.Errorf("Digest(%s).Value() = %d, want %d", d, got, want)
+	}
+}
