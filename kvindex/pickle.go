@@ -13,28 +13,26 @@ import (
 
 // Pickle opcodes used here.
 const (
-	pkProto          = 0x80
-	pkFrame          = 0x95
-	pkStop           = '.'
-	pkMark           = '('
-	pkNone           = 'N'
-	pkBinInt         = 'J'
-	pkBinInt1        = 'K'
-	pkBinInt2        = 'M'
-	pkLong1          = 0x8a
-	pkEmptyTuple     = ')'
-	pkTuple          = 't'
-	pkTuple1         = 0x85
-	pkTuple2         = 0x86
-	pkTuple3         = 0x87
-	pkShortBinBytes  = 'C'
-	pkBinBytes       = 'B'
-	pkBinBytes8      = 0x8e
-	pkShortBinUnicod = 0x8c
-	pkBinUnicode     = 'X'
-	pkBinUnicode8    = 0x8d
-	pkMemoize        = 0x94
-	pkBinGet         = 'h'
+	pkProto           = 0x80
+	pkFrame           = 0x95
+	pkStop            = '.'
+	pkMark            = '('
+	pkNone            = 'N'
+	pkBinInt          = 'J'
+	pkBinInt1         = 'K'
+	pkBinInt2         = 'M'
+	pkLong1           = 0x8a
+	pkEmptyTuple      = ')'
+	pkTuple           = 't'
+	pkTuple1          = 0x85
+	pkTuple2          = 0x86
+	pkTuple3          = 0x87
+	pkShortBinBytes   = 'C'
+	pkShortBinUnicode = 0x8c
+	pkBinUnicode      = 'X'
+	pkBinUnicode8     = 0x8d
+	pkMemoize         = 0x94
+	pkBinGet          = 'h'
 )
 
 const (
@@ -154,41 +152,33 @@ func appendPickleInts(b []byte, tokens []uint32) []byte {
 	return b[:o]
 }
 
-// saveData saves a bytes (or str) object's opcode, length and payload, then
-// memoizes it. small, medium and large are its opcodes for lengths < 256,
-// < 2^32 and beyond.
-func (p *pickler) saveData(data string, small, medium, large byte) {
+// saveString saves a str and memoizes it. A str that is the same Python
+// object as an earlier one (at memo index ref ≥ 0) is a BINGET of it instead.
+func (p *pickler) saveString(s string, ref int) {
 	p.boundary()
-	n := len(data)
+	if ref >= 0 {
+		p.op(pkBinGet, byte(ref)) // ref < 256 here: a block has few memo entries
+		return
+	}
+	n := len(s)
 	var head [9]byte
 	var h []byte
 	switch {
 	case n < 256:
-		h = append(head[:0], small, byte(n))
+		h = append(head[:0], pkShortBinUnicode, byte(n))
 	case uint64(n) < 1<<32:
-		h = binary.LittleEndian.AppendUint32(append(head[:0], medium), uint32(n))
+		h = binary.LittleEndian.AppendUint32(append(head[:0], pkBinUnicode), uint32(n))
 	default:
-		h = binary.LittleEndian.AppendUint64(append(head[:0], large), uint64(n))
+		h = binary.LittleEndian.AppendUint64(append(head[:0], pkBinUnicode8), uint64(n))
 	}
 	if n >= pkFrameTarget {
 		p.commit() // large payloads go outside any frame
-		p.b = append(append(p.b, h...), data...)
+		p.b = append(append(p.b, h...), s...)
 	} else {
 		p.op(h...)
-		p.b = append(p.b, data...)
+		p.b = append(p.b, s...)
 	}
 	p.memoize()
-}
-
-// saveString saves a str. A str that is the same Python object as an earlier
-// one (at memo index ref ≥ 0) is a BINGET of it instead.
-func (p *pickler) saveString(s string, ref int) {
-	if ref >= 0 {
-		p.boundary()
-		p.op(pkBinGet, byte(ref)) // ref < 256 here: a block has few memo entries
-		return
-	}
-	p.saveData(s, pkShortBinUnicod, pkBinUnicode, pkBinUnicode8)
 }
 
 // saveTokens saves tuple(tokens).
@@ -312,7 +302,7 @@ func appendPickleSmallBlock(b []byte, parent *Digest, tokens []uint32, lora, sal
 // target.
 func appendPickleSmallString(b []byte, s string) []byte {
 	if len(s) < 256 {
-		b = append(b, pkShortBinUnicod, byte(len(s)))
+		b = append(b, pkShortBinUnicode, byte(len(s)))
 	} else {
 		b = binary.LittleEndian.AppendUint32(append(b, pkBinUnicode), uint32(len(s)))
 	}
