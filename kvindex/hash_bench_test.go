@@ -11,18 +11,19 @@ import (
 // as a ratio. Bytes/op counts the 32 KiB of token ids in every variant.
 //
 // Measured 2026-11-21, Go 1.26.8, Intel Xeon with SHA-NI, nproc = 2 (shared
-// with other builds, so the runs are noisy):
+// with other builds, so runs vary by about 10%):
 //
 //	go test -run '^$' -bench Hash -benchmem -count 3 ./kvindex/
-//	BenchmarkHash/sha256-2                 133041 132216 123828 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/sha256/sha256-only-2      91330  91186  99319 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/sha256_cbor-2            120447 115862 107205 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/sha256_cbor/sha256-only-2 89427  98756 100319 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHashBlock/sha256-2               239.5  240.9  252.1 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHashBlock/sha256_cbor-2          222.4  202.1  229.8 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256-2                  101696 106801 102170 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256/sha256-only-2       86613  89638  90262 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256_cbor-2             108787 108852 106168 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256_cbor/sha256-only-2  95674  95054  90855 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHashBlock/sha256-2                177.8  176.0  177.5 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHashBlock/sha256_cbor-2           175.5  173.8  176.4 ns/op  0 B/op  0 allocs/op
 //
-// That is about 1.35x crypto/sha256 alone for pickle and 1.2x for CBOR
-// (target: at most 1.5x), about 250 ns per block of 16 tokens.
+// That is about 1.15x crypto/sha256 alone for both encodings (target: at
+// most 1.5x; earlier, noisier runs gave up to 1.35x for pickle), about
+// 200 ns per block of 16 tokens.
 func BenchmarkHash(b *testing.B) {
 	tokens := iota32(8192)
 	for i := range tokens {
