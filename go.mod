@@ -3,9 +3,11 @@ module github.com/kvrouter/kvrouter
 go 1.26.0
 
 require (
+	github.com/dlclark/regexp2 v1.12.0
 	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/prometheus/client_golang v1.25.0
 	golang.org/x/sync v0.24.0
+	golang.org/x/text v0.42.0
 )
 
 require (

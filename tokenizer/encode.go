@@ -1,0 +1,107 @@
+package tokenizer
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Encode returns the token ids of text. addSpecialTokens adds what the
+// post-processor (or tokenizer_config.json) puts around a sequence, as
+// vLLM does for completion prompts; chat prompts rendered from a template
+// are encoded without. Invalid UTF-8 is read as one U+FFFD per bad byte.
+func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	return t.AppendEncode(make([]uint32, 0, len(text)/3+4), text, addSpecialTokens)
+}
+
+// AppendEncode is Encode appending to dst.
+func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		text = validUTF8(text)
+	}
+	if addSpecialTokens && t.post != nil {
+		dst = append(dst, t.post.prefix...)
+	}
+	e := encoder{t: t, ids: dst}
+	if err := t.raw.split(text, e.segment, e.token); err != nil {
+		return dst, fmt.Errorf("tokenizer: encode: %w", err)
+	}
+	if addSpecialTokens && t.post != nil {
+		e.ids = append(e.ids, t.post.suffix...)
+	}
+	return e.ids, nil
+}
+
+// encoder is the state of one Encode call.
+type encoder struct {
+	t   *Tokenizer
+	ids []uint32
+	err error
+}
+
+func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
+
+// segment encodes raw text between added tokens: normalize, match the
+// normalized added tokens, pre-tokenize and encode every word.
+func (e *encoder) segment(s string) error {
+	if e.t.normalizer != nil {
+		s = e.t.normalizer.normalize(s)
+	}
+	return e.t.normAdded.split(s, e.pretokenized, e.token)
+}
+
+func (e *encoder) pretokenized(s string) error {
+	e.split(s, 0)
+	return e.err
+}
+
+// split runs pre-tokenization step k on s and encodes the words it yields.
+func (e *encoder) split(s string, k int) {
+	if k == len(e.t.steps) {
+		e.word(s)
+		return
+	}
+	e.t.steps[k].split(s, func(piece string) { e.split(piece, k+1) })
+}
+
+func (e *encoder) word(w string) {
+	if e.err != nil {
+		return
+	}
+	e.ids, e.err = e.t.encodeWord(e.ids, w)
+}
+
+// encodeWord appends the ids of one pre-tokenized word.
+func (t *Tokenizer) encodeWord(dst []uint32, w string) ([]uint32, error) {
+	m := t.model
+	if m.ignoreMerges {
+		if id, ok := m.vocab[w]; ok {
+			return append(dst, id), nil
+		}
+	}
+	cacheable := len(w) <= maxCachedWord
+	if cacheable {
+		if ids, ok := t.cache.get(w); ok {
+			return append(dst, ids...), nil
+		}
+	}
+	start := len(dst)
+	dst, err := m.symbols(w, dst)
+	if err != nil {
+		return dst[:start], err
+	}
+	merged := m.merge(dst[start:])
+	dst = dst[:start+len(merged)]
+	if cacheable {
+		t.cache.put(w, dst[start:])
+	}
+	return dst, nil
+}
+
+// validUTF8 replaces every byte that is not part of valid UTF-8 by U+FFFD.
+func validUTF8(s string) string {
+	out := make([]rune, 0, len(s))
+	for _, r := range s {
+		out = append(out, r)
+	}
+	return string(out)
+}

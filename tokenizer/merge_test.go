@@ -1,0 +1,66 @@
+package tokenizer
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestMergeHeapEqualsScan checks that the heap merge of long words and the
+// scanning merge of short ones agree on random words.
+func TestMergeHeapEqualsScan(t *testing.T) {
+	b := &bpe{merges: map[uint64]uint64{}}
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Symbols 0..3; merges of random pairs to new ids 4..40, random ranks.
+	next := uint32(4)
+	for rank := range 60 {
+		l, r := uint32(rng.IntN(int(next))), uint32(rng.IntN(int(next)))
+		key := uint64(l)<<32 | uint64(r)
+		if _, ok := b.merges[key]; ok {
+			continue
+		}
+		b.merges[key] = uint64(rank)<<32 | uint64(next)
+		next++
+	}
+	for range 2000 {
+		n := 1 + rng.IntN(smallWord)
+		word := make([]uint32, n)
+		for i := range word {
+			word[i] = uint32(rng.IntN(4))
+		}
+		scan := b.merge(slices.Clone(word))
+		heap := b.mergeHeap(slices.Clone(word))
+		if !slices.Equal(scan, heap) {
+			t.Fatalf("merge(%v) = %v, mergeHeap = %v", word, scan, heap)
+		}
+	}
+}
+
+func TestNFC(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"e\u0301", "é"},
+		{"A\u030a", "Å"},
+		{"\u1100\u1161\u11a8", "\uac01"},
+		{"a\u0323\u0302", "ậ"},
+		{"a\u0302\u0323", "ậ"},
+		// 31 marks: no U+034F inserted, all reordered as one run.
+		{"a" + repeat("\u0301", 31), "á" + repeat("\u0301", 30)},
+		{"o" + repeat("\u0308", 32) + "\u0323", "ọ\u0308" + repeat("\u0308", 31)},
+	}
+	for _, tt := range tests {
+		if got := nfc(tt.in); got != tt.want {
+			t.Errorf("nfc(%+q) = %+q, want %+q", tt.in, got, tt.want)
+		}
+		if got := nfcSlow(tt.in); got != tt.want {
+			t.Errorf("nfcSlow(%+q) = %+q, want %+q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func repeat(s string, n int) string {
+	out := ""
+	for range n {
+		out += s
+	}
+	return out
+}

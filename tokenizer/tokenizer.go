@@ -1,0 +1,105 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// maxTokenID bounds the ids a tokenizer file may use.
+const maxTokenID = 1<<31 - 1
+
+// Tokenizer turns text into the token ids the HuggingFace Rust tokenizers
+// produce for the same tokenizer.json (and tokenizer_config.json). It is
+// immutable after loading and safe for concurrent use.
+type Tokenizer struct {
+	raw        *addedSet  // added tokens matched in the raw text
+	normAdded  *addedSet  // added tokens matched in normalized text
+	normalizer normalizer // nil: none
+	steps      []splitter // pre-tokenization steps, in order
+	model      *bpe
+	post       *template // nil: add_special_tokens adds nothing
+	cache      *wordCache
+	size       int
+}
+
+// Load reads tokenizer.json and, when present, tokenizer_config.json from dir.
+func Load(dir string) (*Tokenizer, error) {
+	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := New(tj, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, dir)
+	}
+	return t, nil
+}
+
+// New builds a tokenizer from the contents of tokenizer.json and of
+// tokenizer_config.json (nil when there is none). Anything in them that would
+// change token ids and is not implemented is an error.
+func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
+	f, err := parseFile(tokenizerJSON)
+	if err != nil {
+		return nil, err
+	}
+	if !isNull(f.Truncation) || !isNull(f.Padding) {
+		return nil, errors.New("tokenizer: truncation and padding not supported")
+	}
+	t := &Tokenizer{cache: newWordCache()}
+	if t.normalizer, err = newNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	var byteLevel bool
+	if t.steps, byteLevel, err = newPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if t.model, err = newBPE(f, byteLevel); err != nil {
+		return nil, err
+	}
+	t.size = t.model.size
+	if err := t.addTokens(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if t.post, err = newPostProcessor(f.PostProcessor); err != nil {
+		return nil, err
+	}
+	if len(configJSON) > 0 {
+		if err := t.configure(configJSON, f); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func (t *Tokenizer) addTokens(tokens []addedTokenJSON) error {
+	t.raw, t.normAdded = newAddedSet(), newAddedSet()
+	for _, a := range tokens {
+		if a.SingleWord || a.LStrip || a.RStrip {
+			return fmt.Errorf("tokenizer: added token %q: single_word, lstrip and rstrip not supported", a.Content)
+		}
+		if a.ID < 0 || a.ID > maxTokenID {
+			return fmt.Errorf("tokenizer: added token %q: id %d out of range", a.Content, a.ID)
+		}
+		t.size = max(t.size, a.ID+1)
+		if !a.Normalized {
+			t.raw.add(a.Content, uint32(a.ID))
+			continue
+		}
+		content := a.Content
+		if t.normalizer != nil {
+			content = t.normalizer.normalize(content)
+		}
+		t.normAdded.add(content, uint32(a.ID))
+	}
+	return nil
+}
+
+// VocabSize returns one more than the largest id the tokenizer can produce.
+func (t *Tokenizer) VocabSize() int { return t.size }
