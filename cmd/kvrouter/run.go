@@ -151,14 +151,6 @@ func vcsRevision() string {
 // errNotYet is returned by subcommands whose capability has not landed.
 var errNotYet = errors.New("not available in this build yet")
 
-func runTokenize(_ context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlagSet("tokenize", "--tokenizer DIR [--add-special-tokens] [--jsonl]", stderr)
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	return fmt.Errorf("tokenize: %w", errNotYet)
-}
-
 func runRender(_ context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("render", "--tokenizer DIR [--tokens] [--jsonl]", stderr)
 	if err := parseNoArgs(fs, args); err != nil {

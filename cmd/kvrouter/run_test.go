@@ -25,7 +25,7 @@ func TestRun(t *testing.T) {
 		{name: "bad log level", args: []string{"serve", "--log-level", "loud"}, wantErr: errUsage, wantStderr: `invalid -log-level "loud"`},
 		{name: "stray argument", args: []string{"version", "extra"}, wantErr: errUsage, wantStderr: `unexpected argument "extra"`},
 		{name: "serve help", args: []string{"serve", "-h"}, wantStderr: "-admin-addr"},
-		{name: "tokenize not yet", args: []string{"tokenize"}, wantErr: errNotYet},
+		{name: "tokenize needs a tokenizer", args: []string{"tokenize"}, wantErr: errUsage, wantStderr: "--tokenizer is required"},
 		{name: "render not yet", args: []string{"render"}, wantErr: errNotYet},
 	}
 	for _, tt := range tests {
