@@ -1,0 +1,204 @@
+package tokenizer
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// ErrUnknownModel is returned for a model name with no tokenizer: the router
+// then routes by load alone.
+var ErrUnknownModel = errors.New("tokenizer: unknown model")
+
+// Config configures a Registry.
+type Config struct {
+	// Models maps a model name to the directory holding its tokenizer.json
+	// and tokenizer_config.json.
+	Models map[string]string
+	// HFCache is a Hugging Face hub cache directory (holding
+	// models--ORG--NAME/snapshots/REV/) searched for models not in Models;
+	// empty: none.
+	HFCache string
+	// Aliases maps served model names and LoRA adapter names to the model
+	// whose tokenizer they use.
+	Aliases map[string]string
+	// MaxLoaded bounds the tokenizers kept in memory; the least recently used
+	// is dropped beyond it.
+	MaxLoaded int
+}
+
+// DefaultConfig returns a Config with no models and room for 8 tokenizers.
+func DefaultConfig() Config {
+	return Config{MaxLoaded: 8}
+}
+
+// Validate reports every problem of the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxLoaded < 1 {
+		errs = append(errs, fmt.Errorf("tokenizer: MaxLoaded %d: want at least 1", c.MaxLoaded))
+	}
+	for name, dir := range c.Models {
+		if name == "" || dir == "" {
+			errs = append(errs, fmt.Errorf("tokenizer: model %q with directory %q: want both", name, dir))
+		}
+	}
+	for alias, target := range c.Aliases {
+		if _, err := c.base(alias); err != nil {
+			errs = append(errs, err)
+		} else if alias == "" || target == "" {
+			errs = append(errs, fmt.Errorf("tokenizer: alias %q -> %q: want both", alias, target))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// base follows aliases from name to the model it stands for.
+func (c Config) base(name string) (string, error) {
+	for range len(c.Aliases) + 1 {
+		target, ok := c.Aliases[name]
+		if !ok {
+			return name, nil
+		}
+		name = target
+	}
+	return "", fmt.Errorf("tokenizer: alias %q: cycle", name)
+}
+
+// Registry maps model names to tokenizers, loading each once on first use
+// (concurrent first uses share one load) and keeping the most recently used.
+// It is safe for concurrent use.
+type Registry struct {
+	cfg   Config
+	loads singleflight.Group
+	mu    struct {
+		sync.Mutex
+		lru     *list.List               // of *registryEntry, most recent first
+		entries map[string]*list.Element // by base model name
+	}
+}
+
+type registryEntry struct {
+	name string
+	tok  *Tokenizer
+}
+
+// NewRegistry returns a registry; it loads nothing until asked.
+func NewRegistry(cfg Config) (*Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Registry{cfg: cfg}
+	r.mu.lru = list.New()
+	r.mu.entries = make(map[string]*list.Element)
+	return r, nil
+}
+
+// For returns the tokenizer of a model, base or alias (served name, LoRA
+// adapter). An unknown model gives an error wrapping ErrUnknownModel.
+func (r *Registry) For(model string) (*Tokenizer, error) {
+	name, err := r.cfg.base(model)
+	if err != nil {
+		return nil, err
+	}
+	if tok := r.cached(name); tok != nil {
+		return tok, nil
+	}
+	v, err, _ := r.loads.Do(name, func() (any, error) {
+		if tok := r.cached(name); tok != nil {
+			return tok, nil
+		}
+		dir, err := r.Dir(name)
+		if err != nil {
+			return nil, err
+		}
+		tok, err := Load(dir)
+		if err != nil {
+			return nil, err
+		}
+		r.store(name, tok)
+		return tok, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Tokenizer), nil
+}
+
+func (r *Registry) cached(name string) *Tokenizer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.mu.entries[name]; ok {
+		r.mu.lru.MoveToFront(e)
+		return e.Value.(*registryEntry).tok
+	}
+	return nil
+}
+
+func (r *Registry) store(name string, tok *Tokenizer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.entries[name] = r.mu.lru.PushFront(&registryEntry{name, tok})
+	for r.mu.lru.Len() > r.cfg.MaxLoaded {
+		oldest := r.mu.lru.Back()
+		r.mu.lru.Remove(oldest)
+		delete(r.mu.entries, oldest.Value.(*registryEntry).name)
+	}
+}
+
+// Dir returns the directory of a base model's tokenizer files: its entry
+// in Config.Models, or its snapshot in the Hugging Face cache.
+func (r *Registry) Dir(name string) (string, error) {
+	if dir, ok := r.cfg.Models[name]; ok {
+		return dir, nil
+	}
+	if r.cfg.HFCache != "" {
+		return hfSnapshot(r.cfg.HFCache, name)
+	}
+	return "", fmt.Errorf("%w %q", ErrUnknownModel, name)
+}
+
+// hfSnapshot finds ORG/NAME in a Hugging Face cache: the snapshot that
+// refs/main names, else the only snapshot.
+func hfSnapshot(cache, name string) (string, error) {
+	if name == "" || strings.Contains(name, "..") || strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("%w %q", ErrUnknownModel, name)
+	}
+	repo := filepath.Join(cache, "models--"+strings.ReplaceAll(name, "/", "--"))
+	snapshots := filepath.Join(repo, "snapshots")
+	if ref, err := os.ReadFile(filepath.Join(repo, "refs", "main")); err == nil {
+		rev := strings.TrimSpace(string(ref))
+		if rev != "" && !strings.ContainsAny(rev, `/\`) && rev != ".." {
+			return filepath.Join(snapshots, rev), nil
+		}
+	}
+	entries, err := os.ReadDir(snapshots)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("%w %q (not in %s)", ErrUnknownModel, name, cache)
+		}
+		return "", fmt.Errorf("tokenizer: %w", err)
+	}
+	var revs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			revs = append(revs, e.Name())
+		}
+	}
+	sort.Strings(revs)
+	switch len(revs) {
+	case 0:
+		return "", fmt.Errorf("%w %q (no snapshot in %s)", ErrUnknownModel, name, snapshots)
+	case 1:
+		return filepath.Join(snapshots, revs[0]), nil
+	default:
+		return "", fmt.Errorf("tokenizer: %s: %d snapshots and no refs/main", repo, len(revs))
+	}
+}
