@@ -6,6 +6,7 @@ require (
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/prometheus/client_golang v1.25.0
+	github.com/vmihailenco/msgpack/v5 v5.4.1
 	golang.org/x/sync v0.24.0
 	golang.org/x/text v0.42.0
 )
@@ -17,6 +18,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

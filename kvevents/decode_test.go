@@ -1,0 +1,229 @@
+package kvevents
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// enc encodes v as msgpack; compact picks the shortest integer encodings, as
+// Python's msgpack does, instead of fixed 64-bit ones.
+func enc(t testing.TB, v any, compact bool) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	e.UseCompactInts(compact)
+	if err := e.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func tokens(lo, n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = lo + i
+	}
+	return out
+}
+
+func u32s(lo, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(lo + i)
+	}
+	return out
+}
+
+func digest(b byte) []byte {
+	d := bytes.Repeat([]byte{b}, 32)
+	d[31] = 0x01
+	return d
+}
+
+type decodeCase struct {
+	name    string
+	payload any
+	compact bool
+	want    Batch
+}
+
+var decodeCases = []decodeCase{
+	{
+		name: "array outer, positional BlockStored, fixed-width ints",
+		payload: []any{1.5, []any{
+			[]any{"BlockStored", []uint64{1 << 63, 7}, nil, tokens(0, 4), 2, nil, nil},
+		}, 0},
+		want: Batch{TS: 1.5, HasDPRank: true, Events: []Event{{
+			Type: BlockStored, Hashes: []uint64{1 << 63, 7}, Tokens: u32s(0, 4), BlockSize: 2,
+		}}},
+	},
+	{
+		name: "v0.9 outer array of two, compact ints, parent and medium",
+		payload: []any{2.0, []any{
+			[]any{"BlockStored", []any{5, 300, 70000, uint64(1) << 40}, 9, tokens(100000, 4), 1, nil, "CPU"},
+		}},
+		compact: true,
+		want: Batch{TS: 2, Events: []Event{{
+			Type: BlockStored, Hashes: []uint64{5, 300, 70000, 1 << 40}, Parent: 9, HasParent: true,
+			Tokens: u32s(100000, 4), BlockSize: 1, Medium: "CPU",
+		}}},
+	},
+	{
+		name: "newest positional layout with trailing unknown fields",
+		payload: []any{3.0, []any{
+			[]any{
+				"BlockStored",
+				[]any{11},
+				nil, tokens(0, 2), 2, nil, "GPU", "alice",
+				[]any{[]any{"alice", "salt"}},
+				1, "full_attention", nil, "future",
+				[]any{1, 2},
+			},
+			[]any{"BlockRemoved", []any{11, 12}, "GPU", 1, "future"},
+			[]any{"AllBlocksCleared", "future"},
+		}, 3},
+		compact: true,
+		want: Batch{TS: 3, DPRank: 3, HasDPRank: true, Events: []Event{
+			{
+				Type: BlockStored, Hashes: []uint64{11}, Tokens: u32s(0, 2), BlockSize: 2, Medium: "GPU",
+				LoRAName: "alice", GroupIdx: 1, SpecKind: "full_attention",
+				ExtraKeys: []BlockExtra{{Keys: []string{"alice", "salt"}}},
+			},
+			{Type: BlockRemoved, Hashes: []uint64{11, 12}, Medium: "GPU", GroupIdx: 1},
+			{Type: AllBlocksCleared},
+		}},
+	},
+	{
+		name: "map outer and map events, type key last, defaults omitted",
+		payload: map[string]any{"ts": 4.0, "future": []any{1}, "data_parallel_rank": nil, "events": []any{
+			map[string]any{"block_hashes": []any{21, 22}, "token_ids": tokens(5, 2), "block_size": 1, "type": "BlockStored"},
+			map[string]any{"type": "BlockRemoved", "block_hashes": []any{21}, "medium": "CPU", "locality": "x"},
+			map[string]any{"type": "AllBlocksCleared"},
+		}},
+		compact: true,
+		want: Batch{TS: 4, Events: []Event{
+			{Type: BlockStored, Hashes: []uint64{21, 22}, Tokens: u32s(5, 2), BlockSize: 1},
+			{Type: BlockRemoved, Hashes: []uint64{21}, Medium: "CPU"},
+			{Type: AllBlocksCleared},
+		}},
+	},
+	{
+		name: "raw digest hashes and parent",
+		payload: []any{5.0, []any{
+			[]any{"BlockStored", [][]byte{digest(0xaa), digest(0xbb)}, digest(0xcc), []any{}, 0, nil, "CPU"},
+		}, nil},
+		want: Batch{TS: 5, Events: []Event{{
+			Type: BlockStored, Hashes: []uint64{0xaaaaaaaaaaaaaa01, 0xbbbbbbbbbbbbbb01},
+			Digests: []kvindex.Digest{kvindex.Digest(digest(0xaa)), kvindex.Digest(digest(0xbb))},
+			Parent:  0xcccccccccccccc01, HasParent: true, ParentDigest: kvindex.Digest(digest(0xcc)), HasParentDigest: true,
+			Medium: "CPU",
+		}}},
+	},
+	{
+		name: "short and long raw hashes use their last 8 bytes",
+		payload: []any{6.0, []any{
+			[]any{"BlockRemoved", [][]byte{{1, 2}, bytes.Repeat([]byte{0, 1}, 8)}},
+		}},
+		want: Batch{TS: 6, Events: []Event{{Type: BlockRemoved, Hashes: []uint64{0x0102, 0x0001000100010001}}}},
+	},
+	{
+		name: "unknown event tags and extra keys with opaque parts",
+		payload: []any{7.0, []any{
+			[]any{"BlockPinned", 1, 2},
+			map[string]any{"type": "Future", "block_hashes": []any{1}},
+			[]any{},
+			[]any{"BlockStored", []any{1, 2}, nil, tokens(0, 2), 1, nil, nil, nil, []any{nil, []any{"lora", []byte{1}}}},
+		}},
+		compact: true,
+		want: Batch{TS: 7, Skipped: 3, Events: []Event{{
+			Type: BlockStored, Hashes: []uint64{1, 2}, Tokens: u32s(0, 2), BlockSize: 1,
+			ExtraKeys: []BlockExtra{{}, {Keys: []string{"lora"}, Opaque: true}},
+		}}},
+	},
+}
+
+func TestDecode(t *testing.T) {
+	d := NewDecoder()
+	for _, tc := range decodeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := d.Decode(enc(t, tc.payload, tc.compact))
+			if err != nil {
+				t.Fatalf("Decode() error = %v", err)
+			}
+			if !reflect.DeepEqual(*got, tc.want) {
+				t.Errorf("Decode() =\n%+v\nwant\n%+v", *got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	stored := enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1, 2}, nil, tokens(0, 32), 16}}, 0}, true)
+	deep := []any{1}
+	for range 40 {
+		deep = []any{deep}
+	}
+	tests := []struct {
+		name    string
+		payload []byte
+		want    string
+	}{
+		{"empty", nil, "EOF"},
+		{"scalar outer", enc(t, 1, true), "array length"},
+		{"outer array of one", enc(t, []any{1.0}, true), "outer array of 1"},
+		{"huge declared array", []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff, 0xff}, "array of"},
+		{"huge declared map", []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, "map of"},
+		{"huge declared string", []byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}, "EOF"},
+		{"string hash", enc(t, []any{1.0, []any{[]any{"BlockStored", []any{"x"}}}}, true), "block hash"},
+		{"negative token", enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{-1}}}}, true), "token id"},
+		{"string token", enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{"a"}}}}, true), "token id"},
+		{"scalar event", enc(t, []any{1.0, []any{7}}, true), "event of msgpack code"},
+		{"int tag", enc(t, []any{1.0, []any{[]any{7}}}, true), "string of msgpack code"},
+		{"negative rank", enc(t, []any{1.0, []any{}, -1}, true), "data_parallel_rank"},
+		{"huge block size", enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{}, 1 << 30}}}, true), "block_size"},
+		{"deep nesting", enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{}, 1, deep}}}, true), "nested deeper"},
+	}
+	d := NewDecoder()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := d.Decode(tc.payload)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Decode(%x) error = %v, want one containing %q", tc.payload, err, tc.want)
+			}
+			if strings.Contains(tc.want, "of") && !strings.Contains(tc.want, "msgpack") && !errors.Is(err, ErrMalformed) &&
+				!strings.Contains(tc.want, "EOF") {
+				t.Errorf("Decode() error = %v, want ErrMalformed", err)
+			}
+		})
+	}
+	for i := range stored {
+		if _, err := d.Decode(stored[:i]); err == nil {
+			t.Errorf("Decode(first %d of %d bytes) succeeded, want an error", i, len(stored))
+		}
+	}
+	// The decoder stays usable after errors.
+	if _, err := d.Decode(stored); err != nil {
+		t.Fatalf("Decode(valid) after errors: %v", err)
+	}
+}
+
+func TestEventHelpers(t *testing.T) {
+	e := Event{Hashes: []uint64{1, 2}, Tokens: u32s(0, 32), BlockSize: 16}
+	if !e.TokensMatch() || !e.PrefixReuse() || e.Tier() != kvindex.TierGPU {
+		t.Errorf("helpers of %+v: TokensMatch %v PrefixReuse %v Tier %v", e, e.TokensMatch(), e.PrefixReuse(), e.Tier())
+	}
+	e.Tokens, e.SpecKind, e.Medium = e.Tokens[:31], "sliding_window", "CPU"
+	if e.TokensMatch() || e.PrefixReuse() || e.Tier() != kvindex.TierCPU {
+		t.Errorf("helpers of %+v: TokensMatch %v PrefixReuse %v Tier %v", e, e.TokensMatch(), e.PrefixReuse(), e.Tier())
+	}
+	if BlockStored.String() != "block_stored" || EventType(9).String() != "unknown" {
+		t.Errorf("EventType names: %v %v", BlockStored, EventType(9))
+	}
+}
