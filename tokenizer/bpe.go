@@ -105,24 +105,30 @@ func (b *bpe) buildVocab(f *fileJSON) error {
 }
 
 func (b *bpe) buildMerges(f *fileJSON) error {
-	b.merges = make(map[uint64]uint64, len(f.Vocab))
-	rank := 0
+	var pairs, values []uint64 // collected first to size the map exactly
 	var buf []byte
-	return eachMerge(f.merges, func(l, r string) error {
+	err := eachMerge(f.merges, func(l, r []byte) error {
 		buf = append(append(buf[:0], l...), r...)
-		lid, ok1 := f.Vocab[l]
-		rid, ok2 := f.Vocab[r]
+		lid, ok1 := f.Vocab[string(l)]
+		rid, ok2 := f.Vocab[string(r)]
 		nid, ok3 := f.Vocab[string(buf)]
 		if !ok1 || !ok2 || !ok3 {
 			return fmt.Errorf("tokenizer: BPE merge %q %q uses tokens outside the vocabulary", l, r)
 		}
-		key := uint64(lid)<<32 | uint64(rid)
-		if _, dup := b.merges[key]; !dup {
-			b.merges[key] = uint64(rank)<<32 | uint64(nid)
-		}
-		rank++
+		pairs = append(pairs, uint64(lid)<<32|uint64(rid))
+		values = append(values, uint64(len(values))<<32|uint64(nid))
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	b.merges = make(map[uint64]uint64, len(pairs))
+	for i, key := range pairs {
+		if _, dup := b.merges[key]; !dup {
+			b.merges[key] = values[i]
+		}
+	}
+	return nil
 }
 
 // symbols appends the initial symbols of word to syms: one per byte for

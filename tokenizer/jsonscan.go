@@ -52,27 +52,37 @@ func (s *jsonScanner) expect(c byte) error {
 // str reads a string. Invalid UTF-8 and lone surrogates become U+FFFD, as
 // with encoding/json.
 func (s *jsonScanner) str() (string, error) {
+	b, err := s.strBytes()
+	return string(b), err
+}
+
+// strBytes is str returning bytes that alias the input when the string
+// holds no escapes or invalid UTF-8.
+func (s *jsonScanner) strBytes() ([]byte, error) {
 	if err := s.expect('"'); err != nil {
-		return "", err
+		return nil, err
 	}
 	start := s.pos
+	ascii := true
 	for s.pos < len(s.data) {
 		c := s.data[s.pos]
 		if c == '"' {
 			raw := s.data[start:s.pos]
 			s.pos++
-			if utf8.Valid(raw) {
-				return string(raw), nil
+			if ascii || utf8.Valid(raw) {
+				return raw, nil
 			}
-			return string([]rune(string(raw))), nil
+			return []byte(string([]rune(string(raw)))), nil
 		}
 		if c == '\\' {
 			s.pos = start
-			return s.escaped()
+			str, err := s.escaped()
+			return []byte(str), err
 		}
+		ascii = ascii && c < utf8.RuneSelf
 		s.pos++
 	}
-	return "", s.fail("unterminated string")
+	return nil, s.fail("unterminated string")
 }
 
 // escaped reads the rest of a string holding escapes, from its first byte.

@@ -79,44 +79,55 @@ func parseModel(s *jsonScanner, f *fileJSON) error {
 	return nil
 }
 
+// parseVocab reads the vocabulary into a map of exactly its size.
 func parseVocab(s *jsonScanner) (map[string]uint32, error) {
-	v := make(map[string]uint32, len(s.data)/40)
+	var toks []string
+	var ids []uint32
 	err := s.object(func(tok string) error {
 		id, err := s.integer()
-		v[tok] = uint32(id)
+		toks = append(toks, tok)
+		ids = append(ids, uint32(id))
 		return err
 	})
+	v := make(map[string]uint32, len(toks))
+	for i, tok := range toks {
+		v[tok] = ids[i]
+	}
 	return v, err
 }
 
 // eachMerge calls fn with the two sides of every merge, accepting both
-// spellings: ["a b", ...] and [["a", "b"], ...].
-func eachMerge(s *jsonScanner, fn func(a, b string) error) error {
+// spellings: ["a b", ...] and [["a", "b"], ...]. The sides may alias the
+// input: fn must not keep them.
+func eachMerge(s *jsonScanner, fn func(a, b []byte) error) error {
 	if s == nil || s.peek() == 'n' {
 		return nil // no merges
 	}
 	return s.array(func() error {
 		if s.peek() == '[' {
-			var pair []string
-			err := s.array(func() error {
-				t, err := s.str()
-				pair = append(pair, t)
-				return err
-			})
+			s.pos++
+			a, err := s.strBytes()
 			if err != nil {
 				return err
 			}
-			if len(pair) != 2 {
+			if err := s.expect(','); err != nil {
+				return err
+			}
+			b, err := s.strBytes()
+			if err != nil {
+				return err
+			}
+			if err := s.expect(']'); err != nil {
 				return s.fail("a merge is not two tokens")
 			}
-			return fn(pair[0], pair[1])
+			return fn(a, b)
 		}
-		line, err := s.str()
+		line, err := s.strBytes()
 		if err != nil {
 			return err
 		}
-		i := bytes.IndexByte([]byte(line), ' ')
-		if i < 0 || bytes.IndexByte([]byte(line[i+1:]), ' ') >= 0 {
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 || bytes.IndexByte(line[i+1:], ' ') >= 0 {
 			return fmt.Errorf("tokenizer: BPE merge %q is not two tokens", line)
 		}
 		return fn(line[:i], line[i+1:])

@@ -26,6 +26,12 @@ func newMatcher(pattern string) (matcher, error) {
 		return scanner{maxDigits: 1}, nil
 	case o200kPattern:
 		return o200k{}, nil
+	case digitsPattern:
+		return digits{}, nil
+	case kanaPattern:
+		return kana{}, nil
+	case deepseekPattern:
+		return deepseekWords{}, nil
 	}
 	rewritten, err := rewritePattern(pattern)
 	if err != nil {

@@ -33,7 +33,14 @@ func TestScannerMatchesRegex(t *testing.T) {
 	for _, tc := range []struct {
 		pattern string
 		sc      matcher
-	}{{llama3Pattern, scanner{3}}, {qwenPattern, scanner{1}}, {o200kPattern, o200k{}}} {
+	}{
+		{llama3Pattern, scanner{3}},
+		{qwenPattern, scanner{1}},
+		{o200kPattern, o200k{}},
+		{digitsPattern, digits{}},
+		{kanaPattern, kana{}},
+		{deepseekPattern, deepseekWords{}},
+	} {
 		rewritten, err := rewritePattern(tc.pattern)
 		if err != nil {
 			t.Fatal(err)
