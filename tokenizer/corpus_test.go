@@ -26,7 +26,7 @@ var handWritten = []string{
 	"\r\n\r\n", "  \n  \n", "a \n b", "a\n\n\nb", "trailing   ", "   leading", "\t\tindent", " \u00a0 \u3000 ",
 	"ｆｕｌｌｗｉｄｔｈ　ＡＢＣ", "ｱｲｳ", "e\u0301", "é", "e\u0301\u0302\u0303", "\u1100\u1161\u11a8", "Å", "A\u030a",
 	"\u0000", "\u0001\u0002", "\u007f", "\ue000\uf8ff", "\U000f0000", "\U0001d400\U0001d401", "\U00020000\U0002a6d6",
-	"\ufffd", "\ufffe", "\u1c89", "\U00016d40", "\u0950",
+	"\ufffd", "\ufffe", "\u1c89", "\U00016d40", "\u0950", "\U00011935\U00011930", "\U00011938", "x\U00011935\u0301\U00011930",
 	"<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
 	"<s>[INST] hi [/INST]</s>", "<bos><start_of_turn>user\nhi<end_of_turn>", "<|startoftext|><|start|>user<|message|>hi<|end|>",
 	"<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>", "<|endoftext|>", "<|im_start|><|im_start|>", "<|im_start", "im_start|>",

@@ -43,6 +43,9 @@ func TestNFC(t *testing.T) {
 		{"\u1100\u1161\u11a8", "\uac01"},
 		{"a\u0323\u0302", "ậ"},
 		{"a\u0302\u0323", "ậ"},
+		// Tables of the Rust normalizer: U+11938 neither composed nor decomposed.
+		{"\U00011935\U00011930", "\U00011935\U00011930"},
+		{"\U00011938\u0301", "\U00011938\u0301"},
 		// 31 marks: no U+034F inserted, all reordered as one run.
 		{"a" + repeat("\u0301", 31), "á" + repeat("\u0301", 30)},
 		{"o" + repeat("\u0308", 32) + "\u0323", "ọ\u0308" + repeat("\u0308", 31)},

@@ -13,14 +13,38 @@ import (
 // normalizer does not, so text where that happens takes nfcSlow.
 const cgj = "\u034f"
 
-// nfc returns the canonical composition (NFC) of s without stream-safe
-// joiners.
+// The Rust normalizer's tables lack one canonical decomposition that Go's
+// have (U+11938 DIVES AKURU VOWEL SIGN O = U+11935 U+11930): it neither
+// decomposes the one nor composes the other. Text holding either takes
+// nfcSlow, which does the same.
+const (
+	divesAkuruO = '\U00011938'
+	divesAkuruE = '\U00011935'
+)
+
+// nfc returns the canonical composition (NFC) of s as the Rust normalizer
+// makes it: without stream-safe joiners, and with its tables.
 func nfc(s string) string {
+	if isASCII(s) {
+		return s
+	}
+	if strings.ContainsRune(s, divesAkuruE) || strings.ContainsRune(s, divesAkuruO) {
+		return nfcSlow(s)
+	}
 	out := norm.NFC.String(s)
 	if strings.Contains(out, cgj) && strings.Count(out, cgj) != strings.Count(s, cgj) {
 		return nfcSlow(s)
 	}
 	return out
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // nfcSlow is NFC by the book: full canonical decomposition of every
@@ -29,6 +53,10 @@ func nfc(s string) string {
 func nfcSlow(s string) string {
 	runes := make([]rune, 0, len(s))
 	for _, r := range s {
+		if r == divesAkuruO {
+			runes = append(runes, r)
+			continue
+		}
 		runes = append(runes, []rune(norm.NFD.String(string(r)))...)
 	}
 	ccc := make([]uint8, len(runes))
@@ -96,6 +124,9 @@ func compose(runes []rune, ccc []uint8) []rune {
 
 // composePair returns the primary composite of a and b, if there is one.
 func composePair(a, b rune) (rune, bool) {
+	if a == divesAkuruE && b == 0x11930 {
+		return 0, false
+	}
 	var buf [2 * utf8.UTFMax]byte
 	n := utf8.EncodeRune(buf[:], a)
 	n += utf8.EncodeRune(buf[n:], b)
