@@ -9,9 +9,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// PodID is a pod's handle in an Index, from AddPod. IDs are never reused, so
-// a stale handle can never touch another pod's entries.
-type PodID uint32
+// PodID is a pod's handle in an Index, from AddPod: a small index, reused
+// once the pod is removed, and a generation, so that a stale handle fails
+// with ErrUnknownPod instead of touching another pod's entries.
+type PodID uint64
+
+// InvalidPod is what AddPod returns when the index already holds its
+// maximum of 16,777,216 pods; every operation on it fails.
+const InvalidPod = ^PodID(0)
+
+func (id PodID) index() uint32 { return uint32(id) }
+func (id PodID) gen() uint32   { return uint32(id >> 32) }
+func makePodID(index, gen uint32) PodID {
+	return PodID(gen)<<32 | PodID(index)
+}
 
 // ErrUnknownPod is returned for a PodID that was never added or was removed.
 var ErrUnknownPod = errors.New("kvindex: unknown pod")
@@ -31,13 +42,15 @@ type Index struct {
 	pods struct {
 		sync.RWMutex
 		byName map[string]PodID
-		info   []podInfo // by PodID
+		info   []podInfo // by pod index
+		free   []uint32  // indexes of removed pods whose entries are gone, oldest first
 	}
 }
 
 type podInfo struct {
 	name      string
 	namespace string
+	gen       uint32
 	live      bool
 }
 
@@ -73,22 +86,53 @@ func New(cfg Config, reg prometheus.Registerer) (*Index, error) {
 // pod's entries are cleared and a new handle is returned.
 func (x *Index) AddPod(name, namespace string) PodID {
 	x.pods.Lock()
-	id, ok := x.pods.byName[name]
-	if ok && x.pods.info[id].namespace == namespace {
+	old, ok := x.pods.byName[name]
+	if ok && x.pods.info[old.index()].namespace == namespace {
 		x.pods.Unlock()
-		return id
+		return old
 	}
 	if ok {
-		x.pods.info[id].live = false
+		x.retirePodLocked(old)
 	}
-	nid := PodID(len(x.pods.info))
-	x.pods.info = append(x.pods.info, podInfo{name: name, namespace: namespace, live: true})
-	x.pods.byName[name] = nid
+	id := x.newPodLocked(name, namespace)
 	x.pods.Unlock()
 	if ok {
-		x.clear(id, allTiers)
+		x.releasePod(old)
 	}
-	return nid
+	return id
+}
+
+func (x *Index) newPodLocked(name, namespace string) PodID {
+	var i uint32
+	switch {
+	case len(x.pods.free) > 0:
+		i = x.pods.free[0]
+		x.pods.free = x.pods.free[1:]
+	case len(x.pods.info) < maxPods:
+		i = uint32(len(x.pods.info))
+		x.pods.info = append(x.pods.info, podInfo{})
+	default:
+		return InvalidPod
+	}
+	p := &x.pods.info[i]
+	*p = podInfo{name: name, namespace: namespace, gen: p.gen + 1, live: true}
+	id := makePodID(i, p.gen)
+	x.pods.byName[name] = id
+	return id
+}
+
+// retirePodLocked makes id unknown; releasePod then clears its entries and
+// frees its index for reuse.
+func (x *Index) retirePodLocked(id PodID) {
+	x.pods.info[id.index()].live = false
+	delete(x.pods.byName, x.pods.info[id.index()].name)
+}
+
+func (x *Index) releasePod(id PodID) {
+	x.clear(id, allTiers)
+	x.pods.Lock()
+	x.pods.free = append(x.pods.free, id.index())
+	x.pods.Unlock()
 }
 
 // RemovePod clears a pod's entries and retires its handle.
@@ -98,10 +142,9 @@ func (x *Index) RemovePod(id PodID) error {
 		x.pods.Unlock()
 		return err
 	}
-	x.pods.info[id].live = false
-	delete(x.pods.byName, x.pods.info[id].name)
+	x.retirePodLocked(id)
 	x.pods.Unlock()
-	x.clear(id, allTiers)
+	x.releasePod(id)
 	return nil
 }
 
@@ -113,19 +156,20 @@ func (x *Index) Pod(name string) (PodID, bool) {
 	return id, ok
 }
 
-// PodName returns the name id was added with.
+// PodName returns the name id was added with, or "" for an unknown handle.
 func (x *Index) PodName(id PodID) string {
 	x.pods.RLock()
 	defer x.pods.RUnlock()
-	if int(id) < len(x.pods.info) {
-		return x.pods.info[id].name
+	if x.checkPodLocked(id) != nil {
+		return ""
 	}
-	return ""
+	return x.pods.info[id.index()].name
 }
 
 func (x *Index) checkPodLocked(id PodID) error {
-	if int(id) >= len(x.pods.info) || !x.pods.info[id].live {
-		return fmt.Errorf("%w: id %d", ErrUnknownPod, id)
+	i := id.index()
+	if int(i) >= len(x.pods.info) || !x.pods.info[i].live || x.pods.info[i].gen != id.gen() {
+		return fmt.Errorf("%w: %d/%d", ErrUnknownPod, id.index(), id.gen())
 	}
 	return nil
 }
@@ -146,9 +190,9 @@ func (x *Index) checkOp(id PodID, tier Tier) error {
 	return x.checkPod(id)
 }
 
-func (x *Index) shardOf(h uint64) *shard {
-	return x.shards[(h^h>>29)&x.mask]
-}
+func (x *Index) shardIndex(h uint64) uint64 { return (h ^ h>>29) & x.mask }
+
+func (x *Index) shardOf(h uint64) *shard { return x.shards[x.shardIndex(h)] }
 
 // nowMs is the clock in wrapping milliseconds since the index was made.
 func (x *Index) nowMs() uint32 {
@@ -166,7 +210,7 @@ func (x *Index) Stored(pod PodID, tier Tier, hashes []uint64) error {
 	for _, h := range hashes {
 		s := x.shardOf(h)
 		s.mu.Lock()
-		s.storeLocked(h, uint32(pod), tier, x.limit, now, &n)
+		s.storeLocked(h, pod.index(), tier, x.limit, now, &n)
 		s.mu.Unlock()
 	}
 	x.metrics.record(&n, len(hashes), 0)
@@ -183,7 +227,7 @@ func (x *Index) Removed(pod PodID, tier Tier, hashes []uint64) error {
 	for _, h := range hashes {
 		s := x.shardOf(h)
 		s.mu.Lock()
-		s.removeLocked(h, uint32(pod), tier, &n)
+		s.removeLocked(h, pod.index(), tier, &n)
 		s.mu.Unlock()
 	}
 	x.metrics.record(&n, 0, len(hashes))
@@ -203,7 +247,7 @@ func (x *Index) Speculate(pod PodID, hashes []uint64) error {
 	for _, h := range hashes {
 		s := x.shardOf(h)
 		s.mu.Lock()
-		s.speculateLocked(h, uint32(pod), x.limit, now, deadline, &n)
+		s.speculateLocked(h, pod.index(), x.limit, now, deadline, &n)
 		s.mu.Unlock()
 	}
 	x.metrics.speculated(&n)
@@ -235,7 +279,7 @@ func (x *Index) clear(pod PodID, mask uint8) {
 	var n opCounts
 	for _, s := range x.shards {
 		s.mu.Lock()
-		s.clearPodLocked(uint32(pod), mask, &n)
+		s.clearPodLocked(pod.index(), mask, &n)
 		s.mu.Unlock()
 	}
 	x.metrics.cleared.Add(float64(n.cleared))
@@ -246,7 +290,7 @@ func (x *Index) PodEntries(pod PodID) int {
 	total := 0
 	for _, s := range x.shards {
 		s.mu.Lock()
-		total += s.podEntriesLocked(uint32(pod))
+		total += s.podEntriesLocked(pod.index())
 		s.mu.Unlock()
 	}
 	return total
@@ -258,7 +302,7 @@ func (x *Index) Len() (entries, speculative int) {
 	for _, s := range x.shards {
 		s.mu.Lock()
 		entries += s.mu.real
-		speculative += s.mu.queued
+		speculative += s.mu.spec
 		s.mu.Unlock()
 	}
 	return entries, speculative

@@ -46,19 +46,40 @@ func BenchmarkMatch512(b *testing.B) {
 	}
 }
 
+// BenchmarkStored16 applies one 16-block BlockStored event to an index in
+// steady state: full (each new entry evicts the least recently stored one),
+// or re-storing blocks the pod already holds.
 func BenchmarkStored16(b *testing.B) {
-	x := mustNew(b, DefaultConfig(), nil)
-	pod := x.AddPod("a", "m")
-	rng := rand.New(rand.NewPCG(3, 4))
-	batches := make([][]uint64, 1<<14)
-	for i := range batches {
-		batches[i] = randomHashes(rng, 16)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		mustStore(b, x, pod, TierGPU, batches[i&(len(batches)-1)]...)
-		i++
+	for _, bench := range []struct {
+		mode string
+		full int
+	}{{"evicting", 1 << 16}, {"refresh", 1 << 16}, {"evicting", 1 << 20}, {"refresh", 1 << 20}} {
+		mode, full := bench.mode, bench.full
+		b.Run(fmt.Sprintf("%s/entries=%d", mode, full), func(b *testing.B) {
+			limit := full // full: every new entry evicts one
+			if mode == "refresh" {
+				limit *= 2 // room for shards that got more than their share
+			}
+			x := mustNew(b, Config{Shards: 64, MaxEntries: limit, SpeculativeTTL: 1}, nil)
+			pod := x.AddPod("a", "m")
+			rng := rand.New(rand.NewPCG(3, 4))
+			batches := make([][]uint64, full/16)
+			for i := range batches {
+				batches[i] = randomHashes(rng, 16)
+				mustStore(b, x, pod, TierGPU, batches[i]...)
+			}
+			if mode == "evicting" {
+				for i := range batches {
+					batches[i] = randomHashes(rng, 16)
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				mustStore(b, x, pod, TierGPU, batches[i%len(batches)]...)
+				i++
+			}
+		})
 	}
 }
 
@@ -72,7 +93,7 @@ func BenchmarkEntryBytes(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				x := mustNew(b, Config{Shards: 64, MaxEntries: entries, SpeculativeTTL: 1}, nil)
+				x := mustNew(b, Config{Shards: 64, MaxEntries: entries * 11 / 10, SpeculativeTTL: 1}, nil)
 				rng := rand.New(rand.NewPCG(5, 6))
 				hs := randomHashes(rng, entries/perBlock)
 				for p := range perBlock {

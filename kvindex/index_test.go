@@ -136,6 +136,25 @@ func TestEvictionLeastRecentlyStoredFirst(t *testing.T) {
 	}
 }
 
+func TestEvictionAcrossPods(t *testing.T) {
+	x := mustNew(t, Config{Shards: 1, MaxEntries: 4, SpeculativeTTL: time.Second}, nil)
+	a, b := x.AddPod("a", "m"), x.AddPod("b", "m")
+	mustStore(t, x, a, TierGPU, 1)
+	mustStore(t, x, b, TierGPU, 1, 2)
+	mustStore(t, x, a, TierCPU, 3)
+	mustStore(t, x, b, TierGPU, 4) // evicts a's GPU 1, the oldest entry
+	mustStore(t, x, a, TierGPU, 5) // evicts b's 1
+	want := map[PodID][]int{a: {0, 0, 1, 0, 1}, b: {0, 1, 0, 1, 0}}
+	for pod, blocks := range want {
+		for i, w := range blocks {
+			if got := x.Match("m", []uint64{uint64(i + 1)}, []PodID{pod}, nil)[0].Blocks; got != w {
+				t.Errorf("pod %d block %d matched = %d, want %d", pod, i+1, got, w)
+			}
+		}
+	}
+	checkInvariants(t, x)
+}
+
 func TestSpeculative(t *testing.T) {
 	now := time.Unix(0, 0)
 	cfg := Config{Shards: 4, MaxEntries: 100, SpeculativeTTL: 2 * time.Second, Now: func() time.Time { return now }}
@@ -247,4 +266,49 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+func TestPodIndexReuse(t *testing.T) {
+	x := mustNew(t, DefaultConfig(), nil)
+	a := x.AddPod("a", "m")
+	mustStore(t, x, a, TierGPU, 1, 2, 3)
+	if err := x.RemovePod(a); err != nil {
+		t.Fatal(err)
+	}
+	b := x.AddPod("b", "m")
+	if b.index() != a.index() {
+		t.Fatalf("AddPod after RemovePod took index %d, want the freed %d", b.index(), a.index())
+	}
+	if got := x.Match("m", []uint64{1, 2, 3}, []PodID{a, b}, nil); got[0].Blocks != 0 || got[1].Blocks != 0 {
+		t.Fatalf("Match after reuse = %+v, want nothing for the stale handle or the new pod", got)
+	}
+	if err := x.Stored(a, TierGPU, []uint64{4}); !errors.Is(err, ErrUnknownPod) {
+		t.Fatalf("Stored on the stale handle = %v, want ErrUnknownPod", err)
+	}
+	if name := x.PodName(a); name != "" {
+		t.Fatalf("PodName(stale) = %q, want empty", name)
+	}
+	checkInvariants(t, x)
+}
+
+func TestRepeatedStoreSaturates(t *testing.T) {
+	x := mustNew(t, DefaultConfig(), nil)
+	pod := x.AddPod("a", "m")
+	for range countMax + 10 {
+		mustStore(t, x, pod, TierGPU, 9)
+	}
+	for range countMax - 1 {
+		if err := x.Removed(pod, TierGPU, []uint64{9}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := x.Match("m", []uint64{9}, []PodID{pod}, nil)[0].Blocks; got != 1 {
+		t.Fatalf("after %d stores and %d removals: %d blocks, want 1 (the count saturates at %d)", countMax+10, countMax-1, got, countMax)
+	}
+	if err := x.Removed(pod, TierGPU, []uint64{9}); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Match("m", []uint64{9}, []PodID{pod}, nil)[0].Blocks; got != 0 {
+		t.Fatalf("after the saturated count is removed: %d blocks, want 0", got)
+	}
 }

@@ -18,8 +18,16 @@ type PodMatch struct {
 
 // matchScratch is per-call working memory, pooled so Match does not allocate.
 type matchScratch struct {
-	slot []int32 // by PodID: index of the pod in the result + 1, 0 = not a candidate
-	tier []uint8 // by candidate: tier that counted its last block, tierSpec if speculative
+	slot []int32     // by pod index: candidate + 1, 0 = not a candidate
+	c    []candState // by candidate
+}
+
+// candState is one candidate's progress through the blocks.
+type candState struct {
+	pos   int32 // leading blocks held so far
+	last  uint8 // tier that counted the last block, tierSpec if speculative
+	tiers [NumTiers]int32
+	spec  int32
 }
 
 const tierSpec = 0xff
@@ -30,10 +38,6 @@ const tierSpec = 0xff
 // appended to out[:0]; with enough capacity Match does not allocate.
 func (x *Index) Match(namespace string, hashes []uint64, candidates []PodID, out []PodMatch) []PodMatch {
 	start := time.Now()
-	out = out[:0]
-	for _, c := range candidates {
-		out = append(out, PodMatch{Pod: c})
-	}
 	sc, _ := x.scratch.Get().(*matchScratch)
 	if sc == nil {
 		sc = &matchScratch{}
@@ -41,11 +45,22 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []PodID, out
 	eligible := x.markCandidates(sc, namespace, candidates)
 	best := 0
 	if eligible > 0 {
-		best = x.matchBlocks(sc, hashes, out)
+		mask, all := x.rlockShards(hashes)
+		best = x.matchBlocks(sc, hashes)
+		x.runlockShards(mask, all)
 	}
-	for _, c := range candidates {
-		if int(c) < len(sc.slot) {
-			sc.slot[c] = 0
+	out = out[:0]
+	for i, c := range candidates {
+		m := PodMatch{Pod: c}
+		if st := &sc.c[i]; st.pos > 0 {
+			m.Blocks, m.Speculative = int(st.pos), int(st.spec)
+			for t, n := range st.tiers {
+				m.Tiers[t] = int(n)
+			}
+		}
+		out = append(out, m)
+		if i := c.index(); int(i) < len(sc.slot) {
+			sc.slot[i] = 0
 		}
 	}
 	x.scratch.Put(sc)
@@ -53,7 +68,7 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []PodID, out
 	return out
 }
 
-// markCandidates fills sc.slot for the live candidates serving namespace and
+// markCandidates fills sc for the live candidates serving namespace and
 // returns how many there are. A repeated candidate counts once.
 func (x *Index) markCandidates(sc *matchScratch, namespace string, candidates []PodID) int {
 	x.pods.RLock()
@@ -61,17 +76,18 @@ func (x *Index) markCandidates(sc *matchScratch, namespace string, candidates []
 	if n := len(x.pods.info); len(sc.slot) < n {
 		sc.slot = make([]int32, n+n/4)
 	}
-	if cap(sc.tier) < len(candidates) {
-		sc.tier = make([]uint8, len(candidates))
+	if cap(sc.c) < len(candidates) {
+		sc.c = make([]candState, len(candidates))
 	}
-	sc.tier = sc.tier[:len(candidates)]
+	sc.c = sc.c[:len(candidates)]
+	clear(sc.c)
 	eligible := 0
 	for i, c := range candidates {
-		if int(c) >= len(x.pods.info) || sc.slot[c] != 0 {
+		if x.checkPodLocked(c) != nil || sc.slot[c.index()] != 0 {
 			continue
 		}
-		if p := x.pods.info[c]; p.live && p.namespace == namespace {
-			sc.slot[c] = int32(i + 1)
+		if x.pods.info[c.index()].namespace == namespace {
+			sc.slot[c.index()] = int32(i + 1)
 			eligible++
 		}
 	}
@@ -79,52 +95,101 @@ func (x *Index) markCandidates(sc *matchScratch, namespace string, candidates []
 }
 
 // matchBlocks walks hashes block by block, advancing every candidate that
-// holds all blocks so far, and returns the longest match.
-func (x *Index) matchBlocks(sc *matchScratch, hashes []uint64, out []PodMatch) int {
+// holds all blocks so far, and returns the longest match. The caller holds
+// the read locks of the shards of hashes.
+func (x *Index) matchBlocks(sc *matchScratch, hashes []uint64) int {
 	now := x.nowMs()
-	slot := sc.slot
-	for i, h := range hashes {
-		advanced := 0
-		s := x.shardOf(h)
-		s.mu.Lock()
-		_, r := s.lookupLocked(h)
-		for r != 0 {
-			e := s.hotLocked(r)
-			r = e.next
-			if int(e.pod) >= len(slot) || slot[e.pod] == 0 {
+	slot, cands := sc.slot, sc.c
+	var next []holder
+	if len(hashes) > 0 {
+		next = x.holdersLocked(hashes[0])
+	}
+	for i := range hashes {
+		holders := next
+		// Look the next block up before walking this one: the two chains
+		// of memory loads then overlap.
+		if i+1 < len(hashes) {
+			next = x.holdersLocked(hashes[i+1])
+		}
+		at, advanced := int32(i), 0
+		for j := range holders {
+			w := holders[j].word
+			p := w >> slotShift
+			if int(p) >= len(slot) || slot[p] == 0 {
 				continue
 			}
-			k := slot[e.pod] - 1
-			m := &out[k]
-			spec := e.flags&flagSpec != 0
+			st := &cands[slot[p]-1]
+			tier := uint8(w & tierBits)
+			if w&specBit != 0 {
+				if expired(holders[j].stamp, now) {
+					continue
+				}
+				tier = tierSpec
+			}
 			switch {
-			case spec && expired(e.deadline, now):
-			case m.Blocks == i: // the pod's first record of block i
-				m.Blocks++
+			case st.pos == at: // the pod's first holder of block i
+				st.pos++
 				advanced++
-				if spec {
-					m.Speculative++
-					sc.tier[k] = tierSpec
-				} else {
-					m.Tiers[e.tier]++
-					sc.tier[k] = uint8(e.tier)
-				}
-			case m.Blocks == i+1 && !spec && uint8(e.tier) < sc.tier[k]:
-				// Another record of block i in a faster tier, or real where
+				st.count(tier, 1)
+				st.last = tier
+			case st.pos == at+1 && tier < st.last:
+				// Another holder of block i in a faster tier, or real where
 				// the counted one was speculative.
-				if sc.tier[k] == tierSpec {
-					m.Speculative--
-				} else {
-					m.Tiers[sc.tier[k]]--
-				}
-				m.Tiers[e.tier]++
-				sc.tier[k] = uint8(e.tier)
+				st.count(st.last, -1)
+				st.count(tier, 1)
+				st.last = tier
 			}
 		}
-		s.mu.Unlock()
 		if advanced == 0 {
 			return i
 		}
 	}
 	return len(hashes)
+}
+
+func (st *candState) count(tier uint8, d int32) {
+	if tier == tierSpec {
+		st.spec += d
+	} else {
+		st.tiers[tier&tierBits] += d
+	}
+}
+
+// holdersLocked returns the holders of hash h; its shard is read-locked.
+func (x *Index) holdersLocked(h uint64) []holder {
+	s := x.shardOf(h)
+	if _, nr := s.lookupLocked(h); nr != 0 {
+		return s.vectorLocked(nr)
+	}
+	return nil
+}
+
+// rlockShards read-locks every shard that holds one of hashes, in shard
+// order so that concurrent matches and writers cannot deadlock. A match
+// holds its shards for its whole walk: one lock per shard, not per block.
+// It returns the set locked, for runlockShards.
+func (x *Index) rlockShards(hashes []uint64) (mask uint64, all bool) {
+	if len(x.shards) > 64 || len(hashes) >= len(x.shards) {
+		for _, s := range x.shards {
+			s.mu.RLock()
+		}
+		return 0, true
+	}
+	for _, h := range hashes {
+		mask |= 1 << x.shardIndex(h)
+	}
+	for i, s := range x.shards {
+		if mask&(1<<i) != 0 {
+			s.mu.RLock()
+		}
+	}
+	return mask, false
+}
+
+func (x *Index) runlockShards(mask uint64, all bool) {
+	for i, s := range x.shards {
+		if all || mask&(1<<i) != 0 {
+			s.mu.RUnlock()
+		}
+	}
 }

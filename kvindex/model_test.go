@@ -236,6 +236,7 @@ func (r *opRunner) check(hs []uint64) {
 			}
 		}
 	}
+	checkInvariants(r.t, r.x)
 	if got, _ := r.x.Len(); got != r.m.realEntries() {
 		r.t.Fatalf("Len() real = %d, want %d", got, r.m.realEntries())
 	}

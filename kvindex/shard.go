@@ -2,112 +2,185 @@ package kvindex
 
 import "sync"
 
-// A shard holds the records of the block hashes that map to it. A record is
-// one (hash, pod, tier) entry, real or speculative, split into a hot part that
-// matches read and a cold part that only writes touch. Records live in
-// fixed-size chunks and link to each other by 32-bit refs, so the garbage
-// collector never scans them and memory stays flat per entry.
+// A shard holds the blocks whose hashes map to it. Each block hash has a
+// node, found through an open-addressing table, and the node's holders —
+// one per (pod, tier) that stores the block, or per pod that will soon hold
+// it speculatively — sit side by side in a vector, so a match reads one
+// short run of memory per block. Vectors come in power-of-two size classes
+// and move to the next class as holders join.
 //
-// Each record is on up to four lists:
-//   - its hash's chain (hot.next), whose head an open-addressing table holds;
-//   - its pod's list in this shard (cold.podPrev/podNext), so clearing a pod
-//     costs only that pod's entries;
-//   - real records: the LRU list by store time (cold.older/newer);
-//   - speculative records: the FIFO by deadline (cold.newer), all with the
-//     same TTL. A speculative record that is confirmed or cleared becomes dead
-//     and leaves every list but the FIFO, which frees it when it reaches the
-//     front.
+// Every holder is also on one list of its pod in this shard: real holders on
+// the pod's LRU list by store stamp (so clearing a pod costs only its
+// entries, and the least recently stored entry of the shard is the oldest
+// head among its pods), speculative ones on the pod's FIFO by deadline.
+// Moving a holder updates its list neighbors.
+//
+// Nodes and holders live in fixed-size chunks and refer to each other by
+// 32-bit refs: the garbage collector never scans them.
 type shard struct {
 	mu struct {
-		sync.Mutex
-		slots            []ref // hash table: head of each hash's chain, 0 = empty
-		used             int   // occupied slots
-		hot              []*[chunkSize]hot
-		cold             []*[chunkSize]cold
-		top              uint32 // records handed out from the chunks so far
-		free             ref    // free records, linked through hot.next
-		lruOld, lruNew   ref    // real records, least recently stored first
-		specOld, specNew ref    // speculative records, oldest deadline first
-		pods             map[uint32]podList
-		real             int // live real records
-		queued           int // records in the speculative FIFO, dead ones included
+		sync.RWMutex
+		slots   []ref // hash table: node of each hash, 0 = empty
+		used    int   // occupied slots
+		nodes   slab[node]
+		classes [numClasses]classSlab
+		pods    []podState // by pod index; a pod without holders here has n = 0
+		stamp   uint32     // store counter, for LRU order across pods
+		real    int        // real holders
+		spec    int        // speculative holders
 	}
 }
 
-const (
-	chunkBits = 12
-	chunkSize = 1 << chunkBits
-	minSlots  = 64
-)
-
-// ref names a record of a shard: its index + 1; 0 is none.
+// ref names a node (index + 1) or a holder (class<<classShift | index + 1);
+// 0 is none.
 type ref uint32
 
 const (
-	flagSpec uint8 = 1 << iota // recorded by a routing decision, not yet confirmed
-	flagDead                   // a speculative record waiting in the FIFO to be freed
+	chunkBits  = 12
+	chunkSize  = 1 << chunkBits
+	minSlots   = 64
+	numClasses = chunkBits + 1 // vectors of 1 to 4096 holders
+	classShift = 27
+	indexMask  = 1<<classShift - 1
+	// MaxHolders is the most (pod, tier) holders one block can have; further
+	// stores of that block are ignored.
+	MaxHolders = 1 << (numClasses - 1)
 )
 
-// hot is the part of a record a match reads: 16 bytes, four to a cache line.
-type hot struct {
-	pod      uint32
-	next     ref    // next record of the same hash
-	deadline uint32 // speculative records: expiry, ms since the index epoch
-	count    uint16 // times stored: vLLM may store one hash twice on a pod
-	tier     Tier
-	flags    uint8
+// node is one block hash of the shard.
+type node struct {
+	hash  uint64
+	vec   uint32 // index of the first holder in the class slab
+	n     uint16 // holders in use
+	class uint8  // the vector holds 1<<class holders
 }
 
-// cold is the rest of a record: the hash and the list links.
-type cold struct {
-	hash             uint64
-	older, newer     ref
-	podPrev, podNext ref
+// holder is one (pod, tier) that holds a block, or a pod that will soon hold
+// it speculatively: 20 bytes.
+type holder struct {
+	word         uint32 // pod index<<slotShift | count<<countShift | specBit | tier
+	node         ref    // back to the node
+	older, newer ref    // the pod's LRU list (real) or FIFO (speculative)
+	stamp        uint32 // real: store stamp; speculative: deadline
 }
 
-// podList is a pod's records in one shard.
-type podList struct {
-	head ref
-	n    uint32
+const (
+	tierBits   = 3 // NumTiers fits in two bits
+	specBit    = 1 << 2
+	countShift = 3
+	// countMax is where the count of repeated stores of one hash on one pod
+	// saturates; vLLM stores a hash at most a few times.
+	countMax  = 31
+	slotShift = 8
+	// maxPods is the most pods an index can hold at once.
+	maxPods = 1 << (32 - slotShift)
+)
+
+func makeWord(slot uint32, tier Tier, spec bool, count uint32) uint32 {
+	w := slot<<slotShift | count<<countShift | uint32(tier)
+	if spec {
+		w |= specBit
+	}
+	return w
+}
+
+func (h *holder) slot() uint32  { return h.word >> slotShift }
+func (h *holder) tier() Tier    { return Tier(h.word & tierBits) }
+func (h *holder) spec() bool    { return h.word&specBit != 0 }
+func (h *holder) count() uint32 { return h.word >> countShift & countMax }
+
+// setCount replaces the count, which must be in [0, countMax].
+func (h *holder) setCount(c uint32) {
+	h.word = h.word&^(countMax<<countShift) | c<<countShift
+}
+
+// podState is one pod's lists in a shard.
+type podState struct {
+	lruOld, lruNew   ref
+	specOld, specNew ref
+	oldStamp         uint32 // stamp of lruOld, for eviction without a pointer chase
+	n                uint32 // holders of the pod in this shard
+}
+
+// slab is a chunked array addressed by index.
+type slab[T any] struct {
+	chunks []*[chunkSize]T
+	top    uint32   // elements handed out so far
+	free   []uint32 // released elements
+}
+
+func (s *slab[T]) at(i uint32) *T { return &s.chunks[i>>chunkBits][i&(chunkSize-1)] }
+
+// alloc returns the index of a zeroed element.
+func (s *slab[T]) alloc() uint32 {
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		return i
+	}
+	if s.top == uint32(len(s.chunks))*chunkSize {
+		s.chunks = append(s.chunks, new([chunkSize]T))
+	}
+	s.top++
+	return s.top - 1
+}
+
+func (s *slab[T]) release(i uint32) {
+	var zero T
+	*s.at(i) = zero
+	s.free = append(s.free, i)
+}
+
+// classSlab holds the vectors of one size class.
+type classSlab struct {
+	chunks []*[chunkSize]holder
+	top    uint32   // holders handed out so far, a multiple of the class size
+	free   []uint32 // first indexes of free vectors
 }
 
 func newShard() *shard {
 	s := &shard{}
 	s.mu.slots = make([]ref, minSlots)
-	s.mu.pods = make(map[uint32]podList)
 	return s
 }
 
-func (s *shard) hotLocked(r ref) *hot {
-	i := uint32(r - 1)
-	return &s.mu.hot[i>>chunkBits][i&(chunkSize-1)]
+func (s *shard) nodeLocked(r ref) *node { return s.mu.nodes.at(uint32(r - 1)) }
+
+func (s *shard) holderLocked(r ref) *holder {
+	c := &s.mu.classes[r>>classShift]
+	i := uint32(r&indexMask) - 1
+	return &c.chunks[i>>chunkBits][i&(chunkSize-1)]
 }
 
-func (s *shard) coldLocked(r ref) *cold {
-	i := uint32(r - 1)
-	return &s.mu.cold[i>>chunkBits][i&(chunkSize-1)]
+func holderRef(class uint8, i uint32) ref { return ref(class)<<classShift | ref(i+1) }
+
+// vectorLocked returns the holders in use of node r.
+func (s *shard) vectorLocked(r ref) []holder {
+	nd := s.nodeLocked(r)
+	c := &s.mu.classes[nd.class]
+	off := nd.vec & (chunkSize - 1)
+	return c.chunks[nd.vec>>chunkBits][off : off+uint32(nd.n)]
 }
 
-// allocLocked returns a zeroed record.
-func (s *shard) allocLocked() ref {
-	if r := s.mu.free; r != 0 {
-		h := s.hotLocked(r)
-		s.mu.free = h.next
-		h.next = 0
-		return r
+func (s *shard) allocVectorLocked(class uint8) uint32 {
+	c := &s.mu.classes[class]
+	if n := len(c.free); n > 0 {
+		v := c.free[n-1]
+		c.free = c.free[:n-1]
+		return v
 	}
-	if s.mu.top == uint32(len(s.mu.hot))*chunkSize {
-		s.mu.hot = append(s.mu.hot, new([chunkSize]hot))
-		s.mu.cold = append(s.mu.cold, new([chunkSize]cold))
+	if c.top == uint32(len(c.chunks))*chunkSize {
+		c.chunks = append(c.chunks, new([chunkSize]holder))
 	}
-	s.mu.top++
-	return ref(s.mu.top)
+	v := c.top
+	c.top += 1 << class
+	return v
 }
 
-func (s *shard) releaseLocked(r ref) {
-	*s.hotLocked(r) = hot{next: s.mu.free}
-	*s.coldLocked(r) = cold{}
-	s.mu.free = r
+func (s *shard) freeVectorLocked(class uint8, v uint32) {
+	c := &s.mu.classes[class]
+	clear(c.chunks[v>>chunkBits][v&(chunkSize-1) : v&(chunkSize-1)+1<<class])
+	c.free = append(c.free, v)
 }
 
 // home is the table position hash h probes first.
@@ -115,30 +188,28 @@ func home(h uint64, mask int) int {
 	return int((h*0x9e3779b97f4a7c15)>>32) & mask
 }
 
-// lookupLocked returns the table position of hash h and the head of its
-// chain, or the empty position where it would go and 0.
+// lookupLocked returns the table position of hash h and its node, or the
+// empty position where it would go and 0.
 func (s *shard) lookupLocked(h uint64) (int, ref) {
 	mask := len(s.mu.slots) - 1
 	for i := home(h, mask); ; i = (i + 1) & mask {
 		r := s.mu.slots[i]
-		if r == 0 || s.coldLocked(r).hash == h {
+		if r == 0 || s.nodeLocked(r).hash == h {
 			return i, r
 		}
 	}
 }
 
-// pushChainLocked makes r, whose cold.hash is set, the head of its chain.
-func (s *shard) pushChainLocked(r ref) {
-	pos, head := s.lookupLocked(s.coldLocked(r).hash)
-	s.hotLocked(r).next = head
+// addNodeLocked creates the node of hash h at table position pos.
+func (s *shard) addNodeLocked(pos int, h uint64) ref {
+	r := ref(s.mu.nodes.alloc() + 1)
+	*s.nodeLocked(r) = node{hash: h, vec: s.allocVectorLocked(0)}
 	s.mu.slots[pos] = r
-	if head != 0 {
-		return
-	}
 	s.mu.used++
-	if s.mu.used*4 >= len(s.mu.slots)*3 {
+	if s.mu.used*8 >= len(s.mu.slots)*7 {
 		s.resizeLocked(len(s.mu.slots) * 2)
 	}
+	return r
 }
 
 func (s *shard) resizeLocked(n int) {
@@ -149,7 +220,7 @@ func (s *shard) resizeLocked(n int) {
 		if r == 0 {
 			continue
 		}
-		i := home(s.coldLocked(r).hash, mask)
+		i := home(s.nodeLocked(r).hash, mask)
 		for s.mu.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
@@ -157,26 +228,13 @@ func (s *shard) resizeLocked(n int) {
 	}
 }
 
-// unchainLocked takes r off its hash's chain.
-func (s *shard) unchainLocked(r ref) {
-	pos, head := s.lookupLocked(s.coldLocked(r).hash)
-	next := s.hotLocked(r).next
-	if head == r {
-		if next != 0 {
-			s.mu.slots[pos] = next
-		} else {
-			s.deleteSlotLocked(pos)
-		}
-		return
-	}
-	for p := head; p != 0; {
-		ph := s.hotLocked(p)
-		if ph.next == r {
-			ph.next = next
-			return
-		}
-		p = ph.next
-	}
+// dropNodeLocked frees an empty node and its table slot.
+func (s *shard) dropNodeLocked(r ref) {
+	nd := s.nodeLocked(r)
+	pos, _ := s.lookupLocked(nd.hash)
+	s.freeVectorLocked(nd.class, nd.vec)
+	s.mu.nodes.release(uint32(r - 1))
+	s.deleteSlotLocked(pos)
 }
 
 // deleteSlotLocked empties table position i, shifting later entries of the
@@ -185,7 +243,7 @@ func (s *shard) deleteSlotLocked(i int) {
 	slots := s.mu.slots
 	mask := len(slots) - 1
 	for j := (i + 1) & mask; slots[j] != 0; j = (j + 1) & mask {
-		k := home(s.coldLocked(slots[j]).hash, mask)
+		k := home(s.nodeLocked(slots[j]).hash, mask)
 		// Move slots[j] to i unless its home lies cyclically in (i, j].
 		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
 			slots[i] = slots[j]
@@ -194,105 +252,4 @@ func (s *shard) deleteSlotLocked(i int) {
 	}
 	slots[i] = 0
 	s.mu.used--
-}
-
-func (s *shard) lruPushLocked(r ref) {
-	c := s.coldLocked(r)
-	c.older, c.newer = s.mu.lruNew, 0
-	if s.mu.lruNew != 0 {
-		s.coldLocked(s.mu.lruNew).newer = r
-	} else {
-		s.mu.lruOld = r
-	}
-	s.mu.lruNew = r
-}
-
-func (s *shard) lruUnlinkLocked(r ref) {
-	c := s.coldLocked(r)
-	if c.older != 0 {
-		s.coldLocked(c.older).newer = c.newer
-	} else {
-		s.mu.lruOld = c.newer
-	}
-	if c.newer != 0 {
-		s.coldLocked(c.newer).older = c.older
-	} else {
-		s.mu.lruNew = c.older
-	}
-	c.older, c.newer = 0, 0
-}
-
-func (s *shard) podLinkLocked(r ref) {
-	pod := s.hotLocked(r).pod
-	l := s.mu.pods[pod]
-	c := s.coldLocked(r)
-	c.podPrev, c.podNext = 0, l.head
-	if l.head != 0 {
-		s.coldLocked(l.head).podPrev = r
-	}
-	s.mu.pods[pod] = podList{head: r, n: l.n + 1}
-}
-
-func (s *shard) podUnlinkLocked(r ref) {
-	pod := s.hotLocked(r).pod
-	c := s.coldLocked(r)
-	l := s.mu.pods[pod]
-	if c.podPrev != 0 {
-		s.coldLocked(c.podPrev).podNext = c.podNext
-	} else {
-		l.head = c.podNext
-	}
-	if c.podNext != 0 {
-		s.coldLocked(c.podNext).podPrev = c.podPrev
-	}
-	c.podPrev, c.podNext = 0, 0
-	if l.n--; l.n == 0 {
-		delete(s.mu.pods, pod)
-	} else {
-		s.mu.pods[pod] = l
-	}
-}
-
-func (s *shard) specPushLocked(r ref) {
-	s.coldLocked(r).newer = 0
-	if s.mu.specNew != 0 {
-		s.coldLocked(s.mu.specNew).newer = r
-	} else {
-		s.mu.specOld = r
-	}
-	s.mu.specNew = r
-	s.mu.queued++
-}
-
-// specPopLocked frees the oldest speculative record, taking it off its chain
-// and pod list first unless it is already dead.
-func (s *shard) specPopLocked() {
-	r := s.mu.specOld
-	s.mu.specOld = s.coldLocked(r).newer
-	if s.mu.specOld == 0 {
-		s.mu.specNew = 0
-	}
-	if s.hotLocked(r).flags&flagDead == 0 {
-		s.unchainLocked(r)
-		s.podUnlinkLocked(r)
-	}
-	s.mu.queued--
-	s.releaseLocked(r)
-}
-
-// killSpecLocked retires a live speculative record: it leaves its chain and
-// pod list now and is freed when the FIFO reaches it.
-func (s *shard) killSpecLocked(r ref) {
-	s.unchainLocked(r)
-	s.podUnlinkLocked(r)
-	s.hotLocked(r).flags |= flagDead
-}
-
-// removeRealLocked frees a real record.
-func (s *shard) removeRealLocked(r ref) {
-	s.unchainLocked(r)
-	s.podUnlinkLocked(r)
-	s.lruUnlinkLocked(r)
-	s.mu.real--
-	s.releaseLocked(r)
 }

@@ -1,0 +1,83 @@
+package kvindex
+
+import "testing"
+
+// checkInvariants verifies the internal links of every shard: each node's
+// holders point back to it, each pod list is doubly linked and holds exactly
+// the pod's holders, and the counts add up.
+func checkInvariants(t testing.TB, x *Index) {
+	t.Helper()
+	for si, s := range x.shards {
+		s.mu.Lock()
+		onNodes := map[ref]bool{}
+		reals, spec := 0, 0
+		for _, nr := range s.mu.slots {
+			if nr == 0 {
+				continue
+			}
+			nd := s.nodeLocked(nr)
+			if nd.n == 0 || int(nd.n) > 1<<nd.class {
+				t.Fatalf("shard %d: node %d has %d holders in class %d", si, nr, nd.n, nd.class)
+			}
+			if _, got := s.lookupLocked(nd.hash); got != nr {
+				t.Fatalf("shard %d: lookup of node %d's hash finds %d", si, nr, got)
+			}
+			for i, h := range s.vectorLocked(nr) {
+				r := holderRef(nd.class, nd.vec+uint32(i))
+				if h.node != nr {
+					t.Fatalf("shard %d: holder %x of node %d points to node %d", si, r, nr, h.node)
+				}
+				onNodes[r] = true
+				if h.spec() {
+					spec++
+				} else {
+					reals++
+				}
+			}
+		}
+		if reals != s.mu.real || spec != s.mu.spec {
+			t.Fatalf("shard %d: counts real %d spec %d, holders real %d spec %d", si, s.mu.real, s.mu.spec, reals, spec)
+		}
+		onLists := 0
+		for sl, ps := range s.mu.pods {
+			if ps.n == 0 {
+				if ps.lruOld != 0 || ps.lruNew != 0 || ps.specOld != 0 || ps.specNew != 0 {
+					t.Fatalf("shard %d: pod %d without holders has lists %+v", si, sl, ps)
+				}
+				continue
+			}
+			n := checkList(t, s, uint32(sl), ps.lruOld, ps.lruNew, false) + checkList(t, s, uint32(sl), ps.specOld, ps.specNew, true)
+			if uint32(n) != ps.n || n == 0 {
+				t.Fatalf("shard %d: pod %d lists hold %d holders, state says %d", si, sl, n, ps.n)
+			}
+			if ps.lruOld != 0 && s.holderLocked(ps.lruOld).stamp != ps.oldStamp {
+				t.Fatalf("shard %d: pod %d oldStamp %d, head stamp %d", si, sl, ps.oldStamp, s.holderLocked(ps.lruOld).stamp)
+			}
+			onLists += n
+		}
+		if onLists != len(onNodes) {
+			t.Fatalf("shard %d: %d holders on nodes, %d on pod lists", si, len(onNodes), onLists)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func checkList(t testing.TB, s *shard, slot uint32, oldest, newest ref, spec bool) int {
+	t.Helper()
+	n := 0
+	var prev ref
+	for r := oldest; r != 0; r = s.holderLocked(r).newer {
+		h := s.holderLocked(r)
+		if h.slot() != slot || h.spec() != spec || h.older != prev || h.node == 0 || (!spec && h.count() == 0) {
+			t.Fatalf("slot %d list (spec %v): holder %x = %+v after %x", slot, spec, r, *h, prev)
+		}
+		prev = r
+		if n++; n > 1<<24 {
+			t.Fatalf("slot %d list loops", slot)
+		}
+	}
+	if prev != newest {
+		t.Fatalf("slot %d list (spec %v) ends at %x, newest says %x", slot, spec, prev, newest)
+	}
+	return n
+}

@@ -1,0 +1,153 @@
+package kvindex
+
+// The per-pod lists of a shard and the moves of holders inside vectors.
+
+// podLocked returns the state of the pod with index sl, making room for it.
+func (s *shard) podLocked(sl uint32) *podState {
+	if int(sl) >= len(s.mu.pods) {
+		s.mu.pods = append(s.mu.pods, make([]podState, int(sl)+1-len(s.mu.pods))...)
+	}
+	return &s.mu.pods[sl]
+}
+
+// slotOfLocked reports whether the pod with index sl has holders here.
+func (s *shard) slotOfLocked(sl uint32) (uint32, bool) {
+	return sl, int(sl) < len(s.mu.pods) && s.mu.pods[sl].n != 0
+}
+
+// ends returns the ends of the pod list a holder belongs to.
+func (ps *podState) ends(spec bool) (oldest, newest *ref) {
+	if spec {
+		return &ps.specOld, &ps.specNew
+	}
+	return &ps.lruOld, &ps.lruNew
+}
+
+// linkLocked appends holder r at the newest end of its pod's list.
+func (s *shard) linkLocked(r ref) {
+	h := s.holderLocked(r)
+	ps := &s.mu.pods[h.slot()]
+	oldest, newest := ps.ends(h.spec())
+	h.older, h.newer = *newest, 0
+	if *newest != 0 {
+		s.holderLocked(*newest).newer = r
+	} else {
+		*oldest = r
+		if !h.spec() {
+			ps.oldStamp = h.stamp
+		}
+	}
+	*newest = r
+	ps.n++
+}
+
+// unlinkLocked takes holder r off its pod's list.
+func (s *shard) unlinkLocked(r ref) {
+	h := s.holderLocked(r)
+	ps := &s.mu.pods[h.slot()]
+	oldest, newest := ps.ends(h.spec())
+	if h.older != 0 {
+		s.holderLocked(h.older).newer = h.newer
+	} else {
+		*oldest = h.newer
+		if h.newer != 0 && !h.spec() {
+			ps.oldStamp = s.holderLocked(h.newer).stamp
+		}
+	}
+	if h.newer != 0 {
+		s.holderLocked(h.newer).older = h.older
+	} else {
+		*newest = h.older
+	}
+	h.older, h.newer = 0, 0
+	ps.n--
+}
+
+// movedLocked points the list neighbors of a holder that was copied to r
+// at its new place.
+func (s *shard) movedLocked(r ref) {
+	h := s.holderLocked(r)
+	oldest, newest := s.mu.pods[h.slot()].ends(h.spec())
+	if h.older != 0 {
+		s.holderLocked(h.older).newer = r
+	} else {
+		*oldest = r
+	}
+	if h.newer != 0 {
+		s.holderLocked(h.newer).older = r
+	} else {
+		*newest = r
+	}
+}
+
+// addHolderLocked appends hd to node nr's vector, growing it, and returns
+// the holder's ref, or 0 when the block already has MaxHolders holders.
+func (s *shard) addHolderLocked(nr ref, hd holder) ref {
+	nd := s.nodeLocked(nr)
+	if int(nd.n) == 1<<nd.class {
+		if nd.class == numClasses-1 {
+			return 0
+		}
+		s.moveVectorLocked(nr, nd.class+1)
+	}
+	r := holderRef(nd.class, nd.vec+uint32(nd.n))
+	hd.node = nr
+	*s.holderLocked(r) = hd
+	nd.n++
+	return r
+}
+
+// moveVectorLocked moves node nr's holders to a vector of another class.
+func (s *shard) moveVectorLocked(nr ref, class uint8) {
+	nd := s.nodeLocked(nr)
+	v := s.allocVectorLocked(class)
+	c := &s.mu.classes[class]
+	copy(c.chunks[v>>chunkBits][v&(chunkSize-1):], s.vectorLocked(nr))
+	oldClass, oldVec := nd.class, nd.vec
+	nd.class, nd.vec = class, v
+	// Links between holders of this node point into the old vector: move
+	// them first, then point the other neighbors at the new places.
+	moved := func(r ref) ref {
+		i := uint32(r&indexMask) - 1
+		if r == 0 || uint8(r>>classShift) != oldClass || i < oldVec || i >= oldVec+uint32(nd.n) {
+			return r
+		}
+		return holderRef(class, v+i-oldVec)
+	}
+	for i := range uint32(nd.n) {
+		h := s.holderLocked(holderRef(class, v+i))
+		h.older, h.newer = moved(h.older), moved(h.newer)
+	}
+	for i := range uint32(nd.n) {
+		s.movedLocked(holderRef(class, v+i))
+	}
+	s.freeVectorLocked(oldClass, oldVec)
+}
+
+// dropHolderLocked removes holder r from its pod's list and its node,
+// freeing the node when it empties and the pod's slot when it has no
+// holders left. Refs to other holders of the same node may change.
+func (s *shard) dropHolderLocked(r ref) {
+	s.unlinkLocked(r)
+	h := s.holderLocked(r)
+	if h.spec() {
+		s.mu.spec--
+	} else {
+		s.mu.real--
+	}
+	nr := h.node
+	nd := s.nodeLocked(nr)
+	last := holderRef(nd.class, nd.vec+uint32(nd.n-1))
+	if r != last {
+		*h = *s.holderLocked(last)
+		s.movedLocked(r)
+	}
+	*s.holderLocked(last) = holder{}
+	nd.n--
+	switch {
+	case nd.n == 0:
+		s.dropNodeLocked(nr)
+	case nd.class > 0 && int(nd.n) <= 1<<nd.class/4:
+		s.moveVectorLocked(nr, nd.class-1)
+	}
+}
