@@ -1,0 +1,170 @@
+package kvevents
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// Known vectors of specs/VLLM.md: sha256_cbor, seed "0", block size 16,
+// tokens 0..47.
+var (
+	vecPlain = []uint64{12687895063098490012, 1814341696565857452, 2713165534665270607}
+	vecLoRA  = []uint64{14363917845617146483, 14169151309622765391, 8968918875924509582}
+	vecSalt  = []uint64{8471034540256156344, 17414453070839758398, 15215922227030957406}
+)
+
+type applyFixture struct {
+	idx *kvindex.Index
+	id  kvindex.PodID
+	a   *applier
+	m   *podMetrics
+	log *bytes.Buffer
+}
+
+func newApplyFixture(t *testing.T) *applyFixture {
+	t.Helper()
+	idx, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Hash = kvindex.HashConfig{Algorithm: kvindex.SHA256CBOR, Seed: "0", BlockSize: 16}
+	cfg.VerifyMinFailures = 3
+	h, err := kvindex.NewHasher(cfg.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &applyFixture{idx: idx, id: idx.AddPod("pod-a", "model"), m: m.forPod("pod-a"), log: &bytes.Buffer{}}
+	log := slog.New(slog.NewTextHandler(f.log, nil))
+	f.a = newApplier(idx, f.id, newVerifier(&cfg, h, "pod-a", log, f.m), f.m)
+	return f
+}
+
+func stored(hashes []uint64, parent *uint64, tok []uint32, bs int) Event {
+	e := Event{Type: BlockStored, Hashes: hashes, Tokens: tok, BlockSize: bs}
+	if parent != nil {
+		e.Parent, e.HasParent = *parent, true
+	}
+	return e
+}
+
+func TestApplyVerifies(t *testing.T) {
+	tests := []struct {
+		name   string
+		events []Event
+		want   Verification
+	}{
+		{"root chain", []Event{stored(vecPlain, nil, u32s(0, 48), 16)}, Verified},
+		{"chain continued from a verified event", []Event{
+			stored(vecPlain[:1], nil, u32s(0, 16), 16),
+			stored(vecPlain[1:], &vecPlain[0], u32s(16, 32), 16),
+		}, Verified},
+		{"lora name on every block", []Event{func() Event {
+			e := stored(vecLoRA, nil, u32s(0, 48), 16)
+			e.LoRAName = "my-lora"
+			return e
+		}()}, Verified},
+		{"cache salt from extra keys", []Event{func() Event {
+			e := stored(vecSalt, nil, u32s(0, 48), 16)
+			e.ExtraKeys = []BlockExtra{{Keys: []string{"salt"}}, {}, {}}
+			return e
+		}()}, Verified},
+		{"unknown parent is unverifiable", []Event{stored(vecPlain[1:], &vecPlain[0], u32s(16, 32), 16)}, VerifyUnknown},
+		{"opaque extra keys are unverifiable", []Event{func() Event {
+			e := stored(vecPlain, nil, u32s(0, 48), 16)
+			e.ExtraKeys = []BlockExtra{{Opaque: true}, {}, {}}
+			return e
+		}()}, VerifyUnknown},
+		{"a few failures prove nothing", []Event{
+			stored(vecSalt, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
+		}, VerifyUnknown},
+		{"failures with no success", []Event{
+			stored(vecSalt, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
+			stored(vecSalt, nil, u32s(0, 48), 16),
+		}, VerifyMismatch},
+		{"one success in the window outweighs failures", []Event{
+			stored(vecSalt, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
+			stored(vecPlain, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
+			stored(vecSalt, nil, u32s(0, 48), 16),
+		}, Verified},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newApplyFixture(t)
+			if err := f.a.apply(&Batch{Events: tc.events}); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.a.verify.state; got != tc.want {
+				t.Errorf("verification after %d events = %v, want %v", len(tc.events), got, tc.want)
+			}
+			if got := testutil.ToFloat64(f.m.verification); got != float64(tc.want) {
+				t.Errorf("verification gauge = %v, want %v", got, float64(tc.want))
+			}
+			warned := strings.Contains(f.log.String(), "PYTHONHASHSEED")
+			if warned != (tc.want == VerifyMismatch) {
+				t.Errorf("warned = %v for state %v; log:\n%s", warned, tc.want, f.log)
+			}
+		})
+	}
+}
+
+func TestApplyEvents(t *testing.T) {
+	f := newApplyFixture(t)
+	cpu := stored([]uint64{100, 101}, nil, nil, 0)
+	cpu.Medium = "CPU"
+	sliding := stored([]uint64{200}, nil, u32s(0, 16), 16)
+	sliding.SpecKind = "sliding_window"
+	short := stored([]uint64{300, 301}, nil, u32s(0, 17), 16)
+	steps := []struct {
+		events []Event
+		want   int
+	}{
+		{[]Event{stored(vecPlain, nil, u32s(0, 48), 16)}, 3},
+		{[]Event{cpu, sliding}, 5},
+		{[]Event{short}, 7},
+		{[]Event{{Type: BlockRemoved, Hashes: vecPlain[:2]}}, 5},
+		{[]Event{{Type: BlockRemoved, Hashes: []uint64{100}}}, 5}, // GPU tier: absent, ignored
+		{[]Event{{Type: BlockRemoved, Hashes: []uint64{100}, Medium: "CPU"}}, 4},
+		{[]Event{{Type: AllBlocksCleared}}, 0},
+	}
+	for i, s := range steps {
+		if err := f.a.apply(&Batch{Events: s.events}); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.idx.PodEntries(f.id); got != s.want {
+			t.Errorf("after step %d: PodEntries = %d, want %d", i, got, s.want)
+		}
+	}
+	for name, c := range map[string]struct {
+		got  prometheus.Counter
+		want float64
+	}{
+		"ignored": {f.m.ignored, 1}, "token mismatch": {f.m.tokenMismatch, 1},
+		"stored": {f.m.events[BlockStored], 3}, "removed": {f.m.events[BlockRemoved], 3},
+		"cleared": {f.m.clearEvent, 1},
+	} {
+		if got := testutil.ToFloat64(c.got); got != c.want {
+			t.Errorf("counter %s = %v, want %v", name, got, c.want)
+		}
+	}
+	if err := f.a.applyPayload([]byte{0xc1}); err == nil || testutil.ToFloat64(f.m.decodeErrors) != 1 {
+		t.Errorf("applyPayload(garbage) = %v, decode errors %v; want an error counted once", err, testutil.ToFloat64(f.m.decodeErrors))
+	}
+	if err := f.idx.RemovePod(f.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.apply(&Batch{Events: []Event{{Type: AllBlocksCleared}}}); err == nil {
+		t.Error("apply to a removed pod succeeded, want ErrUnknownPod")
+	}
+}

@@ -1,0 +1,232 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// monitorSeq numbers the inproc endpoints of socket monitors.
+var monitorSeq atomic.Uint64
+
+// maxDrain bounds the messages read between two polls, so shutdown and
+// connection events are seen under load.
+const maxDrain = 4096
+
+func (st *stream) endpoint(port int) string {
+	return "tcp://" + net.JoinHostPort(st.pod.IP, strconv.Itoa(port+st.rank))
+}
+
+// run connects, follows the rank until the connection is lost, waits a
+// jittered backoff and starts over, until ctx is done. Sockets live only
+// inside session, so a pod that is down holds none and costs no CPU while
+// its subscriber waits.
+func (st *stream) run(ctx context.Context) {
+	bo := backoff{min: st.cfg.BackoffMin, max: st.cfg.BackoffMax}
+	clock := st.cfg.clock()
+	for {
+		connected, err := st.session(ctx)
+		st.connected.Set(0)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			st.log.Warn("kvevents: subscription failed", "pod", st.pod.Name, "rank", st.rank, "err", err)
+		}
+		st.m.reconnects.Inc()
+		if connected {
+			bo.reset()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-clock.After(bo.next()):
+		}
+	}
+}
+
+// session holds one connection: it returns when the connection is refused
+// or lost (connected says whether it was ever up) or ctx is done.
+func (st *stream) session(ctx context.Context) (connected bool, err error) {
+	sub, mon, err := st.dial()
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		err = errors.Join(err, closeSockets(sub, mon))
+	}()
+	poller := zmq.NewPoller()
+	poller.Add(sub, zmq.POLLIN)
+	poller.Add(mon, zmq.POLLIN)
+	for ctx.Err() == nil {
+		polled, err := poller.Poll(st.cfg.PollInterval)
+		if err != nil {
+			if zmq.AsErrno(err) == zmq.Errno(4) { // EINTR
+				continue
+			}
+			return connected, fmt.Errorf("kvevents: poll: %w", err)
+		}
+		if connected && len(polled) == 0 {
+			st.catchUp(ctx)
+		}
+		for _, p := range polled {
+			if p.Socket == mon {
+				up, down := st.onMonitor(mon)
+				if up && !connected {
+					connected = true
+					st.connected.Set(1)
+					st.sessionStart = st.next
+					st.replay(ctx, st.next)
+					st.recheck = true
+				}
+				if down {
+					return connected, nil
+				}
+				continue
+			}
+			for range maxDrain {
+				frames, err := sub.RecvMessageBytes(zmq.DONTWAIT)
+				if err != nil {
+					break
+				}
+				st.onMessage(ctx, frames)
+			}
+		}
+	}
+	return connected, nil
+}
+
+// dial creates the SUB socket with its monitor and connects it. libzmq's
+// own reconnection is off: run owns the retry policy.
+func (st *stream) dial() (sub, mon *zmq.Socket, err error) {
+	sub, err = zmq.NewSocket(zmq.SUB)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kvevents: new SUB socket: %w", err)
+	}
+	addr := fmt.Sprintf("inproc://kvevents-monitor-%d", monitorSeq.Add(1))
+	errs := []error{
+		sub.SetLinger(0), sub.SetReconnectIvl(-1), sub.SetRcvhwm(100000),
+		sub.SetSubscribe(st.cfg.Topic),
+		sub.Monitor(addr, zmq.EVENT_HANDSHAKE_SUCCEEDED|zmq.EVENT_DISCONNECTED|zmq.EVENT_CLOSED|
+			zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL|zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL),
+	}
+	if hb := st.cfg.HeartbeatInterval; hb > 0 {
+		errs = append(errs, sub.SetHeartbeatIvl(hb), sub.SetHeartbeatTimeout(3*hb))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("kvevents: configure SUB socket: %w", err), sub.Close())
+	}
+	mon, err = zmq.NewSocket(zmq.PAIR)
+	if err == nil {
+		err = errors.Join(mon.SetLinger(0), mon.Connect(addr))
+	}
+	if err == nil {
+		err = sub.Connect(st.endpoint(st.portOr(st.pod.EventPort, st.cfg.EventPort)))
+	}
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("kvevents: connect: %w", err), closeSockets(sub, mon))
+	}
+	return sub, mon, nil
+}
+
+func (*stream) portOr(p, def int) int {
+	if p > 0 {
+		return p
+	}
+	return def
+}
+
+// onMonitor reads the pending monitor events: up when the handshake with
+// the publisher succeeded, down when the connection was refused or lost.
+func (st *stream) onMonitor(mon *zmq.Socket) (up, down bool) {
+	for {
+		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+		if err != nil {
+			return up, down
+		}
+		switch ev {
+		case zmq.EVENT_HANDSHAKE_SUCCEEDED:
+			up = true
+		default:
+			down = true
+		}
+	}
+}
+
+func closeSockets(socks ...*zmq.Socket) error {
+	var errs []error
+	for _, s := range socks {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// replayFrom asks the rank's replay ROUTER for every buffered batch from
+// seq on and accepts them in order, until the end marker, ctx, or
+// ReplayTimeout. It reports whether the replay completed.
+func (st *stream) replayFrom(ctx context.Context, from uint64) bool {
+	err := st.doReplay(ctx, from)
+	if err == nil {
+		st.m.replayOK.Inc()
+		return true
+	}
+	if ctx.Err() == nil {
+		st.m.replayFailed.Inc()
+		st.log.Warn("kvevents: replay failed", "pod", st.pod.Name, "rank", st.rank, "from", from, "err", err)
+	}
+	return false
+}
+
+func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
+	dealer, err := zmq.NewSocket(zmq.DEALER)
+	if err != nil {
+		return fmt.Errorf("kvevents: new DEALER socket: %w", err)
+	}
+	defer func() { err = errors.Join(err, dealer.Close()) }()
+	if err := errors.Join(dealer.SetLinger(0),
+		dealer.Connect(st.endpoint(st.portOr(st.pod.ReplayPort, st.cfg.ReplayPort)))); err != nil {
+		return fmt.Errorf("kvevents: connect DEALER: %w", err)
+	}
+	var start [8]byte
+	binary.BigEndian.PutUint64(start[:], from)
+	if _, err := dealer.SendMessage([]byte{}, start[:]); err != nil {
+		return fmt.Errorf("kvevents: send replay request: %w", err)
+	}
+	poller := zmq.NewPoller()
+	poller.Add(dealer, zmq.POLLIN)
+	deadline := time.Now().Add(st.cfg.ReplayTimeout)
+	for ctx.Err() == nil {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errors.New("kvevents: replay timed out")
+		}
+		if _, err := poller.Poll(min(left, st.cfg.PollInterval)); err != nil && zmq.AsErrno(err) != zmq.Errno(4) {
+			return fmt.Errorf("kvevents: poll DEALER: %w", err)
+		}
+		for range maxDrain {
+			frames, err := dealer.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				break
+			}
+			seq, payload, end, ok := replayFrames(frames)
+			switch {
+			case !ok:
+				st.m.decodeErrors.Inc()
+			case end:
+				return nil
+			default:
+				st.accept(ctx, seq, payload, false)
+			}
+		}
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,128 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the kvrouter_kvevents_* collectors. Per-pod series are deleted
+// when the pod is removed, so label cardinality follows the live fleet.
+type metrics struct {
+	batches, decodeErrors, gaps, restarts, queueDrops *prometheus.CounterVec
+	oversize, reconnects, tokenMismatch, ignored      *prometheus.CounterVec
+	events, replays, clears, hashChecks               *prometheus.CounterVec
+	connected, lastSeq, verification                  *prometheus.GaugeVec
+	applySeconds                                      prometheus.Histogram
+	perPod                                            []*prometheus.MetricVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "kvevents", Name: name, Help: help,
+		}, append([]string{"pod"}, labels...))
+		m.perPod = append(m.perPod, v.MetricVec)
+		return v
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		v := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "kvevents", Name: name, Help: help,
+		}, append([]string{"pod"}, labels...))
+		m.perPod = append(m.perPod, v.MetricVec)
+		return v
+	}
+	m.batches = counter("batches_total", "Event batches applied.")
+	m.events = counter("events_total", "Events applied, by type.", "type")
+	m.decodeErrors = counter("decode_errors_total", "Batches that could not be decoded or framed.")
+	m.gaps = counter("gaps_total", "Sequence gaps detected.")
+	m.replays = counter("replays_total", "Replay requests, by result (ok, failed, exhausted).", "result")
+	m.restarts = counter("restarts_total", "Publisher restarts detected (sequence went backwards).")
+	m.clears = counter("clears_total", "Times the pod's entries were cleared, by reason.", "reason")
+	m.queueDrops = counter("queue_drops_total", "Live batches dropped because the queue to the index was full.")
+	m.oversize = counter("oversize_total", "Batches dropped for exceeding the maximum message size.")
+	m.reconnects = counter("reconnects_total", "Connections lost or refused, each followed by a backoff.")
+	m.tokenMismatch = counter("token_mismatch_total", "BlockStored events whose token_ids length is not block_size times the number of hashes.")
+	m.ignored = counter("ignored_events_total", "Events of unknown types or of non-full-attention groups.")
+	m.hashChecks = counter("hash_checks_total", "Hash chain checks of BlockStored events, by result (ok, mismatch).", "result")
+	m.connected = gauge("connected", "1 while the subscriber is connected to the pod's rank.", "rank")
+	m.lastSeq = gauge("last_seq", "Sequence number of the last batch taken from the pod's rank.", "rank")
+	m.verification = gauge("hash_verification", "The pod's hash verification state: 0 unknown, 1 verified, 2 mismatch.")
+	m.applySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "kvrouter", Subsystem: "kvevents", Name: "apply_seconds",
+		Help:    "Time to decode and apply one batch.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
+	})
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{
+		m.batches, m.events, m.decodeErrors, m.gaps, m.replays, m.restarts, m.clears, m.queueDrops,
+		m.oversize, m.reconnects, m.tokenMismatch, m.ignored, m.hashChecks, m.connected, m.lastSeq,
+		m.verification, m.applySeconds,
+	} {
+		errs = append(errs, reg.Register(c))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("kvevents: register metrics: %w", err)
+	}
+	return m, nil
+}
+
+// forgetPod deletes every series of pod.
+func (m *metrics) forgetPod(pod string) {
+	for _, v := range m.perPod {
+		v.DeletePartialMatch(prometheus.Labels{"pod": pod})
+	}
+}
+
+// podMetrics are one pod's series, resolved once so the hot path does no
+// label lookups.
+type podMetrics struct {
+	batches, decodeErrors, gaps, restarts, queueDrops prometheus.Counter
+	oversize, reconnects, tokenMismatch, ignored      prometheus.Counter
+	events                                            [len(eventTypeNames)]prometheus.Counter
+	replayOK, replayFailed, replayExhausted           prometheus.Counter
+	clearRestart, clearExhausted, clearEvent          prometheus.Counter
+	checkOK, checkMismatch                            prometheus.Counter
+	verification                                      prometheus.Gauge
+	applySeconds                                      prometheus.Histogram
+	m                                                 *metrics
+	pod                                               string
+}
+
+func (m *metrics) forPod(pod string) *podMetrics {
+	p := &podMetrics{m: m, pod: pod, applySeconds: m.applySeconds}
+	p.batches = m.batches.WithLabelValues(pod)
+	p.decodeErrors = m.decodeErrors.WithLabelValues(pod)
+	p.gaps = m.gaps.WithLabelValues(pod)
+	p.restarts = m.restarts.WithLabelValues(pod)
+	p.queueDrops = m.queueDrops.WithLabelValues(pod)
+	p.oversize = m.oversize.WithLabelValues(pod)
+	p.reconnects = m.reconnects.WithLabelValues(pod)
+	p.tokenMismatch = m.tokenMismatch.WithLabelValues(pod)
+	p.ignored = m.ignored.WithLabelValues(pod)
+	for t := range p.events {
+		p.events[t] = m.events.WithLabelValues(pod, EventType(t).String())
+	}
+	p.replayOK = m.replays.WithLabelValues(pod, "ok")
+	p.replayFailed = m.replays.WithLabelValues(pod, "failed")
+	p.replayExhausted = m.replays.WithLabelValues(pod, "exhausted")
+	p.clearRestart = m.clears.WithLabelValues(pod, "restart")
+	p.clearExhausted = m.clears.WithLabelValues(pod, "exhausted")
+	p.clearEvent = m.clears.WithLabelValues(pod, "all_blocks_cleared")
+	p.checkOK = m.hashChecks.WithLabelValues(pod, "ok")
+	p.checkMismatch = m.hashChecks.WithLabelValues(pod, "mismatch")
+	p.verification = m.verification.WithLabelValues(pod)
+	return p
+}
+
+// rank returns the connection gauges of one DP rank.
+func (p *podMetrics) rank(r int) (connected, lastSeq prometheus.Gauge) {
+	rs := strconv.Itoa(r)
+	return p.m.connected.WithLabelValues(p.pod, rs), p.m.lastSeq.WithLabelValues(p.pod, rs)
+}

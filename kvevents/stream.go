@@ -1,0 +1,145 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// item is one entry of a pod's queue from its streams to its applier: a
+// batch, or an order to clear the pod's entries first.
+type item struct {
+	payload []byte
+	clear   clearReason
+}
+
+// stream follows one DP rank of one pod: it owns that rank's sockets (see
+// conn.go) and turns what they receive into an in-order, gap-free sequence
+// of batches on the pod's queue. Only its own goroutine touches it.
+type stream struct {
+	cfg       *Config
+	pod       Pod
+	rank      int
+	out       chan<- item
+	log       *slog.Logger
+	m         *podMetrics
+	connected prometheus.Gauge
+	lastSeq   prometheus.Gauge
+
+	next         uint64 // the sequence number expected next
+	started      bool   // next is meaningful
+	hasState     bool   // batches were queued since the last clear
+	sessionStart uint64 // the replay start of the current connection
+	recheck      bool   // replay once idle: a batch may have been missed
+	replay       func(ctx context.Context, from uint64) bool
+}
+
+// accept takes batch seq, live from the SUB socket or replayed. It skips
+// what was already taken, fills a live gap by replay, clears the pod when a
+// gap cannot be filled or the publisher restarted, and queues the batch.
+func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live bool) {
+	if st.started && seq < st.next {
+		if seq >= st.sessionStart || !live {
+			return // already taken (a replay overlapping the live stream)
+		}
+		st.m.restarts.Inc()
+		st.log.Warn("kvevents: publisher restarted (sequence went backwards)",
+			"pod", st.pod.Name, "rank", st.rank, "seq", seq, "expected", st.next)
+		st.queueClear(ctx, clearRestart)
+		st.next, st.sessionStart = 0, 0
+		st.replay(ctx, 0)
+		if seq < st.next {
+			return
+		}
+	}
+	if st.started && seq > st.next && live {
+		st.m.gaps.Inc()
+		st.replay(ctx, st.next)
+		if seq < st.next {
+			return
+		}
+	}
+	if st.started && seq > st.next {
+		st.m.replayExhausted.Inc()
+		if st.hasState {
+			st.log.Warn("kvevents: sequence gap older than the replay buffer",
+				"pod", st.pod.Name, "rank", st.rank, "from", st.next, "to", seq)
+			st.queueClear(ctx, clearExhausted)
+		}
+	}
+	st.started = true
+	if len(payload) > st.cfg.MaxMessageSize {
+		st.m.oversize.Inc()
+	} else if !st.queue(ctx, item{payload: payload}, live) {
+		return // dropped: the next live batch finds the gap and replays it
+	}
+	st.next, st.hasState = seq+1, true
+	st.lastSeq.Set(float64(seq))
+}
+
+// queue sends it to the applier: a live batch only if there is room (the
+// socket must keep being read), a replayed one waiting for room.
+func (st *stream) queue(ctx context.Context, it item, live bool) bool {
+	if live {
+		select {
+		case st.out <- it:
+			return true
+		default:
+			st.m.queueDrops.Inc()
+			st.m.gaps.Inc()
+			st.recheck = true
+			return false
+		}
+	}
+	select {
+	case st.out <- it:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// catchUp runs when the connection is idle: if a batch may have been missed
+// (dropped for a full queue, or published between the replay after connecting
+// and the subscription reaching the publisher), it replays from the next
+// expected batch, so a pod that goes quiet is not left stale.
+func (st *stream) catchUp(ctx context.Context) {
+	if !st.recheck || len(st.out) >= cap(st.out) {
+		return
+	}
+	st.recheck = false
+	st.replay(ctx, st.next)
+}
+
+func (st *stream) queueClear(ctx context.Context, r clearReason) {
+	if st.queue(ctx, item{clear: r}, false) {
+		st.hasState = false
+	}
+}
+
+// onMessage handles one multipart message of the SUB socket:
+// [topic, seq (8 bytes big-endian), payload].
+func (st *stream) onMessage(ctx context.Context, frames [][]byte) {
+	if len(frames) != 3 || len(frames[1]) != 8 {
+		st.m.decodeErrors.Inc()
+		return
+	}
+	st.accept(ctx, binary.BigEndian.Uint64(frames[1]), frames[2], true)
+}
+
+// replayFrames parses one reply of the replay ROUTER, [b"", seq, payload]
+// or [b"", topic, seq, payload]; end is true for the end marker (seq -1).
+func replayFrames(frames [][]byte) (seq uint64, payload []byte, end, ok bool) {
+	if len(frames) < 3 || len(frames) > 4 || len(frames[0]) != 0 {
+		return 0, nil, false, false
+	}
+	s, p := frames[len(frames)-2], frames[len(frames)-1]
+	if len(s) != 8 {
+		return 0, nil, false, false
+	}
+	seq = binary.BigEndian.Uint64(s)
+	return seq, p, seq == math.MaxUint64, true
+}

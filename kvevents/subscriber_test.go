@@ -1,0 +1,285 @@
+package kvevents
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kvrouter/test/vllmpub"
+)
+
+type fleet struct {
+	t   *testing.T
+	idx *recIndex
+	mgr *Manager
+}
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 20*time.Millisecond
+	cfg.PollInterval = 10 * time.Millisecond
+	cfg.ReplayTimeout = 2 * time.Second
+	return cfg
+}
+
+func newFleet(t *testing.T, cfg Config) *fleet {
+	t.Helper()
+	f := &fleet{t: t, idx: newRecIndex(t)}
+	mgr, err := NewManager(cfg, f.idx, prometheus.NewRegistry(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mgr = mgr
+	runBackground(t, mgr.Run)
+	return f
+}
+
+// pub is a running vllmpub.Publisher.
+type pub struct {
+	*vllmpub.Publisher
+	eventPort, replayPort int
+	stop                  func()
+}
+
+func port(t *testing.T, endpoint string) int {
+	t.Helper()
+	p, err := strconv.Atoi(endpoint[strings.LastIndexByte(endpoint, ':')+1:])
+	if err != nil {
+		t.Fatalf("endpoint %q: %v", endpoint, err)
+	}
+	return p
+}
+
+// startPub runs a publisher bound on the given ports (0: free ones).
+func startPub(t *testing.T, eventPort, replayPort, buffer int) *pub {
+	t.Helper()
+	ep := func(p int) string {
+		if p == 0 {
+			return "tcp://127.0.0.1:*"
+		}
+		return "tcp://127.0.0.1:" + strconv.Itoa(p)
+	}
+	cfg := vllmpub.DefaultConfig()
+	cfg.Endpoint, cfg.ReplayEndpoint, cfg.BufferSteps = ep(eventPort), ep(replayPort), buffer
+	p, err := vllmpub.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var stopped bool
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("publisher Run() = %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return &pub{Publisher: p, eventPort: port(t, p.Endpoint()), replayPort: port(t, p.ReplayEndpoint()), stop: stop}
+}
+
+func storedPayload(t *testing.T, hashes ...uint64) []byte {
+	t.Helper()
+	b, err := vllmpub.Encode(vllmpub.Batch{TS: 1, Events: []vllmpub.Event{{Type: "BlockStored", BlockHashes: hashes}}}, vllmpub.Form{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (p *pub) publish(t *testing.T, hashes ...uint64) {
+	t.Helper()
+	if err := p.Publish(context.Background(), storedPayload(t, hashes...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *pub) lose(t *testing.T, hashes ...uint64) {
+	t.Helper()
+	if err := p.Lose(context.Background(), storedPayload(t, hashes...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fleet) follow(name string, p *pub) {
+	f.t.Helper()
+	err := f.mgr.Ensure(Pod{Name: name, IP: "127.0.0.1", EventPort: p.eventPort, ReplayPort: p.replayPort, Model: "m"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitHashes waits until the pod's live hashes are exactly want.
+func (f *fleet) waitHashes(name string, want ...uint64) {
+	f.t.Helper()
+	w := map[uint64]int{}
+	for _, h := range want {
+		w[h]++
+	}
+	var got map[uint64]int
+	eventually(f.t, "hashes of "+name, func() bool {
+		got = f.idx.hashes(name)
+		return maps.Equal(got, w) || (len(got) == 0 && len(w) == 0)
+	}, func() string { return fmt.Sprintf("got %v, want %v", got, w) })
+}
+
+func (f *fleet) counter(c *prometheus.CounterVec, labels ...string) float64 {
+	return testutil.ToFloat64(c.WithLabelValues(labels...))
+}
+
+func (f *fleet) connected(name string) bool {
+	return testutil.ToFloat64(f.mgr.metrics.connected.WithLabelValues(name, "0")) == 1
+}
+
+func TestSubscriberReplaysWhatItMissed(t *testing.T) {
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 100)
+	p.publish(t, 1, 2) // before anyone listens: only replay can deliver it
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p)
+	f.waitHashes("pod-a", 1, 2)
+	p.publish(t, 3)
+	f.waitHashes("pod-a", 1, 2, 3)
+	p.lose(t, 4) // lost on the wire, kept in the replay buffer
+	p.publish(t, 5)
+	f.waitHashes("pod-a", 1, 2, 3, 4, 5)
+	if got := f.counter(f.mgr.metrics.gaps, "pod-a"); got != 1 {
+		t.Errorf("gaps = %v, want 1", got)
+	}
+	if got := f.counter(f.mgr.metrics.replays, "pod-a", "ok"); got < 2 {
+		t.Errorf("replays ok = %v, want >= 2 (connect, gap)", got)
+	}
+}
+
+func TestSubscriberClearsOnExhaustedReplay(t *testing.T) {
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 2)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p)
+	eventually(t, "connection", func() bool { return f.connected("pod-a") })
+	p.publish(t, 1)
+	f.waitHashes("pod-a", 1)
+	p.lose(t, 2)
+	p.lose(t, 3)
+	p.lose(t, 4)
+	p.publish(t, 5) // the buffer of 2 now holds 4 and 5: 2 and 3 are gone
+	f.waitHashes("pod-a", 4, 5)
+	if got := f.counter(f.mgr.metrics.clears, "pod-a", "exhausted"); got != 1 {
+		t.Errorf("clears{exhausted} = %v, want 1", got)
+	}
+}
+
+func TestSubscriberClearsOnRestart(t *testing.T) {
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 100)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p)
+	for h := range uint64(5) {
+		p.publish(t, 10+h)
+	}
+	f.waitHashes("pod-a", 10, 11, 12, 13, 14)
+	p.stop() // the pod's vLLM dies...
+	eventually(t, "disconnection", func() bool { return !f.connected("pod-a") })
+	p2 := startPub(t, p.eventPort, p.replayPort, 100) // ...and comes back, seq from 0
+	p2.publish(t, 20)
+	p2.publish(t, 21)
+	eventually(t, "reconnection", func() bool { return f.connected("pod-a") })
+	// A batch published before the subscription reaches the new publisher is
+	// lost to PUB/SUB's slow joiner, so publish until the restart is seen.
+	next := uint64(22)
+	eventually(t, "restart detection", func() bool {
+		if f.counter(f.mgr.metrics.restarts, "pod-a") > 0 {
+			return true
+		}
+		p2.publish(t, next)
+		next++
+		return false
+	})
+	p2.publish(t, next)
+	want := []uint64{20, 21}
+	for h := uint64(22); h <= next; h++ {
+		want = append(want, h)
+	}
+	f.waitHashes("pod-a", want...)
+	if got := f.counter(f.mgr.metrics.restarts, "pod-a"); got != 1 {
+		t.Errorf("restarts = %v, want 1", got)
+	}
+	if got := f.counter(f.mgr.metrics.reconnects, "pod-a"); got < 1 {
+		t.Errorf("reconnects = %v, want >= 1", got)
+	}
+}
+
+func TestSubscriberBoundedQueue(t *testing.T) {
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 100)
+	cfg := testConfig()
+	cfg.QueueSize = 1
+	f := newFleet(t, cfg)
+	f.idx.gate = make(chan struct{})
+	f.follow("pod-a", p)
+	eventually(t, "connection", func() bool { return f.connected("pod-a") })
+	want := make([]uint64, 20)
+	for i := range want {
+		want[i] = uint64(100 + i)
+		p.publish(t, want[i])
+	}
+	eventually(t, "a queue drop", func() bool { return f.counter(f.mgr.metrics.queueDrops, "pod-a") > 0 })
+	close(f.idx.gate) // the index catches up; replay fills what was dropped
+	p.publish(t, 200)
+	f.waitHashes("pod-a", append(want, 200)...)
+}
+
+func TestManagerRemoveAndReplace(t *testing.T) {
+	checkGoroutines(t)
+	p1, p2 := startPub(t, 0, 0, 100), startPub(t, 0, 0, 100)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p1)
+	f.follow("pod-a", p1) // idempotent
+	p1.publish(t, 1)
+	f.waitHashes("pod-a", 1)
+	f.follow("pod-a", p2) // new address: remove + ensure
+	p2.publish(t, 2)
+	f.waitHashes("pod-a", 2)
+	f.mgr.Remove("pod-a")
+	f.mgr.Remove("pod-a") // idempotent
+	eventually(t, "removal", func() bool { _, ok := f.idx.Pod("pod-a"); return !ok })
+	eventually(t, "status", func() bool { return len(f.mgr.Status()) == 0 })
+	if n := testutil.CollectAndCount(f.mgr.metrics.batches); n != 0 {
+		t.Errorf("batches_total has %d series after removal, want 0", n)
+	}
+}
+
+func TestManagerPodsInParallel(t *testing.T) {
+	checkGoroutines(t)
+	pa, pb := startPub(t, 0, 0, 100), startPub(t, 0, 0, 100)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", pa)
+	f.follow("pod-b", pb)
+	eventually(t, "connections", func() bool { return f.connected("pod-a") && f.connected("pod-b") })
+	for i := range uint64(50) {
+		pa.publish(t, 1000+i)
+		pb.publish(t, 2000+i, 3000+i)
+		pa.publish(t, 4000+i)
+	}
+	wantA, wantB := []uint64{}, []uint64{}
+	for i := range uint64(50) {
+		wantA = append(wantA, 1000+i, 4000+i)
+		wantB = append(wantB, 2000+i, 3000+i)
+	}
+	f.waitHashes("pod-a", wantA...)
+	f.waitHashes("pod-b", wantB...)
+	if st := f.mgr.Status(); len(st) != 2 || st[0].Name != "pod-a" || st[1].Name != "pod-b" {
+		t.Errorf("Status() = %+v, want pod-a and pod-b", st)
+	}
+}
