@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -33,10 +34,23 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens boo
 
 // encoder is the state of one Encode call.
 type encoder struct {
-	t   *Tokenizer
-	ids []uint32
-	err error
+	t    *Tokenizer
+	ids  []uint32
+	err  error
+	runs [maxSteps]splitRun
+	next [maxSteps]stepSink
 }
+
+// maxSteps bounds the pre-tokenization steps of a tokenizer.
+const maxSteps = 8
+
+// stepSink sends the pieces of step k-1 to step k.
+type stepSink struct {
+	e *encoder
+	k int
+}
+
+func (s *stepSink) piece(p string) { s.e.split(p, s.k) }
 
 func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
 
@@ -56,11 +70,19 @@ func (e *encoder) pretokenized(s string) error {
 
 // split runs pre-tokenization step k on s and encodes the words it yields.
 func (e *encoder) split(s string, k int) {
-	if k == len(e.t.steps) {
+	steps := e.t.steps
+	for k < len(steps) && steps[k].prefixSpace {
+		if !strings.HasPrefix(s, " ") {
+			s = " " + s
+		}
+		k++
+	}
+	if k == len(steps) {
 		e.word(s)
 		return
 	}
-	e.t.steps[k].split(s, func(piece string) { e.split(piece, k+1) })
+	e.next[k] = stepSink{e: e, k: k + 1}
+	e.runs[k].run(&steps[k], s, &e.next[k])
 }
 
 func (e *encoder) word(w string) {

@@ -27,26 +27,42 @@ func (b *bpe) merge(syms []uint32) []uint32 {
 	return syms
 }
 
-// candidate is a possible merge of the symbols at left and right.
+// candidate is a possible merge of the symbol at position key&0xffffffff
+// with the next one, made when that position's version was ver. Candidates
+// order by key: rank, then position.
 type candidate struct {
-	rank        uint32
-	left, right int32
-	l, r        uint32 // symbol ids when the candidate was made
+	key uint64 // rank<<32 | position
+	ver uint32
 }
 
-func (c candidate) less(d candidate) bool {
-	return c.rank < d.rank || c.rank == d.rank && c.left < d.left
-}
-
-// pairHeap is a binary min-heap of candidates by (rank, left).
+// pairHeap is a binary min-heap of candidates.
 type pairHeap []candidate
+
+func (h pairHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h[r].key < h[l].key {
+			m = r
+		}
+		if h[i].key <= h[m].key {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
 
 func (h *pairHeap) push(c candidate) {
 	*h = append(*h, c)
 	s := *h
 	for i := len(s) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !s[i].less(s[p]) {
+		if s[p].key <= s[i].key {
 			break
 		}
 		s[i], s[p] = s[p], s[i]
@@ -59,31 +75,19 @@ func (h *pairHeap) pop() candidate {
 	top := s[0]
 	n := len(s) - 1
 	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && s[l].less(s[m]) {
-			m = l
-		}
-		if l+1 < n && s[l+1].less(s[m]) {
-			m = l + 1
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
+	*h = s[:n]
+	h.down(0)
 	return top
 }
 
 // mergeHeap is merge for long words: a linked list of symbols and a heap of
-// candidate pairs, stale candidates skipped when popped.
+// candidate pairs. A position's version changes with its symbol or its
+// right neighbor, which makes its older candidates stale.
 func (b *bpe) mergeHeap(syms []uint32) []uint32 {
 	n := len(syms)
 	next := make([]int32, n)
 	prev := make([]int32, n)
+	ver := make([]uint32, n)
 	alive := make([]bool, n)
 	h := make(pairHeap, 0, n)
 	for i := range n {
@@ -94,28 +98,38 @@ func (b *bpe) mergeHeap(syms []uint32) []uint32 {
 		if l < 0 || next[l] < 0 {
 			return
 		}
-		r := next[l]
-		if rank, _, ok := b.rank(syms[l], syms[r]); ok {
-			h.push(candidate{rank: rank, left: l, right: r, l: syms[l], r: syms[r]})
+		if rank, _, ok := b.rank(syms[l], syms[next[l]]); ok {
+			h.push(candidate{key: uint64(rank)<<32 | uint64(l), ver: ver[l]})
 		}
 	}
 	for i := range n - 1 {
-		try(int32(i))
+		if rank, _, ok := b.rank(syms[i], syms[i+1]); ok {
+			h = append(h, candidate{key: uint64(rank)<<32 | uint64(i)})
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
 	}
 	for len(h) > 0 {
 		c := h.pop()
-		if !alive[c.left] || next[c.left] != c.right || syms[c.left] != c.l || syms[c.right] != c.r {
+		l := int32(uint32(c.key))
+		if !alive[l] || ver[l] != c.ver || next[l] < 0 {
 			continue
 		}
-		_, id, _ := b.rank(c.l, c.r)
-		syms[c.left] = id
-		alive[c.right] = false
-		next[c.left] = next[c.right]
-		if nr := next[c.right]; nr >= 0 {
-			prev[nr] = c.left
+		r := next[l]
+		_, id, _ := b.rank(syms[l], syms[r])
+		syms[l] = id
+		alive[r] = false
+		next[l] = next[r]
+		if next[r] >= 0 {
+			prev[next[r]] = l
 		}
-		try(prev[c.left])
-		try(c.left)
+		ver[l]++
+		if p := prev[l]; p >= 0 {
+			ver[p]++
+			try(p)
+		}
+		try(l)
 	}
 	out := syms[:0]
 	for i := int32(0); i >= 0; i = next[i] {

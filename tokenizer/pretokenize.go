@@ -7,15 +7,22 @@ import (
 	"strings"
 )
 
-// splitter is one pre-tokenization step: it cuts s into pieces, in order,
-// never empty.
-type splitter interface {
-	split(s string, emit func(piece string))
+// step is one pre-tokenization step: a Split over a pattern, or
+// ByteLevel's add_prefix_space.
+type step struct {
+	m           matcher // nil for prefixSpace
+	behavior    behavior
+	prefixSpace bool // a space before every piece not starting with one
 }
 
 // matcher finds the non-overlapping matches of a pattern, left to right.
 type matcher interface {
-	matches(s string, emit func(start, end int))
+	matches(s string, sink matchSink)
+}
+
+// matchSink receives matches.
+type matchSink interface {
+	match(start, end int)
 }
 
 // behavior is what a Split does with the matches of its pattern.
@@ -37,87 +44,87 @@ var behaviors = map[string]behavior{
 	"Contiguous":         contiguous,
 }
 
-// splitStep is the Split pre-tokenizer.
-type splitStep struct {
-	m        matcher
-	behavior behavior
+// pieceSink receives the pieces of a split.
+type pieceSink interface {
+	piece(p string)
 }
 
-// split cuts s at the matches of the pattern. Pieces are emitted as soon as
-// they can no longer grow.
-func (p splitStep) split(s string, emit func(string)) {
-	start := 0       // start of the piece being built
-	pendingEnd := -1 // end of a piece held back for merging; -1: none
-	pendingMatch := false
-	flush := func() {
-		if pendingEnd > start {
-			emit(s[start:pendingEnd])
-		}
-		if pendingEnd >= 0 {
-			start = pendingEnd
-		}
-		pendingEnd = -1
+// splitRun is the state of one Split over one string: it turns matches and
+// the gaps between them into pieces by the behavior, emitting each as soon
+// as it can no longer grow. Runs live in the encoder: no allocation.
+type splitRun struct {
+	s            string
+	out          pieceSink
+	behavior     behavior
+	start        int  // start of the piece being built
+	pendingEnd   int  // end of a piece held back for merging; -1: none
+	pendingMatch bool // whether the held piece is a match
+	prev         int  // end of the last match
+}
+
+// run splits s with step st, sending pieces to out.
+func (r *splitRun) run(st *step, s string, out pieceSink) {
+	*r = splitRun{s: s, out: out, behavior: st.behavior, pendingEnd: -1}
+	st.m.matches(s, r)
+	if r.prev < len(s) {
+		r.add(r.prev, len(s), false)
 	}
-	add := func(a, b int, isMatch bool) {
-		switch {
-		case p.behavior == removed && isMatch:
-			flush()
-			start = b
-			return
-		case p.behavior == mergedWithPrevious && isMatch && pendingEnd >= 0 && !pendingMatch,
-			p.behavior == mergedWithNext && !isMatch && pendingEnd >= 0 && pendingMatch,
-			p.behavior == contiguous && pendingEnd >= 0 && isMatch == pendingMatch:
-			pendingEnd = b
-		default:
-			flush()
-			start = a
-			pendingEnd = b
-		}
-		pendingMatch = isMatch
-		if p.behavior == isolated || p.behavior == removed {
-			flush()
-		}
+	r.flush()
+}
+
+func (r *splitRun) match(a, b int) {
+	if a > r.prev {
+		r.add(r.prev, a, false)
 	}
-	prev := 0
-	p.m.matches(s, func(a, b int) {
-		if a > prev {
-			add(prev, a, false)
-		}
-		if b > a {
-			add(a, b, true)
-		}
-		prev = b
-	})
-	if prev < len(s) {
-		add(prev, len(s), false)
+	if b > a {
+		r.add(a, b, true)
 	}
-	flush()
+	r.prev = b
+}
+
+func (r *splitRun) flush() {
+	if r.pendingEnd > r.start {
+		r.out.piece(r.s[r.start:r.pendingEnd])
+	}
+	if r.pendingEnd >= 0 {
+		r.start = r.pendingEnd
+	}
+	r.pendingEnd = -1
+}
+
+func (r *splitRun) add(a, b int, isMatch bool) {
+	switch {
+	case r.behavior == removed && isMatch:
+		r.flush()
+		r.start = b
+		return
+	case r.behavior == mergedWithPrevious && isMatch && r.pendingEnd >= 0 && !r.pendingMatch,
+		r.behavior == mergedWithNext && !isMatch && r.pendingEnd >= 0 && r.pendingMatch,
+		r.behavior == contiguous && r.pendingEnd >= 0 && isMatch == r.pendingMatch:
+		r.pendingEnd = b
+	default:
+		r.flush()
+		r.start = a
+		r.pendingEnd = b
+	}
+	r.pendingMatch = isMatch
+	if r.behavior == isolated || r.behavior == removed {
+		r.flush()
+	}
 }
 
 // literal matches a fixed string.
 type literal string
 
-func (l literal) matches(s string, emit func(int, int)) {
+func (l literal) matches(s string, sink matchSink) {
 	for off := 0; off < len(s); {
 		i := strings.Index(s[off:], string(l))
 		if i < 0 {
 			return
 		}
-		emit(off+i, off+i+len(l))
+		sink.match(off+i, off+i+len(l))
 		off += i + len(l)
 	}
-}
-
-// prefixSpace is ByteLevel's add_prefix_space: a space before every piece
-// that does not start with one.
-type prefixSpace struct{}
-
-func (prefixSpace) split(s string, emit func(string)) {
-	if strings.HasPrefix(s, " ") {
-		emit(s)
-		return
-	}
-	emit(" " + s)
 }
 
 // gpt2Pattern is the pattern ByteLevel splits with when use_regex is true.
@@ -125,7 +132,7 @@ const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 
 // newPreTokenizer returns the steps of a pre-tokenizer and whether it ends
 // with the ByteLevel byte-to-character mapping.
-func newPreTokenizer(raw json.RawMessage) (steps []splitter, byteLevel bool, err error) {
+func newPreTokenizer(raw json.RawMessage) (steps []step, byteLevel bool, err error) {
 	if isNull(raw) {
 		return nil, false, nil
 	}
@@ -151,17 +158,17 @@ func newPreTokenizer(raw json.RawMessage) (steps []splitter, byteLevel bool, err
 		if err != nil {
 			return nil, false, err
 		}
-		return []splitter{s}, false, nil
+		return []step{s}, false, nil
 	case "ByteLevel":
 		if c.AddPrefixSpace {
-			steps = append(steps, prefixSpace{})
+			steps = append(steps, step{prefixSpace: true})
 		}
 		if c.UseRegex == nil || *c.UseRegex {
 			m, err := newMatcher(gpt2Pattern)
 			if err != nil {
 				return nil, false, err
 			}
-			steps = append(steps, splitStep{m: m, behavior: isolated})
+			steps = append(steps, step{m: m, behavior: isolated})
 		}
 		return steps, true, nil
 	default:
@@ -169,29 +176,29 @@ func newPreTokenizer(raw json.RawMessage) (steps []splitter, byteLevel bool, err
 	}
 }
 
-func newSplit(c *componentJSON) (splitter, error) {
+func newSplit(c *componentJSON) (step, error) {
 	b, ok := behaviors[c.Behavior]
 	if !ok {
-		return nil, fmt.Errorf("tokenizer: pre_tokenizer Split: behavior %q not supported", c.Behavior)
+		return step{}, fmt.Errorf("tokenizer: pre_tokenizer Split: behavior %q not supported", c.Behavior)
 	}
 	if c.Invert {
-		return nil, errors.New("tokenizer: pre_tokenizer Split: invert not supported")
+		return step{}, errors.New("tokenizer: pre_tokenizer Split: invert not supported")
 	}
 	switch {
 	case c.Pattern == nil:
-		return nil, errors.New("tokenizer: pre_tokenizer Split: no pattern")
+		return step{}, errors.New("tokenizer: pre_tokenizer Split: no pattern")
 	case c.Pattern.String != nil:
 		if *c.Pattern.String == "" {
-			return nil, errors.New("tokenizer: pre_tokenizer Split: empty pattern")
+			return step{}, errors.New("tokenizer: pre_tokenizer Split: empty pattern")
 		}
-		return splitStep{m: literal(*c.Pattern.String), behavior: b}, nil
+		return step{m: literal(*c.Pattern.String), behavior: b}, nil
 	case c.Pattern.Regex != nil:
 		m, err := newMatcher(*c.Pattern.Regex)
 		if err != nil {
-			return nil, err
+			return step{}, err
 		}
-		return splitStep{m: m, behavior: b}, nil
+		return step{m: m, behavior: b}, nil
 	default:
-		return nil, errors.New("tokenizer: pre_tokenizer Split: empty pattern")
+		return step{}, errors.New("tokenizer: pre_tokenizer Split: empty pattern")
 	}
 }

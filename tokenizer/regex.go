@@ -50,7 +50,7 @@ func newRegex(rewritten string) (regex, error) {
 	return regex{re}, err
 }
 
-func (x regex) matches(s string, emit func(int, int)) {
+func (x regex) matches(s string, sink matchSink) {
 	runes := []rune(s)
 	m, err := x.re.FindRunesMatch(runes)
 	ri, bi := 0, 0 // a rune index and its byte offset
@@ -63,7 +63,7 @@ func (x regex) matches(s string, emit func(int, int)) {
 	for err == nil && m != nil {
 		start := byteAt(m.Index)
 		end := byteAt(m.Index + m.Length)
-		emit(start, end)
+		sink.match(start, end)
 		m, err = x.re.FindNextMatch(m)
 	}
 }

@@ -39,10 +39,10 @@ func at(s string, i int) (r rune, size int, p unicode16.Prop) {
 // scanner is the Llama-3 / Qwen pattern; maxDigits is 3 or 1.
 type scanner struct{ maxDigits int }
 
-func (sc scanner) matches(s string, emit func(int, int)) {
+func (sc scanner) matches(s string, sink matchSink) {
 	for i := 0; i < len(s); {
 		e := sc.next(s, i)
-		emit(i, e)
+		sink.match(i, e)
 		i = e
 	}
 }

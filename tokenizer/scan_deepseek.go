@@ -23,10 +23,10 @@ const (
 
 // gapMatches emits the matches next finds, moving one character on where
 // none starts, as a regex search does.
-func gapMatches(s string, emit func(int, int), next func(string, int) (int, bool)) {
+func gapMatches(s string, sink matchSink, next func(string, int) (int, bool)) {
 	for i := 0; i < len(s); {
 		if e, ok := next(s, i); ok {
-			emit(i, e)
+			sink.match(i, e)
 			i = e
 			continue
 		}
@@ -37,8 +37,8 @@ func gapMatches(s string, emit func(int, int), next func(string, int) (int, bool
 
 type digits struct{}
 
-func (digits) matches(s string, emit func(int, int)) {
-	gapMatches(s, emit, func(s string, i int) (int, bool) {
+func (digits) matches(s string, sink matchSink) {
+	gapMatches(s, sink, func(s string, i int) (int, bool) {
 		e := i
 		for k := 0; k < 3 && e < len(s); k++ {
 			_, n, p := at(s, e)
@@ -57,8 +57,8 @@ func isKana(r rune) bool {
 	return r >= 0x4e00 && r <= 0x9fa5 || r >= 0x3040 && r <= 0x30ff
 }
 
-func (kana) matches(s string, emit func(int, int)) {
-	gapMatches(s, emit, func(s string, i int) (int, bool) {
+func (kana) matches(s string, sink matchSink) {
+	gapMatches(s, sink, func(s string, i int) (int, bool) {
 		e := i
 		for e < len(s) {
 			r, n := utf8.DecodeRuneInString(s[e:])
@@ -73,8 +73,8 @@ func (kana) matches(s string, emit func(int, int)) {
 
 type deepseekWords struct{}
 
-func (deepseekWords) matches(s string, emit func(int, int)) {
-	gapMatches(s, emit, deepseekNext)
+func (deepseekWords) matches(s string, sink matchSink) {
+	gapMatches(s, sink, deepseekNext)
 }
 
 func isASCIIPunct(c byte) bool {

@@ -13,10 +13,10 @@ const (
 
 type o200k struct{}
 
-func (o200k) matches(s string, emit func(int, int)) {
+func (o200k) matches(s string, sink matchSink) {
 	for i := 0; i < len(s); {
 		e := o200kNext(s, i)
-		emit(i, e)
+		sink.match(i, e)
 		i = e
 	}
 }

@@ -17,7 +17,7 @@ type Tokenizer struct {
 	raw        *addedSet  // added tokens matched in the raw text
 	normAdded  *addedSet  // added tokens matched in normalized text
 	normalizer normalizer // nil: none
-	steps      []splitter // pre-tokenization steps, in order
+	steps      []step     // pre-tokenization steps, in order
 	model      *bpe
 	post       *template // nil: add_special_tokens adds nothing
 	cache      *wordCache
@@ -59,6 +59,9 @@ func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	var byteLevel bool
 	if t.steps, byteLevel, err = newPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
+	}
+	if len(t.steps) > maxSteps {
+		return nil, fmt.Errorf("tokenizer: %d pre-tokenization steps, at most %d supported", len(t.steps), maxSteps)
 	}
 	if t.model, err = newBPE(f, byteLevel); err != nil {
 		return nil, err
