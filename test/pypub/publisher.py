@@ -1,0 +1,265 @@
+#!/usr/bin/python3
+"""A vLLM-faithful KV-event publisher for kvrouter's interop tests.
+
+Written from specs/VLLM.md section 2, independently of kvrouter's Go code.
+It binds a PUB socket and a replay ROUTER like vLLM's ZmqEventPublisher and
+sends one round of batches in every wire form vLLM's releases used:
+
+  * outer batch as [ts, events, dp_rank], as v0.9's [ts, events], and as a map;
+  * events as tag-first positional arrays (short, long, with trailing unknown
+    fields) and as maps with a "type" key and omitted defaults;
+  * block hashes as unsigned ints of every width and as 32 raw digest bytes;
+  * BlockStored, BlockRemoved, AllBlocksCleared, unknown tags, CPU medium,
+    a sliding-window group.
+
+Messages are [topic, seq (8 bytes big-endian), msgpack payload] with seq from
+0; the ROUTER answers [b"", start_seq] with [b"", seq, payload] (or, with
+--topic-in-replay, [b"", topic, seq, payload]) per buffered batch from
+start_seq on, then [b"", seq=-1, b""].
+
+Protocol with the test, one JSON object per stdout line:
+  {"event_port": P, "replay_port": R}   once bound
+  {"round": n, "expected": [...]}        after publishing each round: the
+                                         hashes the pod must hold, sorted
+A round is published at start and one more per line read on stdin; the
+script exits when stdin closes. Needs Debian's python3-zmq and python3-msgpack
+(run it with /usr/bin/python3).
+"""
+
+import argparse
+import hashlib
+import json
+import pickle
+import struct
+import sys
+import time
+from collections import deque
+
+import msgpack
+import zmq
+
+END_SEQ = b"\xff" * 8
+
+
+def digest(value):
+    """32 raw bytes whose last 8, read big-endian, are value."""
+    head = bytes((value * 7 + i) & 0xFF for i in range(24))
+    return head + value.to_bytes(8, "big")
+
+
+def vllm_chain(seed, tokens, block_size, extra=None, parent=None):
+    """vLLM's default prefix-cache hash ("sha256": SHA-256 of pickle protocol 5)
+    of every full block of tokens: (parent digest, tuple(block tokens), extra),
+    chained from NONE_HASH = H(seed string). Returns the full digests."""
+    h = lambda obj: hashlib.sha256(pickle.dumps(obj, protocol=5)).digest()
+    if parent is None:
+        parent = h(seed)
+    out = []
+    for i in range(0, len(tokens) - block_size + 1, block_size):
+        parent = h((parent, tuple(tokens[i:i + block_size]), extra))
+        out.append(parent)
+    return out
+
+
+def value_of(h):
+    if isinstance(h, bytes):
+        return int.from_bytes(h, "big") & (2**64 - 1)
+    return h
+
+
+class Round:
+    """One round of batches; tracks the hashes the subscriber must end with."""
+
+    def __init__(self, base, rank, seed=None):
+        self.seed = seed
+        self.base = base
+        self.rank = rank
+        self.live = {}
+        self.batches = []
+
+    def h(self, i):
+        # Spread over every msgpack integer width: fixint, uint8..uint64.
+        widths = [0, 200, 60000, 4000000000, 2**63 + 5]
+        return widths[i % len(widths)] + self.base + i
+
+    def store(self, hashes, counted=True):
+        if counted:
+            for h in hashes:
+                v = value_of(h)
+                self.live[v] = self.live.get(v, 0) + 1
+
+    def remove(self, hashes):
+        for h in hashes:
+            v = value_of(h)
+            self.live[v] -= 1
+            if self.live[v] == 0:
+                del self.live[v]
+
+    def add(self, outer):
+        self.batches.append(msgpack.packb(outer, use_bin_type=True))
+
+    def build(self):
+        ts = time.time()
+        h = self.h
+        bs = 4
+        toks = lambda n: list(range(100, 100 + bs * n))
+        # Stored, then wiped by AllBlocksCleared: must not survive.
+        gone = [h(0), h(1)]
+        self.add([ts, [["BlockStored", gone, None, toks(2), bs, None, None]], self.rank])
+        self.add([ts, [["AllBlocksCleared"]], self.rank])
+        self.live.clear()
+        # v0.9: two-element batch, short positional event with lora_id.
+        a = [h(2), h(3), h(4)]
+        self.add([ts, [["BlockStored", a, None, toks(3), bs, 7, "GPU"]]])
+        self.store(a)
+        # Newest positional layout with trailing fields unknown to anyone.
+        b = [h(5), h(6)]
+        self.add([ts, [["BlockStored", b, a[-1], toks(2), bs, None, None, "alice",
+                        [["alice"], ["alice"]], 0, "full_attention", None, "future", [1]]], self.rank])
+        self.store(b)
+        # Map outer, map events with omitted defaults and unknown fields.
+        c = [h(7), h(8)]
+        self.add({"ts": ts, "events": [
+            {"type": "BlockStored", "block_hashes": c, "token_ids": toks(2), "block_size": bs,
+             "locality": "local", "session_id": "s"},
+            {"block_hashes": [a[0]], "type": "BlockRemoved"},
+        ], "data_parallel_rank": self.rank})
+        self.store(c)
+        self.remove([a[0]])
+        # Raw digest hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0), CPU tier.
+        d = [digest(h(9)), digest(h(10))]
+        self.add([ts, [["BlockStored", d, digest(h(8)), [], 0, None, "CPU"]], self.rank])
+        self.store(d)
+        self.add([ts, [{"type": "BlockRemoved", "block_hashes": [d[0]], "medium": "CPU"}], self.rank])
+        self.remove([d[0]])
+        # Unknown tags, and a sliding-window group, both ignored.
+        self.add([ts, [["BlockPinned", [h(11)]], {"type": "Future", "block_hashes": [h(12)]},
+                       ["BlockStored", [h(13)], None, toks(1), bs, None, None, None, None, 1,
+                        "sliding_window"]], self.rank])
+        # The same hash stored twice and removed once stays.
+        e = [h(14)]
+        self.add([ts, [["BlockStored", e, None, toks(1), bs, None, None],
+                       ["BlockStored", e, None, toks(1), bs, None, None],
+                       ["BlockRemoved", e, None]], self.rank])
+        self.store(e)
+        self.store(e)
+        self.remove(e)
+        if self.seed is not None:
+            self.build_real(ts)
+        return self.batches
+
+    def build_real(self, ts):
+        """Events with real vLLM hashes (block size 16), checkable by kvrouter."""
+        toks = list(range(self.base % 50000, self.base % 50000 + 64))
+        chain = vllm_chain(self.seed, toks, 16)
+        ints = [value_of(d) for d in chain]
+        self.add([ts, [["BlockStored", ints[:3], None, toks[:48], 16, None, None],
+                       ["BlockStored", ints[3:], ints[2], toks[48:], 16, None, None]], self.rank])
+        self.store(ints)
+        lora = vllm_chain(self.seed, toks[:32], 16, extra=("alice",))
+        self.add([ts, [{"type": "BlockStored", "block_hashes": lora, "parent_block_hash": None,
+                        "token_ids": toks[:32], "block_size": 16, "lora_name": "alice",
+                        "extra_keys": [["alice"], ["alice"]]}], self.rank])
+        self.store(lora)
+
+
+class Publisher:
+    def __init__(self, args):
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.SNDHWM, 100000)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.event_port = self.bind(self.pub, args.event_port)
+        self.replay_port = self.bind(self.router, args.replay_port)
+        self.topic = args.topic.encode()
+        self.topic_in_replay = args.topic_in_replay
+        self.buffer = deque(maxlen=args.buffer)
+        self.seq = 0
+
+    @staticmethod
+    def bind(sock, port):
+        if port == 0:
+            return sock.bind_to_random_port("tcp://127.0.0.1")
+        sock.bind("tcp://127.0.0.1:%d" % port)
+        return port
+
+    def publish(self, payload):
+        seq = struct.pack(">Q", self.seq)
+        self.seq += 1
+        self.buffer.append((seq, payload))
+        self.pub.send_multipart([self.topic, seq, payload])
+
+    def serve_replay(self):
+        while True:
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 3 or len(frames[2]) != 8:
+                continue
+            ident, start = frames[0], struct.unpack(">Q", frames[2])[0]
+            for seq, payload in list(self.buffer):
+                if struct.unpack(">Q", seq)[0] >= start:
+                    if self.topic_in_replay:
+                        self.router.send_multipart([ident, b"", self.topic, seq, payload])
+                    else:
+                        self.router.send_multipart([ident, b"", seq, payload])
+            self.router.send_multipart([ident, b"", END_SEQ, b""])
+
+    def close(self):
+        self.pub.close(0)
+        self.router.close(0)
+        self.ctx.term()
+
+
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--event-port", type=int, default=0)
+    ap.add_argument("--replay-port", type=int, default=0)
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--base", type=int, default=1000, help="first hash of round 0")
+    ap.add_argument("--topic", default="")
+    ap.add_argument("--topic-in-replay", action="store_true")
+    ap.add_argument("--buffer", type=int, default=10000)
+    ap.add_argument("--seed", help="PYTHONHASHSEED string: also publish events with real vLLM hashes")
+    args = ap.parse_args()
+
+    p = Publisher(args)
+    say({"event_port": p.event_port, "replay_port": p.replay_port})
+    expected = {}
+    rnd = 0
+
+    def publish_round():
+        r = Round(args.base + rnd * 1000000, args.rank, args.seed)
+        for payload in r.build():
+            p.publish(payload)
+        expected.clear()  # each round starts with AllBlocksCleared
+        expected.update(r.live)
+        say({"round": rnd, "expected": sorted(expected)})
+
+    publish_round()
+    poller = zmq.Poller()
+    poller.register(p.router, zmq.POLLIN)
+    poller.register(sys.stdin, zmq.POLLIN)
+    while True:
+        ready = dict(poller.poll(1000))
+        if p.router in ready:
+            p.serve_replay()
+        if sys.stdin.fileno() in ready or sys.stdin in ready:
+            line = sys.stdin.readline()
+            if not line:
+                break
+            rnd += 1
+            publish_round()
+    p.close()
+
+
+if __name__ == "__main__":
+    main()
