@@ -11,7 +11,7 @@ LDFLAGS               := -s -w -X main.version=$(VERSION)
 IMAGE                 ?= kvrouter:$(VERSION)
 export GOLANGCI_LINT_VERSION
 
-.PHONY: help run test test-go test-e2e bench lint fmt vet build image deps
+.PHONY: help run test test-go fuzz-short fuzz test-e2e bench lint fmt vet build image deps
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -19,11 +19,17 @@ help: ## list the targets
 run: build ## start kvrouter on the embedded local default and show where it listens
 	./bin/kvrouter serve --admin-addr 127.0.0.1:9090
 
-test: deps vet lint test-go ## everything CI checks: deps, vet, lint, race tests
+test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint, race tests, short fuzz runs
 	@echo "make test: all checks passed"
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+fuzz-short:
+	FUZZTIME=10s test/fuzz.sh
+
+fuzz: deps ## every fuzz target for 5 minutes each (FUZZTIME=... to change)
+	FUZZTIME=$${FUZZTIME:-5m} test/fuzz.sh
 
 test-e2e: deps ## slow end-to-end tests (none beyond make test yet)
 	$(GO) test -race -count=1 -run 'E2E' ./test/...
