@@ -41,6 +41,7 @@ func TestOracleGolden(t *testing.T) {
 	checkVersion(t, texts)
 	for _, model := range models {
 		t.Run(model, func(t *testing.T) {
+			t.Parallel() // also proves concurrent use under -race
 			tok := loadModel(t, model)
 			want := readGolden(t, model, len(texts))
 			compare(t, model, tok, texts, want)

@@ -57,6 +57,12 @@ func modelDir(t testing.TB, model string) string {
 // [i][1] with special tokens.
 func oracleIDs(t testing.TB, model string, texts []string) [][2][]uint32 {
 	t.Helper()
+	return oracleIDsDir(t, modelDir(t, model), texts)
+}
+
+// oracleIDsDir is oracleIDs for the tokenizer files in dir.
+func oracleIDsDir(t testing.TB, dir string, texts []string) [][2][]uint32 {
+	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("node not found in CI: %v", err)
@@ -69,14 +75,14 @@ func oracleIDs(t testing.TB, model string, texts []string) [][2][]uint32 {
 		in.Write(b)
 		in.WriteByte('\n')
 	}
-	cmd := exec.Command("node", filepath.Join("testdata", "oracle.js"), modelDir(t, model))
+	cmd := exec.Command("node", filepath.Join("testdata", "oracle.js"), dir)
 	cmd.Stdin = &in
 	cmd.Env = append(os.Environ(), "ORACLE_NODE_MODULES="+oracleModules(t))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("oracle %s: %v: %s", model, err, stderr.String())
+		t.Fatalf("oracle %s: %v: %s", dir, err, stderr.String())
 	}
 	var res [][2][]uint32
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -84,12 +90,12 @@ func oracleIDs(t testing.TB, model string, texts []string) [][2][]uint32 {
 	for sc.Scan() {
 		var ids [2][]uint32
 		if err := json.Unmarshal(sc.Bytes(), &ids); err != nil {
-			t.Fatalf("oracle %s output: %v", model, err)
+			t.Fatalf("oracle %s output: %v", dir, err)
 		}
 		res = append(res, ids)
 	}
 	if len(res) != len(texts) {
-		t.Fatalf("oracle %s returned %d results for %d texts", model, len(res), len(texts))
+		t.Fatalf("oracle %s returned %d results for %d texts", dir, len(res), len(texts))
 	}
 	return res
 }

@@ -10,11 +10,10 @@ import (
 	"testing"
 )
 
-// writeTiny writes a small byte-level tokenizer into dir: byte b is id b,
-// "he" is 256.
-func writeTiny(t *testing.T, dir string) {
-	t.Helper()
-	vocab := map[string]int{"he": 256}
+// tinyFile returns a small byte-level tokenizer.json: byte b is id b, "he"
+// is 256.
+func tinyFile() map[string]any {
+	vocab := map[string]any{"he": 256}
 	next := 256
 	for b := range 256 {
 		r := rune(b)
@@ -25,10 +24,16 @@ func writeTiny(t *testing.T, dir string) {
 		}
 		vocab[string(r)] = b
 	}
-	data, err := json.Marshal(map[string]any{
+	return map[string]any{
 		"pre_tokenizer": map[string]any{"type": "ByteLevel", "use_regex": false},
-		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"h e"}},
-	})
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []any{"h e"}},
+	}
+}
+
+// writeTiny writes tinyFile into dir.
+func writeTiny(t *testing.T, dir string) {
+	t.Helper()
+	data, err := json.Marshal(tinyFile())
 	if err != nil {
 		t.Fatal(err)
 	}
