@@ -1,0 +1,75 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// Config configures a Router.
+type Config struct {
+	// PrefillSecondsPerToken is the predicted prefill cost of one uncached
+	// prompt token on a pod. Default 0.0001 (10k tokens/s).
+	PrefillSecondsPerToken float64
+	// WaitingSecondsPerRequest is the predicted delay each request waiting
+	// in a pod's queue (vllm:num_requests_waiting) adds. Default 0.05.
+	WaitingSecondsPerRequest float64
+	// RunningSecondsPerRequest is the predicted slowdown each running
+	// request (vllm:num_requests_running) adds. Default 0.002.
+	RunningSecondsPerRequest float64
+	// TierWeights is how much a cached block saves in each tier, relative to
+	// GPU: a CPU block still has to be copied back. Default GPU 1.0, CPU 0.8,
+	// disk 0.5, other 0.5.
+	TierWeights [kvindex.NumTiers]float64
+	// Tolerance: pods whose predicted cost is within this fraction of the
+	// best are equal and one is picked at random, so a shared prefix does
+	// not send all traffic to one pod. Default 0.05.
+	Tolerance float64
+	// ToleranceSeconds is the same as an absolute margin. Default 0.001.
+	ToleranceSeconds float64
+	// SlowDecision is the decision time above which the decision is logged
+	// at Warn. Default 50ms.
+	SlowDecision time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		PrefillSecondsPerToken:   0.0001,
+		WaitingSecondsPerRequest: 0.05,
+		RunningSecondsPerRequest: 0.002,
+		TierWeights:              [kvindex.NumTiers]float64{1.0, 0.8, 0.5, 0.5},
+		Tolerance:                0.05,
+		ToleranceSeconds:         0.001,
+		SlowDecision:             50 * time.Millisecond,
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	nonNeg := func(name string, v float64) {
+		if v < 0 || v != v {
+			errs = append(errs, fmt.Errorf("%s = %v, want >= 0", name, v))
+		}
+	}
+	nonNeg("prefill seconds per token", c.PrefillSecondsPerToken)
+	nonNeg("waiting seconds per request", c.WaitingSecondsPerRequest)
+	nonNeg("running seconds per request", c.RunningSecondsPerRequest)
+	nonNeg("tolerance", c.Tolerance)
+	nonNeg("tolerance seconds", c.ToleranceSeconds)
+	for t, w := range c.TierWeights {
+		if w < 0 || w > 1 || w != w {
+			errs = append(errs, fmt.Errorf("tier weight %s = %v, want in [0, 1]", kvindex.Tier(t), w))
+		}
+	}
+	if c.PrefillSecondsPerToken == 0 {
+		errs = append(errs, errors.New("prefill seconds per token = 0: cached prefixes would be worth nothing"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("router: invalid config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error is a request the router refuses, with the HTTP status and the
+// OpenAI error type the client should see. extproc and the standalone proxy
+// turn it into a response in one place each.
+type Error struct {
+	Status  int    // HTTP status: 400, 404, 413, 429, 503
+	Type    string // OpenAI error type, e.g. "invalid_request_error"
+	Param   string // the offending request field, or ""
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("router: %d %s (%s): %s", e.Status, e.Type, e.Param, e.Message)
+	}
+	return fmt.Sprintf("router: %d %s: %s", e.Status, e.Type, e.Message)
+}
+
+// AsError returns err's *Error, or nil when err is not a refusal (a real
+// internal failure).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+func badRequest(param, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) *Error {
+	return &Error{Status: http.StatusNotFound, Type: "model_not_found", Param: "model", Message: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(format string, args ...any) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Message: fmt.Sprintf(format, args...)}
+}
+
+// TooLarge is the refusal of a body over the configured limit.
+func TooLarge(limit int) *Error {
+	return &Error{
+		Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+		Message: fmt.Sprintf("request body is larger than %d bytes", limit),
+	}
+}

@@ -1,0 +1,136 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// evaluation is what evaluate learned of a request besides the scores.
+type evaluation struct {
+	model  string
+	tokens int
+	reason Reason
+}
+
+// evaluate parses req, resolves its candidates and scores each into
+// sc.members and sc.scores (same order), with the prompt's block hashes in
+// sc.hashes. It records nothing.
+func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
+	sc.hashes, sc.members = sc.hashes[:0], sc.members[:0]
+	snap := r.fleet.snap.Load()
+	kind := KindOf(req.Path)
+	var ev evaluation
+	var p *Parsed
+	var t *target
+	if kind == KindOther {
+		ev.reason = ReasonOtherPath
+		ev.model = modelOf(req.Body)
+		t = snap.models[ev.model]
+	} else {
+		var err error
+		if p, err = Parse(kind, req.Body); err != nil {
+			return ev, err
+		}
+		ev.model = p.Model
+		if t = snap.models[p.Model]; t == nil {
+			return ev, notFound("model %q is served by no pod", p.Model)
+		}
+	}
+	r.candidates(snap, t, req.Subset, sc)
+	if len(sc.members) == 0 {
+		return ev, unavailable("no ready pod serves model %q", ev.model)
+	}
+	if p != nil {
+		ev.reason, ev.tokens = r.hash(t, p, sc)
+	}
+	sc.ids = sc.ids[:0]
+	for _, m := range sc.members {
+		sc.ids = append(sc.ids, m.id)
+	}
+	ns := ""
+	if t != nil {
+		ns = t.base
+	}
+	sc.matches = r.index.Match(ns, sc.hashes, sc.ids, sc.matches)
+	sc.scores = r.score(sc.matches, sc.members, ev.tokens, sc.scores)
+	return ev, nil
+}
+
+// candidates fills sc.members with the ready pods of t (every ready pod when
+// t is nil) allowed by the subset hint.
+func (r *Router) candidates(snap *fleetSnapshot, t *target, subset []string, sc *scratch) {
+	consider := func(m *member) {
+		if m.Ready && (subset == nil || slices.Contains(subset, m.Address)) {
+			sc.members = append(sc.members, m)
+		}
+	}
+	if t != nil {
+		for _, m := range t.members {
+			consider(m)
+		}
+		return
+	}
+	for _, m := range snap.pods {
+		consider(m)
+	}
+	slices.SortFunc(sc.members, func(a, b *member) int { return compareStrings(a.Name, b.Name) })
+}
+
+// hash tokenizes p's prompt and appends its block hashes to sc.hashes. When
+// that is impossible the request is routed by load and the reason says why.
+func (r *Router) hash(t *target, p *Parsed, sc *scratch) (Reason, int) {
+	tokens := p.PromptTokens
+	if tokens == nil {
+		var err error
+		if tokens, err = r.tok.Tokens(t.base, p); err != nil {
+			if errors.Is(err, ErrNoTokenizer) {
+				return ReasonNoTokenizer, 0
+			}
+			r.logger.Warn("prompt not tokenized; routing by load", "model", p.Model, "error", err)
+			return ReasonTokenizeError, 0
+		}
+	}
+	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, kvindex.Extra{LoRA: t.lora, CacheSalt: p.CacheSalt})
+	return ReasonLoad, len(tokens)
+}
+
+// modelOf reads the model field of a body it does not otherwise parse.
+func modelOf(body []byte) string {
+	var v struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	return v.Model
+}
+
+// Report is what POST /v1/score answers: how every candidate would score,
+// without routing.
+type Report struct {
+	Model  string   `json:"model"`
+	Reason Reason   `json:"reason"`
+	Tokens int      `json:"prompt_tokens"`
+	Blocks []string `json:"block_hashes"` // decimal, as vLLM's events print them
+	Pods   []Score  `json:"pods"`
+}
+
+// Score evaluates req against every candidate pod and reports the scores,
+// recording nothing.
+func (r *Router) Score(req Request) (*Report, error) {
+	sc := &scratch{}
+	ev, err := r.evaluate(req, sc)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, Pods: sc.scores}
+	rep.Blocks = make([]string, len(sc.hashes))
+	for i, h := range sc.hashes {
+		rep.Blocks[i] = strconv.FormatUint(h, 10)
+	}
+	return rep, nil
+}

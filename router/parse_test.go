@@ -1,0 +1,129 @@
+package router
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+)
+
+func TestKindOf(t *testing.T) {
+	for path, want := range map[string]Kind{
+		"/v1/completions":       KindCompletion,
+		"/v1/completions?x=1":   KindCompletion,
+		"/v1/chat/completions":  KindChat,
+		"/v1/chat/completions/": KindChat,
+		"/v1/embeddings":        KindOther,
+		"/v1/models":            KindOther,
+		"/v1/chat/completionsX": KindOther,
+		"":                      KindOther,
+	} {
+		if got := KindOf(path); got != want {
+			t.Errorf("KindOf(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestParseCompletion(t *testing.T) {
+	tests := []struct {
+		body       string
+		wantPrompt string
+		wantTokens []uint32
+		wantSalt   string
+		wantStream bool
+	}{
+		{body: `{"model":"m","prompt":"hello"}`, wantPrompt: "hello"},
+		{body: `{"model":"m","prompt":["first","second"]}`, wantPrompt: "first"},
+		{body: `{"model":"m","prompt":[1,2,4294967295]}`, wantTokens: []uint32{1, 2, 4294967295}},
+		{body: `{"model":"m","prompt":[[7,8],[9]]}`, wantTokens: []uint32{7, 8}},
+		{body: `{"model":"m","prompt":"x","cache_salt":"s","stream":true}`, wantPrompt: "x", wantSalt: "s", wantStream: true},
+		{body: ` {"model":"m","prompt":"x","unknown":{"deep":[1]}} `, wantPrompt: "x"},
+	}
+	for _, tt := range tests {
+		p, err := Parse(KindCompletion, []byte(tt.body))
+		if err != nil {
+			t.Errorf("Parse(%s) = %v", tt.body, err)
+			continue
+		}
+		if p.Model != "m" || p.Prompt != tt.wantPrompt || !slices.Equal(p.PromptTokens, tt.wantTokens) || p.CacheSalt != tt.wantSalt || p.Stream != tt.wantStream {
+			t.Errorf("Parse(%s) = %+v, want prompt %q tokens %v salt %q stream %v", tt.body, p, tt.wantPrompt, tt.wantTokens, tt.wantSalt, tt.wantStream)
+		}
+	}
+}
+
+func TestParseChat(t *testing.T) {
+	p, err := Parse(KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],
+		"tools":[{"type":"function"}],"chat_template_kwargs":{"enable_thinking":false},
+		"add_generation_prompt":false,"continue_final_message":true,"add_special_tokens":true,"reasoning_effort":"low"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Chat
+	if c == nil || c.AddGenerationPrompt || !c.HasAddGenerationPrompt || !c.ContinueFinalMessage || !c.AddSpecialTokens ||
+		c.ReasoningEffort != "low" || string(c.ChatTemplateKwargs) != `{"enable_thinking":false}` || c.Tools == nil {
+		t.Fatalf("Parse(chat) = %+v", c)
+	}
+	p, err = Parse(KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`))
+	if err != nil || !p.Chat.AddGenerationPrompt || p.Chat.HasAddGenerationPrompt || p.Chat.AddSpecialTokens {
+		t.Fatalf("Parse(chat defaults) = %+v, %v; want add_generation_prompt true by default", p.Chat, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		kind      Kind
+		body      string
+		wantParam string
+	}{
+		{KindCompletion, `not json`, ""},
+		{KindCompletion, `{"model":"m","prompt":"x"} trailing`, ""},
+		{KindCompletion, "{\"model\":\"m\",\"prompt\":\"\xff\"}", ""},
+		{KindCompletion, `[1,2]`, ""},
+		{KindCompletion, `{"prompt":"x"}`, "model"},
+		{KindCompletion, `{"model":"","prompt":"x"}`, "model"},
+		{KindCompletion, `{"model":7,"prompt":"x"}`, "model"},
+		{KindCompletion, `{"model":"m"}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":{}}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":[]}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":[-1]}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":[1.5]}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":[4294967296]}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":["a",1]}`, "prompt"},
+		{KindCompletion, `{"model":"m","prompt":"x","cache_salt":1}`, "cache_salt"},
+		{KindCompletion, `{"model":"m","prompt":"x","stream":"yes"}`, "stream"},
+		{KindChat, `{"model":"m"}`, "messages"},
+		{KindChat, `{"model":"m","messages":"hi"}`, "messages"},
+		{KindChat, `{"model":"m","messages":[]}`, "messages"},
+		{KindChat, `{"model":"m","messages":["hi"]}`, "messages"},
+		{KindChat, `{"model":"m","messages":[{"content":"hi"}]}`, "messages[0].role"},
+		{KindChat, `{"model":"m","messages":[{"role":"user"}],"tools":{}}`, "tools"},
+		{KindChat, `{"model":"m","messages":[{"role":"user"}],"chat_template_kwargs":[]}`, "chat_template_kwargs"},
+		{KindChat, `{"model":"m","messages":[{"role":"user"}],"add_generation_prompt":1}`, "add_generation_prompt"},
+	}
+	for _, tt := range tests {
+		_, err := Parse(tt.kind, []byte(tt.body))
+		e := AsError(err)
+		if e == nil || e.Status != http.StatusBadRequest || e.Param != tt.wantParam {
+			t.Errorf("Parse(%v, %q) = %v, want a 400 about %q", tt.kind, tt.body, err, tt.wantParam)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hello"}`, `{"model":"m","prompt":[[1],[2]]}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, `{"model":"m","prompt":["a"]}`, `[`, `{"model":null}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, k := range []Kind{KindCompletion, KindChat} {
+			p, err := Parse(k, []byte(body))
+			if err != nil && AsError(err) == nil {
+				t.Fatalf("Parse(%v, %q) = %v, want nil or a *Error", k, body, err)
+			}
+			if err == nil && (p.Model == "" || (k == KindChat) != (p.Chat != nil)) {
+				t.Fatalf("Parse(%v, %q) = %+v without error", k, body, p)
+			}
+		}
+	})
+}

@@ -1,0 +1,164 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrNoTokenizer is what Tokenizers returns for a model it has no tokenizer
+// for; the router then routes by load alone.
+var ErrNoTokenizer = errors.New("router: no tokenizer for the model")
+
+// Tokenizers gives the token ids vLLM computes for a request's prompt.
+type Tokenizers interface {
+	// Tokens returns the ids of p's prompt under base model's tokenizer and
+	// chat template, or an error wrapping ErrNoTokenizer.
+	Tokens(base string, p *Parsed) ([]uint32, error)
+}
+
+// Request is what the router reads of an HTTP request.
+type Request struct {
+	ID     string   // x-request-id, for logs
+	Path   string   // :path
+	Body   []byte   // the whole body
+	Subset []string // endpoint addresses the request may go to (a subset hint); nil: any
+}
+
+// Reason says why a pod was picked; SREs see it in x-kvrouter-reason.
+type Reason string
+
+// The reasons of a decision.
+const (
+	ReasonPrefix        Reason = "prefix"         // a cached prefix made the chosen pod cheapest
+	ReasonLoad          Reason = "load"           // nothing cached anywhere useful: picked by load
+	ReasonNoTokenizer   Reason = "no-tokenizer"   // the model has no tokenizer: picked by load
+	ReasonTokenizeError Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
+	ReasonOtherPath     Reason = "other-path"     // not a completion or chat request: picked by load
+)
+
+// Router turns requests into routing decisions.
+type Router struct {
+	cfg     Config
+	fleet   *Fleet
+	index   *kvindex.Index
+	hasher  *kvindex.Hasher
+	tok     Tokenizers
+	logger  *slog.Logger
+	metrics *metrics
+	scratch sync.Pool // *scratch
+}
+
+// New returns a router over fleet (whose pods are registered in index),
+// hashing with hasher and tokenizing with tok. reg receives its metrics.
+func New(cfg Config, fleet *Fleet, index *kvindex.Index, hasher *kvindex.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m}, nil
+}
+
+// Decision is where one request goes. Call Prefilled when the pod's first
+// response byte arrives and Done when the request ends.
+type Decision struct {
+	RequestID string
+	Model     string
+	Pod       string
+	Address   string // ip:port for x-gateway-destination-endpoint
+	Matched   int    // leading prompt blocks cached on the chosen pod
+	Total     int    // full blocks of the prompt
+	Tokens    int    // prompt tokens, 0 when unknown
+	Reason    Reason
+	Elapsed   time.Duration
+
+	load      *Load
+	prefill   int64 // uncached tokens charged to the pod's prefill queue
+	prefilled atomic.Bool
+	done      atomic.Bool
+}
+
+// Prefilled releases the decision's prefill work from the pod's predicted
+// queue. Safe to call more than once.
+func (d *Decision) Prefilled() {
+	if d.load != nil && d.prefilled.CompareAndSwap(false, true) {
+		d.load.PrefillTokens.Add(-d.prefill)
+	}
+}
+
+// Done ends the request on its pod. Safe to call more than once.
+func (d *Decision) Done() {
+	d.Prefilled()
+	if d.load != nil && d.done.CompareAndSwap(false, true) {
+		d.load.InFlight.Add(-1)
+	}
+}
+
+// scratch is per-request working memory.
+type scratch struct {
+	hashes  []uint64
+	ids     []kvindex.PodID
+	members []*member
+	matches []kvindex.PodMatch
+	scores  []Score
+}
+
+// Route picks the pod for req and records it: the pod's load and
+// speculative index entries for the prompt's blocks. A request the router
+// refuses gives an *Error.
+func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
+	start := time.Now()
+	sc, _ := r.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{}
+	}
+	defer r.scratch.Put(sc)
+	ev, err := r.evaluate(req, sc)
+	if err != nil {
+		r.metrics.refused(err)
+		return nil, err
+	}
+	i := r.pick(sc.scores)
+	m := sc.members[i]
+	d := &Decision{
+		RequestID: req.ID, Model: ev.model, Pod: m.Name, Address: m.Address,
+		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
+		load: m.load,
+	}
+	if d.Reason == ReasonLoad && d.Matched > 0 {
+		d.Reason = ReasonPrefix
+	}
+	d.prefill = int64(sc.scores[i].Prefill / r.cfg.PrefillSecondsPerToken)
+	m.load.InFlight.Add(1)
+	m.load.PrefillTokens.Add(d.prefill)
+	if len(sc.hashes) > 0 {
+		if err := r.index.Speculate(m.id, sc.hashes); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
+			r.logger.Warn("speculative entries not recorded", "pod", m.Name, "error", err)
+		}
+	}
+	d.Elapsed = time.Since(start)
+	r.observe(d)
+	return d, nil
+}
+
+func (r *Router) observe(d *Decision) {
+	r.metrics.decided(d)
+	level := slog.LevelInfo
+	if d.Elapsed > r.cfg.SlowDecision {
+		level = slog.LevelWarn
+	}
+	r.logger.LogAttrs(context.Background(), level, "routed",
+		slog.String("request_id", d.RequestID), slog.String("model", d.Model),
+		slog.String("pod", d.Pod), slog.Int("cached_blocks", d.Matched),
+		slog.Int("total_blocks", d.Total), slog.String("reason", string(d.Reason)),
+		slog.Int64("decision_us", d.Elapsed.Microseconds()))
+}

@@ -1,0 +1,283 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// byteTokens tokenizes a prompt as its bytes, and a chat request as the
+// bytes of its raw messages; model "qwen" has no tokenizer.
+type byteTokens struct{}
+
+func (byteTokens) Tokens(base string, p *Parsed) ([]uint32, error) {
+	if base == "qwen" {
+		return nil, fmt.Errorf("tokenizers: %q: %w", base, ErrNoTokenizer)
+	}
+	text := p.Prompt
+	if p.Chat != nil {
+		text = string(p.Chat.Messages)
+	}
+	ids := make([]uint32, len(text))
+	for i := range len(text) {
+		ids[i] = uint32(text[i])
+	}
+	return ids, nil
+}
+
+type testRouter struct {
+	*Router
+	t     *testing.T
+	index *kvindex.Index
+	fleet *Fleet
+}
+
+func newTestRouter(t *testing.T) *testRouter {
+	t.Helper()
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := NewFleet(index)
+	for _, p := range []Pod{
+		{Name: "a", Address: "10.0.0.1:8000", Model: "llama", LoRAs: []string{"alice"}, Ready: true},
+		{Name: "b", Address: "10.0.0.2:8000", Model: "llama", Aliases: []string{"llama-chat"}, Ready: true},
+		{Name: "c", Address: "10.0.0.3:8000", Model: "llama", Ready: true},
+		{Name: "d", Address: "10.0.0.4:8000", Model: "qwen", Ready: true},
+	} {
+		fleet.Upsert(p)
+	}
+	hasher, err := kvindex.NewHasher(kvindex.HashConfig{Algorithm: kvindex.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(DefaultConfig(), fleet, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testRouter{Router: r, t: t, index: index, fleet: fleet}
+}
+
+// store records that pod holds the blocks of prompt (under lora and salt).
+func (tr *testRouter) store(pod, prompt, lora, salt string) {
+	tr.t.Helper()
+	ids, _ := byteTokens{}.Tokens("llama", &Parsed{Prompt: prompt})
+	hs := tr.hasher.AppendHashes(nil, ids, kvindex.Extra{LoRA: lora, CacheSalt: salt})
+	id, ok := tr.index.Pod(pod)
+	if !ok {
+		tr.t.Fatalf("pod %s not in the index", pod)
+	}
+	if err := tr.index.Stored(id, kvindex.TierGPU, hs); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+func (tr *testRouter) route(path, body string, subset ...string) (*Decision, error) {
+	return tr.Route(context.Background(), Request{ID: "req", Path: path, Body: []byte(body), Subset: subset})
+}
+
+const prompt = "the quick brown fox jumps over" // 30 bytes: 7 full blocks of 4
+
+func completion(model, prompt, extra string) string {
+	return fmt.Sprintf(`{"model":%q,"prompt":%q%s}`, model, prompt, extra)
+}
+
+func TestRoutePrefix(t *testing.T) {
+	tests := []struct {
+		name, storePod, lora, salt, body string
+		wantPod                          string
+		wantMatched                      int
+	}{
+		{"base model", "b", "", "", completion("llama", prompt, ""), "b", 7},
+		{"alias", "c", "", "", completion("llama-chat", prompt, ""), "b", 0}, // only b serves the alias
+		{"lora", "a", "alice", "", completion("alice", prompt, ""), "a", 7},
+		{"salt", "c", "", "s1", completion("llama", prompt, `,"cache_salt":"s1"`), "c", 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := newTestRouter(t)
+			tr.store(tt.storePod, prompt, tt.lora, tt.salt)
+			d, err := tr.route("/v1/completions", tt.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Pod != tt.wantPod || d.Matched != tt.wantMatched || d.Total != 7 || d.Tokens != 30 {
+				t.Fatalf("Route = pod %s %d/%d blocks, %d tokens, want %s %d/7, 30 tokens", d.Pod, d.Matched, d.Total, d.Tokens, tt.wantPod, tt.wantMatched)
+			}
+			if want := ReasonPrefix; tt.wantMatched > 0 && d.Reason != want {
+				t.Fatalf("Route reason = %s, want %s", d.Reason, want)
+			}
+		})
+	}
+}
+
+func TestRouteExtraKeysKeepEntriesApart(t *testing.T) {
+	tr := newTestRouter(t)
+	tr.store("c", prompt, "", "")      // base, no salt
+	tr.store("b", prompt, "alice", "") // LoRA blocks on a pod that does not serve alice
+	for _, body := range []string{
+		completion("alice", prompt, ""),                   // a LoRA request never matches base blocks
+		completion("llama", prompt, `,"cache_salt":"s2"`), // a salted request never matches unsalted blocks
+	} {
+		d, err := tr.route("/v1/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Matched != 0 {
+			t.Errorf("Route(%s) matched %d blocks on %s, want 0", body, d.Matched, d.Pod)
+		}
+	}
+}
+
+func TestRouteTokenIDsAndChat(t *testing.T) {
+	tr := newTestRouter(t)
+	ids := "["
+	for i := range len(prompt) {
+		ids += fmt.Sprintf("%d,", prompt[i])
+	}
+	ids = ids[:len(ids)-1] + "]"
+	tr.store("c", prompt, "", "")
+	d, err := tr.route("/v1/completions", `{"model":"llama","prompt":`+ids+`}`)
+	if err != nil || d.Pod != "c" || d.Matched != 7 {
+		t.Fatalf("Route(token ids) = %+v, %v, want c with 7 blocks", d, err)
+	}
+	chat := `{"model":"llama","messages":[{"role":"user","content":"hello there, how are you today?"}]}`
+	tr.store("a", `[{"role":"user","content":"hello there, how are you today?"}]`, "", "")
+	d, err = tr.route("/v1/chat/completions", chat)
+	if err != nil || d.Pod != "a" || d.Matched == 0 {
+		t.Fatalf("Route(chat) = %+v, %v, want a with its blocks", d, err)
+	}
+}
+
+func TestRouteByLoad(t *testing.T) {
+	tr := newTestRouter(t)
+	d, err := tr.route("/v1/completions", completion("qwen", prompt, ""))
+	if err != nil || d.Pod != "d" || d.Reason != ReasonNoTokenizer {
+		t.Fatalf("Route(no tokenizer) = %+v, %v, want d by %s", d, err, ReasonNoTokenizer)
+	}
+	d, err = tr.route("/v1/models", "")
+	if err != nil || d.Reason != ReasonOtherPath {
+		t.Fatalf("Route(/v1/models) = %+v, %v, want reason %s", d, err, ReasonOtherPath)
+	}
+	d, err = tr.route("/v1/embeddings", `{"model":"qwen","input":"x"}`)
+	if err != nil || d.Pod != "d" {
+		t.Fatalf("Route(embeddings for qwen) = %+v, %v, want d", d, err)
+	}
+}
+
+// TestSharedPrefixSpreads sends many requests sharing a long system prompt
+// at once: the pod holding the prefix must not take them all.
+func TestSharedPrefixSpreads(t *testing.T) {
+	tr := newTestRouter(t)
+	system := "You are a helpful assistant. Answer briefly and precisely. "
+	tr.store("a", system, "", "")
+	used := map[string]int{}
+	var ds []*Decision
+	for i := range 30 {
+		d, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%squestion %d?", system, i), ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		used[d.Pod]++
+		ds = append(ds, d)
+	}
+	if len(used) < 3 || used["a"] < used["b"] || used["a"] < used["c"] {
+		t.Fatalf("30 concurrent shared-prefix requests went %v, want all three llama pods used, a the most", used)
+	}
+	for _, d := range ds {
+		d.Done()
+		d.Done() // twice is harmless
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if l := tr.fleet.Load(name); l.InFlight.Load() != 0 || l.PrefillTokens.Load() != 0 {
+			t.Fatalf("pod %s load after Done = %d in flight, %d prefill tokens, want 0", name, l.InFlight.Load(), l.PrefillTokens.Load())
+		}
+	}
+}
+
+func TestRouteRefusals(t *testing.T) {
+	tr := newTestRouter(t)
+	tr.fleet.Upsert(Pod{Name: "e", Address: "10.0.0.5:8000", Model: "mistral", Ready: false})
+	tests := []struct {
+		name, path, body string
+		subset           []string
+		want             int
+	}{
+		{"invalid json", "/v1/completions", `{`, nil, http.StatusBadRequest},
+		{"unknown model", "/v1/completions", completion("nope", "x", ""), nil, http.StatusNotFound},
+		{"no ready pod", "/v1/completions", completion("mistral", "x", ""), nil, http.StatusServiceUnavailable},
+		{"subset excludes all", "/v1/completions", completion("llama", "x", ""), []string{"10.9.9.9:1"}, http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		_, err := tr.route(tt.path, tt.body, tt.subset...)
+		if e := AsError(err); e == nil || e.Status != tt.want {
+			t.Errorf("%s: Route = %v, want status %d", tt.name, err, tt.want)
+		}
+	}
+	for range 5 {
+		d, err := tr.route("/v1/completions", completion("llama", prompt, ""), "10.0.0.3:8000")
+		if err != nil || d.Pod != "c" {
+			t.Fatalf("Route with subset [c] = %+v, %v, want c", d, err)
+		}
+	}
+}
+
+func TestScoreRecordsNothing(t *testing.T) {
+	tr := newTestRouter(t)
+	tr.store("b", prompt, "", "")
+	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", prompt, ""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Tokens != 30 || len(rep.Blocks) != 7 || len(rep.Pods) != 3 {
+		t.Fatalf("Score = %+v, want 30 tokens, 7 blocks, 3 pods", rep)
+	}
+	for _, s := range rep.Pods {
+		if (s.Pod == "b") != (s.Matched == 7) {
+			t.Errorf("Score pod %s matched %d", s.Pod, s.Matched)
+		}
+	}
+	if _, spec := tr.index.Len(); spec != 0 {
+		t.Fatalf("Score left %d speculative entries, want none", spec)
+	}
+	if l := tr.fleet.Load("b"); l.InFlight.Load() != 0 {
+		t.Fatalf("Score changed b's load")
+	}
+}
+
+func TestRouteConcurrently(t *testing.T) {
+	tr := newTestRouter(t)
+	tr.store("a", prompt, "", "")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			tr.fleet.Upsert(Pod{Name: "c", Address: "10.0.0.3:8000", Model: "llama", Ready: i%2 == 0})
+		}
+	}()
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 50 {
+				d, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%s %d %d", prompt, g, i), ""))
+				if err != nil {
+					errs <- err
+					return
+				}
+				d.Done()
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+}
