@@ -51,14 +51,14 @@ func (a *addedSet) longest(s string, i int) (n int, id uint32) {
 	return n, id
 }
 
-// split calls text for every stretch of s between tokens and token for
-// every token, in order; empty stretches are skipped.
-func (a *addedSet) split(s string, text func(string) error, token func(uint32)) error {
+// split calls text for every stretch of s between tokens (with its offset)
+// and token for every token, in order; empty stretches are skipped.
+func (a *addedSet) split(s string, text func(string, int) error, token func(uint32)) error {
 	if a.empty() {
 		if s == "" {
 			return nil
 		}
-		return text(s)
+		return text(s, 0)
 	}
 	start := 0
 	for i := 0; i < len(s); {
@@ -72,7 +72,7 @@ func (a *addedSet) split(s string, text func(string) error, token func(uint32)) 
 			continue
 		}
 		if i > start {
-			if err := text(s[start:i]); err != nil {
+			if err := text(s[start:i], start); err != nil {
 				return err
 			}
 		}
@@ -81,7 +81,7 @@ func (a *addedSet) split(s string, text func(string) error, token func(uint32)) 
 		start = i
 	}
 	if start < len(s) {
-		return text(s[start:])
+		return text(s[start:], start)
 	}
 	return nil
 }

@@ -20,6 +20,9 @@ func (t *Tokenizer) configure(data []byte, f *fileJSON) error {
 	default:
 		return nil
 	}
+	if c.AddPrefixSpace != nil || c.FromSlow {
+		return fmt.Errorf("tokenizer: tokenizer_config.json: %s with add_prefix_space or from_slow is rebuilt from the SentencePiece model: not supported", c.TokenizerClass)
+	}
 	addBos := c.AddBosToken == nil || *c.AddBosToken
 	addEos := c.AddEosToken != nil && *c.AddEosToken
 	tmpl := &template{}

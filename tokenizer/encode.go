@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -34,11 +33,12 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens boo
 
 // encoder is the state of one Encode call.
 type encoder struct {
-	t    *Tokenizer
-	ids  []uint32
-	err  error
-	runs [maxSteps]splitRun
-	next [maxSteps]stepSink
+	t     *Tokenizer
+	ids   []uint32
+	err   error
+	first bool // the current segment starts the input
+	runs  [maxSteps]splitRun
+	next  [maxSteps]stepSink
 }
 
 // maxSteps bounds the pre-tokenization steps of a tokenizer.
@@ -46,42 +46,45 @@ const maxSteps = 8
 
 // stepSink sends the pieces of step k-1 to step k.
 type stepSink struct {
-	e *encoder
-	k int
+	e     *encoder
+	k     int
+	first bool // the split string starts the input
 }
 
-func (s *stepSink) piece(p string) { s.e.split(p, s.k) }
+func (s *stepSink) piece(p string, start int) { s.e.split(p, s.k, s.first && start == 0) }
 
 func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
 
 // segment encodes raw text between added tokens: normalize, match the
 // normalized added tokens, pre-tokenize and encode every word.
-func (e *encoder) segment(s string) error {
+func (e *encoder) segment(s string, start int) error {
 	if e.t.normalizer != nil {
 		s = e.t.normalizer.normalize(s)
 	}
+	e.first = start == 0
 	return e.t.normAdded.split(s, e.pretokenized, e.token)
 }
 
-func (e *encoder) pretokenized(s string) error {
-	e.split(s, 0)
+func (e *encoder) pretokenized(s string, start int) error {
+	e.split(s, 0, e.first && start == 0)
 	return e.err
 }
 
 // split runs pre-tokenization step k on s and encodes the words it yields.
-func (e *encoder) split(s string, k int) {
+// first tells whether s starts the input (offset 0 in the raw text).
+func (e *encoder) split(s string, k int, first bool) {
 	steps := e.t.steps
-	for k < len(steps) && steps[k].prefixSpace {
-		if !strings.HasPrefix(s, " ") {
-			s = " " + s
-		}
-		k++
+	for ; k < len(steps) && steps[k].m == nil; k++ {
+		s = steps[k].transform(s, first)
 	}
 	if k == len(steps) {
 		e.word(s)
 		return
 	}
-	e.next[k] = stepSink{e: e, k: k + 1}
+	if steps[k].meta != nil {
+		s = steps[k].transform(s, first)
+	}
+	e.next[k] = stepSink{e: e, k: k + 1, first: first}
 	e.runs[k].run(&steps[k], s, &e.next[k])
 }
 

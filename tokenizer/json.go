@@ -53,9 +53,12 @@ type componentJSON struct {
 	Behavior string       `json:"behavior"`
 	Invert   bool         `json:"invert"`
 
-	// ByteLevel
-	AddPrefixSpace bool  `json:"add_prefix_space"`
-	UseRegex       *bool `json:"use_regex"`
+	// ByteLevel, Metaspace
+	AddPrefixSpace bool   `json:"add_prefix_space"`
+	UseRegex       *bool  `json:"use_regex"`
+	Replacement    string `json:"replacement"`
+	PrependScheme  string `json:"prepend_scheme"`
+	Split          *bool  `json:"split"`
 
 	// TemplateProcessing
 	Single        []templatePieceJSON            `json:"single"`
@@ -91,6 +94,8 @@ type configJSON struct {
 	AddEosToken    *bool           `json:"add_eos_token"`
 	BosToken       json.RawMessage `json:"bos_token"`
 	EosToken       json.RawMessage `json:"eos_token"`
+	AddPrefixSpace *bool           `json:"add_prefix_space"`
+	FromSlow       bool            `json:"from_slow"`
 }
 
 // isNull reports whether a raw JSON value is absent or null.

@@ -7,12 +7,13 @@ import (
 	"strings"
 )
 
-// step is one pre-tokenization step: a Split over a pattern, or
-// ByteLevel's add_prefix_space.
+// step is one pre-tokenization step: a Split over a pattern, ByteLevel's
+// add_prefix_space, or Metaspace's replacement (then m, if set, splits).
 type step struct {
-	m           matcher // nil for prefixSpace
+	m           matcher // nil: no split
 	behavior    behavior
-	prefixSpace bool // a space before every piece not starting with one
+	prefixSpace bool // ByteLevel: a space before every piece not starting with one
+	meta        *metaspace
 }
 
 // matcher finds the non-overlapping matches of a pattern, left to right.
@@ -44,9 +45,9 @@ var behaviors = map[string]behavior{
 	"Contiguous":         contiguous,
 }
 
-// pieceSink receives the pieces of a split.
+// pieceSink receives the pieces of a split and their offsets in it.
 type pieceSink interface {
-	piece(p string)
+	piece(p string, start int)
 }
 
 // splitRun is the state of one Split over one string: it turns matches and
@@ -84,7 +85,7 @@ func (r *splitRun) match(a, b int) {
 
 func (r *splitRun) flush() {
 	if r.pendingEnd > r.start {
-		r.out.piece(r.s[r.start:r.pendingEnd])
+		r.out.piece(r.s[r.start:r.pendingEnd], r.start)
 	}
 	if r.pendingEnd >= 0 {
 		r.start = r.pendingEnd
@@ -159,6 +160,12 @@ func newPreTokenizer(raw json.RawMessage) (steps []step, byteLevel bool, err err
 			return nil, false, err
 		}
 		return []step{s}, false, nil
+	case "Metaspace":
+		st, err := newMetaspace(&c)
+		if err != nil {
+			return nil, false, err
+		}
+		return []step{st}, false, nil
 	case "ByteLevel":
 		if c.AddPrefixSpace {
 			steps = append(steps, step{prefixSpace: true})

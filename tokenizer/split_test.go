@@ -8,7 +8,7 @@ import (
 // pieces collects the pieces of a split.
 type pieces []string
 
-func (p *pieces) piece(s string) { *p = append(*p, s) }
+func (p *pieces) piece(s string, _ int) { *p = append(*p, s) }
 
 // spans collects matches.
 type spans [][2]int

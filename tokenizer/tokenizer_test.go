@@ -50,6 +50,10 @@ func TestNewRefuses(t *testing.T) {
 		{"truncation", func(f map[string]any) { f["truncation"] = map[string]any{"max_length": 5} }, "", "truncation"},
 		{"byte missing", func(f map[string]any) { delete(f["model"].(map[string]any)["vocab"].(map[string]any), "a") }, "", "lacks byte 0x61"},
 		{"no bos", func(map[string]any) {}, `{"tokenizer_class": "LlamaTokenizerFast"}`, "bos_token is needed"},
+		{"from slow", func(map[string]any) {}, `{"tokenizer_class": "LlamaTokenizerFast", "add_prefix_space": false}`, "rebuilt from the SentencePiece model"},
+		{"metaspace", func(f map[string]any) {
+			f["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "ab"}
+		}, "", "not one character"},
 		{"unknown bos", func(map[string]any) {}, `{"tokenizer_class": "GemmaTokenizer", "bos_token": "<nope>"}`, `bos_token "<nope>" is not a token`},
 	}
 	for _, tt := range tests {

@@ -27,6 +27,14 @@ var variants = []struct {
 		"pre_tokenizer": sequence(split(`\p{N}+|(?i:the)`, "MergedWithPrevious"), byteLevel()),
 		"normalizer":    map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}, map[string]any{"type": "Replace", "pattern": map[string]any{"String": "is"}, "content": "IS"}}},
 	}},
+	{"metaspace-first", "llama2", map[string]any{
+		"normalizer":    nil,
+		"pre_tokenizer": map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+	}},
+	{"metaspace-always-split", "llama2", map[string]any{
+		"normalizer":    nil,
+		"pre_tokenizer": map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+	}},
 	{"sentencepiece-split", "llama2", map[string]any{
 		"pre_tokenizer": split(`\s+(?!\S)|\s+|\p{L}+`, "Isolated"),
 	}},
@@ -48,7 +56,7 @@ func TestOracleVariants(t *testing.T) {
 	texts := readCorpus(t)
 	var sample []string
 	for i, s := range texts {
-		if i%53 == 0 && len(s) < 2000 || i < 20 {
+		if i%53 == 0 && len(s) < 2000 || i < len(handWritten) {
 			sample = append(sample, s)
 		}
 	}
