@@ -10,12 +10,13 @@
 // tokenizers configure them. The pipeline, per Encode:
 //
 //  1. added tokens with normalized=false (special or not) are cut out of the
-//     raw text, leftmost-longest;
+//     raw text, leftmost-longest, with their single_word, lstrip and rstrip
+//     options (ids assigned as the Rust library assigns them);
 //  2. every stretch between them is normalized (NFC, Prepend, Replace,
 //     Sequence), then added tokens with normalized=true are cut out of it;
 //  3. the rest is pre-tokenized (Split over a pattern with Isolated,
 //     Removed, MergedWithPrevious, MergedWithNext or Contiguous behavior;
-//     ByteLevel; Sequence);
+//     ByteLevel; Metaspace; Sequence);
 //  4. every word is encoded by the BPE model (byte-level, or
 //     SentencePiece-style with byte_fallback and unk fusing; ignore_merges);
 //  5. with add_special_tokens, the post-processor's template (or the BOS/EOS
@@ -40,7 +41,9 @@
 //
 // Parity is proven by tests against the real Rust tokenizers (npm
 // "tokenizers", see testdata/oracle.js) on six model families: committed
-// goldens for a corpus of 5,000+ strings, plus the live oracle on a sample.
+// goldens for a corpus of 5,000+ strings, plus the live oracle on a sample;
+// variants of those files exercise the components the six do not use, and
+// the Unicode tables and NFC are compared code point by code point.
 //
 // # Concurrency
 //

@@ -67,7 +67,7 @@ func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.size = t.model.size
-	if err := t.addTokens(f.AddedTokens); err != nil {
+	if err := t.addTokens(f); err != nil {
 		return nil, err
 	}
 	if t.post, err = newPostProcessor(f.PostProcessor); err != nil {
@@ -81,25 +81,40 @@ func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	return t, nil
 }
 
-func (t *Tokenizer) addTokens(tokens []addedTokenJSON) error {
+// addTokens registers the added tokens. Their ids are assigned as the Rust
+// tokenizers assign them, whatever the file says: a token already added or
+// in the vocabulary keeps that id, any other takes the next one after the
+// vocabulary's size and the ids given so far. (In files saved by the
+// library the two agree.) The assigned ids are written back into f.
+func (t *Tokenizer) addTokens(f *fileJSON) error {
 	t.raw, t.normAdded = newAddedSet(), newAddedSet()
-	for _, a := range tokens {
-		if a.SingleWord || a.LStrip || a.RStrip {
-			return fmt.Errorf("tokenizer: added token %q: single_word, lstrip and rstrip not supported", a.Content)
+	given := map[string]int{}
+	next := len(f.Vocab)
+	for i := range f.AddedTokens {
+		a := &f.AddedTokens[i]
+		if id, ok := given[a.Content]; ok {
+			a.ID = id
+		} else if id, ok := f.Vocab[a.Content]; ok {
+			a.ID = int(id)
+		} else {
+			a.ID = next
 		}
-		if a.ID < 0 || a.ID > maxTokenID {
+		given[a.Content] = a.ID
+		next = max(next, a.ID+1)
+		if a.ID > maxTokenID {
 			return fmt.Errorf("tokenizer: added token %q: id %d out of range", a.Content, a.ID)
 		}
 		t.size = max(t.size, a.ID+1)
+		tok := addedToken{id: uint32(a.ID), singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
 		if !a.Normalized {
-			t.raw.add(a.Content, uint32(a.ID))
+			t.raw.add(a.Content, tok)
 			continue
 		}
 		content := a.Content
 		if t.normalizer != nil {
 			content = t.normalizer.normalize(content)
 		}
-		t.normAdded.add(content, uint32(a.ID))
+		t.normAdded.add(content, tok)
 	}
 	return nil
 }

@@ -43,9 +43,6 @@ func TestNewRefuses(t *testing.T) {
 		{"prefix", func(f map[string]any) { f["model"].(map[string]any)["continuing_subword_prefix"] = "##" }, "", "continuing_subword_prefix"},
 		{"merge", func(f map[string]any) { f["model"].(map[string]any)["merges"] = []any{"x yz"} }, "", "outside the vocabulary"},
 		{"bad merge", func(f map[string]any) { f["model"].(map[string]any)["merges"] = []any{"xyz"} }, "", "not two tokens"},
-		{"lstrip", func(f map[string]any) {
-			f["added_tokens"] = []any{map[string]any{"id": 300, "content": "<x>", "lstrip": true}}
-		}, "", "lstrip"},
 		{"post-processor", func(f map[string]any) { f["post_processor"] = map[string]any{"type": "Odd"} }, "", `post_processor "Odd"`},
 		{"truncation", func(f map[string]any) { f["truncation"] = map[string]any{"max_length": 5} }, "", "truncation"},
 		{"byte missing", func(f map[string]any) { delete(f["model"].(map[string]any)["vocab"].(map[string]any), "a") }, "", "lacks byte 0x61"},
@@ -97,9 +94,9 @@ func TestConfigTemplates(t *testing.T) {
 		config string
 		want   string
 	}{
-		{`{"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>"}`, "[300 104]"},
-		{`{"tokenizer_class": "LlamaTokenizer", "bos_token": {"content": "<s>"}, "eos_token": "</s>", "add_eos_token": true}`, "[300 104 301]"},
-		{`{"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": false, "eos_token": "</s>", "add_eos_token": true}`, "[104 301]"},
+		{`{"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>"}`, "[257 104]"},
+		{`{"tokenizer_class": "LlamaTokenizer", "bos_token": {"content": "<s>"}, "eos_token": "</s>", "add_eos_token": true}`, "[257 104 258]"},
+		{`{"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": false, "eos_token": "</s>", "add_eos_token": true}`, "[104 258]"},
 		{`{"tokenizer_class": "Qwen2Tokenizer", "bos_token": "<s>", "add_bos_token": true}`, "[104]"},
 	}
 	for _, tt := range tests {

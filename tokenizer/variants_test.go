@@ -14,6 +14,7 @@ var variants = []struct {
 	name, base string
 	patch      map[string]any // top-level fields replaced
 }{
+	{"added-token-options", "qwen3", map[string]any{"added_tokens": qwenAddedVariant()}},
 	{"bytelevel-regex-prefix", "qwen3", map[string]any{
 		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
 	}},
@@ -40,6 +41,36 @@ var variants = []struct {
 	}},
 }
 
+// addedTexts exercise the added tokens of qwenAddedVariant.
+var addedTexts = []string{
+	"hello world", "say hello", "hello_there", "_hello", "hello1", "hello!", "(hello)", "héllo hello", "hello\u0301",
+	"  <|im_start|>  x <|im_end|>  y", "\t<|im_start|>\n<|im_end|>\n\n", "singing", "sing ing", "ing", "ing.",
+	" world  world", "a\u00a0 world\t", "x world", "world", "<|im_end|> world", "Ⅻhello", "hello٣", "_x _x a_x _xb",
+	"hello½", "½hello", "hello\u200d", "hello‿", "hello\u0345", "hello²",
+}
+
+// qwenAddedVariant is Qwen3's added tokens with lstrip, rstrip and
+// single_word set on some, and new ones.
+func qwenAddedVariant() []any {
+	tokens := []any{
+		map[string]any{"id": 151643, "content": "<|endoftext|>", "special": true},
+		map[string]any{"id": 151644, "content": "<|im_start|>", "special": true, "lstrip": true},
+		map[string]any{"id": 151645, "content": "<|im_end|>", "special": true, "rstrip": true},
+		map[string]any{"id": 151669, "content": "hello", "single_word": true},
+		map[string]any{"id": 151670, "content": "ing", "single_word": true, "normalized": true},
+		map[string]any{"id": 151671, "content": " world", "lstrip": true, "rstrip": true},
+		map[string]any{"id": 151672, "content": "_x", "single_word": true},
+	}
+	for _, t := range tokens {
+		for _, k := range []string{"special", "lstrip", "rstrip", "single_word", "normalized"} {
+			if _, ok := t.(map[string]any)[k]; !ok {
+				t.(map[string]any)[k] = false
+			}
+		}
+	}
+	return tokens
+}
+
 func sequence(steps ...any) map[string]any {
 	return map[string]any{"type": "Sequence", "pretokenizers": steps}
 }
@@ -60,6 +91,7 @@ func TestOracleVariants(t *testing.T) {
 			sample = append(sample, s)
 		}
 	}
+	sample = append(sample, addedTexts...)
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()

@@ -27,7 +27,7 @@ const categories = [
   ["Zs", "General_Category/Space_Separator"], ["Zl", "General_Category/Line_Separator"],
   ["Zp", "General_Category/Paragraph_Separator"], ["Cc", "General_Category/Control"],
   ["Cf", "General_Category/Format"], ["Co", "General_Category/Private_Use"],
-  ["White_Space", "Binary_Property/White_Space"],
+  ["White_Space", "Binary_Property/White_Space"], ["Alphabetic", "Binary_Property/Alphabetic"],
 ];
 
 const hex = (n) => "0x" + n.toString(16).padStart(4, "0");

@@ -21,6 +21,7 @@ const (
 	PropP                      // Punctuation
 	PropS                      // Symbol
 	PropSpace                  // White_Space
+	PropAlpha                  // Alphabetic
 )
 
 var propTables = [...]struct {
@@ -38,6 +39,7 @@ var propTables = [...]struct {
 	{PropP, P},
 	{PropS, S},
 	{PropSpace, WhiteSpace},
+	{PropAlpha, Alphabetic},
 }
 
 var (

@@ -41,8 +41,8 @@ func TestUnicode16Additions(t *testing.T) {
 		r    rune
 		want Prop
 	}{
-		{'a', PropL | PropLl},
-		{'A', PropL | PropLu},
+		{'a', PropL | PropLl | PropAlpha},
+		{'A', PropL | PropLu | PropAlpha},
 		{'1', PropN},
 		{' ', PropSpace},
 		{'\u3000', PropSpace},
@@ -51,8 +51,10 @@ func TestUnicode16Additions(t *testing.T) {
 		{'!', PropP},
 		{'$', PropS},
 		{'\u0301', PropM},
-		{'\u1c89', PropL | PropLu},     // U+1C89, a Cyrillic capital letter new in 16.0
-		{'\U00016D40', PropL | PropLm}, // KIRAT RAI SIGN ANUSVARA, new in 16.0
+		{'\u1c89', PropL | PropLu | PropAlpha},     // U+1C89, a Cyrillic capital letter new in 16.0
+		{'\U00016D40', PropL | PropLm | PropAlpha}, // KIRAT RAI SIGN ANUSVARA, new in 16.0
+		{'\u0345', PropM | PropAlpha},              // Other_Alphabetic mark
+		{'\u2160', PropN | PropAlpha},              // ROMAN NUMERAL ONE, Nl
 		{'\U0001F600', PropS},
 		{'\U000E0001', 0},
 		{-1, 0},
