@@ -1,0 +1,83 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// BodyMode is how Envoy sends request bodies (its processing_mode).
+type BodyMode string
+
+// The request body modes kvrouter routes with. Envoy's configuration must
+// use the same one; Envoy 1.34+ also says which in each stream's first
+// message, and that wins.
+const (
+	// FullDuplexStreamed: Envoy streams body chunks as they arrive; kvrouter
+	// holds its header response until the body is complete, then re-sends
+	// the body. What the Gateway API Inference Extension uses.
+	FullDuplexStreamed BodyMode = "FULL_DUPLEX_STREAMED"
+	// Buffered: Envoy buffers the whole body (up to its buffer limit) and
+	// sends it in one message; kvrouter answers with the destination.
+	Buffered BodyMode = "BUFFERED"
+)
+
+// Config configures a Server.
+type Config struct {
+	// BodyMode is the request body mode Envoy is configured with.
+	// Default FULL_DUPLEX_STREAMED.
+	BodyMode BodyMode
+	// MaxBodyBytes is the largest request body accepted; larger ones are
+	// refused with 413 while they arrive. Default 16 MiB.
+	MaxBodyBytes int
+	// ChunkBytes is the largest body piece re-sent to Envoy in one message.
+	// Default 62,000 (Envoy recommends staying under 64 KiB).
+	ChunkBytes int
+	// MaxRecvMsgBytes is the largest gRPC message accepted from Envoy; a
+	// BUFFERED body arrives as one message. Default MaxBodyBytes + 1 MiB.
+	MaxRecvMsgBytes int
+	// DrainTimeout bounds how long open streams may take to finish when the
+	// server stops. Default 10s.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		BodyMode:     FullDuplexStreamed,
+		MaxBodyBytes: 16 << 20,
+		ChunkBytes:   62_000,
+		DrainTimeout: 10 * time.Second,
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BodyMode != FullDuplexStreamed && c.BodyMode != Buffered {
+		errs = append(errs, fmt.Errorf("body mode %q, want %s or %s", c.BodyMode, FullDuplexStreamed, Buffered))
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max body bytes = %d, want > 0", c.MaxBodyBytes))
+	}
+	if c.ChunkBytes <= 0 || c.ChunkBytes > 4<<20 {
+		errs = append(errs, fmt.Errorf("chunk bytes = %d, want in (0, 4 MiB]", c.ChunkBytes))
+	}
+	if c.MaxRecvMsgBytes < 0 {
+		errs = append(errs, fmt.Errorf("max receive message bytes = %d, want >= 0", c.MaxRecvMsgBytes))
+	}
+	if c.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("drain timeout = %v, want >= 0", c.DrainTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("extproc: invalid config: %w", err)
+	}
+	return nil
+}
+
+func (c Config) maxRecvMsgBytes() int {
+	if c.MaxRecvMsgBytes > 0 {
+		return c.MaxRecvMsgBytes
+	}
+	return c.MaxBodyBytes + 1<<20
+}

@@ -1,0 +1,126 @@
+package extproc
+
+import (
+	"encoding/json"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvrouter/kvrouter/router"
+)
+
+// The headers and metadata kvrouter speaks.
+const (
+	headerDestination = "x-gateway-destination-endpoint"
+	headerSubset      = "x-gateway-destination-endpoint-subset"
+	namespaceLB       = "envoy.lb"
+	namespaceSubset   = "envoy.lb.subset_hint"
+	headerPod         = "x-kvrouter-pod"
+	headerCached      = "x-kvrouter-cached-blocks"
+	headerReason      = "x-kvrouter-reason"
+)
+
+// setHeaders builds a mutation that overwrites each key with its value,
+// given as raw_value only: Envoy reads nothing else.
+func setHeaders(kv ...string) *extprocv3.HeaderMutation {
+	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 0, len(kv)/2)}
+	for i := 0; i+1 < len(kv); i += 2 {
+		hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{
+			Header: &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])},
+		})
+	}
+	return hm
+}
+
+// routingHeaders are the x-kvrouter-* headers of a decision.
+func routingHeaders(d *router.Decision) []string {
+	return []string{
+		headerPod, d.Pod,
+		headerCached, strconv.Itoa(d.Matched) + "/" + strconv.Itoa(d.Total),
+		headerReason, string(d.Reason),
+	}
+}
+
+// destination is the common response that sends the request to d's pod:
+// the destination header (with the routing headers) and a cleared route
+// cache.
+func destination(d *router.Decision) *extprocv3.CommonResponse {
+	kv := append([]string{headerDestination, d.Address}, routingHeaders(d)...)
+	return &extprocv3.CommonResponse{HeaderMutation: setHeaders(kv...), ClearRouteCache: true}
+}
+
+// destinationMetadata is the envoy.lb dynamic metadata naming d's pod.
+func destinationMetadata(d *router.Decision) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		namespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			headerDestination: structpb.NewStringValue(d.Address),
+		}}),
+	}}
+}
+
+func requestHeadersResponse(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: c},
+	}}
+}
+
+func responseHeadersResponse(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: c},
+	}}
+}
+
+func bodyResponse(request bool, c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	br := &extprocv3.BodyResponse{Response: c}
+	if request {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
+}
+
+// streamedChunk re-sends one piece of a body in FULL_DUPLEX_STREAMED mode.
+func streamedChunk(request bool, body []byte, eos bool) *extprocv3.ProcessingResponse {
+	return bodyResponse(request, &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: eos}},
+	}})
+}
+
+func trailersResponse(request bool) *extprocv3.ProcessingResponse {
+	if request {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+}
+
+// errorBody is the OpenAI error shape.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    int     `json:"code"`
+	} `json:"error"`
+}
+
+// immediate turns a router refusal into Envoy's local reply: the status and
+// an OpenAI-style JSON error body. This is the one place refusals become
+// responses.
+func immediate(e *router.Error) *extprocv3.ProcessingResponse {
+	var b errorBody
+	b.Error.Message, b.Error.Type, b.Error.Code = e.Message, e.Type, e.Status
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	body, _ := json.Marshal(&b) // a struct of strings and ints always marshals
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
+			Headers: setHeaders("content-type", "application/json"),
+			Body:    body,
+			Details: "kvrouter_" + e.Type,
+		},
+	}}
+}

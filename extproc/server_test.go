@@ -1,0 +1,254 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/test/envoyclient"
+)
+
+// fakeRouter routes every request to one pod, or refuses it by model.
+type fakeRouter struct {
+	mu   sync.Mutex
+	seen []router.Request
+}
+
+var errBoom = errors.New("boom")
+
+func (f *fakeRouter) Route(_ context.Context, req router.Request) (*router.Decision, error) {
+	f.mu.Lock()
+	f.seen = append(f.seen, req)
+	f.mu.Unlock()
+	switch {
+	case bytes.Contains(req.Body, []byte(`"model":"missing"`)):
+		return nil, &router.Error{Status: 404, Type: "model_not_found", Param: "model", Message: "no pod serves missing"}
+	case bytes.Contains(req.Body, []byte(`"model":"busy"`)):
+		return nil, &router.Error{Status: 429, Type: "rate_limit_exceeded", Message: "shedding"}
+	case bytes.Contains(req.Body, []byte(`"model":"crash"`)):
+		return nil, errBoom
+	}
+	return &router.Decision{RequestID: req.ID, Pod: "pod-a", Address: "10.1.2.3:8000", Matched: 3, Total: 5, Reason: router.ReasonPrefix}, nil
+}
+
+func (f *fakeRouter) last() router.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen[len(f.seen)-1]
+}
+
+type harness struct {
+	srv    *Server
+	router *fakeRouter
+	conn   *grpc.ClientConn
+	client *envoyclient.Client
+}
+
+func start(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := &harness{router: &fakeRouter{}}
+	srv, err := New(cfg, h.router, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	h.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.conn.Close() })
+	h.client = envoyclient.New(h.conn)
+	if cfg.BodyMode == Buffered {
+		h.client.Mode = envoyclient.Buffered
+	}
+	return h
+}
+
+const body = `{"model":"qwen","prompt":"héllo wörld, a prompt long enough to split in many places"}`
+
+func TestRoutesStreamedBodies(t *testing.T) {
+	h := start(t, DefaultConfig())
+	big := `{"model":"qwen","prompt":"` + strings.Repeat("x", 200_000) + `"}`
+	tests := []struct {
+		name string
+		req  envoyclient.Request
+	}{
+		{"one chunk", envoyclient.Request{Path: "/v1/completions", Body: []byte(body)}},
+		{"split inside UTF-8 and tokens", envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{1, 2, 17, 1, 3, 5}}},
+		{"byte by byte", envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: ones(len(body))}},
+		{"extra empty end_of_stream", envoyclient.Request{Path: "/v1/completions", Body: []byte(body), ExtraEOS: true}},
+		{"trailers", envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Trailers: [][2]string{{"x-t", "1"}}}},
+		{"larger than a chunk", envoyclient.Request{Path: "/v1/completions", Body: []byte(big), Chunks: []int{65536, 65536}}},
+		{"no body", envoyclient.Request{Method: "GET", Path: "/v1/models"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := h.client.Do(context.Background(), tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRouted(t, res, tt.req.Body)
+			if res.MaxPiece > DefaultConfig().ChunkBytes {
+				t.Errorf("re-sent a body piece of %d bytes, want ≤ %d", res.MaxPiece, DefaultConfig().ChunkBytes)
+			}
+			if got := h.router.last(); !bytes.Equal(got.Body, tt.req.Body) || got.Path != tt.req.Path {
+				t.Errorf("router saw %s %d bytes, want %s %d bytes", got.Path, len(got.Body), tt.req.Path, len(tt.req.Body))
+			}
+		})
+	}
+}
+
+func ones(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
+
+func checkRouted(t *testing.T, res *envoyclient.Result, body []byte) {
+	t.Helper()
+	if res.Status != 200 || res.Destination != "10.1.2.3:8000" {
+		t.Fatalf("Result = %d %q (%s), want 200 to 10.1.2.3:8000", res.Status, res.Destination, res.Details)
+	}
+	if !bytes.Equal(res.UpstreamBody, body) {
+		t.Errorf("upstream body = %d bytes, want the %d sent", len(res.UpstreamBody), len(body))
+	}
+	for k, want := range map[string]string{"x-kvrouter-pod": "pod-a", "x-kvrouter-cached-blocks": "3/5", "x-kvrouter-reason": "prefix"} {
+		if res.UpstreamHeaders[k] != want || res.ClientHeaders[k] != want {
+			t.Errorf("%s = upstream %q, client %q, want %q", k, res.UpstreamHeaders[k], res.ClientHeaders[k], want)
+		}
+	}
+	if got := res.Metadata["envoy.lb"]["x-gateway-destination-endpoint"]; got != "10.1.2.3:8000" {
+		t.Errorf("envoy.lb metadata = %q, want the destination", got)
+	}
+	if string(res.ClientBody) != "{}" {
+		t.Errorf("client body = %q, want the pod's reply echoed", res.ClientBody)
+	}
+	if res.Rejected != 0 {
+		t.Errorf("%d header mutations rejected, want none", res.Rejected)
+	}
+}
+
+func TestBufferedMode(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BodyMode = Buffered
+	h := start(t, cfg)
+	for _, req := range []envoyclient.Request{
+		{Path: "/v1/completions", Body: []byte(body)},
+		{Path: "/v1/completions", Body: []byte(body), Trailers: [][2]string{{"x-t", "1"}}},
+		{Method: "GET", Path: "/v1/models"},
+	} {
+		res, err := h.client.Do(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRouted(t, res, req.Body)
+	}
+}
+
+func TestProtocolConfigWins(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BodyMode = Buffered // Envoy says FULL_DUPLEX_STREAMED in its first message
+	h := start(t, cfg)
+	res, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRouted(t, res, []byte(body))
+}
+
+func TestImmediateResponses(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 1000
+	h := start(t, cfg)
+	tests := []struct {
+		name     string
+		req      envoyclient.Request
+		want     int
+		wantType string
+	}{
+		{"not found", envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"missing","prompt":"x"}`)}, 404, "model_not_found"},
+		{"shed", envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"busy","prompt":"x"}`)}, 429, "rate_limit_exceeded"},
+		{"too large", envoyclient.Request{Path: "/v1/completions", Body: bytes.Repeat([]byte("x"), 5000), Chunks: []int{600, 600, 600}}, 413, "invalid_request_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := h.client.Do(context.Background(), tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b struct {
+				Error struct{ Type, Message string } `json:"error"`
+			}
+			if res.Status != tt.want || json.Unmarshal(res.ClientBody, &b) != nil || b.Error.Type != tt.wantType || res.ClientHeaders["content-type"] != "application/json" {
+				t.Fatalf("Result = %d %s %q, want %d with an OpenAI error of type %s", res.Status, res.ClientHeaders["content-type"], res.ClientBody, tt.want, tt.wantType)
+			}
+		})
+	}
+	res, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"crash","prompt":"x"}`)})
+	if err != nil || res.Status != 500 || !strings.Contains(res.Details, "gRPC_error") {
+		t.Fatalf("an internal router failure = %+v, %v, want a gRPC error (Envoy: 500)", res, err)
+	}
+}
+
+func TestSubsetHintReachesRouter(t *testing.T) {
+	h := start(t, DefaultConfig())
+	subset := []string{"10.1.2.3:8000", "10.9.9.9:8000"}
+	if _, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Subset: subset}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.router.last().Subset; strings.Join(got, ",") != strings.Join(subset, ",") {
+		t.Fatalf("router saw subset %v, want %v", got, subset)
+	}
+}
+
+func TestClientAbortAndHealth(t *testing.T) {
+	h := start(t, DefaultConfig())
+	if _, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{3}, AbortAfterBody: true}); err != nil {
+		t.Fatal(err)
+	}
+	hc := healthpb.NewHealthClient(h.conn)
+	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, svc := range []string{"readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil || r.GetStatus() != want {
+				t.Fatalf("health %q = %v, %v, want %v", svc, r.GetStatus(), err, want)
+			}
+		}
+	}
+	check(healthpb.HealthCheckResponse_NOT_SERVING)
+	h.srv.SetReady(true)
+	check(healthpb.HealthCheckResponse_SERVING)
+	// The server still answers after the aborted stream.
+	res, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRouted(t, res, []byte(body))
+}

@@ -1,0 +1,222 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/kvrouter/kvrouter/router"
+)
+
+// stream is the state of one HTTP request's ext_proc stream.
+type stream struct {
+	srv      *Server
+	send     func(*extprocv3.ProcessingResponse) error
+	mode     BodyMode
+	respFDS  bool // response bodies arrive FULL_DUPLEX_STREAMED: echo them
+	req      router.Request
+	body     []byte
+	sawBody  bool // a request_body message arrived
+	answered bool // the request path is answered: the destination is sent
+	decision *router.Decision
+}
+
+func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
+	return &stream{srv: s, send: srv.Send, mode: s.cfg.BodyMode, respFDS: s.cfg.BodyMode == FullDuplexStreamed}
+}
+
+// end releases the request's load when the stream ends, however it ends.
+func (st *stream) end() {
+	if st.decision != nil {
+		st.decision.Done()
+	}
+}
+
+// handle answers one message; done means the stream is finished (an
+// immediate response was sent).
+func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (done bool, err error) {
+	if pc := req.GetProtocolConfig(); pc != nil {
+		st.protocol(pc)
+	}
+	switch r := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(ctx, r.RequestHeaders, req.GetMetadataContext())
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(ctx, r.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.requestTrailers(ctx)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, st.responseHeaders(r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, st.responseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		st.end()
+		return false, st.send(trailersResponse(false))
+	default:
+		return false, nil // flow-control and future messages need no answer
+	}
+}
+
+// protocol adopts the body modes Envoy announces in a stream's first
+// message (Envoy 1.34+).
+func (st *stream) protocol(pc *extprocv3.ProtocolConfiguration) {
+	switch pc.GetRequestBodyMode() {
+	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		st.mode = FullDuplexStreamed
+	case filterv3.ProcessingMode_BUFFERED:
+		st.mode = Buffered
+	}
+	st.respFDS = pc.GetResponseBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, md *corev3.Metadata) (bool, error) {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch strings.ToLower(hv.GetKey()) {
+		case ":path":
+			st.req.Path = headerValue(hv)
+		case "x-request-id":
+			st.req.ID = headerValue(hv)
+		}
+	}
+	st.req.Subset = subsetHint(md)
+	switch {
+	case h.GetEndOfStream(): // no body: route now
+		return st.finish(ctx, false)
+	case st.mode == Buffered: // Envoy sends the body only after this answer
+		return false, st.send(requestHeadersResponse(&extprocv3.CommonResponse{}))
+	default: // FULL_DUPLEX_STREAMED: answer once the body is complete
+		return false, nil
+	}
+}
+
+// subsetHint reads the endpoint subset Envoy allows, or nil for any.
+func subsetHint(md *corev3.Metadata) []string {
+	fm, ok := md.GetFilterMetadata()[namespaceSubset]
+	if !ok {
+		return nil
+	}
+	v, ok := fm.GetFields()[headerSubset]
+	if !ok {
+		return nil
+	}
+	list := v.GetListValue().GetValues()
+	subset := make([]string, 0, len(list))
+	for _, e := range list {
+		subset = append(subset, e.GetStringValue())
+	}
+	return subset
+}
+
+func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) (bool, error) {
+	if st.answered {
+		return false, nil // an extra end_of_stream after the body was answered
+	}
+	if len(st.body)+len(b.GetBody()) > st.srv.cfg.MaxBodyBytes {
+		st.srv.metrics.refused(413)
+		return true, st.send(immediate(router.TooLarge(st.srv.cfg.MaxBodyBytes)))
+	}
+	st.body = append(st.body, b.GetBody()...)
+	st.sawBody = true
+	// BUFFERED sends the whole body in one message, its end_of_stream false
+	// only when trailers follow; every body message needs an answer.
+	if st.mode != Buffered && !b.GetEndOfStream() {
+		return false, nil
+	}
+	return st.finish(ctx, false)
+}
+
+func (st *stream) requestTrailers(ctx context.Context) (bool, error) {
+	if st.answered {
+		return false, st.send(trailersResponse(true))
+	}
+	return st.finish(ctx, true)
+}
+
+// finish routes the complete request and sends the destination: in
+// FULL_DUPLEX_STREAMED mode the held header response, then the body again;
+// in BUFFERED mode the body response. With trailers, a trailers response
+// ends it instead of an end_of_stream body chunk.
+func (st *stream) finish(ctx context.Context, trailers bool) (bool, error) {
+	st.answered = true
+	st.req.Body = st.body
+	d, err := st.srv.router.Route(ctx, st.req)
+	if err != nil {
+		e := router.AsError(err)
+		if e == nil {
+			return false, fmt.Errorf("route request %s: %w", st.req.ID, err)
+		}
+		st.srv.metrics.refused(e.Status)
+		return true, st.send(immediate(e))
+	}
+	st.decision = d
+	resp := requestHeadersResponse(destination(d))
+	if st.mode == Buffered && st.sawBody {
+		resp = bodyResponse(true, destination(d))
+	}
+	resp.DynamicMetadata = destinationMetadata(d)
+	if err := st.send(resp); err != nil {
+		return false, err
+	}
+	if st.mode == FullDuplexStreamed && (st.sawBody || trailers) {
+		if err := st.sendChunks(true, st.body, !trailers); err != nil {
+			return false, err
+		}
+	}
+	if trailers {
+		return false, st.send(trailersResponse(true))
+	}
+	return false, nil
+}
+
+// sendChunks re-sends body in pieces of at most Config.ChunkBytes; the last
+// carries eos. An empty body is one empty piece.
+func (st *stream) sendChunks(request bool, body []byte, eos bool) error {
+	n := st.srv.cfg.ChunkBytes
+	for {
+		piece := body[:min(n, len(body))]
+		body = body[len(piece):]
+		if err := st.send(streamedChunk(request, piece, eos && len(body) == 0)); err != nil {
+			return err
+		}
+		if len(body) == 0 {
+			return nil
+		}
+	}
+}
+
+// responseHeaders tells the client where its request went. The pod's first
+// response byte means its prefill is done.
+func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
+	c := &extprocv3.CommonResponse{}
+	if d := st.decision; d != nil {
+		d.Prefilled()
+		c.HeaderMutation = setHeaders(routingHeaders(d)...)
+	}
+	if h.GetEndOfStream() {
+		st.end()
+	}
+	return st.send(responseHeadersResponse(c))
+}
+
+// responseBody echoes the pod's reply in FULL_DUPLEX_STREAMED mode (Envoy
+// keeps no copy) and acknowledges it otherwise.
+func (st *stream) responseBody(b *extprocv3.HttpBody) error {
+	if b.GetEndOfStream() {
+		st.end()
+	}
+	if !st.respFDS {
+		return st.send(bodyResponse(false, &extprocv3.CommonResponse{}))
+	}
+	return st.sendChunks(false, b.GetBody(), b.GetEndOfStream())
+}
