@@ -61,7 +61,7 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		p.stdin.Close() // the script exits when its stdin closes
+		_ = p.stdin.Close() // the script exits when its stdin closes
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
@@ -71,7 +71,7 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 			}
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			_ = <-done
 			t.Error("publisher.py did not exit when its stdin closed")
 		}
 	})
