@@ -71,8 +71,7 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 			}
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			_ = <-done
-			t.Error("publisher.py did not exit when its stdin closed")
+			t.Errorf("publisher.py did not exit when its stdin closed (killed: %v)", <-done)
 		}
 	})
 	p.lines = bufio.NewScanner(stdout)
