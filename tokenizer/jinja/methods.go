@@ -1,0 +1,344 @@
+package jinja
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+type stringMethod func(r *renderer, s string, args []Value, kw kwargs) (Value, error)
+
+var stringMethods map[string]stringMethod
+
+func init() {
+	stringMethods = map[string]stringMethod{
+		"strip":        stripMethod(strings.Trim, strings.TrimFunc),
+		"lstrip":       stripMethod(strings.TrimLeft, strings.TrimLeftFunc),
+		"rstrip":       stripMethod(strings.TrimRight, strings.TrimRightFunc),
+		"upper":        noArgs(upper),
+		"lower":        noArgs(lower),
+		"title":        noArgs(pyTitle),
+		"capitalize":   noArgs(capitalize),
+		"split":        splitMethod,
+		"startswith":   affixMethod(strings.HasPrefix),
+		"endswith":     affixMethod(strings.HasSuffix),
+		"replace":      replaceMethod,
+		"format":       formatMethod,
+		"join":         joinMethod,
+		"find":         findMethod,
+		"count":        countMethod,
+		"removeprefix": trimMethod(strings.TrimPrefix),
+		"removesuffix": trimMethod(strings.TrimSuffix),
+		"isdigit":      predMethod(unicode.IsDigit),
+		"isalpha":      predMethod(unicode.IsLetter),
+		"isspace":      predMethod(isSpace),
+	}
+}
+
+func argErr(name string, want string) error {
+	return fmt.Errorf("%w: %s() takes %s", ErrType, name, want)
+}
+
+func stringArg(v Value, what string) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%w: %s must be str, not %s", ErrType, what, typeName(v))
+	}
+	return s, nil
+}
+
+func stripMethod(cut func(string, string) string, cutFunc func(string, func(rune) bool) string) stringMethod {
+	return func(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+		if len(args) == 0 || args[0] == nil {
+			return cutFunc(s, isSpace), nil
+		}
+		chars, err := stringArg(args[0], "strip arg")
+		if err != nil {
+			return nil, err
+		}
+		return cut(s, chars), nil
+	}
+}
+
+func noArgs(f func(string) string) stringMethod {
+	return func(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+		if len(args) > 0 {
+			return nil, argErr("method", "no arguments")
+		}
+		return f(s), nil
+	}
+}
+
+func upper(s string) string { return strings.ToUpper(s) }
+func lower(s string) string { return strings.ToLower(s) }
+
+func capitalize(s string) string {
+	for i, r := range s {
+		return string(unicode.ToTitle(r)) + strings.ToLower(s[i+len(string(r)):])
+	}
+	return s
+}
+
+// pyTitle is str.title: a cased letter after an uncased one goes upper,
+// other cased letters lower.
+func pyTitle(s string) string {
+	var b strings.Builder
+	prevCased := false
+	for _, r := range s {
+		cased := unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r)
+		switch {
+		case cased && !prevCased:
+			b.WriteRune(unicode.ToTitle(r))
+		case cased:
+			b.WriteRune(unicode.ToLower(r))
+		default:
+			b.WriteRune(r)
+		}
+		prevCased = cased
+	}
+	return b.String()
+}
+
+func splitMethod(_ *renderer, s string, args []Value, kw kwargs) (Value, error) {
+	var sep Value
+	limit := int64(-1)
+	if len(args) > 0 {
+		sep = args[0]
+	}
+	if v, ok := kw.get("sep"); ok {
+		sep = v
+	}
+	if len(args) > 1 {
+		limit, _ = integer(args[1])
+	}
+	if v, ok := kw.get("maxsplit"); ok {
+		limit, _ = integer(v)
+	}
+	var parts []string
+	switch sp := sep.(type) {
+	case nil:
+		parts = splitWhitespace(s, limit)
+	case string:
+		if sp == "" {
+			return nil, fmt.Errorf("%w: empty separator", ErrValue)
+		}
+		n := -1
+		if limit >= 0 {
+			n = int(min(limit, 1<<30)) + 1
+		}
+		parts = strings.SplitN(s, sp, n)
+	default:
+		return nil, fmt.Errorf("%w: must be str or None, not %s", ErrType, typeName(sep))
+	}
+	out := make([]Value, len(parts))
+	for i, p := range parts {
+		out[i] = p
+	}
+	return &List{Items: out}, nil
+}
+
+func splitWhitespace(s string, limit int64) []string {
+	var parts []string
+	for {
+		s = strings.TrimLeftFunc(s, isSpace)
+		if s == "" {
+			return parts
+		}
+		if limit >= 0 && int64(len(parts)) == limit {
+			return append(parts, s)
+		}
+		end := strings.IndexFunc(s, isSpace)
+		if end < 0 {
+			return append(parts, s)
+		}
+		parts = append(parts, s[:end])
+		s = s[end:]
+	}
+}
+
+func affixMethod(has func(string, string) bool) stringMethod {
+	return func(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+		if len(args) != 1 {
+			return nil, argErr("startswith/endswith", "one argument")
+		}
+		if t, ok := args[0].(*List); ok && t.Tuple {
+			for _, it := range t.Items {
+				a, err := stringArg(it, "tuple item")
+				if err != nil {
+					return nil, err
+				}
+				if has(s, a) {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+		a, err := stringArg(args[0], "argument")
+		if err != nil {
+			return nil, err
+		}
+		return has(s, a), nil
+	}
+}
+
+func replaceMethod(r *renderer, s string, args []Value, _ kwargs) (Value, error) {
+	if len(args) < 2 {
+		return nil, argErr("replace", "at least 2 arguments")
+	}
+	old, err := stringArg(args[0], "replace arg 1")
+	if err != nil {
+		return nil, err
+	}
+	repl, err := stringArg(args[1], "replace arg 2")
+	if err != nil {
+		return nil, err
+	}
+	n := -1
+	if len(args) > 2 {
+		c, _ := integer(args[2])
+		n = int(max(min(c, 1<<30), -1))
+	}
+	return pyReplace(r, s, old, repl, n)
+}
+
+// pyReplace is str.replace (an empty old inserts between code points).
+func pyReplace(r *renderer, s, old, repl string, n int) (Value, error) {
+	count := strings.Count(s, old)
+	if n >= 0 {
+		count = min(count, n)
+	}
+	if err := r.checkLen(len(s) + count*(len(repl)-len(old))); err != nil {
+		return nil, err
+	}
+	return strings.Replace(s, old, repl, n), nil
+}
+
+func trimMethod(f func(string, string) string) stringMethod {
+	return func(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+		if len(args) != 1 {
+			return nil, argErr("removeprefix/removesuffix", "one argument")
+		}
+		a, err := stringArg(args[0], "argument")
+		if err != nil {
+			return nil, err
+		}
+		return f(s, a), nil
+	}
+}
+
+func predMethod(f func(rune) bool) stringMethod {
+	return func(_ *renderer, s string, _ []Value, _ kwargs) (Value, error) {
+		if s == "" {
+			return false, nil
+		}
+		for _, c := range s {
+			if !f(c) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+}
+
+func joinMethod(r *renderer, s string, args []Value, _ kwargs) (Value, error) {
+	if len(args) != 1 {
+		return nil, argErr("join", "exactly one argument")
+	}
+	items, err := iterate(args[0])
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if parts[i], err = stringArg(it, fmt.Sprintf("sequence item %d", i)); err != nil {
+			return nil, err
+		}
+	}
+	out := strings.Join(parts, s)
+	return out, r.checkLen(len(out))
+}
+
+func findMethod(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+	if len(args) != 1 {
+		return nil, argErr("find", "one argument")
+	}
+	sub, err := stringArg(args[0], "argument")
+	if err != nil {
+		return nil, err
+	}
+	i := strings.Index(s, sub)
+	if i < 0 {
+		return int64(-1), nil
+	}
+	return int64(len([]rune(s[:i]))), nil
+}
+
+func countMethod(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+	if len(args) != 1 {
+		return nil, argErr("count", "one argument")
+	}
+	sub, err := stringArg(args[0], "argument")
+	if err != nil {
+		return nil, err
+	}
+	if sub == "" {
+		return int64(len([]rune(s)) + 1), nil
+	}
+	return int64(strings.Count(s, sub)), nil
+}
+
+func dictMethod(d *Dict, name string, args []Value) (Value, error) {
+	switch name {
+	case "items":
+		items := make([]Value, d.Len())
+		for i, k := range d.keys {
+			items[i] = &List{Items: []Value{k, d.vals[i]}, Tuple: true}
+		}
+		return &List{Items: items, View: "dict_items"}, nil
+	case "keys":
+		return &List{Items: append([]Value(nil), d.keys...), View: "dict_keys"}, nil
+	case "values":
+		return &List{Items: append([]Value(nil), d.vals...), View: "dict_values"}, nil
+	case "copy":
+		c := NewDict()
+		for i, k := range d.keys {
+			_ = c.Set(k, d.vals[i])
+		}
+		return c, nil
+	}
+	if len(args) < 1 || len(args) > 2 {
+		return nil, argErr("get", "1 or 2 arguments")
+	}
+	if _, ok := hashKey(args[0]); !ok {
+		return nil, fmt.Errorf("%w: unhashable type: '%s'", ErrType, typeName(args[0]))
+	}
+	if v, ok := d.Get(args[0]); ok {
+		return v, nil
+	}
+	if len(args) == 2 {
+		return args[1], nil
+	}
+	return nil, nil
+}
+
+func listMethod(l *List, name string, args []Value) (Value, error) {
+	if name == "copy" {
+		return &List{Items: append([]Value(nil), l.Items...)}, nil
+	}
+	if len(args) != 1 {
+		return nil, argErr(name, "exactly one argument")
+	}
+	n := int64(0)
+	for i, it := range l.Items {
+		if equal(it, args[0]) {
+			if name == "index" {
+				return int64(i), nil
+			}
+			n++
+		}
+	}
+	if name == "index" {
+		return nil, fmt.Errorf("%w: %s is not in list", ErrValue, repr(args[0]))
+	}
+	return n, nil
+}

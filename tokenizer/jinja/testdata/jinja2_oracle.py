@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""jinja2_oracle.py: render templates with Python jinja2 configured as
+transformers configures it for chat templates, and chat requests as vLLM
+renders them.
+
+Written for kvrouter's differential tests from the documented behaviour of
+transformers' chat templating and vLLM's chat preprocessing.
+
+usage: /usr/bin/python3 jinja2_oracle.py < requests.jsonl > results.jsonl
+
+Every input line is a JSON object:
+  {"template": SRC, "context": {...}, "now": ISO}          render SRC
+  {"template": SRC, "chat": REQUEST, "special": {...}, "now": ISO}
+                                                       render a chat request
+and every output line is {"out": STRING} or {"error": "Class: message"}.
+"""
+import datetime
+import json
+import sys
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+NOW = [datetime.datetime.now()]
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # transformers replaces jinja2's tojson (which HTML-escapes) by this.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=separators, sort_keys=sort_keys)
+
+
+def strftime_now(fmt):
+    return NOW[0].strftime(fmt)
+
+
+def environment():
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+ENV = environment()
+CACHE = {}
+
+
+def compiled(src):
+    t = CACHE.get(src)
+    if t is None:
+        t = ENV.from_string(src)
+        CACHE[src] = t
+    return t
+
+
+# ---- vLLM's chat preprocessing, as documented --------------------------
+
+def is_var(node, name):
+    return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == name
+
+
+def is_attr(node, name, key):
+    if isinstance(node, jinja2.nodes.Getitem):
+        return (is_var(node.node, name) and isinstance(node.arg, jinja2.nodes.Const)
+                and node.arg.value == key)
+    if isinstance(node, jinja2.nodes.Getattr):
+        return is_var(node.node, name) and node.attr == key
+    return False
+
+
+def is_access(node, name, key=None):
+    if isinstance(node, jinja2.nodes.Filter):
+        return node.node is not None and is_access(node.node, name, key)
+    if isinstance(node, jinja2.nodes.Test):
+        return is_access(node.node, name, key)
+    if isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+        return is_access(node.node, name, key)
+    return is_attr(node, name, key) if key else is_var(node, name)
+
+
+def aliases(root, name):
+    """Names assigned (transitively) from name, name included."""
+    out, todo = [name], [name]
+    while todo:
+        cur = todo.pop(0)
+        for a in root.find_all(jinja2.nodes.Assign):
+            if is_access(a.node, cur) and isinstance(a.target, jinja2.nodes.Name):
+                out.append(a.target.name)
+                if a.target.name != cur:
+                    todo.append(a.target.name)
+    return out
+
+
+def content_format(src):
+    """'openai' when the template loops over a message's content."""
+    try:
+        root = ENV.parse(src)
+    except Exception:
+        return "string"
+    msgs = aliases(root, "messages")
+    loop_vars = []
+    for loop in root.find_all(jinja2.nodes.For):
+        if any(is_access(loop.iter, m) for m in msgs) and isinstance(loop.target, jinja2.nodes.Name):
+            loop_vars.append(loop.target.name)
+    for loop in root.find_all(jinja2.nodes.For):
+        if any(is_access(loop.iter, v, "content") for v in loop_vars):
+            return "openai"
+    return "string"
+
+
+def conversation(messages, fmt):
+    conv = []
+    for m in messages:
+        role = m["role"]
+        content = m.get("content")
+        if content is None:
+            parts = []
+        elif isinstance(content, str):
+            parts = [content]
+        else:
+            parts = []
+            for p in content:
+                if isinstance(p, str):
+                    parts.append(p)
+                elif p.get("type") == "text":
+                    parts.append(p["text"])
+                else:
+                    raise ValueError("unsupported content part type %r" % p.get("type"))
+        if fmt == "openai":
+            out = {"role": role, "content": [{"type": "text", "text": t} for t in parts]}
+        else:
+            out = {"role": role, "content": "\n".join(parts)}
+        reasoning = m.get("reasoning") or m.get("reasoning_content")
+        if role == "assistant":
+            if m.get("tool_calls") is not None:
+                out["tool_calls"] = list(m["tool_calls"])
+            if reasoning is not None:
+                out["reasoning"] = reasoning
+                out["reasoning_content"] = reasoning
+        elif role == "tool" and "tool_call_id" in m:
+            out["tool_call_id"] = m["tool_call_id"]
+        if isinstance(m.get("name"), str):
+            out["name"] = m["name"]
+        conv.append(out)
+    for m in conv:
+        if m["role"] == "assistant" and isinstance(m.get("tool_calls"), list):
+            for call in m["tool_calls"]:
+                args = call["function"].get("arguments")
+                if args:
+                    if not isinstance(args, (dict, list)):
+                        call["function"]["arguments"] = json.loads(args)
+                else:
+                    call["function"]["arguments"] = {}
+    return conv
+
+
+def tool_dump(tool):
+    """A tool as vLLM's pydantic model dumps it."""
+    fn = tool["function"]
+    out_fn = {"name": fn["name"], "description": fn.get("description"),
+              "parameters": fn.get("parameters")}
+    for k, v in fn.items():
+        if k not in out_fn:
+            out_fn[k] = v
+    out = {"type": tool.get("type", "function"), "function": out_fn}
+    for k, v in tool.items():
+        if k not in out:
+            out[k] = v
+    return out
+
+
+def render_chat(src, req, special):
+    if req.get("add_generation_prompt", True) and req.get("continue_final_message", False):
+        raise ValueError("add_generation_prompt and continue_final_message cannot both be true")
+    conv = conversation(req["messages"], content_format(src))
+    tools = req.get("tools")
+    ctx = dict(special)
+    ctx.update(req.get("chat_template_kwargs") or {})
+    ctx.update(messages=conv,
+               tools=None if tools is None else [tool_dump(t) for t in tools],
+               documents=req.get("documents"),
+               add_generation_prompt=req.get("add_generation_prompt", True))
+    out = compiled(src).render(**ctx)
+    if req.get("continue_final_message", False):
+        out = continue_final(out, conv[-1]["content"])
+    return out
+
+
+def continue_final(rendered, final):
+    if isinstance(final, (list, tuple)):
+        for block in reversed(final):
+            if "text" in block:
+                final = block["text"]
+                break
+        else:
+            raise ValueError("no text to continue in the final message")
+    if final.strip() not in rendered:
+        raise ValueError("the final message does not appear in the rendered chat")
+    loc = rendered.rindex(final.strip())
+    if rendered[loc:loc + len(final.lstrip())] == final:
+        return rendered[:loc + len(final.lstrip())]
+    return rendered[:loc + len(final.strip())]
+
+
+def handle(req):
+    if "now" in req:
+        NOW[0] = datetime.datetime.fromisoformat(req["now"])
+    if "chat" in req:
+        return render_chat(req["template"], req["chat"], req.get("special") or {})
+    return compiled(req["template"]).render(**(req.get("context") or {}))
+
+
+def main():
+    sys.setrecursionlimit(3000)
+    out = sys.stdout
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            res = {"out": handle(req)}
+        except Exception as e:  # every failure is a result
+            res = {"error": "%s: %s" % (type(e).__name__, e)}
+        out.write(json.dumps(res, ensure_ascii=False) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
