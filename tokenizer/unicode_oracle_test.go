@@ -45,14 +45,17 @@ func TestUnicodeOracle(t *testing.T) {
 	inDomain := func(r rune) bool { return r <= 0x323af && !unicode.Is(unicode.Cs, r) || r >= 0xe0000 && r <= 0xe01ef }
 	for name, ranges := range res.Classes {
 		table := unicode16.Tables[name]
-		rust := map[rune]bool{}
+		rust := make([]bool, unicode.MaxRune+1)
 		for _, rg := range ranges {
 			for r := rg[0]; r <= rg[1]; r++ {
 				rust[r] = true
 			}
 		}
 		bad := 0
-		for r := rune(0); r <= unicode.MaxRune; r++ {
+		for r := rune(0); r <= 0xe01ef; r++ {
+			if r == 0x323b0 {
+				r = 0xe0000
+			}
 			if inDomain(r) && rust[r] != unicode.Is(table, r) {
 				if bad++; bad <= 10 {
 					t.Errorf("%U: in \\p{%s}: regex engine %v, unicode16 %v", r, name, rust[r], !rust[r])
@@ -85,7 +88,10 @@ func TestUnicodeOracle(t *testing.T) {
 			t.Errorf("nfc(%U) = %U, Rust %U", d, got, kd)
 		}
 	}
-	for r := rune(0); r <= unicode.MaxRune; r++ {
+	for r := rune(0x80); r <= 0xe01ef; r++ {
+		if r == 0x323b0 {
+			r = 0xe0000
+		}
 		if inDomain(r) && !changed[r] && nfc(string(r)) != string(r) {
 			t.Errorf("nfc(%U) = %U, Rust leaves it", r, []rune(nfc(string(r))))
 		}
