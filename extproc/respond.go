@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"encoding/json"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -95,31 +94,15 @@ func trailersResponse(request bool) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 }
 
-// errorBody is the OpenAI error shape.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    int     `json:"code"`
-	} `json:"error"`
-}
-
 // immediate turns a router refusal into Envoy's local reply: the status and
 // an OpenAI-style JSON error body. This is the one place refusals become
 // responses.
 func immediate(e *router.Error) *extprocv3.ProcessingResponse {
-	var b errorBody
-	b.Error.Message, b.Error.Type, b.Error.Code = e.Message, e.Type, e.Status
-	if e.Param != "" {
-		b.Error.Param = &e.Param
-	}
-	body, _ := json.Marshal(&b) // a struct of strings and ints always marshals
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
 			Headers: setHeaders("content-type", "application/json"),
-			Body:    body,
+			Body:    e.JSON(),
 			Details: "kvrouter_" + e.Type,
 		},
 	}}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,4 +52,23 @@ func TooLarge(limit int) *Error {
 		Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 		Message: fmt.Sprintf("request body is larger than %d bytes", limit),
 	}
+}
+
+// JSON is the OpenAI-style error body clients expect:
+// {"error": {"message", "type", "param", "code"}}.
+func (e *Error) JSON() []byte {
+	var b struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    int     `json:"code"`
+		} `json:"error"`
+	}
+	b.Error.Message, b.Error.Type, b.Error.Code = e.Message, e.Type, e.Status
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	out, _ := json.Marshal(&b) // strings and an int always marshal
+	return out
 }

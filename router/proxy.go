@@ -1,0 +1,99 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+)
+
+// Proxy is kvrouter as an OpenAI-compatible HTTP reverse proxy, for users
+// without Envoy and for the local demo: it routes each request with the same
+// Router and forwards it to the chosen pod, streaming the reply (SSE
+// included) without buffering and canceling the upstream request when the
+// client goes away. Responses carry the same x-kvrouter-* headers as behind
+// Envoy.
+type Proxy struct {
+	router  *Router
+	maxBody int64
+	logger  *slog.Logger
+	rp      *httputil.ReverseProxy
+}
+
+type decisionKey struct{}
+
+// NewProxy returns a proxy routing with r, refusing bodies over maxBody
+// bytes, and dialing pods with transport (nil: http.DefaultTransport).
+func NewProxy(r *Router, maxBody int64, transport http.RoundTripper, logger *slog.Logger) *Proxy {
+	p := &Proxy{router: r, maxBody: maxBody, logger: logger}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			d, _ := pr.In.Context().Value(decisionKey{}).(*Decision)
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", d.Address, ""
+			pr.SetXForwarded()
+			setRoutingHeaders(pr.Out.Header, d)
+		},
+		Transport:     transport,
+		FlushInterval: -1, // flush every write: SSE streams through unbuffered
+		ModifyResponse: func(resp *http.Response) error {
+			d, _ := resp.Request.Context().Value(decisionKey{}).(*Decision)
+			d.Prefilled()
+			setRoutingHeaders(resp.Header, d)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if errors.Is(err, context.Canceled) {
+				return // the client left
+			}
+			d, _ := req.Context().Value(decisionKey{}).(*Decision)
+			p.logger.Warn("pod unreachable", "request_id", d.RequestID, "pod", d.Pod, "error", err)
+			writeError(w, &Error{Status: http.StatusBadGateway, Type: "upstream_error", Message: "pod " + d.Pod + " did not answer"})
+		},
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return p
+}
+
+func setRoutingHeaders(h http.Header, d *Decision) {
+	h.Set("X-Kvrouter-Pod", d.Pod)
+	h.Set("X-Kvrouter-Cached-Blocks", strconv.Itoa(d.Matched)+"/"+strconv.Itoa(d.Total))
+	h.Set("X-Kvrouter-Reason", string(d.Reason))
+}
+
+// ServeHTTP routes and forwards one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, p.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, TooLarge(int(p.maxBody)))
+			return
+		}
+		writeError(w, badRequest("", "reading the request body: %v", err))
+		return
+	}
+	d, err := p.router.Route(req.Context(), Request{ID: req.Header.Get("X-Request-Id"), Path: req.URL.Path, Body: body})
+	if err != nil {
+		e := AsError(err)
+		if e == nil {
+			e = &Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
+		}
+		writeError(w, e)
+		return
+	}
+	defer d.Done()
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), decisionKey{}, d)))
+}
+
+// writeError answers with an OpenAI-style JSON error.
+func writeError(w http.ResponseWriter, e *Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(e.JSON())
+}

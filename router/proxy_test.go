@@ -1,0 +1,150 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// podServer is an upstream pod: it answers with its name, streams SSE when
+// asked, and reports when a request's context ends.
+type podServer struct {
+	name     string
+	release  chan struct{} // closed to let a stream send its second event
+	canceled chan struct{} // closed when a streamed request's context ends
+}
+
+func (p *podServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if !strings.Contains(string(body), `"stream":true`) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"pod":%q,"path":%q,"pod_header":%q,"body_bytes":%d}`, p.name, r.URL.Path, r.Header.Get("X-Kvrouter-Pod"), len(body))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fmt.Fprint(w, "data: one\n\n")
+	_ = http.NewResponseController(w).Flush()
+	select {
+	case <-p.release:
+		fmt.Fprint(w, "data: two\n\ndata: [DONE]\n\n")
+	case <-r.Context().Done():
+		close(p.canceled)
+	}
+}
+
+func startProxy(t *testing.T) (*testRouter, *httptest.Server, map[string]*podServer) {
+	t.Helper()
+	tr := newTestRouter(t)
+	pods := map[string]*podServer{}
+	for _, name := range []string{"a", "b", "c"} {
+		ps := &podServer{name: name, release: make(chan struct{}), canceled: make(chan struct{})}
+		up := httptest.NewServer(ps)
+		t.Cleanup(up.Close)
+		pods[name] = ps
+		tr.fleet.Upsert(Pod{Name: name, Address: strings.TrimPrefix(up.URL, "http://"), Model: "llama", Ready: true})
+	}
+	front := httptest.NewServer(NewProxy(tr.Router, 1<<20, nil, slog.New(slog.DiscardHandler)))
+	t.Cleanup(front.Close)
+	return tr, front, pods
+}
+
+func post(ctx context.Context, t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestProxyRoutes(t *testing.T) {
+	tr, front, _ := startProxy(t)
+	tr.store("b", prompt, "", "")
+	resp := post(context.Background(), t, front.URL+"/v1/completions", completion("llama", prompt, ""))
+	defer func() { _ = resp.Body.Close() }()
+	var got struct {
+		Pod       string `json:"pod"`
+		PodHeader string `json:"pod_header"`
+		BodyBytes int    `json:"body_bytes"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("reply %q: %v", raw, err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("X-Kvrouter-Pod") != "b" || resp.Header.Get("X-Kvrouter-Cached-Blocks") != "7/7" ||
+		resp.Header.Get("X-Kvrouter-Reason") != "prefix" || got.PodHeader != "b" || got.BodyBytes != len(completion("llama", prompt, "")) {
+		t.Fatalf("proxied reply = %d %v %s, want 200 from pod b with 7/7 cached blocks", resp.StatusCode, resp.Header, raw)
+	}
+}
+
+func TestProxyStreamsAndCancels(t *testing.T) {
+	tr, front, pods := startProxy(t)
+	tr.store("c", prompt, "", "")
+	body := completion("llama", prompt, `,"stream":true`)
+
+	// The first event arrives while the pod still holds the second.
+	resp := post(context.Background(), t, front.URL+"/v1/completions", body)
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first SSE line = %q, %v, want it before the stream ends", line, err)
+	}
+	close(pods["c"].release)
+	rest, _ := io.ReadAll(r)
+	_ = resp.Body.Close()
+	if !strings.Contains(string(rest), "data: [DONE]") || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("rest of the stream = %q (%s)", rest, resp.Header.Get("Content-Type"))
+	}
+
+	// A client that goes away cancels the pod's request.
+	pods["c"].release = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	resp = post(ctx, t, front.URL+"/v1/completions", body)
+	if line, _ := bufio.NewReader(resp.Body).ReadString('\n'); line != "data: one\n" {
+		t.Fatalf("first SSE line = %q", line)
+	}
+	cancel()
+	_ = resp.Body.Close()
+	select {
+	case <-pods["c"].canceled:
+	case <-time.After(10 * time.Second): // a hang guard, not a performance bound
+		t.Fatal("the pod's request was not canceled when the client left")
+	}
+	if l := tr.fleet.Load("c"); l.InFlight.Load() != 0 {
+		t.Fatalf("pod c in flight = %d after both requests ended, want 0", l.InFlight.Load())
+	}
+}
+
+func TestProxyErrors(t *testing.T) {
+	_, front, _ := startProxy(t)
+	for _, tt := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/v1/completions", `{`, 400},
+		{"/v1/completions", completion("nope", "x", ""), 404},
+		{"/v1/completions", completion("llama", strings.Repeat("x", 2<<20), ""), 413},
+	} {
+		resp := post(context.Background(), t, front.URL+tt.path, tt.body)
+		var b struct {
+			Error struct{ Type string } `json:"error"`
+		}
+		err := json.NewDecoder(resp.Body).Decode(&b)
+		_ = resp.Body.Close()
+		if resp.StatusCode != tt.want || err != nil || b.Error.Type == "" {
+			t.Errorf("POST %s = %d (%v), want %d with an OpenAI error", tt.path, resp.StatusCode, err, tt.want)
+		}
+	}
+}
