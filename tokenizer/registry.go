@@ -4,11 +4,14 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 )
@@ -32,11 +35,19 @@ type Config struct {
 	// MaxLoaded bounds the tokenizers kept in memory; the least recently used
 	// is dropped beyond it.
 	MaxLoaded int
+	// HubURL is the base URL of a Hugging Face hub to download models found
+	// nowhere else from, into HFCache; empty: no downloads.
+	HubURL string
+	// HubToken is the bearer token sent to the hub; empty: none. Never logged.
+	HubToken string
+	// HubTimeout bounds one download request.
+	HubTimeout time.Duration
 }
 
-// DefaultConfig returns a Config with no models and room for 8 tokenizers.
+// DefaultConfig returns a Config with no models, room for 8 tokenizers and
+// a one-minute download timeout.
 func DefaultConfig() Config {
-	return Config{MaxLoaded: 8}
+	return Config{MaxLoaded: 8, HubTimeout: time.Minute}
 }
 
 // Validate reports every problem of the configuration.
@@ -44,6 +55,17 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.MaxLoaded < 1 {
 		errs = append(errs, fmt.Errorf("tokenizer: MaxLoaded %d: want at least 1", c.MaxLoaded))
+	}
+	if c.HubURL != "" {
+		if u, err := url.Parse(c.HubURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("tokenizer: HubURL %q: want an http(s) URL", c.HubURL))
+		}
+		if c.HFCache == "" {
+			errs = append(errs, errors.New("tokenizer: HubURL needs HFCache to download into"))
+		}
+		if c.HubTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("tokenizer: HubTimeout %v: want more than 0", c.HubTimeout))
+		}
 	}
 	for name, dir := range c.Models {
 		if name == "" || dir == "" {
@@ -76,9 +98,10 @@ func (c Config) base(name string) (string, error) {
 // (concurrent first uses share one load) and keeping the most recently used.
 // It is safe for concurrent use.
 type Registry struct {
-	cfg   Config
-	loads singleflight.Group
-	mu    struct {
+	cfg    Config
+	client *http.Client
+	loads  singleflight.Group
+	mu     struct {
 		sync.Mutex
 		lru     *list.List               // of *registryEntry, most recent first
 		entries map[string]*list.Element // by base model name
@@ -95,7 +118,7 @@ func NewRegistry(cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Registry{cfg: cfg}
+	r := &Registry{cfg: cfg, client: &http.Client{Timeout: cfg.HubTimeout}}
 	r.mu.lru = list.New()
 	r.mu.entries = make(map[string]*list.Element)
 	return r, nil
@@ -154,15 +177,20 @@ func (r *Registry) store(name string, tok *Tokenizer) {
 }
 
 // Dir returns the directory of a base model's tokenizer files: its entry
-// in Config.Models, or its snapshot in the Hugging Face cache.
+// in Config.Models, or its snapshot in the Hugging Face cache, downloaded
+// from the hub first when Config.HubURL is set and the cache lacks it.
 func (r *Registry) Dir(name string) (string, error) {
 	if dir, ok := r.cfg.Models[name]; ok {
 		return dir, nil
 	}
-	if r.cfg.HFCache != "" {
-		return hfSnapshot(r.cfg.HFCache, name)
+	if r.cfg.HFCache == "" {
+		return "", fmt.Errorf("%w %q", ErrUnknownModel, name)
 	}
-	return "", fmt.Errorf("%w %q", ErrUnknownModel, name)
+	dir, err := hfSnapshot(r.cfg.HFCache, name)
+	if errors.Is(err, ErrUnknownModel) && r.cfg.HubURL != "" {
+		return r.hubDownload(name)
+	}
+	return dir, err
 }
 
 // hfSnapshot finds ORG/NAME in a Hugging Face cache: the snapshot that
