@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/pprof"
@@ -8,28 +9,33 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvrouter/kvrouter/router"
 )
 
-// newAdminHandler serves the operator endpoints: liveness, readiness,
-// Prometheus metrics from reg, and the Go profiler.
-func newAdminHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+// adminHandler serves the operator endpoints: liveness, readiness,
+// Prometheus metrics, the Go profiler, the pods as kvrouter sees them, and
+// POST /v1/score.
+func (a *app) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
+		if !a.ready.Load() {
 			writeText(w, http.StatusServiceUnavailable, "not ready\n")
 			return
 		}
 		writeText(w, http.StatusOK, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /debug/pods", a.debugPods)
+	mux.HandleFunc("POST /v1/score", a.score)
 	return mux
 }
 
@@ -37,6 +43,73 @@ func writeText(w http.ResponseWriter, code int, body string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	_, _ = io.WriteString(w, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// podReport is one pod in /debug/pods.
+type podReport struct {
+	router.Pod
+	Entries      int    `json:"index_entries"`
+	Verification string `json:"hash_verification"`
+	InFlight     int64  `json:"in_flight"`
+	Waiting      int64  `json:"vllm_waiting"`
+	Running      int64  `json:"vllm_running"`
+}
+
+func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
+	verification := map[string]string{}
+	for _, s := range a.events.Status() {
+		verification[s.Name] = s.Verification.String()
+	}
+	pods := a.fleet.Pods()
+	out := make([]podReport, 0, len(pods))
+	for _, p := range pods {
+		r := podReport{Pod: p, Verification: verification[p.Name]}
+		if id, ok := a.index.Pod(p.Name); ok {
+			r.Entries = a.index.PodEntries(id)
+		}
+		if l := a.fleet.Load(p.Name); l != nil {
+			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
+		}
+		out = append(out, r)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// score answers POST /v1/score: a completions or chat request body scored
+// against every candidate pod, without routing it.
+func (a *app) score(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<20))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
+		return
+	}
+	path := "/v1/completions"
+	var probe struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(body, &probe) == nil && probe.Messages != nil {
+		path = "/v1/chat/completions"
+	}
+	rep, err := a.router.Score(router.Request{Path: path, Body: body})
+	if e := router.AsError(err); e != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(e.Status)
+		_, _ = w.Write(e.JSON())
+		return
+	}
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }
 
 // newBuildInfo is the kvrouter_build_info gauge: always 1, labeled with the

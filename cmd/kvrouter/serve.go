@@ -3,35 +3,58 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/kvindex"
 )
 
 // serveOptions are the flags of `kvrouter serve`.
 type serveOptions struct {
-	adminAddr       string
-	logLevel        string
-	drainDelay      time.Duration
-	shutdownTimeout time.Duration
+	adminAddr, grpcAddr, httpAddr string
+	logLevel                      string
+	drainDelay, shutdownTimeout   time.Duration
+	pods, models                  listFlag
+	hfCache, defaultModel         string
+	hashAlgo, hashSeed            string
+	blockSize, maxEntries         int
+	bodyMode                      string
+	maxBodyBytes                  int
+}
+
+func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
+	fs := newFlagSet("serve", "[flags]", stderr)
+	fs.StringVar(&o.adminAddr, "admin-addr", ":9090", "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, POST /v1/score")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ":9002", "Envoy ext_proc gRPC server; empty: off")
+	fs.StringVar(&o.httpAddr, "http-addr", "", "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight work may take to finish once stopping")
+	fs.Var(&o.pods, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT] (repeatable)")
+	fs.Var(&o.models, "model", "a model's tokenizer directory (tokenizer.json, tokenizer_config.json): NAME=DIR (repeatable)")
+	fs.StringVar(&o.hfCache, "hf-cache", "", "a Hugging Face hub cache directory searched for tokenizers of other models")
+	fs.StringVar(&o.defaultModel, "default-model", "", "the model of pods that do not name one")
+	fs.StringVar(&o.hashAlgo, "hash-algo", string(kvindex.SHA256), "the pods' --prefix-caching-hash-algo: sha256 or sha256_cbor")
+	fs.StringVar(&o.hashSeed, "hash-seed", kvindex.DefaultSeed, "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset)")
+	fs.IntVar(&o.blockSize, "block-size", kvindex.DefaultBlockSize, "the pods' KV cache block size in tokens")
+	fs.IntVar(&o.maxEntries, "max-index-entries", kvindex.DefaultConfig().MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
+	fs.StringVar(&o.bodyMode, "body-mode", string(extproc.FullDuplexStreamed), "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
+	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultConfig().MaxBodyBytes, "largest request body accepted (413 beyond)")
+	return fs
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o serveOptions
-	fs := newFlagSet("serve", "[flags]", stderr)
-	fs.StringVar(&o.adminAddr, "admin-addr", ":9090", "address of the admin HTTP server (/healthz, /readyz, /metrics, /debug/pprof/)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight work may take to finish once stopping")
+	fs := serveFlags(&o, stderr)
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -42,7 +65,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return serve(ctx, o, logger, stdout)
+	a, err := newApp(o, logger)
+	if err != nil {
+		return err
+	}
+	return a.serve(ctx, o, stdout)
 }
 
 func parseLogLevel(s string) (slog.Level, error) {
@@ -53,42 +80,63 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
+// listen opens every configured listener before anything runs, so a busy
+// port fails the start at once.
+func listen(o serveOptions) (admin, grpc, proxy net.Listener, err error) {
+	var errs []error
+	open := func(what, addr string) net.Listener {
+		if addr == "" {
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s server: %w", what, err))
+		}
+		return ln
+	}
+	admin, grpc, proxy = open("admin", o.adminAddr), open("ext_proc", o.grpcAddr), open("proxy", o.httpAddr)
+	if err := errors.Join(errs...); err != nil {
+		for _, ln := range []net.Listener{admin, grpc, proxy} {
+			if ln != nil {
+				_ = ln.Close()
+			}
+		}
+		return nil, nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	return admin, grpc, proxy, nil
+}
+
 // serve runs every long-lived part until ctx is done, then drains: it reports
-// not-ready, waits drainDelay, and stops the servers gracefully.
-func serve(ctx context.Context, o serveOptions, logger *slog.Logger, stdout io.Writer) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newBuildInfo(),
-	)
-	var ready atomic.Bool
-	adminLn, err := net.Listen("tcp", o.adminAddr)
+// not-ready, waits the drain delay, and stops the servers gracefully.
+func (a *app) serve(ctx context.Context, o serveOptions, stdout io.Writer) error {
+	adminLn, grpcLn, proxyLn, err := listen(o)
 	if err != nil {
-		return fmt.Errorf("serve: admin server: %w", err)
+		return err
 	}
-	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready.Load),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	say := func(what string, ln net.Listener, scheme string) {
+		if ln != nil {
+			fmt.Fprintf(stdout, "kvrouter: %s listening on %s%s\n", what, scheme, displayAddr(ln.Addr()))
+			a.logger.Info(what+" listening", "addr", ln.Addr().String(), "version", version)
+		}
 	}
-	fmt.Fprintf(stdout, "kvrouter: admin server listening on http://%s\n", displayAddr(adminLn.Addr()))
-	logger.Info("admin server listening", "addr", adminLn.Addr().String(), "version", version)
+	say("admin server", adminLn, "http://")
+	say("ext_proc gRPC server", grpcLn, "")
+	say("OpenAI proxy", proxyLn, "http://")
 
 	// The servers stop on stopCtx, which the drainer cancels once ctx is done
 	// and the drain delay has passed (or at once when a part failed).
 	stopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveHTTP(stopCtx, admin, adminLn, o.shutdownTimeout) })
+	a.start(stopCtx, g, adminLn, grpcLn, proxyLn, o.shutdownTimeout)
 	g.Go(func() error {
 		defer stop()
 		<-gctx.Done()
-		ready.Store(false)
+		a.setReady(false)
 		if ctx.Err() == nil {
 			return nil // a part failed: no drain
 		}
-		logger.Info("draining", "drain_delay", o.drainDelay.String())
+		a.logger.Info("draining", "drain_delay", o.drainDelay.String())
 		if o.drainDelay > 0 {
 			t := time.NewTimer(o.drainDelay)
 			defer t.Stop()
@@ -96,9 +144,9 @@ func serve(ctx context.Context, o serveOptions, logger *slog.Logger, stdout io.W
 		}
 		return nil
 	})
-	ready.Store(true)
+	a.setReady(true)
 	err = g.Wait()
-	logger.Info("stopped")
+	a.logger.Info("stopped")
 	return err
 }
 

@@ -57,7 +57,7 @@ func TestServeAdminEndpoints(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
 		_ = pw.Close()
 	}()
 	base := listenURL(t, pr)
@@ -97,10 +97,10 @@ func TestServeAddressInUse(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() {
-		_ = run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+		_ = run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
 	}()
 	addr := strings.TrimPrefix(listenURL(t, pr), "http://")
-	err := run(context.Background(), []string{"serve", "--admin-addr", addr}, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"serve", "--admin-addr", addr, "--grpc-addr", "127.0.0.1:0"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "admin server") {
 		t.Fatalf("second serve on %s = %v, want an admin server listen error", addr, err)
 	}
@@ -111,7 +111,7 @@ func TestServeAddressInUse(t *testing.T) {
 func TestProcessSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "serve", "--admin-addr", "127.0.0.1:0", "--log-level", "error")
+			cmd := exec.Command(os.Args[0], "serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error")
 			cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
