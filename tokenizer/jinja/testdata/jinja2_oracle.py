@@ -10,8 +10,9 @@ usage: /usr/bin/python3 jinja2_oracle.py < requests.jsonl > results.jsonl
 
 Every input line is a JSON object:
   {"template": SRC, "context": {...}, "now": ISO}          render SRC
-  {"template": SRC, "chat": REQUEST, "special": {...}, "now": ISO}
-                                                       render a chat request
+  {"template": SRC, "chat": REQUEST, "config": PATH, "now": ISO}
+      render a chat request with the special tokens of the
+      tokenizer_config.json at PATH
 and every output line is {"out": STRING} or {"error": "Class: message"}.
 """
 import datetime
@@ -211,11 +212,37 @@ def continue_final(rendered, final):
     return rendered[:loc + len(final.strip())]
 
 
+SPECIAL = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+           "cls_token", "mask_token"]
+
+
+def special_tokens(path):
+    """transformers' special_tokens_map from tokenizer_config.json."""
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+
+    def content(t):
+        return t.get("content") if isinstance(t, dict) else t
+
+    out = {}
+    for k in SPECIAL:
+        v = content(cfg.get(k))
+        if v:
+            out[k] = v
+    extra = [content(t) for t in cfg.get("additional_special_tokens") or []]
+    extra = [t for t in extra if t]
+    if extra:
+        out["additional_special_tokens"] = extra
+    return out
+
+
 def handle(req):
     if "now" in req:
         NOW[0] = datetime.datetime.fromisoformat(req["now"])
     if "chat" in req:
-        return render_chat(req["template"], req["chat"], req.get("special") or {})
+        return render_chat(req["template"], req["chat"], special_tokens(req.get("config")))
     return compiled(req["template"]).render(**(req.get("context") or {}))
 
 

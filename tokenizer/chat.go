@@ -1,0 +1,238 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
+)
+
+// ErrNoChatTemplate is returned when neither the request, the
+// configuration nor the model's files give a chat template.
+var ErrNoChatTemplate = errors.New("tokenizer: no chat template")
+
+// specialTokenFields are transformers' special token attributes, in the
+// order of its special_tokens_map.
+var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
+
+// Chat renders chat requests with a model's chat template exactly as vLLM
+// does (through transformers and jinja2). It is safe for concurrent use.
+type Chat struct {
+	template string         // the model's template; "" none
+	special  map[string]any // special token strings for the context
+	cache    *jinja.Cache
+}
+
+// LoadChat reads a model's chat template and special tokens from dir
+// (tokenizer_config.json, chat_template.jinja). A non-empty override
+// replaces the model's template, as vLLM's --chat-template does.
+func LoadChat(dir, override string) (*Chat, error) {
+	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	tmpl, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return NewChat(cfg, string(tmpl), override)
+}
+
+// NewChat builds a Chat from the contents of tokenizer_config.json (nil:
+// none) and chat_template.jinja ("": none). The template is, in order of
+// precedence: override, chat_template.jinja, tokenizer_config.json's
+// chat_template (a string, or the entry named "default" of a list).
+func NewChat(configJSON []byte, templateFile, override string) (*Chat, error) {
+	c := &Chat{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16)}
+	var cfg map[string]json.RawMessage
+	if len(configJSON) > 0 {
+		if err := json.Unmarshal(configJSON, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		}
+	}
+	if err := c.readSpecial(cfg); err != nil {
+		return nil, err
+	}
+	c.template = override
+	if c.template == "" {
+		c.template = templateFile
+	}
+	if c.template == "" {
+		t, err := configTemplate(cfg["chat_template"])
+		if err != nil {
+			return nil, err
+		}
+		c.template = t
+	}
+	return c, nil
+}
+
+// configTemplate reads tokenizer_config.json's chat_template: a string or
+// a list of {"name", "template"} whose "default" entry is used.
+func configTemplate(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return "", fmt.Errorf("tokenizer: tokenizer_config.json: chat_template: %w", err)
+	}
+	for _, n := range named {
+		if n.Name == "default" {
+			return n.Template, nil
+		}
+	}
+	return "", fmt.Errorf("%w: tokenizer_config.json has named chat templates but none called \"default\"", ErrNoChatTemplate)
+}
+
+func tokenString(raw json.RawMessage) (string, bool) {
+	if isNull(raw) {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, s != ""
+	}
+	var obj struct {
+		Content string `json:"content"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		return obj.Content, obj.Content != ""
+	}
+	return "", false
+}
+
+func (c *Chat) readSpecial(cfg map[string]json.RawMessage) error {
+	for _, f := range specialTokenFields {
+		if s, ok := tokenString(cfg[f]); ok {
+			c.special[f] = s
+		}
+	}
+	var extra []json.RawMessage
+	if raw := cfg["additional_special_tokens"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &extra); err != nil {
+			return fmt.Errorf("tokenizer: tokenizer_config.json: additional_special_tokens: %w", err)
+		}
+	}
+	var list []jinja.Value
+	for _, e := range extra {
+		if s, ok := tokenString(e); ok {
+			list = append(list, s)
+		}
+	}
+	if len(list) > 0 {
+		c.special["additional_special_tokens"] = jinja.NewList(list...)
+	}
+	return nil
+}
+
+// Template returns the chat template a request would use without its own.
+func (c *Chat) Template() string { return c.template }
+
+// Render renders a chat request to the prompt text vLLM would tokenize.
+func (c *Chat) Render(req *ChatRequest) (string, error) {
+	return c.renderWith(req, jinja.RenderOptions{})
+}
+
+// Encode renders a chat request and encodes the prompt with tok, adding
+// special tokens only when the request asks (vLLM's default is not to).
+func (c *Chat) Encode(tok *Tokenizer, req *ChatRequest) ([]uint32, error) {
+	text, err := c.Render(req)
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(text, req.AddSpecialTokens)
+}
+
+func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, error) {
+	src := c.template
+	if req.ChatTemplate != "" {
+		src = req.ChatTemplate
+	}
+	if src == "" {
+		return "", ErrNoChatTemplate
+	}
+	if req.AddGenerationPrompt && req.ContinueFinalMessage {
+		return "", errors.New("tokenizer: chat: add_generation_prompt and continue_final_message cannot both be true")
+	}
+	t, err := c.cache.Get(src)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: chat template: %w", err)
+	}
+	conv, err := conversation(req.Messages, t.LoopsOverContent())
+	if err != nil {
+		return "", err
+	}
+	out, err := t.RenderWith(c.context(req, conv), opt)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: chat template: %w", err)
+	}
+	if req.ContinueFinalMessage && len(conv) > 0 {
+		return continueFinal(out, conv[len(conv)-1])
+	}
+	return out, nil
+}
+
+func (c *Chat) context(req *ChatRequest, conv []jinja.Value) map[string]jinja.Value {
+	ctx := make(map[string]jinja.Value, len(c.special)+8)
+	for k, v := range c.special {
+		ctx[k] = v
+	}
+	if req.Kwargs != nil {
+		for i, k := range req.Kwargs.Keys() {
+			if s, ok := k.(string); ok {
+				ctx[s] = req.Kwargs.Values()[i]
+			}
+		}
+	}
+	ctx["messages"] = jinja.NewList(conv...)
+	ctx["tools"] = nil
+	if req.Tools != nil {
+		ctx["tools"] = dumpTools(req.Tools)
+	}
+	ctx["documents"] = req.Documents
+	ctx["add_generation_prompt"] = req.AddGenerationPrompt
+	return ctx
+}
+
+// continueFinal cuts the render after the final message's text, as
+// transformers does for continue_final_message.
+func continueFinal(rendered string, last jinja.Value) (string, error) {
+	msg := last.(*jinja.Dict)
+	content, _ := msg.Get("content")
+	final, ok := content.(string)
+	if parts, isList := content.(*jinja.List); isList {
+		ok = false
+		for i := len(parts.Items) - 1; i >= 0 && !ok; i-- {
+			if p, isDict := parts.Items[i].(*jinja.Dict); isDict {
+				if t, has := p.Get("text"); has {
+					final, ok = t.(string)
+				}
+			}
+		}
+	}
+	if !ok {
+		return "", errors.New("tokenizer: chat: continue_final_message: no text to continue in the final message")
+	}
+	stripped := strings.TrimFunc(final, isPySpace)
+	loc := strings.LastIndex(rendered, stripped)
+	if loc < 0 {
+		return "", errors.New("tokenizer: chat: continue_final_message: the final message does not appear in the rendered chat")
+	}
+	left := strings.TrimLeftFunc(final, isPySpace)
+	if left == final && strings.HasPrefix(rendered[loc:], final) {
+		return rendered[:loc+len(left)], nil
+	}
+	return rendered[:loc+len(stripped)], nil
+}

@@ -1,0 +1,331 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
+)
+
+// ChatRequest is what of an OpenAI chat completions request changes the
+// prompt vLLM renders and tokenizes.
+type ChatRequest struct {
+	// Messages are the request's messages as sent (dicts).
+	Messages []jinja.Value
+	// Tools are the request's tools; nil when absent.
+	Tools *jinja.List
+	// Documents are the request's documents; nil when absent.
+	Documents jinja.Value
+	// AddGenerationPrompt appends the assistant header (default true).
+	AddGenerationPrompt bool
+	// ContinueFinalMessage leaves the final message open.
+	ContinueFinalMessage bool
+	// AddSpecialTokens makes the encoding add BOS/EOS (default false).
+	AddSpecialTokens bool
+	// ChatTemplate replaces the model's template when not empty.
+	ChatTemplate string
+	// Kwargs are chat_template_kwargs (e.g. enable_thinking); nil: none.
+	Kwargs *jinja.Dict
+}
+
+// ParseChatRequest reads the prompt-relevant fields of a chat completions
+// request body, keeping the key order of every object.
+func ParseChatRequest(body []byte) (*ChatRequest, error) {
+	v, err := jinja.FromJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: chat request: %w", err)
+	}
+	d, ok := v.(*jinja.Dict)
+	if !ok {
+		return nil, errors.New("tokenizer: chat request: want a JSON object")
+	}
+	req := &ChatRequest{AddGenerationPrompt: true}
+	msgs, ok := get(d, "messages").(*jinja.List)
+	if !ok {
+		return nil, errors.New("tokenizer: chat request: messages must be a list")
+	}
+	req.Messages = msgs.Items
+	if t := get(d, "tools"); t != nil {
+		if req.Tools, ok = t.(*jinja.List); !ok {
+			return nil, errors.New("tokenizer: chat request: tools must be a list")
+		}
+	}
+	req.Documents = get(d, "documents")
+	if err := readFlags(d, req); err != nil {
+		return nil, err
+	}
+	if k := get(d, "chat_template_kwargs"); k != nil {
+		if req.Kwargs, ok = k.(*jinja.Dict); !ok {
+			return nil, errors.New("tokenizer: chat request: chat_template_kwargs must be an object")
+		}
+	}
+	if t := get(d, "chat_template"); t != nil {
+		if req.ChatTemplate, ok = t.(string); !ok {
+			return nil, errors.New("tokenizer: chat request: chat_template must be a string")
+		}
+	}
+	return req, nil
+}
+
+func readFlags(d *jinja.Dict, req *ChatRequest) error {
+	for _, f := range []struct {
+		name string
+		dst  *bool
+	}{
+		{"add_generation_prompt", &req.AddGenerationPrompt},
+		{"continue_final_message", &req.ContinueFinalMessage},
+		{"add_special_tokens", &req.AddSpecialTokens},
+	} {
+		v := get(d, f.name)
+		if v == nil {
+			continue
+		}
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("tokenizer: chat request: %s must be a boolean", f.name)
+		}
+		*f.dst = b
+	}
+	return nil
+}
+
+// get returns d[key], or nil when absent.
+func get(d *jinja.Dict, key string) jinja.Value {
+	v, _ := d.Get(key)
+	return v
+}
+
+// conversation turns request messages into what vLLM hands the template:
+// text parts joined by "\n" (or, when the template loops over content, a
+// list of {"type": "text", "text": ...}), tool_calls, tool_call_id, name
+// and reasoning kept, and tool call arguments given as JSON strings parsed.
+func conversation(msgs []jinja.Value, parts bool) ([]jinja.Value, error) {
+	out := make([]jinja.Value, len(msgs))
+	for i, m := range msgs {
+		d, ok := m.(*jinja.Dict)
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: chat: message %d is not an object", i)
+		}
+		msg, err := convertMessage(d, parts)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: chat: message %d: %w", i, err)
+		}
+		out[i] = msg
+	}
+	return out, nil
+}
+
+func convertMessage(d *jinja.Dict, parts bool) (*jinja.Dict, error) {
+	role, ok := get(d, "role").(string)
+	if !ok {
+		return nil, errors.New("role must be a string")
+	}
+	texts, err := contentTexts(get(d, "content"))
+	if err != nil {
+		return nil, err
+	}
+	msg := jinja.NewDict()
+	msg.SetString("role", role)
+	if parts {
+		items := make([]jinja.Value, len(texts))
+		for i, t := range texts {
+			p := jinja.NewDict()
+			p.SetString("type", "text")
+			p.SetString("text", t)
+			items[i] = p
+		}
+		msg.SetString("content", jinja.NewList(items...))
+	} else {
+		msg.SetString("content", strings.Join(texts, "\n"))
+	}
+	if err := copyExtras(d, msg, role); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func contentTexts(content jinja.Value) ([]string, error) {
+	switch c := content.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return []string{c}, nil
+	case *jinja.List:
+		texts := make([]string, 0, len(c.Items))
+		for _, p := range c.Items {
+			t, err := partText(p)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, t)
+		}
+		return texts, nil
+	}
+	return nil, errors.New("content must be a string, a list of parts or null")
+}
+
+func partText(p jinja.Value) (string, error) {
+	if s, ok := p.(string); ok {
+		return s, nil
+	}
+	d, ok := p.(*jinja.Dict)
+	if !ok || get(d, "type") != "text" {
+		return "", fmt.Errorf("unsupported content part %v", p)
+	}
+	t, ok := get(d, "text").(string)
+	if !ok {
+		return "", errors.New("text part without a string text")
+	}
+	return t, nil
+}
+
+// copyExtras copies what vLLM keeps besides role and content.
+func copyExtras(d, msg *jinja.Dict, role string) error {
+	reasoning := get(d, "reasoning")
+	if !truthyJSON(reasoning) {
+		reasoning = get(d, "reasoning_content")
+	}
+	switch role {
+	case "assistant":
+		if calls := get(d, "tool_calls"); calls != nil {
+			l, ok := calls.(*jinja.List)
+			if !ok {
+				return errors.New("tool_calls must be a list")
+			}
+			parsed, err := parseToolCalls(l)
+			if err != nil {
+				return err
+			}
+			msg.SetString("tool_calls", parsed)
+		}
+		if reasoning != nil {
+			msg.SetString("reasoning", reasoning)
+			msg.SetString("reasoning_content", reasoning)
+		}
+	case "tool":
+		if id, ok := d.Get("tool_call_id"); ok {
+			msg.SetString("tool_call_id", id)
+		}
+	}
+	if name, ok := get(d, "name").(string); ok {
+		msg.SetString("name", name)
+	}
+	return nil
+}
+
+func truthyJSON(v jinja.Value) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case string:
+		return x != ""
+	case bool:
+		return x
+	}
+	return true
+}
+
+// parseToolCalls returns the calls with JSON-string arguments replaced by
+// their parsed value and empty or missing ones by {}, as vLLM does before
+// rendering. The request's own values are not modified.
+func parseToolCalls(in *jinja.List) (*jinja.List, error) {
+	calls := jinja.NewList(make([]jinja.Value, len(in.Items))...)
+	for i, c := range in.Items {
+		orig, ok := c.(*jinja.Dict)
+		if !ok {
+			return nil, fmt.Errorf("tool call %d is not an object", i)
+		}
+		origFn, ok := get(orig, "function").(*jinja.Dict)
+		if !ok {
+			return nil, fmt.Errorf("tool call %d has no function", i)
+		}
+		call, fn := jinja.NewDict(), jinja.NewDict()
+		copyMissing(orig, call)
+		copyMissing(origFn, fn)
+		call.SetString("function", fn)
+		calls.Items[i] = call
+		args := get(fn, "arguments")
+		switch a := args.(type) {
+		case *jinja.Dict, *jinja.List:
+			if truthyJSON(len2(a)) {
+				continue
+			}
+			fn.SetString("arguments", jinja.NewDict())
+		case string:
+			if a == "" {
+				fn.SetString("arguments", jinja.NewDict())
+				continue
+			}
+			v, err := jinja.FromJSON([]byte(a))
+			if err != nil {
+				return nil, fmt.Errorf("tool call %d arguments: %w", i, err)
+			}
+			fn.SetString("arguments", v)
+		default:
+			if truthyJSON(a) {
+				return nil, fmt.Errorf("tool call %d arguments: want a JSON string", i)
+			}
+			fn.SetString("arguments", jinja.NewDict())
+		}
+	}
+	return calls, nil
+}
+
+// len2 returns a container's length as a value truthyJSON understands.
+func len2(v jinja.Value) jinja.Value {
+	switch x := v.(type) {
+	case *jinja.Dict:
+		return x.Len() > 0
+	case *jinja.List:
+		return len(x.Items) > 0
+	}
+	return false
+}
+
+// dumpTools renders tools as vLLM's pydantic models dump them: type and
+// function first, function with name, description and parameters (null
+// when absent), then any extra fields.
+func dumpTools(tools *jinja.List) *jinja.List {
+	out := make([]jinja.Value, len(tools.Items))
+	for i, t := range tools.Items {
+		td, ok := t.(*jinja.Dict)
+		if !ok {
+			out[i] = t
+			continue
+		}
+		fn := jinja.NewDict()
+		src, _ := get(td, "function").(*jinja.Dict)
+		for _, k := range []string{"name", "description", "parameters"} {
+			if src != nil {
+				fn.SetString(k, get(src, k))
+			}
+		}
+		copyMissing(src, fn)
+		d := jinja.NewDict()
+		typ := get(td, "type")
+		if typ == nil {
+			typ = "function"
+		}
+		d.SetString("type", typ)
+		d.SetString("function", fn)
+		copyMissing(td, d)
+		out[i] = d
+	}
+	return jinja.NewList(out...)
+}
+
+func copyMissing(src, dst *jinja.Dict) {
+	if src == nil {
+		return
+	}
+	for i, k := range src.Keys() {
+		if _, ok := dst.Get(k); !ok {
+			_ = dst.Set(k, src.Values()[i])
+		}
+	}
+}
+
+// isPySpace is Python's str.isspace for one character.
+func isPySpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }

@@ -1,0 +1,104 @@
+package tokenizer
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestNewChatTemplateResolution(t *testing.T) {
+	named := []byte(`{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}], "bos_token": {"content": "<s>"}}`)
+	tests := []struct {
+		name           string
+		cfg            []byte
+		file, override string
+		want           string
+	}{
+		{"config string", []byte(`{"chat_template": "C"}`), "", "", "C"},
+		{"config named default", named, "", "", "D"},
+		{"file over config", []byte(`{"chat_template": "C"}`), "F", "", "F"},
+		{"override over file", []byte(`{"chat_template": "C"}`), "F", "O", "O"},
+		{"none", nil, "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewChat(tt.cfg, tt.file, tt.override)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Template(); got != tt.want {
+				t.Errorf("Template() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if _, err := NewChat([]byte(`{"chat_template": [{"name": "x", "template": "T"}]}`), "", ""); !errors.Is(err, ErrNoChatTemplate) {
+		t.Errorf("NewChat(no default) = %v, want ErrNoChatTemplate", err)
+	}
+}
+
+func TestChatRender(t *testing.T) {
+	cfg := []byte(`{"chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ x }}", "bos_token": {"content": "<s>"}, "eos_token": null}`)
+	c, err := NewChat(cfg, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, body, want string
+	}{
+		{"default generation prompt", `{"messages": [{"role": "user", "content": "hi"}]}`, "<s>[user:hi]>"},
+		{"parts joined", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "add_generation_prompt": false}`, "<s>[user:a\nb]"},
+		{"kwargs", `{"messages": [], "chat_template_kwargs": {"x": "K"}}`, "<s>>K"},
+		{"request template", `{"messages": [], "chat_template": "R{{ messages|length }}"}`, "R0"},
+		{"continue final", `{"messages": [{"role": "assistant", "content": "go on"}], "add_generation_prompt": false, "continue_final_message": true}`, "<s>[assistant:go on"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := ParseChatRequest([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Render(req)
+			if err != nil || got != tt.want {
+				t.Errorf("Render(%s) = %q, %v, want %q", tt.body, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseChatRequestErrors(t *testing.T) {
+	for _, body := range []string{
+		`[]`, `{}`, `{"messages": {}}`, `{"messages": [], "tools": {}}`,
+		`{"messages": [], "add_generation_prompt": "yes"}`, `{"messages": [], "chat_template": 1}`,
+		`{"messages": [], "chat_template_kwargs": []}`, `{"messages": [`,
+	} {
+		if _, err := ParseChatRequest([]byte(body)); err == nil {
+			t.Errorf("ParseChatRequest(%s) = nil error, want one", body)
+		}
+	}
+}
+
+func TestChatRenderErrors(t *testing.T) {
+	c, err := NewChat(nil, "", "{{ messages[0].content }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`{"messages": [1]}`,
+		`{"messages": [{"role": 1}]}`,
+		`{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`,
+		`{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]}`,
+		`{"messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`,
+	} {
+		req, err := ParseChatRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := c.Render(req); err == nil {
+			t.Errorf("Render(%s) = %q, want an error", body, out)
+		}
+	}
+	empty, _ := NewChat(nil, "", "")
+	req, _ := ParseChatRequest([]byte(`{"messages": []}`))
+	if _, err := empty.Render(req); !errors.Is(err, ErrNoChatTemplate) {
+		t.Errorf("Render without template = %v, want ErrNoChatTemplate", err)
+	}
+}
