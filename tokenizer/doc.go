@@ -45,8 +45,19 @@
 // variants of those files exercise the components the six do not use, and
 // the Unicode tables and NFC are compared code point by code point.
 //
+// # Registry
+//
+// A [Registry] maps served model names to tokenizers: aliases (served names,
+// LoRA adapters) lead to a base model, whose files come from a configured
+// directory or a Hugging Face cache (models--ORG--NAME/snapshots/REV/, the
+// revision refs/main names), downloaded first from a hub when one is
+// configured. Each model loads once however many requests ask at the same
+// time (singleflight); the least recently used are dropped beyond
+// Config.MaxLoaded. An unknown model is [ErrUnknownModel]: route by load.
+//
 // # Concurrency
 //
 // A Tokenizer is immutable after loading except for its word cache, which is
-// internally locked: one Tokenizer serves any number of goroutines.
+// internally locked: one Tokenizer serves any number of goroutines. A
+// Registry is safe for concurrent use.
 package tokenizer
