@@ -147,14 +147,3 @@ func vcsRevision() string {
 	}
 	return ", rev " + rev + dirty
 }
-
-// errNotYet is returned by subcommands whose capability has not landed.
-var errNotYet = errors.New("not available in this build yet")
-
-func runRender(_ context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlagSet("render", "--tokenizer DIR [--tokens] [--jsonl]", stderr)
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	return fmt.Errorf("render: %w", errNotYet)
-}

@@ -12,7 +12,7 @@ func TestRun(t *testing.T) {
 	tests := []struct {
 		name       string
 		args       []string
-		wantErr    error // nil, errUsage or errNotYet
+		wantErr    error // nil or errUsage
 		wantStdout string
 		wantStderr string
 	}{
@@ -26,7 +26,7 @@ func TestRun(t *testing.T) {
 		{name: "stray argument", args: []string{"version", "extra"}, wantErr: errUsage, wantStderr: `unexpected argument "extra"`},
 		{name: "serve help", args: []string{"serve", "-h"}, wantStderr: "-admin-addr"},
 		{name: "tokenize needs a tokenizer", args: []string{"tokenize"}, wantErr: errUsage, wantStderr: "--tokenizer is required"},
-		{name: "render not yet", args: []string{"render"}, wantErr: errNotYet},
+		{name: "render needs a tokenizer", args: []string{"render"}, wantErr: errUsage, wantStderr: "--tokenizer is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
