@@ -105,22 +105,12 @@ func (b *bpe) buildVocab(f *fileJSON) error {
 }
 
 func (b *bpe) buildMerges(f *fileJSON) error {
-	var pairs, values []uint64 // collected first to size the map exactly
-	var buf []byte
-	err := eachMerge(f.merges, func(l, r []byte) error {
-		buf = append(append(buf[:0], l...), r...)
-		lid, ok1 := f.Vocab[string(l)]
-		rid, ok2 := f.Vocab[string(r)]
-		nid, ok3 := f.Vocab[string(buf)]
-		if !ok1 || !ok2 || !ok3 {
-			return fmt.Errorf("tokenizer: BPE merge %q %q uses tokens outside the vocabulary", l, r)
+	pairs, values := f.mergePairs, f.mergeValues
+	if f.merges != nil {
+		var err error
+		if pairs, values, err = collectMerges(f.merges, f.Vocab); err != nil {
+			return err
 		}
-		pairs = append(pairs, uint64(lid)<<32|uint64(rid))
-		values = append(values, uint64(len(values))<<32|uint64(nid))
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	b.merges = make(map[uint64]uint64, len(pairs))
 	for i, key := range pairs {
@@ -129,6 +119,25 @@ func (b *bpe) buildMerges(f *fileJSON) error {
 		}
 	}
 	return nil
+}
+
+// collectMerges reads the merges array at s into pairs (left<<32 | right)
+// and values (rank<<32 | merged id), so that the map can be sized exactly.
+func collectMerges(s *jsonScanner, vocab map[string]uint32) (pairs, values []uint64, err error) {
+	var buf []byte
+	err = eachMerge(s, func(l, r []byte) error {
+		buf = append(append(buf[:0], l...), r...)
+		lid, ok1 := vocab[string(l)]
+		rid, ok2 := vocab[string(r)]
+		nid, ok3 := vocab[string(buf)]
+		if !ok1 || !ok2 || !ok3 {
+			return fmt.Errorf("tokenizer: BPE merge %q %q uses tokens outside the vocabulary", l, r)
+		}
+		pairs = append(pairs, uint64(lid)<<32|uint64(rid))
+		values = append(values, uint64(len(values))<<32|uint64(nid))
+		return nil
+	})
+	return pairs, values, err
 }
 
 // symbols appends the initial symbols of word to syms: one per byte for

@@ -10,7 +10,9 @@ type fileJSON struct {
 	PostProcessor json.RawMessage   `json:"post_processor"`
 	Model         modelJSON         `json:"-"`
 	Vocab         map[string]uint32 `json:"-"`
-	merges        *jsonScanner      // at the merges array; nil: none
+	merges        *jsonScanner      // at the merges array when read before the vocabulary
+	mergePairs    []uint64          // merges read after the vocabulary: left<<32 | right
+	mergeValues   []uint64          // and rank<<32 | merged id
 	Truncation    json.RawMessage   `json:"truncation"`
 	Padding       json.RawMessage   `json:"padding"`
 }

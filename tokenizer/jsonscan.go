@@ -21,14 +21,11 @@ func (s *jsonScanner) fail(what string) error {
 	return fmt.Errorf("tokenizer: tokenizer.json offset %d: %s: %w", s.pos, what, errJSON)
 }
 
+// ws skips whitespace (and any other control byte, which valid JSON only
+// has inside strings).
 func (s *jsonScanner) ws() {
-	for s.pos < len(s.data) {
-		switch s.data[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
-		}
+	for s.pos < len(s.data) && s.data[s.pos] <= ' ' {
+		s.pos++
 	}
 }
 

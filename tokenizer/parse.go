@@ -53,6 +53,11 @@ func parseModel(s *jsonScanner, f *fileJSON) error {
 			f.Vocab = v
 			return err
 		case "merges":
+			if f.Vocab != nil { // the usual order: read them now
+				var err error
+				f.mergePairs, f.mergeValues, err = collectMerges(s, f.Vocab)
+				return err
+			}
 			f.merges = &jsonScanner{data: s.data, pos: s.pos}
 			return s.skip()
 		}
