@@ -16,8 +16,11 @@ export GOLANGCI_LINT_VERSION
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-run: build ## start kvrouter on the embedded local default and show where it listens
-	./bin/kvrouter serve --admin-addr 127.0.0.1:9090 --grpc-addr 127.0.0.1:9002 --http-addr 127.0.0.1:8080
+run: ## the local demo: 3 simulated vLLM pods + kvrouter, a scripted workload, then keeps serving (Ctrl-C stops)
+	test/deps.sh system oracle
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kvrouter ./cmd/kvrouter
+	$(GO) build -o bin/kvrouter-demo ./test/cmd/kvrouter-demo
+	./bin/kvrouter-demo --kvrouter ./bin/kvrouter
 
 test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint, race tests, short fuzz runs
 	@echo "make test: all checks passed"

@@ -3,6 +3,8 @@ package router
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -76,7 +78,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeError(w, badRequest("", "reading the request body: %v", err))
 		return
 	}
-	d, err := p.router.Route(req.Context(), Request{ID: req.Header.Get("X-Request-Id"), Path: req.URL.Path, Body: body})
+	id := req.Header.Get("X-Request-Id")
+	if id == "" {
+		id = newRequestID()
+		req.Header.Set("X-Request-Id", id)
+	}
+	d, err := p.router.Route(req.Context(), Request{ID: id, Path: req.URL.Path, Body: body})
 	if err != nil {
 		e := AsError(err)
 		if e == nil {
@@ -96,4 +103,12 @@ func writeError(w http.ResponseWriter, e *Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.JSON())
+}
+
+// newRequestID returns a random 128-bit id in hex, as Envoy generates for
+// requests without one.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
+	return hex.EncodeToString(b[:])
 }

@@ -105,6 +105,13 @@ func (a *app) build(idxCfg kvindex.Config, hashCfg kvindex.HashConfig, tokCfg to
 	if err != nil {
 		return err
 	}
+	// Load the configured tokenizers now: a bad directory fails the start,
+	// and no request pays for a load.
+	for name := range tokCfg.Models {
+		if _, err := toks.For(name); err != nil {
+			return fmt.Errorf("model %s: %w", name, err)
+		}
+	}
 	a.fleet = router.NewFleet(a.index)
 	if a.router, err = router.New(router.DefaultConfig(), a.fleet, a.index, hasher, router.RegistryTokenizers{Registry: toks}, a.logger, a.reg); err != nil {
 		return err

