@@ -15,6 +15,9 @@ func (t *Tokenizer) configure(data []byte, f *fileJSON) error {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
 	}
+	if err := checkConfigTokens(&c, f); err != nil {
+		return err
+	}
 	switch strings.TrimSuffix(c.TokenizerClass, "Fast") {
 	case "LlamaTokenizer", "GemmaTokenizer", "CodeLlamaTokenizer":
 	default:
@@ -47,18 +50,12 @@ func (t *Tokenizer) configure(data []byte, f *fileJSON) error {
 // configTokenID resolves a token of tokenizer_config.json, written as a
 // string or as {"content": ...}, to its id.
 func configTokenID(raw json.RawMessage, f *fileJSON, field string) (uint32, error) {
-	if isNull(raw) {
-		return 0, fmt.Errorf("tokenizer: tokenizer_config.json: %s is needed but missing", field)
+	content, err := tokenContent(raw)
+	if err != nil {
+		return 0, fmt.Errorf("tokenizer: tokenizer_config.json: %s: %w", field, err)
 	}
-	var content string
-	if err := json.Unmarshal(raw, &content); err != nil {
-		var obj struct {
-			Content string `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			return 0, fmt.Errorf("tokenizer: tokenizer_config.json: %s: %w", field, err)
-		}
-		content = obj.Content
+	if content == "" {
+		return 0, fmt.Errorf("tokenizer: tokenizer_config.json: %s is needed but missing", field)
 	}
 	for _, a := range f.AddedTokens {
 		if a.Content == content {
@@ -69,4 +66,46 @@ func configTokenID(raw json.RawMessage, f *fileJSON, field string) (uint32, erro
 		return uint32(id), nil
 	}
 	return 0, fmt.Errorf("tokenizer: tokenizer_config.json: %s %q is not a token", field, content)
+}
+
+// checkConfigTokens refuses a tokenizer_config.json naming special or added
+// tokens that tokenizer.json does not list as added tokens: transformers
+// would add them, and they would then be matched in text.
+func checkConfigTokens(c *configJSON, f *fileJSON) error {
+	have := make(map[string]bool, len(f.AddedTokens))
+	for _, a := range f.AddedTokens {
+		have[a.Content] = true
+	}
+	raws := []json.RawMessage{c.BosToken, c.EosToken, c.UnkToken, c.PadToken, c.SepToken, c.ClsToken, c.MaskToken}
+	raws = append(raws, c.Additional...)
+	for _, r := range c.AddedDecoder {
+		raws = append(raws, r)
+	}
+	for _, r := range raws {
+		content, err := tokenContent(r)
+		if err != nil {
+			return fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		}
+		if content != "" && !have[content] {
+			return fmt.Errorf("tokenizer: tokenizer_config.json names token %q, which tokenizer.json does not add: not supported", content)
+		}
+	}
+	return nil
+}
+
+// tokenContent reads a token written as a string or as {"content": ...};
+// "" for null.
+func tokenContent(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var content string
+	if err := json.Unmarshal(raw, &content); err == nil {
+		return content, nil
+	}
+	var obj struct {
+		Content string `json:"content"`
+	}
+	err := json.Unmarshal(raw, &obj)
+	return obj.Content, err
 }

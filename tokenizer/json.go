@@ -91,13 +91,20 @@ type templateSpecialJSON struct {
 
 // configJSON is the part of tokenizer_config.json that changes token ids.
 type configJSON struct {
-	TokenizerClass string          `json:"tokenizer_class"`
-	AddBosToken    *bool           `json:"add_bos_token"`
-	AddEosToken    *bool           `json:"add_eos_token"`
-	BosToken       json.RawMessage `json:"bos_token"`
-	EosToken       json.RawMessage `json:"eos_token"`
-	AddPrefixSpace *bool           `json:"add_prefix_space"`
-	FromSlow       bool            `json:"from_slow"`
+	TokenizerClass string                     `json:"tokenizer_class"`
+	AddBosToken    *bool                      `json:"add_bos_token"`
+	AddEosToken    *bool                      `json:"add_eos_token"`
+	BosToken       json.RawMessage            `json:"bos_token"`
+	EosToken       json.RawMessage            `json:"eos_token"`
+	AddPrefixSpace *bool                      `json:"add_prefix_space"`
+	FromSlow       bool                       `json:"from_slow"`
+	UnkToken       json.RawMessage            `json:"unk_token"`
+	PadToken       json.RawMessage            `json:"pad_token"`
+	SepToken       json.RawMessage            `json:"sep_token"`
+	ClsToken       json.RawMessage            `json:"cls_token"`
+	MaskToken      json.RawMessage            `json:"mask_token"`
+	Additional     []json.RawMessage          `json:"additional_special_tokens"`
+	AddedDecoder   map[string]json.RawMessage `json:"added_tokens_decoder"`
 }
 
 // isNull reports whether a raw JSON value is absent or null.

@@ -51,7 +51,9 @@ func TestNewRefuses(t *testing.T) {
 		{"metaspace", func(f map[string]any) {
 			f["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "ab"}
 		}, "", "not one character"},
-		{"unknown bos", func(map[string]any) {}, `{"tokenizer_class": "GemmaTokenizer", "bos_token": "<nope>"}`, `bos_token "<nope>" is not a token`},
+		{"unknown bos", func(map[string]any) {}, `{"tokenizer_class": "GemmaTokenizer", "bos_token": "<nope>"}`, `names token "<nope>"`},
+		{"config-only special", func(map[string]any) {}, `{"additional_special_tokens": ["<x>"]}`, `names token "<x>"`},
+		{"config-only added", func(map[string]any) {}, `{"added_tokens_decoder": {"300": {"content": "<y>"}}}`, `names token "<y>"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
