@@ -3,9 +3,6 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -105,9 +102,8 @@ func BenchmarkOracle(b *testing.B) {
 	}
 	for _, model := range models {
 		b.Run(model, func(b *testing.B) {
-			cmd := exec.Command("node", filepath.Join("testdata", "bench.js"), modelDir(b, model))
+			cmd := nodeScript(b, "bench.js", modelDir(b, model))
 			cmd.Stdin = bytes.NewReader(in.Bytes())
-			cmd.Env = append(os.Environ(), "ORACLE_NODE_MODULES="+oracleModules(b))
 			out, err := cmd.Output()
 			if err != nil {
 				b.Fatalf("bench.js %s: %v", model, err)

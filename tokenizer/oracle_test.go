@@ -60,8 +60,9 @@ func oracleIDs(t testing.TB, model string, texts []string) [][2][]uint32 {
 	return oracleIDsDir(t, modelDir(t, model), texts)
 }
 
-// oracleIDsDir is oracleIDs for the tokenizer files in dir.
-func oracleIDsDir(t testing.TB, dir string, texts []string) [][2][]uint32 {
+// nodeScript returns a command running a node script of testdata with the
+// oracle packages, failing in CI and skipping elsewhere without node.
+func nodeScript(t testing.TB, script string, args ...string) *exec.Cmd {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -69,15 +70,22 @@ func oracleIDsDir(t testing.TB, dir string, texts []string) [][2][]uint32 {
 		}
 		t.Skipf("node not found (%v): run `make deps`", err)
 	}
+	cmd := exec.Command("node", append([]string{filepath.Join("testdata", script)}, args...)...)
+	cmd.Env = append(os.Environ(), "ORACLE_NODE_MODULES="+oracleModules(t))
+	return cmd
+}
+
+// oracleIDsDir is oracleIDs for the tokenizer files in dir.
+func oracleIDsDir(t testing.TB, dir string, texts []string) [][2][]uint32 {
+	t.Helper()
 	var in bytes.Buffer
 	for _, s := range texts {
 		b, _ := json.Marshal(s)
 		in.Write(b)
 		in.WriteByte('\n')
 	}
-	cmd := exec.Command("node", filepath.Join("testdata", "oracle.js"), dir)
+	cmd := nodeScript(t, "oracle.js", dir)
 	cmd.Stdin = &in
-	cmd.Env = append(os.Environ(), "ORACLE_NODE_MODULES="+oracleModules(t))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -3,9 +3,6 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"unicode"
@@ -46,9 +43,8 @@ func TestUnicodeOracle(t *testing.T) {
 		}
 	})
 	in, _ := json.Marshal(decomposed)
-	cmd := exec.Command("node", filepath.Join("testdata", "unicode.js"))
+	cmd := nodeScript(t, "unicode.js")
 	cmd.Stdin = bytes.NewReader(in)
-	cmd.Env = append(os.Environ(), "ORACLE_NODE_MODULES="+oracleModules(t))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("unicode.js: %v", err)
