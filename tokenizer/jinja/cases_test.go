@@ -1,5 +1,7 @@
 package jinja
 
+import "strings"
+
 // featureCase is one micro-test: a template and its context (a JSON
 // object), rendered by Go and by jinja2.
 type featureCase struct {
@@ -112,9 +114,63 @@ var featureCases = []featureCase{
 	{"none attribute", "[{{ n.attr }}][{{ n['x'] }}]", `{"n": null}`},
 	{"not callable", "{{ 1() }}", ""},
 	{"unhashable", "{{ {[1]: 2} }}", ""},
+	// more Python details
+	{"float repr edge", "{{ 1e300 * 1e300 }} {{ -0.0 }} {{ 0.1 }} {{ 1 / 3 }} {{ 100.0 }} {{ 1e-4 }} {{ 1e-5 }} {{ 12345678901234567.0 }} {{ 2.0 ** 0.5 }} {{ 1e22 }} {{ 5e-324 }}", ""},
+	{"printf more", "{{ '%d' % 3.7 }} {{ '%s' % [1, 2] }} {{ '%r' % 'a' }} {{ '100%%' % () }}", ""},
+	{"split empty sep", "{{ 'abc'.split('') }}", ""},
+	{"int keys", "{{ {1: 'a', 2: 'b'}[1] }} {{ {1: 'a'} }} {{ {true: 'x'}[1] }} {{ {(1, 2): 'x'} }}", ""},
+	{"items tuples", "{{ {'a': 1}|items|list }} {{ ('a', 1) }} {{ {'a': 1}.items()|list }} {{ d|dictsort|first }}", `{"d": {"b": 1, "a": 2}}`},
+	{"pow left assoc", "{{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ 10 // 3 * 2 }} {{ not true == false }} {{ 1 if true else 2 if false else 3 }}", ""},
+	{"concat precedence", "{{ 'a' ~ 'b' + 'c' }}", ""},
+	{"concat precedence error", "{{ 1 ~ 2 + 3 }}", ""},
+	{"trailing commas literals", "{{ {'a': 1,} }} {{ [1,] }} {{ (1, 2,) }}", ""},
+	{"method kwargs", "{{ 'a-b-c'.split('-', maxsplit=1) }} {{ ''.join(['a', 'b']) }} {{ d.get('a', 'dflt') }} {{ d.get('x', 'dflt') }}", `{"d": {"a": null}}`},
+	{"sort attribute", "{{ [3, 1]|sort(reverse=true) }} {{ us|sort(attribute='age')|map(attribute='n')|join }} {{ [1, 2, 3]|select('>', 1)|list }} {{ [1, 2, 3]|select('gt', 1)|list }}", `{"us": [{"n": "a", "age": 30}, {"n": "b", "age": 20}]}`},
+	{"int filter edge", "{{ 1.5|int }} {{ -1.5|int }} {{ ' 7 '|int }} {{ '1_000'|int }} {{ 3|string + 'x' }} {{ '  '|trim|length }}", ""},
+	{"tests more", "{{ 'abc' is upper }} {{ 'ABC' is upper }} {{ none is sameas none }} {{ ns is mapping }} {{ 3 is gt 2 }} {{ 1 is ne 2 }}", ""},
+	{"loop depth nested", "{% for x in [1, 2] %}{% for y in [3, 4] %}{{ loop.depth }}{{ loop.index }}{{ x }}{{ y }} {% endfor %}{{ loop.index }}{% endfor %}", ""},
+	{"namespace print", "{% set ns = namespace() %}{% set ns.x = 1 %}{{ ns.x }} {{ namespace(a=1).a }} {{ dict(a=1, b=2) }} {{ namespace({'k': 2}).k }}", ""},
+	{"macro default refers param", "{% macro m(a, b=a) %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, 2) }}", ""},
+	{"undefined printing", "{{ nope == none }} [{{ nope|string }}] {{ nope ~ 'x' }} [{{ 'x' if nope }}] {{ [nope] }} {{ {'a': nope} }} {{ nope|default }}", ""},
+	{"undefined attr in if", "{% if nope.attr %}x{% endif %}", ""},
+	{"join default", "{{ [1, 2]|join }} {{ 'ab'|first|upper }} {{ [[1], [2]]|join(',') }}", ""},
+	{"string index item", "[{{ m.content[0]['text'] }}] [{{ m.content[0] }}]", `{"m": {"content": "abc"}}`},
+	{"whitespace mixes", "a  \n  {%- if true %}\n\tb\n{%- endif %}  \n c {{- '\n  d  ' -}} \n e\n\t{% if true %}f{% endif %}\n{#- x -#}\n g {{ \"{{\" }} {# {{ x }} #}h", ""},
+	{"lstrip tabs and set", "x\n\t \t{% set a = 1 -%}\n   text\n  {%- set b = 2 %}\n{{ a }}{{ b }}", ""},
+	{"raw trim", "a\n{% raw -%}\n  {{ x }}\n  {%- endraw %}\nb", ""},
+	{"else in for with break", "{% for i in [1, 2] %}{% if i == 1 %}{% break %}{% endif %}{% else %}E{% endfor %}{% for i in [1, 2] %}{% if i == 2 %}{% break %}{% endif %}{% else %}F{% endfor %}{% for i in [1, 2] %}{% continue %}{% else %}G{% endfor %}|{% for i in [] if i %}{% else %}E2{% endfor %}", ""},
+	{"loop in macro in loop", "{% macro m(xs) %}{% for x in xs %}{{ loop.index }}{{ x }}{% endfor %}{% endmacro %}{% for y in ['ab', 'c'] %}{{ m(y) }}|{% endfor %}", ""},
+	{"set inside macro local", "{% set x = 'g' %}{% macro m() %}{% set x = 'l' %}{{ x }}{% endmacro %}{{ m() }}{{ x }}", ""},
+	{"set inside if in loop", "{% for i in [1, 2] %}{% if i == 1 %}{% set t = 'one' %}{% endif %}[{{ t }}]{% endfor %}[{{ t }}]", ""},
+	{"messages slice reassign", "{% set messages = messages[1:] %}{{ messages|length }}{% for m in messages %}{{ m }}{% endfor %}", `{"messages": ["s", "u", "a"]}`},
+	{"tojson unicode escapes", "{{ '\\u2028 \\x7f \\x00 \\u00e9 😀'|tojson }} {{ '😀é'|tojson(ensure_ascii=true) }}", ""},
+	{"tojson float and big", "{{ [1.0, 0.1, 1e20, 1e16, 123456789012345678]|tojson }}", ""},
+	{"round and abs", "{{ 2.675|round(2) }} {{ 0.5|round }} {{ 0.125|round(2) }} {{ 1.5|round }} {{ range(3) }} {{ range(1, 5, 2) }} {{ 3|round }} {{ 2.1|round(0, 'ceil') }} {{ -2.5|abs }}", ""},
+	{"capitalize title unicode", "{{ 'élan VITAL'|capitalize }} {{ 'élan vital-x'|title }} {{ 'ÉLAN'|lower }} {{ 'straße'.upper() }}", ""},
 	// real template idioms
 	{"messages idiom", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}", `{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}`},
 	{"reverse index loop", "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{{ index }}{%- endfor %}", `{"messages": [1, 2, 3]}`},
 	{"string concat in ns", "{% set ns = namespace(s='') %}{% for m in ['a', 'b'] %}{% set ns.s = ns.s + m %}{% endfor %}{{ ns.s }}", ""},
 	{"is string on content list", "{% for c in m.content %}{% if c.type == 'text' %}{{ c.text }}{% endif %}{% endfor %}{{ m.content is string }}", `{"m": {"content": [{"type": "text", "text": "T"}]}}`},
+}
+
+// limitCases must fail with ErrLimit (jinja2 would run out of memory or
+// time on them).
+var limitCases = []string{
+	"{{ [] * 2 ** 62 }}{{ [1] * 2 ** 40 }}",
+	"{{ 'ab' * 2 ** 40 }}",
+	"{% for i in range(2 ** 40) %}{% endfor %}",
+	"{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+	"{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+	"{% for a in range(2000) %}{% for b in range(2000) %}{% endfor %}{% endfor %}",
+	"{{ " + strings.Repeat("(", 500) + "1" + strings.Repeat(")", 500) + " }}",
+	strings.Repeat("{% if 1 %}", 500) + strings.Repeat("{% endif %}", 500),
+	"{{ 2 ** 64 }}",
+}
+
+// shareCases build values that share parts and print exponentially long.
+var shareCases = []string{
+	"{% set y = [1] %}" + strings.Repeat("{% set y = [y, y] %}", 60) + "{{ y }}",
+	"{% set y = [1] %}" + strings.Repeat("{% set y = [y, y] %}", 60) + "{{ y|tojson }}",
+	"{% set y = [1] %}" + strings.Repeat("{% set y = [y, y] %}", 60) + "{{ y == y }}{{ y ~ '' }}",
 }

@@ -58,7 +58,7 @@ func equal(a, b Value) bool {
 		return ok && (x == y || !x.Gen && !y.Gen && x.Tuple == y.Tuple && equalItems(x.Items, y.Items))
 	case *Dict:
 		y, ok := b.(*Dict)
-		return ok && equalDicts(x, y)
+		return ok && (x == y || equalDicts(x, y))
 	}
 	return a == b
 }
@@ -68,7 +68,7 @@ func equalItems(a, b []Value) bool {
 		return false
 	}
 	for i := range a {
-		if !equal(a[i], b[i]) {
+		if !same(a[i], b[i]) && !equal(a[i], b[i]) {
 			return false
 		}
 	}
@@ -170,4 +170,18 @@ func contains(container, item Value) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: argument of type '%s' is not iterable", ErrType, typeName(container))
+}
+
+// same reports whether a and b are the same container (Python compares
+// list items by identity first).
+func same(a, b Value) bool {
+	switch x := a.(type) {
+	case *List:
+		y, ok := b.(*List)
+		return ok && x == y
+	case *Dict:
+		y, ok := b.(*Dict)
+		return ok && x == y
+	}
+	return false
 }

@@ -263,7 +263,7 @@ func roundFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
 	p := math.Pow(10, float64(prec))
 	switch method {
 	case "common":
-		f = math.RoundToEven(f*p) / p
+		f = roundHalfEven(f, prec)
 	case "ceil":
 		f = math.Ceil(f*p) / p
 	case "floor":
@@ -313,4 +313,18 @@ func attrFilter(_ *renderer, v Value, args []Value, _ kwargs) (Value, error) {
 		return nil, fmt.Errorf("%w: attr takes one argument", ErrType)
 	}
 	return getattr(v, str(args[0]))
+}
+
+// roundHalfEven is Python's round(f, prec): correctly rounded on the
+// float's exact decimal value, ties to even.
+func roundHalfEven(f float64, prec int64) float64 {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return f
+	}
+	if prec < 0 {
+		p := math.Pow(10, float64(-prec))
+		return math.RoundToEven(f/p) * p
+	}
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', int(min(prec, 400)), 64), 64)
+	return r
 }

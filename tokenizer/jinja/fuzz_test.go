@@ -78,3 +78,18 @@ func FuzzGenerated(f *testing.F) {
 		checkRender(t, b.String())
 	})
 }
+
+func TestLimits(t *testing.T) {
+	lim := DefaultLimits()
+	lim.MaxOutput = 1 << 20
+	lim.MaxIterations = 1 << 16
+	for _, src := range append(limitCases, shareCases[:2]...) {
+		tp, err := CompileWithLimits(src, lim)
+		if err == nil {
+			_, err = tp.Render(nil)
+		}
+		if !errors.Is(err, ErrLimit) {
+			t.Errorf("Render(%.60q) = %v, want ErrLimit", src, err)
+		}
+	}
+}

@@ -41,7 +41,11 @@ func rangeFunc(r *renderer, args []Value, _ kwargs) (Value, error) {
 		}
 		items = append(items, i)
 	}
-	return &List{Items: items}, nil
+	text := fmt.Sprintf("range(%d, %d)", start, stop)
+	if step != 1 {
+		text = fmt.Sprintf("range(%d, %d, %d)", start, stop, step)
+	}
+	return &List{Items: items, Repr: text}, nil
 }
 
 func namespaceFunc(_ *renderer, args []Value, kw kwargs) (Value, error) {

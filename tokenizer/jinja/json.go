@@ -108,6 +108,9 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 	if depth > maxJSONDepth {
 		return fmt.Errorf("%w: tojson nesting deeper than %d", ErrLimit, maxJSONDepth)
 	}
+	if b.Len() > maxReprLen {
+		return fmt.Errorf("%w: tojson output longer than %d bytes", ErrLimit, maxReprLen)
+	}
 	switch x := v.(type) {
 	case nil:
 		b.WriteString("null")

@@ -59,10 +59,8 @@ func (st *forStmt) run(r *renderer, s *scope, v Value, depth int) error {
 			return err
 		}
 	}
-	if len(items) == 0 {
-		return r.execBody(st.els, s)
-	}
 	loop := &loopState{items: items, depth: depth, st: st, outer: s}
+	completed := false // jinja2 runs else unless an iteration ran to its end
 	for i, it := range items {
 		if err := r.iterate(); err != nil {
 			return err
@@ -80,6 +78,10 @@ func (st *forStmt) run(r *renderer, s *scope, v Value, depth int) error {
 		if err != nil && !errors.Is(err, errContinue) {
 			return err
 		}
+		completed = completed || err == nil
+	}
+	if !completed {
+		return r.execBody(st.els, s)
 	}
 	return nil
 }

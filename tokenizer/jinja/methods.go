@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/language"
 )
 
 type stringMethod func(r *renderer, s string, args []Value, kw kwargs) (Value, error)
@@ -69,8 +72,21 @@ func noArgs(f func(string) string) stringMethod {
 	}
 }
 
-func upper(s string) string { return strings.ToUpper(s) }
-func lower(s string) string { return strings.ToLower(s) }
+// upper and lower use full Unicode case mappings, as Python does
+// ("ß".upper() == "SS").
+func upper(s string) string {
+	if isASCII(s) {
+		return strings.ToUpper(s)
+	}
+	return cases.Upper(language.Und).String(s)
+}
+
+func lower(s string) string {
+	if isASCII(s) {
+		return strings.ToLower(s)
+	}
+	return cases.Lower(language.Und).String(s)
+}
 
 func capitalize(s string) string {
 	for i, r := range s {

@@ -201,6 +201,9 @@ func repeat(r *renderer, l, rv Value) (Value, error) {
 		}
 		return strings.Repeat(x, int(n)), nil
 	case *List:
+		if len(x.Items) == 0 {
+			return &List{Tuple: x.Tuple}, nil
+		}
 		if err := r.checkLen(int(min(n, math.MaxInt32)) * len(x.Items)); err != nil {
 			return nil, err
 		}

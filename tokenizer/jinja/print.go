@@ -28,11 +28,16 @@ func repr(v Value) string {
 	return b.String()
 }
 
-// maxReprDepth bounds printing nested values (a namespace may hold itself).
-const maxReprDepth = 256
+// maxReprDepth bounds printing nested values (a namespace may hold
+// itself), maxReprLen their printed length (values that share parts can
+// print exponentially long); the render's output limit fails the result.
+const (
+	maxReprDepth = 256
+	maxReprLen   = 16 << 20
+)
 
 func writeRepr(b *strings.Builder, v Value, depth int) {
-	if depth > maxReprDepth {
+	if depth > maxReprDepth || b.Len() > maxReprLen {
 		b.WriteString("...")
 		return
 	}
@@ -40,7 +45,7 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 	case nil:
 		b.WriteString("None")
 	case Undefined:
-		b.WriteString("")
+		b.WriteString("Undefined")
 	case bool:
 		if x {
 			b.WriteString("True")
@@ -78,6 +83,10 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 func writeListRepr(b *strings.Builder, l *List, depth int) {
 	if l.Gen {
 		b.WriteString("<generator object>")
+		return
+	}
+	if l.Repr != "" {
+		b.WriteString(l.Repr)
 		return
 	}
 	if l.View != "" {

@@ -34,6 +34,8 @@ type List struct {
 	Gen   bool
 	// View names a dict view ("dict_keys", ...), printed as Python does.
 	View string
+	// Repr, when set, is how the list prints (a range object).
+	Repr string
 }
 
 // NewList returns a list of the items.
