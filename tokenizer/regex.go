@@ -95,6 +95,9 @@ func rewritePattern(p string) (string, error) {
 			b.WriteByte(c)
 		case c == '(' && strings.HasPrefix(p[i:], "(?i"):
 			return rewriteFold(p, i, &b)
+		case (c == '^' || c == '$') && !inClass:
+			// Line anchors in Oniguruma, string anchors in regexp2.
+			return "", fmt.Errorf("anchor %c at %d not supported", c, i)
 		case c == '\\':
 			n, err := rewriteEscape(p, i, inClass, &b)
 			if err != nil {

@@ -33,6 +33,9 @@ func TestNewRefuses(t *testing.T) {
 		{"regex class", func(f map[string]any) {
 			f["pre_tokenizer"] = split(map[string]any{"pattern": map[string]any{"Regex": `\d+`}})
 		}, "", `\d at 0 not supported`},
+		{"anchor", func(f map[string]any) {
+			f["pre_tokenizer"] = split(map[string]any{"pattern": map[string]any{"Regex": `^\s+`}})
+		}, "", "anchor ^ at 0"},
 		{"split after bytelevel", func(f map[string]any) {
 			f["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
 				map[string]any{"type": "ByteLevel", "use_regex": false}, split(nil),
