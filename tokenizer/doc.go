@@ -16,7 +16,7 @@
 //     Sequence), then added tokens with normalized=true are cut out of it;
 //  3. the rest is pre-tokenized (Split over a pattern with Isolated,
 //     Removed, MergedWithPrevious, MergedWithNext or Contiguous behavior;
-//     ByteLevel; Metaspace; Sequence);
+//     ByteLevel; Metaspace; Digits; Punctuation; Sequence);
 //  4. every word is encoded by the BPE model (byte-level, or
 //     SentencePiece-style with byte_fallback and unk fusing; ignore_merges);
 //  5. with add_special_tokens, the post-processor's template (or the BOS/EOS

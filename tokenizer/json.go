@@ -55,6 +55,9 @@ type componentJSON struct {
 	Behavior string       `json:"behavior"`
 	Invert   bool         `json:"invert"`
 
+	// Digits
+	IndividualDigits bool `json:"individual_digits"`
+
 	// ByteLevel, Metaspace
 	AddPrefixSpace bool   `json:"add_prefix_space"`
 	UseRegex       *bool  `json:"use_regex"`

@@ -160,6 +160,14 @@ func newPreTokenizer(raw json.RawMessage) (steps []step, byteLevel bool, err err
 			return nil, false, err
 		}
 		return []step{s}, false, nil
+	case "Digits":
+		return []step{newDigits(&c)}, false, nil
+	case "Punctuation":
+		st, err := newPunctuation(&c)
+		if err != nil {
+			return nil, false, err
+		}
+		return []step{st}, false, nil
 	case "Metaspace":
 		st, err := newMetaspace(&c)
 		if err != nil {
@@ -186,7 +194,7 @@ func newPreTokenizer(raw json.RawMessage) (steps []step, byteLevel bool, err err
 func newSplit(c *componentJSON) (step, error) {
 	b, ok := behaviors[c.Behavior]
 	if !ok {
-		return step{}, fmt.Errorf("tokenizer: pre_tokenizer Split: behavior %q not supported", c.Behavior)
+		return step{}, errBehavior(c.Behavior)
 	}
 	if c.Invert {
 		return step{}, errors.New("tokenizer: pre_tokenizer Split: invert not supported")
@@ -208,4 +216,8 @@ func newSplit(c *componentJSON) (step, error) {
 	default:
 		return step{}, errors.New("tokenizer: pre_tokenizer Split: empty pattern")
 	}
+}
+
+func errBehavior(b string) error {
+	return fmt.Errorf("tokenizer: pre_tokenizer: split behavior %q not supported", b)
 }

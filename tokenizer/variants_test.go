@@ -27,6 +27,17 @@ var variants = []struct {
 			map[string]any{"type": "Replace", "pattern": map[string]any{"String": "is"}, "content": "IS"},
 		}},
 	}},
+	{"digits-punctuation", "qwen3", map[string]any{
+		"pre_tokenizer": sequence(
+			map[string]any{"type": "Digits", "individual_digits": true},
+			map[string]any{"type": "Punctuation", "behavior": "Contiguous"},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}),
+	}},
+	{"digits-runs-punctuation", "llama2", map[string]any{
+		"pre_tokenizer": sequence(
+			map[string]any{"type": "Digits", "individual_digits": false},
+			map[string]any{"type": "Punctuation", "behavior": "Isolated"}),
+	}},
 	{"metaspace-first", "llama2", map[string]any{
 		"normalizer":    nil,
 		"pre_tokenizer": map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
