@@ -1,0 +1,74 @@
+package tokenizer
+
+import (
+	"sync"
+)
+
+// maxChats bounds the chat renderers a Chats keeps.
+const maxChats = 64
+
+// Chats maps model names (base, alias or LoRA adapter, as the Registry
+// resolves them) to chat renderers, loading each model's template once. It
+// is safe for concurrent use.
+type Chats struct {
+	reg       *Registry
+	overrides map[string]string
+	mu        struct {
+		sync.Mutex
+		m map[string]*Chat // by base model name
+	}
+}
+
+// NewChats returns the chat renderers of the registry's models; overrides
+// maps base model names to a template that replaces the model's own (as
+// vLLM's --chat-template).
+func NewChats(reg *Registry, overrides map[string]string) *Chats {
+	c := &Chats{reg: reg, overrides: overrides}
+	c.mu.m = map[string]*Chat{}
+	return c
+}
+
+// For returns the chat renderer of a model.
+func (c *Chats) For(model string) (*Chat, error) {
+	name, err := c.reg.cfg.base(model)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	ch, ok := c.mu.m[name]
+	c.mu.Unlock()
+	if ok {
+		return ch, nil
+	}
+	dir, err := c.reg.Dir(name)
+	if err != nil {
+		return nil, err
+	}
+	if ch, err = LoadChat(dir, c.overrides[name]); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.mu.m) >= maxChats {
+		for k := range c.mu.m { // drop an arbitrary entry
+			delete(c.mu.m, k)
+			break
+		}
+	}
+	c.mu.m[name] = ch
+	return ch, nil
+}
+
+// Encode renders a chat request for a model and returns the token ids vLLM
+// computes for it.
+func (c *Chats) Encode(model string, req *ChatRequest) ([]uint32, error) {
+	ch, err := c.For(model)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := c.reg.For(model)
+	if err != nil {
+		return nil, err
+	}
+	return ch.Encode(tok, req)
+}

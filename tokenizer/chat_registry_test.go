@@ -1,0 +1,43 @@
+package tokenizer
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestChatsFor(t *testing.T) {
+	dir := modelDir(t, "qwen3")
+	cfg := DefaultConfig()
+	cfg.Models = map[string]string{"qwen3": dir, "plain": dir}
+	cfg.Aliases = map[string]string{"my-lora": "qwen3"}
+	reg, err := NewRegistry(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chats := NewChats(reg, map[string]string{"plain": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+	req, err := ParseChatRequest([]byte(`{"messages": [{"role": "user", "content": "Hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := chats.Encode("my-lora", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint32{151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198} // from `kvrouter render --tokens`, equal to the oracle chain
+	if !slices.Equal(got, want) {
+		t.Errorf("Encode(my-lora) = %v, want %v", got, want)
+	}
+	a, _ := chats.For("qwen3")
+	b, _ := chats.For("my-lora")
+	if a != b {
+		t.Errorf("For(qwen3) and For(my-lora) differ, want one cached Chat")
+	}
+	p, err := chats.For("plain")
+	if err != nil || p.Template() != "{% for m in messages %}{{ m.content }}{% endfor %}" {
+		t.Errorf("For(plain) = %v, %v, want the override template", p, err)
+	}
+	if _, err := chats.For("nope"); !errors.Is(err, ErrUnknownModel) {
+		t.Errorf("For(nope) = %v, want ErrUnknownModel", err)
+	}
+}
