@@ -41,16 +41,17 @@ func prompt8k(b *testing.B, tok *Tokenizer) string {
 // cache, add_special_tokens. Load: tokenizer.json + config; heap kept.
 //
 //	model        Go cold          Go warm   Rust (oracle)    8k prompt  load    heap
-//	qwen3        36.0 MB/s 11.3M  16.7 MB/s  0.95 MB/s 0.30M  0.84 ms    0.42 s  12.9 MB
-//	llama3_1     43.6 MB/s 13.0M  38.4 MB/s  1.21 MB/s 0.36M  1.13 ms    0.43 s  17.5 MB
-//	deepseek_v3  21.0 MB/s  6.1M  24.4 MB/s  1.15 MB/s 0.33M  1.24 ms    0.33 s  12.9 MB
-//	gptoss       32.9 MB/s  8.9M  47.6 MB/s  1.98 MB/s 0.54M  1.26 ms    0.97 s  20.3 MB
-//	llama2        6.4 MB/s  2.5M   6.1 MB/s  3.11 MB/s 1.21M  4.25 ms    0.18 s   4.4 MB
-//	gemma3        4.6 MB/s  1.3M   4.3 MB/s  3.26 MB/s 0.96M  5.26 ms    0.84 s  36.1 MB
+//	qwen3        36.0 MB/s 11.3M  16.7 MB/s  0.95 MB/s 0.30M  0.84 ms    0.22 s  12.9 MB
+//	llama3_1     43.6 MB/s 13.0M  38.4 MB/s  1.21 MB/s 0.36M  1.13 ms    0.29 s  17.5 MB
+//	deepseek_v3  21.0 MB/s  6.1M  24.4 MB/s  1.15 MB/s 0.33M  1.24 ms    0.16 s  12.9 MB
+//	gptoss       32.9 MB/s  8.9M  47.6 MB/s  1.98 MB/s 0.54M  1.26 ms    0.44 s  20.0 MB
+//	llama2        6.4 MB/s  2.5M   6.1 MB/s  3.11 MB/s 1.21M  4.25 ms    0.04 s   4.4 MB
+//	gemma3        4.6 MB/s  1.3M   4.3 MB/s  3.26 MB/s 0.96M  5.26 ms    0.52 s  36.1 MB
 //
 // (M = million tokens/s.) Steady state allocates once per Encode (5
-// allocs/op for 5 texts); cold runs add the word cache's entries. An
-// earlier, quieter run: qwen3 load 0.20 s, gemma3 0.60 s, gptoss 0.47 s.
+// allocs/op for 5 texts); cold runs add the word cache's entries. Load
+// times are from a later run with merges read in one pass; under the
+// heaviest contention seen they doubled (gptoss 0.97 s, gemma3 0.84 s).
 func BenchmarkEncode(b *testing.B) {
 	texts := benchTexts()
 	size := 0
