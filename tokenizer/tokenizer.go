@@ -78,6 +78,11 @@ func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 	}
+	if t.post != nil {
+		for _, id := range append(t.post.prefix[:len(t.post.prefix):len(t.post.prefix)], t.post.suffix...) {
+			t.size = max(t.size, int(id)+1)
+		}
+	}
 	return t, nil
 }
 
