@@ -147,6 +147,12 @@ var featureCases = []featureCase{
 	{"tojson float and big", "{{ [1.0, 0.1, 1e20, 1e16, 123456789012345678]|tojson }}", ""},
 	{"round and abs", "{{ 2.675|round(2) }} {{ 0.5|round }} {{ 0.125|round(2) }} {{ 1.5|round }} {{ range(3) }} {{ range(1, 5, 2) }} {{ 3|round }} {{ 2.1|round(0, 'ceil') }} {{ -2.5|abs }}", ""},
 	{"capitalize title unicode", "{{ 'élan VITAL'|capitalize }} {{ 'élan vital-x'|title }} {{ 'ÉLAN'|lower }} {{ 'straße'.upper() }}", ""},
+	{"macro late binding", "{% macro a() %}{{ b() }}{{ x }}{% endmacro %}{% macro b() %}B{% endmacro %}{% set x = 'late' %}{{ a() }}{% set x = 'later' %}{{ a() }}", ""},
+	{"macro before definition", "{{ m() }}{% macro m() %}x{% endmacro %}", ""},
+	{"loop var after loop", "{% for x in [1] %}{% endfor %}[{{ x }}]{% set x = 2 %}{% for x in [3] %}{{ x }}{% endfor %}{{ x }}", ""},
+	{"macro in loop sees loop var", "{% for i in [1, 2] %}{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{% endfor %}", ""},
+	{"set then loop shadow", "{% set ns = namespace(v=0) %}{% for i in [1, 2] %}{% set v = i %}{% set ns.v = ns.v + v %}{% endfor %}{{ ns.v }}[{{ v }}]", ""},
+	{"generation block", "{% for m in messages %}{% generation %}{{ m }}{% endgeneration %}{% endfor %}", `{"messages": ["a", "b"]}`},
 	// real template idioms
 	{"messages idiom", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}", `{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}`},
 	{"reverse index loop", "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{{ index }}{%- endfor %}", `{"messages": [1, 2, 3]}`},

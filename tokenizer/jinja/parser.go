@@ -150,13 +150,17 @@ var statementParsers map[string]func(*parser) (stmt, error)
 
 func init() {
 	statementParsers = map[string]func(*parser) (stmt, error){
-		"if":       (*parser).parseIf,
-		"for":      (*parser).parseFor,
-		"set":      (*parser).parseSet,
-		"macro":    (*parser).parseMacro,
-		"call":     (*parser).parseCall,
-		"filter":   (*parser).parseFilterBlock,
-		"with":     (*parser).parseWith,
+		"if":     (*parser).parseIf,
+		"for":    (*parser).parseFor,
+		"set":    (*parser).parseSet,
+		"macro":  (*parser).parseMacro,
+		"call":   (*parser).parseCall,
+		"filter": (*parser).parseFilterBlock,
+		"with":   (*parser).parseWith,
+		"generation": func(p *parser) (stmt, error) {
+			body, err := p.parseBlockBody("endgeneration")
+			return &withStmt{body: body}, err
+		},
 		"break":    func(p *parser) (stmt, error) { return &breakStmt{}, p.expectEnd() },
 		"continue": func(p *parser) (stmt, error) { return &continueStmt{}, p.expectEnd() },
 	}
@@ -295,4 +299,17 @@ func (p *parser) parseSet() (stmt, error) {
 		return nil, err
 	}
 	return st, p.expectEnd()
+}
+
+// parseBlockBody parses the end of a bare block tag, its body and its end
+// tag.
+func (p *parser) parseBlockBody(end string) ([]stmt, error) {
+	if err := p.expectEnd(); err != nil {
+		return nil, err
+	}
+	body, _, err := p.parseBody(end)
+	if err != nil {
+		return nil, err
+	}
+	return body, p.expectEnd()
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """jinja2_oracle.py: render templates with Python jinja2 configured as
-transformers configures it for chat templates, and chat requests as vLLM
-renders them.
+transformers configures it for chat templates (ImmutableSandboxedEnvironment,
+trim_blocks, lstrip_blocks, loopcontrols and its {% generation %} block;
+tojson as json.dumps(ensure_ascii=False); raise_exception, strftime_now),
+and chat requests as vLLM renders them.
 
 Written for kvrouter's differential tests from the documented behaviour of
 transformers' chat templating and vLLM's chat preprocessing.
@@ -41,10 +43,25 @@ def strftime_now(fmt):
     return NOW[0].strftime(fmt)
 
 
+class Generation(jinja2.ext.Extension):
+    """transformers' {% generation %} block (its AssistantTracker): the body
+    renders unchanged; transformers only records where it lands."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_render")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
 def environment():
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True,
-        extensions=[jinja2.ext.loopcontrols])
+        extensions=[Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
