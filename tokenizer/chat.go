@@ -163,7 +163,8 @@ func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, er
 	if src == "" {
 		return "", ErrNoChatTemplate
 	}
-	if req.AddGenerationPrompt && req.ContinueFinalMessage {
+	p := resolveParams(req)
+	if (req.AddGenerationPrompt && req.ContinueFinalMessage) || (p.truthy(p.gen) && p.truthy(p.cont)) {
 		return "", errors.New("tokenizer: chat: add_generation_prompt and continue_final_message cannot both be true")
 	}
 	t, err := c.cache.Get(src)
@@ -174,35 +175,85 @@ func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, er
 	if err != nil {
 		return "", err
 	}
-	out, err := t.RenderWith(c.context(req, conv), opt)
+	out, err := t.RenderWith(c.context(p, conv), opt)
 	if err != nil {
 		return "", fmt.Errorf("tokenizer: chat template: %w", err)
 	}
-	if req.ContinueFinalMessage && len(conv) > 0 {
+	if p.truthy(p.cont) && len(conv) > 0 {
 		return continueFinal(out, conv[len(conv)-1])
 	}
 	return out, nil
 }
 
-func (c *Chat) context(req *ChatRequest, conv []jinja.Value) map[string]jinja.Value {
-	ctx := make(map[string]jinja.Value, len(c.special)+8)
-	for k, v := range c.special {
-		ctx[k] = v
+// renderParams are apply_chat_template's arguments after vLLM merged
+// chat_template_kwargs over the request's own fields.
+type renderParams struct {
+	gen, cont, tools, documents jinja.Value
+	extra                       *jinja.Dict // the remaining kwargs, for the template
+}
+
+// consumedKwargs are apply_chat_template parameters that never reach the
+// template (or that vLLM drops).
+var consumedKwargs = map[string]bool{
+	"chat_template": true, "tokenize": true, "padding": true, "truncation": true, "max_length": true,
+	"return_tensors": true, "return_dict": true, "return_assistant_tokens_mask": true, "tokenizer_kwargs": true,
+}
+
+func resolveParams(req *ChatRequest) renderParams {
+	p := renderParams{gen: req.AddGenerationPrompt, cont: req.ContinueFinalMessage, documents: req.Documents, extra: jinja.NewDict()}
+	if req.Tools != nil {
+		p.tools = dumpTools(req.Tools)
 	}
-	if req.Kwargs != nil {
-		for i, k := range req.Kwargs.Keys() {
-			if s, ok := k.(string); ok {
-				ctx[s] = req.Kwargs.Values()[i]
+	if req.Kwargs == nil {
+		return p
+	}
+	for i, k := range req.Kwargs.Keys() {
+		v := req.Kwargs.Values()[i]
+		switch k {
+		case "add_generation_prompt":
+			p.gen = v
+		case "continue_final_message":
+			p.cont = v
+		case "tools":
+			p.tools = v
+		case "documents":
+			p.documents = v
+		default:
+			if s, ok := k.(string); ok && !consumedKwargs[s] {
+				p.extra.SetString(s, v)
 			}
 		}
 	}
-	ctx["messages"] = jinja.NewList(conv...)
-	ctx["tools"] = nil
-	if req.Tools != nil {
-		ctx["tools"] = dumpTools(req.Tools)
+	return p
+}
+
+// truthy is Python's bool() of a JSON value.
+func (renderParams) truthy(v jinja.Value) bool {
+	switch x := v.(type) {
+	case *jinja.Dict:
+		return x.Len() > 0
+	case *jinja.List:
+		return len(x.Items) > 0
+	case int64:
+		return x != 0
+	case float64:
+		return x != 0
 	}
-	ctx["documents"] = req.Documents
-	ctx["add_generation_prompt"] = req.AddGenerationPrompt
+	return truthyJSON(v)
+}
+
+func (c *Chat) context(p renderParams, conv []jinja.Value) map[string]jinja.Value {
+	ctx := make(map[string]jinja.Value, len(c.special)+p.extra.Len()+4)
+	for k, v := range c.special {
+		ctx[k] = v
+	}
+	for i, k := range p.extra.Keys() {
+		ctx[k.(string)] = p.extra.Values()[i]
+	}
+	ctx["messages"] = jinja.NewList(conv...)
+	ctx["tools"] = p.tools
+	ctx["documents"] = p.documents
+	ctx["add_generation_prompt"] = p.gen
 	return ctx
 }
 

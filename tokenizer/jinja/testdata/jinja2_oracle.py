@@ -196,19 +196,37 @@ def tool_dump(tool):
     return out
 
 
+# apply_chat_template parameters that never reach the template (or that
+# vLLM drops from chat_template_kwargs).
+CONSUMED = {"chat_template", "tokenize", "padding", "truncation", "max_length",
+            "return_tensors", "return_dict", "return_assistant_tokens_mask",
+            "tokenizer_kwargs"}
+
+
 def render_chat(src, req, special):
-    if req.get("add_generation_prompt", True) and req.get("continue_final_message", False):
+    gen = req.get("add_generation_prompt", True)
+    cont = req.get("continue_final_message", False)
+    if gen and cont:
         raise ValueError("add_generation_prompt and continue_final_message cannot both be true")
     conv = conversation(req["messages"], content_format(src))
     tools = req.get("tools")
+    # vLLM merges chat_template_kwargs over its own apply_chat_template
+    # arguments, then transformers puts special tokens under the kwargs.
+    kwargs = dict(tools=None if tools is None else [tool_dump(t) for t in tools],
+                  documents=req.get("documents"), add_generation_prompt=gen,
+                  continue_final_message=cont)
+    kwargs.update(req.get("chat_template_kwargs") or {})
+    for k in CONSUMED:
+        kwargs.pop(k, None)
+    gen = kwargs.pop("add_generation_prompt")
+    cont = kwargs.pop("continue_final_message")
+    if gen and cont:
+        raise ValueError("continue_final_message and add_generation_prompt are not compatible")
     ctx = dict(special)
-    ctx.update(req.get("chat_template_kwargs") or {})
-    ctx.update(messages=conv,
-               tools=None if tools is None else [tool_dump(t) for t in tools],
-               documents=req.get("documents"),
-               add_generation_prompt=req.get("add_generation_prompt", True))
+    ctx.update(kwargs)
+    ctx.update(messages=conv, add_generation_prompt=gen)
     out = compiled(src).render(**ctx)
-    if req.get("continue_final_message", False):
+    if cont:
         out = continue_final(out, conv[-1]["content"])
     return out
 
