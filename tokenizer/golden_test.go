@@ -61,6 +61,7 @@ func TestOracleLive(t *testing.T) {
 	}
 	for _, model := range models {
 		t.Run(model, func(t *testing.T) {
+			t.Parallel()
 			tok := loadModel(t, model)
 			compare(t, model, tok, sample, oracleIDs(t, model, sample))
 		})
