@@ -153,6 +153,10 @@ var featureCases = []featureCase{
 	{"macro in loop sees loop var", "{% for i in [1, 2] %}{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{% endfor %}", ""},
 	{"set then loop shadow", "{% set ns = namespace(v=0) %}{% for i in [1, 2] %}{% set v = i %}{% set ns.v = ns.v + v %}{% endfor %}{{ ns.v }}[{{ v }}]", ""},
 	{"generation block", "{% for m in messages %}{% generation %}{{ m }}{% endgeneration %}{% endfor %}", `{"messages": ["a", "b"]}`},
+	{"break outside loop", "{% break %}", ""},
+	{"continue in macro in loop", "{% for i in [1] %}{% macro m() %}{% continue %}{% endmacro %}{% endfor %}", ""},
+	{"break in for else", "{% for i in [] %}{% else %}{% break %}{% endfor %}", ""},
+	{"break in filter block in loop", "{% for i in [1, 2] %}{% filter upper %}a{% if i == 2 %}{% break %}{% endif %}{% endfilter %}{% endfor %}", ""},
 	// real template idioms
 	{"messages idiom", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}", `{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}`},
 	{"reverse index loop", "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{{ index }}{%- endfor %}", `{"messages": [1, 2, 3]}`},

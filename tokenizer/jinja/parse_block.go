@@ -40,7 +40,10 @@ func (p *parser) parseMacro() (stmt, error) {
 	if err := p.parseMacroSignature(def); err != nil {
 		return nil, err
 	}
-	if def.body, _, err = p.parseBody("endmacro"); err != nil {
+	if err := p.inFunction(func() (err error) {
+		def.body, _, err = p.parseBody("endmacro")
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	p.skipName(name)
@@ -66,7 +69,10 @@ func (p *parser) parseCall() (stmt, error) {
 	if err := p.expectEnd(); err != nil {
 		return nil, err
 	}
-	if caller.body, _, err = p.parseBody("endcall"); err != nil {
+	if err := p.inFunction(func() (err error) {
+		caller.body, _, err = p.parseBody("endcall")
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	return &callStmt{call: call, caller: caller}, p.expectEnd()

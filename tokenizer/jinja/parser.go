@@ -14,6 +14,7 @@ type parser struct {
 	line     int
 	depth    int
 	maxDepth int
+	loops    int // enclosing for loops in the current macro (break, continue)
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -161,8 +162,8 @@ func init() {
 			body, err := p.parseBlockBody("endgeneration")
 			return &withStmt{body: body}, err
 		},
-		"break":    func(p *parser) (stmt, error) { return &breakStmt{}, p.expectEnd() },
-		"continue": func(p *parser) (stmt, error) { return &continueStmt{}, p.expectEnd() },
+		"break":    func(p *parser) (stmt, error) { return &breakStmt{}, p.loopControl("break") },
+		"continue": func(p *parser) (stmt, error) { return &continueStmt{}, p.loopControl("continue") },
 	}
 }
 
@@ -225,7 +226,9 @@ func (p *parser) parseFor() (stmt, error) {
 	if err := p.expectEnd(); err != nil {
 		return nil, err
 	}
+	p.loops++
 	body, end, err := p.parseBody("endfor", "else")
+	p.loops--
 	if err != nil {
 		return nil, err
 	}
@@ -312,4 +315,23 @@ func (p *parser) parseBlockBody(end string) ([]stmt, error) {
 		return nil, err
 	}
 	return body, p.expectEnd()
+}
+
+// loopControl checks a break or continue: like Python, jinja2 refuses one
+// outside a loop of the same macro when compiling.
+func (p *parser) loopControl(name string) error {
+	if p.loops == 0 {
+		return p.errorf("'%s' outside loop", name)
+	}
+	return p.expectEnd()
+}
+
+// inFunction parses what jinja2 compiles to a function of its own (a
+// macro or call block body): loops outside it do not count.
+func (p *parser) inFunction(parse func() error) error {
+	saved := p.loops
+	p.loops = 0
+	err := parse()
+	p.loops = saved
+	return err
 }

@@ -282,7 +282,6 @@ def handle(req):
 
 
 def main():
-    sys.setrecursionlimit(3000)
     out = sys.stdout
     for line in sys.stdin:
         if not line.strip():
