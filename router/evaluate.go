@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 )
@@ -14,6 +15,16 @@ type evaluation struct {
 	model  string
 	tokens int
 	reason Reason
+	stages Stages
+}
+
+// Stages is how long each step of a decision took.
+type Stages struct {
+	Parse    time.Duration `json:"parse"`    // body → fields, candidates
+	Tokenize time.Duration `json:"tokenize"` // prompt → token ids (chat: render too)
+	Hash     time.Duration `json:"hash"`     // token ids → block hashes
+	Match    time.Duration `json:"match"`    // index lookup over the candidates
+	Score    time.Duration `json:"score"`    // predicted cost per candidate
 }
 
 // evaluate parses req, resolves its candidates and scores each into
@@ -21,6 +32,7 @@ type evaluation struct {
 // sc.hashes. It records nothing.
 func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	sc.hashes, sc.members = sc.hashes[:0], sc.members[:0]
+	t0 := time.Now()
 	snap := r.fleet.snap.Load()
 	kind := KindOf(req.Path)
 	var ev evaluation
@@ -44,9 +56,11 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	if len(sc.members) == 0 {
 		return ev, unavailable("no ready pod serves model %q", ev.model)
 	}
+	ev.stages.Parse = time.Since(t0)
 	if p != nil {
-		ev.reason, ev.tokens = r.hash(t, p, sc)
+		ev.reason, ev.tokens = r.hash(t, p, sc, &ev.stages)
 	}
+	t1 := time.Now()
 	sc.ids = sc.ids[:0]
 	for _, m := range sc.members {
 		sc.ids = append(sc.ids, m.id)
@@ -56,7 +70,9 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 		ns = t.base
 	}
 	sc.matches = r.index.Match(ns, sc.hashes, sc.ids, sc.matches)
+	t2 := time.Now()
 	sc.scores = r.score(sc.matches, sc.members, ev.tokens, sc.scores)
+	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil
 }
 
@@ -82,11 +98,14 @@ func (r *Router) candidates(snap *fleetSnapshot, t *target, subset []string, sc 
 
 // hash tokenizes p's prompt and appends its block hashes to sc.hashes. When
 // that is impossible the request is routed by load and the reason says why.
-func (r *Router) hash(t *target, p *Parsed, sc *scratch) (Reason, int) {
+func (r *Router) hash(t *target, p *Parsed, sc *scratch, st *Stages) (Reason, int) {
+	t0 := time.Now()
 	tokens := p.PromptTokens
 	if tokens == nil {
 		var err error
-		if tokens, err = r.tok.Tokens(t.base, p); err != nil {
+		tokens, err = r.tok.Tokens(t.base, p)
+		st.Tokenize = time.Since(t0)
+		if err != nil {
 			if errors.Is(err, ErrNoTokenizer) {
 				return ReasonNoTokenizer, 0
 			}
@@ -94,7 +113,9 @@ func (r *Router) hash(t *target, p *Parsed, sc *scratch) (Reason, int) {
 			return ReasonTokenizeError, 0
 		}
 	}
+	t1 := time.Now()
 	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, kvindex.Extra{LoRA: t.lora, CacheSalt: p.CacheSalt})
+	st.Hash = time.Since(t1)
 	return ReasonLoad, len(tokens)
 }
 
@@ -117,6 +138,7 @@ type Report struct {
 	Tokens int      `json:"prompt_tokens"`
 	Blocks []string `json:"block_hashes"` // decimal, as vLLM's events print them
 	Pods   []Score  `json:"pods"`
+	Stages Stages   `json:"stage_ns"`
 }
 
 // Score evaluates req against every candidate pod and reports the scores,
@@ -127,7 +149,7 @@ func (r *Router) Score(req Request) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, Pods: sc.scores}
+	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, Pods: sc.scores, Stages: ev.stages}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {
 		rep.Blocks[i] = strconv.FormatUint(h, 10)

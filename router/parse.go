@@ -1,9 +1,9 @@
 package router
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -72,22 +72,45 @@ type ChatRequest struct {
 	HasAddGenerationPrompt bool // the field was present
 }
 
-// rawBody is the wire form; every field is decoded lazily so wrong types are
-// reported by name.
+// rawBody holds the top-level fields the router reads, as raw JSON.
 type rawBody struct {
-	Model                json.RawMessage `json:"model"`
-	Prompt               json.RawMessage `json:"prompt"`
-	Messages             json.RawMessage `json:"messages"`
-	Tools                json.RawMessage `json:"tools"`
-	Documents            json.RawMessage `json:"documents"`
-	ChatTemplate         json.RawMessage `json:"chat_template"`
-	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
-	AddGenerationPrompt  json.RawMessage `json:"add_generation_prompt"`
-	ContinueFinalMessage json.RawMessage `json:"continue_final_message"`
-	AddSpecialTokens     json.RawMessage `json:"add_special_tokens"`
-	ReasoningEffort      json.RawMessage `json:"reasoning_effort"`
-	CacheSalt            json.RawMessage `json:"cache_salt"`
-	Stream               json.RawMessage `json:"stream"`
+	Model, Prompt, Messages, Tools, Documents             []byte
+	ChatTemplate, ChatTemplateKwargs, AddGenerationPrompt []byte
+	ContinueFinalMessage, AddSpecialTokens                []byte
+	ReasoningEffort, CacheSalt, Stream                    []byte
+}
+
+// field returns where the raw value of a top-level key goes, or nil.
+func (r *rawBody) field(key string) *[]byte {
+	switch key {
+	case "model":
+		return &r.Model
+	case "prompt":
+		return &r.Prompt
+	case "messages":
+		return &r.Messages
+	case "tools":
+		return &r.Tools
+	case "documents":
+		return &r.Documents
+	case "chat_template":
+		return &r.ChatTemplate
+	case "chat_template_kwargs":
+		return &r.ChatTemplateKwargs
+	case "add_generation_prompt":
+		return &r.AddGenerationPrompt
+	case "continue_final_message":
+		return &r.ContinueFinalMessage
+	case "add_special_tokens":
+		return &r.AddSpecialTokens
+	case "reasoning_effort":
+		return &r.ReasoningEffort
+	case "cache_salt":
+		return &r.CacheSalt
+	case "stream":
+		return &r.Stream
+	}
+	return nil
 }
 
 // Parse reads an OpenAI request body of the given kind. A body the router
@@ -97,15 +120,16 @@ func Parse(kind Kind, body []byte) (*Parsed, error) {
 		return nil, badRequest("", "request body is not valid UTF-8")
 	}
 	var raw rawBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil {
+	err := scanObject(body, func(key string, v []byte) error {
+		if f := raw.field(key); f != nil {
+			*f = v // the last of repeated keys wins, as in encoding/json
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, badRequest("", "request body is not a JSON object: %v", err)
 	}
-	if dec.More() {
-		return nil, badRequest("", "request body has data after the JSON object")
-	}
 	p := &Parsed{Kind: kind}
-	var err error
 	if p.Model, err = stringField("model", raw.Model, true); err != nil {
 		return nil, err
 	}
@@ -130,95 +154,143 @@ func Parse(kind Kind, body []byte) (*Parsed, error) {
 	return p, nil
 }
 
-func isNull(v json.RawMessage) bool {
+func isNull(v []byte) bool {
 	return len(v) == 0 || string(v) == "null"
 }
 
-func stringField(name string, v json.RawMessage, required bool) (string, error) {
+// stringField decodes a raw value the scanner validated as a string.
+func stringField(name string, v []byte, required bool) (string, error) {
 	if isNull(v) {
 		if required {
 			return "", badRequest(name, "%s is required", name)
 		}
 		return "", nil
 	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
+	if v[0] != '"' {
 		return "", badRequest(name, "%s must be a string", name)
 	}
-	return s, nil
+	return unquote(v), nil
 }
 
-func boolField(name string, v json.RawMessage) (value, present bool, err error) {
-	if isNull(v) {
+func boolField(name string, v []byte) (value, present bool, err error) {
+	switch string(v) {
+	case "", "null":
 		return false, false, nil
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
 	}
-	if err := json.Unmarshal(v, &value); err != nil {
-		return false, false, badRequest(name, "%s must be a boolean", name)
-	}
-	return value, true, nil
+	return false, false, badRequest(name, "%s must be a boolean", name)
 }
 
 // parsePrompt reads a completion prompt: a string, a list of strings (a
 // batch: the router routes by the first), a list of token ids, or a list of
 // lists of token ids.
-func parsePrompt(p *Parsed, v json.RawMessage) error {
+func parsePrompt(p *Parsed, v []byte) error {
 	if isNull(v) {
 		return badRequest("prompt", "prompt is required")
 	}
 	switch v[0] {
 	case '"':
-		return json.Unmarshal(v, &p.Prompt)
+		p.Prompt = unquote(v)
+		return nil
 	case '[':
 	default:
 		return badRequest("prompt", "prompt must be a string, a list of strings or a list of token ids")
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(v, &items); err != nil {
-		return badRequest("prompt", "prompt is not a valid JSON array")
-	}
-	if len(items) == 0 {
+	var first []byte
+	n := 0
+	kinds := map[byte]bool{}
+	_ = scanArray(v, func(e []byte) error { // v is valid JSON: no error
+		if n == 0 {
+			first = e
+		}
+		kind := e[0]
+		if kind != '"' && kind != '[' {
+			kind = '0' // a number, or something tokenIDs refuses
+		}
+		kinds[kind] = true
+		n++
+		return nil
+	})
+	if n == 0 {
 		return badRequest("prompt", "prompt must not be empty")
 	}
-	switch items[0][0] {
-	case '"':
-		var ss []string
-		if err := json.Unmarshal(v, &ss); err != nil {
-			return badRequest("prompt", "a list prompt must hold only strings or only token ids")
-		}
-		p.Prompt = ss[0]
-		return nil
-	case '[':
-		var lists [][]uint32
-		if err := json.Unmarshal(v, &lists); err != nil {
-			return badRequest("prompt", "prompt token ids must be integers in [0, 2^32)")
-		}
-		p.PromptTokens = lists[0]
-	default:
-		if err := json.Unmarshal(v, &p.PromptTokens); err != nil {
-			return badRequest("prompt", "prompt token ids must be integers in [0, 2^32)")
-		}
+	if len(kinds) > 1 {
+		return badRequest("prompt", "a list prompt must hold only strings or only token ids")
 	}
-	return nil
+	var err error
+	switch first[0] {
+	case '"':
+		p.Prompt = unquote(first)
+	case '[':
+		if err = checkTokenLists(v); err == nil {
+			p.PromptTokens, err = tokenIDs(first)
+		}
+	default:
+		p.PromptTokens, err = tokenIDs(v)
+	}
+	return err
+}
+
+// checkTokenLists checks every element of a list of token-id lists.
+func checkTokenLists(v []byte) error {
+	return scanArray(v, func(e []byte) error {
+		_, err := tokenIDs(e)
+		return err
+	})
+}
+
+// tokenIDs decodes a JSON array of integers in [0, 2^32).
+func tokenIDs(v []byte) ([]uint32, error) {
+	bad := badRequest("prompt", "prompt token ids must be integers in [0, 2^32)")
+	if v[0] != '[' {
+		return nil, bad
+	}
+	ids := make([]uint32, 0, len(v)/4)
+	err := scanArray(v, func(e []byte) error {
+		n, err := strconv.ParseUint(string(e), 10, 32)
+		if err != nil {
+			return bad
+		}
+		ids = append(ids, uint32(n))
+		return nil
+	})
+	if err != nil {
+		return nil, bad
+	}
+	return ids, nil
 }
 
 func parseChat(raw *rawBody) (*ChatRequest, error) {
 	if isNull(raw.Messages) || raw.Messages[0] != '[' {
 		return nil, badRequest("messages", "messages must be a list of message objects")
 	}
-	var msgs []map[string]json.RawMessage
-	if err := json.Unmarshal(raw.Messages, &msgs); err != nil {
-		return nil, badRequest("messages", "messages must be a list of message objects")
+	n := 0
+	err := scanArray(raw.Messages, func(m []byte) error {
+		if m[0] != '{' {
+			return badRequest("messages", "messages must be a list of message objects")
+		}
+		var role []byte
+		_, _ = walkObject(m, 0, 1, func(k string, v []byte) error { // m is valid JSON
+			if k == "role" {
+				role = v
+			}
+			return nil
+		})
+		_, err := stringField(fmt.Sprintf("messages[%d].role", n), role, true)
+		n++
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	if len(msgs) == 0 {
+	if n == 0 {
 		return nil, badRequest("messages", "messages must not be empty")
 	}
-	for i, m := range msgs {
-		if _, err := stringField(fmt.Sprintf("messages[%d].role", i), m["role"], true); err != nil {
-			return nil, err
-		}
-	}
 	c := &ChatRequest{Messages: raw.Messages, AddGenerationPrompt: true}
-	for name, v := range map[string]json.RawMessage{"tools": raw.Tools, "documents": raw.Documents} {
+	for name, v := range map[string][]byte{"tools": raw.Tools, "documents": raw.Documents} {
 		if !isNull(v) && v[0] != '[' {
 			return nil, badRequest(name, "%s must be a list", name)
 		}
@@ -235,7 +307,6 @@ func parseChat(raw *rawBody) (*ChatRequest, error) {
 		}
 		c.ChatTemplateKwargs = raw.ChatTemplateKwargs
 	}
-	var err error
 	if c.ChatTemplate, err = stringField("chat_template", raw.ChatTemplate, false); err != nil {
 		return nil, err
 	}

@@ -80,6 +80,7 @@ type Decision struct {
 	Tokens    int    // prompt tokens, 0 when unknown
 	Reason    Reason
 	Elapsed   time.Duration
+	Stages    Stages // where Elapsed went
 
 	load      *Load
 	prefill   int64 // uncached tokens charged to the pod's prefill queue
@@ -132,7 +133,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	d := &Decision{
 		RequestID: req.ID, Model: ev.model, Pod: m.Name, Address: m.Address,
 		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
-		load: m.load,
+		Stages: ev.stages, load: m.load,
 	}
 	if d.Reason == ReasonLoad && d.Matched > 0 {
 		d.Reason = ReasonPrefix
@@ -156,9 +157,20 @@ func (r *Router) observe(d *Decision) {
 	if d.Elapsed > r.cfg.SlowDecision {
 		level = slog.LevelWarn
 	}
-	r.logger.LogAttrs(context.Background(), level, "routed",
+	ctx := context.Background()
+	if !r.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
 		slog.String("request_id", d.RequestID), slog.String("model", d.Model),
 		slog.String("pod", d.Pod), slog.Int("cached_blocks", d.Matched),
 		slog.Int("total_blocks", d.Total), slog.String("reason", string(d.Reason)),
-		slog.Int64("decision_us", d.Elapsed.Microseconds()))
+		slog.Int64("decision_us", d.Elapsed.Microseconds()),
+	}
+	if r.logger.Enabled(ctx, slog.LevelDebug) {
+		attrs = append(attrs, slog.Int("prompt_tokens", d.Tokens),
+			slog.Int64("tokenize_us", d.Stages.Tokenize.Microseconds()), slog.Int64("hash_us", d.Stages.Hash.Microseconds()),
+			slog.Int64("match_us", d.Stages.Match.Microseconds()), slog.Int64("score_us", d.Stages.Score.Microseconds()))
+	}
+	r.logger.LogAttrs(ctx, level, "routed", attrs...)
 }

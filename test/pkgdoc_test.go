@@ -57,7 +57,7 @@ func TestPackageDocs(t *testing.T) {
 }
 
 // moduleRoot walks up from the test's directory to the go.mod.
-func moduleRoot(t *testing.T) string {
+func moduleRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {

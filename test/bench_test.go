@@ -1,0 +1,141 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/tokenizer"
+)
+
+// Results on the 2-core development machine, shared with other work
+// (go test -run '^$' -bench Decision -benchmem ./test/): see the extproc +
+// router issue notes for the latest figures.
+
+// benchPrompt is deterministic English-like text of about n Qwen3 tokens.
+func benchPrompt(n int) string {
+	words := strings.Fields("the router reads each request and sends it to the pod that already holds the longest prefix of its prompt in cache while weighing load")
+	var b strings.Builder
+	for i := 0; b.Len() < n*5; i++ {
+		b.WriteString(words[(i*7)%len(words)])
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+type benchRig struct {
+	router *router.Router
+	envoy  *envoyclient.Client
+}
+
+// newBenchRig is 8 pods serving qwen3, one of which holds the prompt's
+// blocks, with the router and the ext_proc server on loopback.
+func newBenchRig(b *testing.B, prompt string) *benchRig {
+	b.Helper()
+	dir := qwen3Dir(b)
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hasher, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	fleet := router.NewFleet(index)
+	for i := range 8 {
+		fleet.Upsert(router.Pod{Name: fmt.Sprintf("pod-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Model: "qwen3", Ready: true})
+	}
+	tk, err := reg.For("qwen3")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids, err := tk.Encode(prompt, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pod, _ := index.Pod("pod-3")
+	if err := index.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, ids, kvindex.Extra{})); err != nil {
+		b.Fatal(err)
+	}
+	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ext, err := extproc.New(extproc.DefaultConfig(), r, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go func() { _ = ext.Run(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	return &benchRig{router: r, envoy: envoyclient.New(conn)}
+}
+
+// BenchmarkDecision is one routing decision for a completion prompt of 500
+// and 8,000 tokens with 8 pods: the router alone (with its per-stage
+// breakdown) and the whole ext_proc exchange over gRPC on loopback, as
+// Envoy drives it (request and response phases).
+func BenchmarkDecision(b *testing.B) {
+	for _, n := range []int{500, 8000} {
+		prompt := benchPrompt(n)
+		body := []byte(fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, prompt))
+		rig := newBenchRig(b, prompt)
+		b.Run(fmt.Sprintf("tokens=%d/router", n), func(b *testing.B) {
+			var sum router.Stages
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/completions", Body: body})
+				if err != nil || d.Pod != "pod-3" {
+					b.Fatalf("Route = %+v, %v, want pod-3", d, err)
+				}
+				d.Done()
+				sum.Parse += d.Stages.Parse
+				sum.Tokenize += d.Stages.Tokenize
+				sum.Hash += d.Stages.Hash
+				sum.Match += d.Stages.Match
+				sum.Score += d.Stages.Score
+			}
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+			b.ReportMetric(per(sum.Parse), "parse-µs")
+			b.ReportMetric(per(sum.Tokenize), "tokenize-µs")
+			b.ReportMetric(per(sum.Hash), "hash-µs")
+			b.ReportMetric(per(sum.Match), "match-µs")
+			b.ReportMetric(per(sum.Score), "score-µs")
+		})
+		b.Run(fmt.Sprintf("tokens=%d/extproc", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				res, err := rig.envoy.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: body, Chunks: []int{16384, 16384}})
+				if err != nil || res.Status != 200 || res.Destination != "10.0.0.4:8000" {
+					b.Fatalf("Do = %+v, %v, want pod-3", res, err)
+				}
+			}
+		})
+	}
+}
