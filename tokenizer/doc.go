@@ -35,7 +35,9 @@
 // github.com/dlclark/regexp2 (a backtracking engine with lookaround) after
 // its \p{..} and \s classes are rewritten to Unicode 16 sets. NFC is
 // golang.org/x/text's, except that text where it would insert U+034F after
-// 30 combining marks is composed without the joiner, as the Rust side does.
+// 30 combining marks is composed without the joiner, as the Rust side does,
+// and U+11938 stays apart as the Rust tables have it. Normalizers whose Go
+// and Rust tables disagree more (NFKC, NFKD, NFD) are refused.
 // Long SentencePiece words (a whole document can be one) merge in
 // O(n log n).
 //
