@@ -55,6 +55,8 @@ type Parsed struct {
 	PromptTokens []uint32
 	// Chat: everything that changes the rendered prompt.
 	Chat *ChatRequest
+	// Body is the request body as received.
+	Body []byte
 }
 
 // ChatRequest holds the fields of /v1/chat/completions that change the
@@ -129,7 +131,7 @@ func Parse(kind Kind, body []byte) (*Parsed, error) {
 	if err != nil {
 		return nil, badRequest("", "request body is not a JSON object: %v", err)
 	}
-	p := &Parsed{Kind: kind}
+	p := &Parsed{Kind: kind, Body: body}
 	if p.Model, err = stringField("model", raw.Model, true); err != nil {
 		return nil, err
 	}

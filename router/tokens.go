@@ -7,14 +7,17 @@ import (
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
-// errNoChat is returned for chat requests until a chat renderer is wired:
-// they are routed by load, with reason tokenize-error.
-var errNoChat = errors.New("router: chat templates are not wired yet")
+// errNoChat is returned for chat requests when no chat renderer is
+// configured: they are routed by load, with reason tokenize-error.
+var errNoChat = errors.New("router: no chat renderer configured")
 
-// RegistryTokenizers gives prompts' token ids from a tokenizer registry:
-// completions are encoded with add_special_tokens=true, as vLLM does.
+// RegistryTokenizers gives prompts' token ids from a tokenizer registry, as
+// vLLM computes them: completions are encoded with add_special_tokens=true,
+// chat requests rendered with the model's chat template and encoded with
+// add_special_tokens=false (unless the request asks).
 type RegistryTokenizers struct {
 	Registry *tokenizer.Registry
+	Chats    *tokenizer.Chats // nil: chat requests are routed by load
 }
 
 // Tokens implements Tokenizers.
@@ -26,8 +29,15 @@ func (t RegistryTokenizers) Tokens(base string, p *Parsed) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Chat != nil {
+	if p.Chat == nil {
+		return tk.Encode(p.Prompt, true)
+	}
+	if t.Chats == nil {
 		return nil, errNoChat
 	}
-	return tk.Encode(p.Prompt, true)
+	req, err := tokenizer.ParseChatRequest(p.Body)
+	if err != nil {
+		return nil, err
+	}
+	return t.Chats.Encode(base, req)
 }

@@ -59,6 +59,10 @@ func startFleet(t *testing.T, n int) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	chat, err := tokenizer.LoadChat(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	hashCfg := kvindex.DefaultHashConfig()
 	f := &fleet{pods: map[string]string{}}
 	if f.index, err = kvindex.New(kvindex.DefaultConfig(), nil); err != nil {
@@ -76,7 +80,7 @@ func startFleet(t *testing.T, n int) *fleet {
 		name := fmt.Sprintf("sim-%d", i)
 		pub := vllmpub.DefaultConfig()
 		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Chat: chat, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +103,7 @@ func startFleet(t *testing.T, n int) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.router, err = router.New(router.DefaultConfig(), fl, f.index, hasher, router.RegistryTokenizers{Registry: reg}, logger, nil); err != nil {
+	if f.router, err = router.New(router.DefaultConfig(), fl, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, logger, nil); err != nil {
 		t.Fatal(err)
 	}
 	ext, err := extproc.New(extproc.DefaultConfig(), f.router, logger, nil)
@@ -133,18 +137,26 @@ func port(t *testing.T, endpoint string) int {
 // would, forwards it to the chosen pod.
 func (f *fleet) send(t *testing.T, body string) *envoyclient.Result {
 	t.Helper()
-	res, err := f.envoy.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{7, 100}})
+	return f.sendTo(t, "/v1/completions", body)
+}
+
+func (f *fleet) sendTo(t *testing.T, path, body string) *envoyclient.Result {
+	t.Helper()
+	res, err := f.envoy.Do(context.Background(), envoyclient.Request{Path: path, Body: []byte(body), Chunks: []int{7, 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Status != 200 {
 		t.Fatalf("routing %s = %d %s", body, res.Status, res.Details)
 	}
-	resp, err := http.Post("http://"+res.Destination+"/v1/completions", "application/json", bytes.NewReader(res.UpstreamBody))
+	resp, err := http.Post("http://"+res.Destination+path, "application/json", bytes.NewReader(res.UpstreamBody))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pod %s answered %s", res.Destination, resp.Status)
+	}
 	return res
 }
 
@@ -155,14 +167,7 @@ func TestE2EPrefixFollowsEvents(t *testing.T) {
 	system := strings.Repeat("You are a careful assistant who answers in full sentences. ", 12)
 	first := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"What is a KV cache?"))
 	pod := first.UpstreamHeaders["x-kvrouter-pod"]
-	id, _ := f.index.Pod(pod)
-	deadline := time.Now().Add(20 * time.Second) // real sockets: poll with a bound
-	for f.index.PodEntries(id) == 0 || realEntries(f.index) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s's KV events never reached the index", pod)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	f.awaitEvents(t, pod, 1)
 	second := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"And why does routing matter?"))
 	if got := second.UpstreamHeaders["x-kvrouter-pod"]; got != pod || second.UpstreamHeaders["x-kvrouter-reason"] != "prefix" {
 		t.Fatalf("follow-up went to %s (%s, %s), want %s by prefix", got, second.UpstreamHeaders["x-kvrouter-reason"], second.UpstreamHeaders["x-kvrouter-cached-blocks"], pod)
@@ -173,7 +178,49 @@ func TestE2EPrefixFollowsEvents(t *testing.T) {
 	}
 }
 
-func realEntries(x *kvindex.Index) int {
-	n, _ := x.Len()
-	return n
+// awaitEvents waits until the index holds at least n real entries of pod,
+// which only the pod's own ZMQ events can put there.
+func (f *fleet) awaitEvents(t *testing.T, pod string, n int) {
+	t.Helper()
+	id, _ := f.index.Pod(pod)
+	deadline := time.Now().Add(20 * time.Second) // real sockets: poll with a bound
+	for {
+		entries, _ := f.index.Len()
+		if f.index.PodEntries(id) >= n && entries >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s's KV events never reached the index", pod)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestE2EChatAndSalt: a chat follow-up finds the pod that holds the earlier
+// turn (rendered by the real template on both sides); a different
+// cache_salt never matches another salt's blocks.
+func TestE2EChatAndSalt(t *testing.T) {
+	f := startFleet(t, 3)
+	system := strings.Repeat("You review Go code for races and leaks and explain every finding. ", 10)
+	turn1 := fmt.Sprintf(`{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":"Review my worker pool."}]}`, system)
+	first := f.sendTo(t, "/v1/chat/completions", turn1)
+	pod := first.UpstreamHeaders["x-kvrouter-pod"]
+	f.awaitEvents(t, pod, 8)
+	turn2 := fmt.Sprintf(`{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":"Review my worker pool."},{"role":"assistant","content":"It leaks a goroutine."},{"role":"user","content":"How do I fix it?"}]}`, system)
+	second := f.sendTo(t, "/v1/chat/completions", turn2)
+	if got := second.UpstreamHeaders["x-kvrouter-pod"]; got != pod || second.UpstreamHeaders["x-kvrouter-reason"] != "prefix" {
+		t.Fatalf("chat follow-up went to %s (%s %s), want %s by prefix", got, second.UpstreamHeaders["x-kvrouter-reason"], second.UpstreamHeaders["x-kvrouter-cached-blocks"], pod)
+	}
+
+	salted := func(salt string) string {
+		return fmt.Sprintf(`{"model":"qwen3","prompt":%q,"cache_salt":%q}`, strings.Repeat("Tenant data that must not leak across salts. ", 20), salt)
+	}
+	a := f.send(t, salted("tenant-a"))
+	f.awaitEvents(t, a.UpstreamHeaders["x-kvrouter-pod"], 8)
+	if b := f.send(t, salted("tenant-b")); !strings.HasPrefix(b.UpstreamHeaders["x-kvrouter-cached-blocks"], "0/") {
+		t.Fatalf("another salt matched %s blocks, want 0", b.UpstreamHeaders["x-kvrouter-cached-blocks"])
+	}
+	if again := f.send(t, salted("tenant-a")); strings.HasPrefix(again.UpstreamHeaders["x-kvrouter-cached-blocks"], "0/") {
+		t.Fatalf("the same salt matched %s blocks, want its prefix", again.UpstreamHeaders["x-kvrouter-cached-blocks"])
+	}
 }

@@ -113,7 +113,8 @@ func (a *app) build(idxCfg kvindex.Config, hashCfg kvindex.HashConfig, tokCfg to
 		}
 	}
 	a.fleet = router.NewFleet(a.index)
-	if a.router, err = router.New(router.DefaultConfig(), a.fleet, a.index, hasher, router.RegistryTokenizers{Registry: toks}, a.logger, a.reg); err != nil {
+	tokens := router.RegistryTokenizers{Registry: toks, Chats: tokenizer.NewChats(toks, nil)}
+	if a.router, err = router.New(router.DefaultConfig(), a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
 		return err
 	}
 	if a.events, err = kvevents.NewManager(evCfg, a.index, a.reg, a.logger); err != nil {

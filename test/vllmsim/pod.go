@@ -21,6 +21,8 @@ type Config struct {
 	Name, Model string
 	// Tokenizer is the model's tokenizer; nil: every byte is a token.
 	Tokenizer *tokenizer.Tokenizer
+	// Chat renders chat requests; nil: /v1/chat/completions answers 404.
+	Chat *tokenizer.Chat
 	// Hash is vLLM's hash configuration (--prefix-caching-hash-algo,
 	// PYTHONHASHSEED, block size).
 	Hash kvindex.HashConfig
@@ -80,6 +82,9 @@ func (p *Pod) Run(ctx context.Context) error { return p.pub.Run(ctx) }
 func (p *Pod) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", p.completion)
+	if p.cfg.Chat != nil && p.cfg.Tokenizer != nil {
+		mux.HandleFunc("POST /v1/chat/completions", p.completion)
+	}
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, p.cfg.Model)
 	})
@@ -135,19 +140,17 @@ func (p *Pod) completion(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	req, err := router.Parse(router.KindCompletion, body)
+	req, err := router.Parse(router.KindOf(r.URL.Path), body)
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write(router.AsError(err).JSON())
 		return
 	}
-	tokens := req.PromptTokens
-	if tokens == nil {
-		if tokens, err = p.encode(req.Prompt); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	tokens, err := p.tokens(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	p.running.Add(1)
 	defer p.running.Add(-1)
@@ -160,6 +163,23 @@ func (p *Pod) completion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.reply(w, r, req, len(tokens), cached)
+}
+
+// tokens is what vLLM would tokenize: ids as given, text with special
+// tokens, or the rendered chat.
+func (p *Pod) tokens(req *router.Parsed) ([]uint32, error) {
+	switch {
+	case req.PromptTokens != nil:
+		return req.PromptTokens, nil
+	case req.Chat != nil:
+		cr, err := tokenizer.ParseChatRequest(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		return p.cfg.Chat.Encode(p.cfg.Tokenizer, cr)
+	default:
+		return p.encode(req.Prompt)
+	}
 }
 
 func (p *Pod) encode(text string) ([]uint32, error) {

@@ -38,11 +38,16 @@ func (p *Pod) reply(w http.ResponseWriter, r *http.Request, req *router.Parsed, 
 			}
 			text.WriteString(" " + words[i%len(words)])
 		}
+		choice := map[string]any{"index": 0, "text": text.String(), "finish_reason": "length"}
+		object := "text_completion"
+		if req.Chat != nil {
+			object = "chat.completion"
+			choice = map[string]any{"index": 0, "message": map[string]string{"role": "assistant", "content": text.String()}, "finish_reason": "length"}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": "cmpl-" + p.cfg.Name, "object": "text_completion", "model": req.Model, "served_by": p.cfg.Name,
-			"choices": []map[string]any{{"index": 0, "text": text.String(), "finish_reason": "length"}},
-			"usage":   usage,
+			"id": "cmpl-" + p.cfg.Name, "object": object, "model": req.Model, "served_by": p.cfg.Name,
+			"choices": []map[string]any{choice}, "usage": usage,
 		})
 		return
 	}
@@ -52,10 +57,11 @@ func (p *Pod) reply(w http.ResponseWriter, r *http.Request, req *router.Parsed, 
 		if !sleep(r.Context(), p.cfg.DecodePerToken) {
 			return
 		}
-		chunk, _ := json.Marshal(map[string]any{
-			"object": "text_completion", "model": req.Model,
-			"choices": []map[string]any{{"index": 0, "text": " " + words[i%len(words)]}},
-		})
+		choice := map[string]any{"index": 0, "text": " " + words[i%len(words)]}
+		if req.Chat != nil {
+			choice = map[string]any{"index": 0, "delta": map[string]string{"content": " " + words[i%len(words)]}}
+		}
+		chunk, _ := json.Marshal(map[string]any{"model": req.Model, "choices": []map[string]any{choice}})
 		fmt.Fprintf(w, "data: %s\n\n", chunk)
 		_ = rc.Flush()
 	}
