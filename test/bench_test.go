@@ -72,7 +72,7 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 	if err := index.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, ids, kvindex.Extra{})); err != nil {
 		b.Fatal(err)
 	}
-	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg}, slog.New(slog.DiscardHandler), nil)
+	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,18 +100,30 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 // breakdown) and the whole ext_proc exchange over gRPC on loopback, as
 // Envoy drives it (request and response phases).
 func BenchmarkDecision(b *testing.B) {
-	for _, n := range []int{500, 8000} {
-		prompt := benchPrompt(n)
-		body := []byte(fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, prompt))
+	for _, bc := range []struct {
+		kind string
+		n    int
+	}{{"completion", 500}, {"completion", 8000}, {"chat", 8000}} {
+		n, prompt := bc.n, benchPrompt(bc.n)
+		path, body := "/v1/completions", []byte(fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, prompt))
+		if bc.kind == "chat" {
+			path = "/v1/chat/completions"
+			var msgs []string
+			for i, part := range chunk(prompt, 10) {
+				role := [2]string{"user", "assistant"}[i%2]
+				msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, role, part))
+			}
+			body = []byte(`{"model":"qwen3","messages":[{"role":"system","content":"You are helpful."},` + strings.Join(msgs, ",") + `]}`)
+		}
 		rig := newBenchRig(b, prompt)
-		b.Run(fmt.Sprintf("tokens=%d/router", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/tokens=%d/router", bc.kind, n), func(b *testing.B) {
 			var sum router.Stages
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/completions", Body: body})
-				if err != nil || d.Pod != "pod-3" {
-					b.Fatalf("Route = %+v, %v, want pod-3", d, err)
+				d, err := rig.router.Route(context.Background(), router.Request{Path: path, Body: body})
+				if err != nil || (bc.kind == "completion" && d.Pod != "pod-3") || d.Tokens < n*9/10 {
+					b.Fatalf("Route = %+v, %v, want pod-3 and about %d tokens", d, err, n)
 				}
 				d.Done()
 				sum.Parse += d.Stages.Parse
@@ -127,15 +139,25 @@ func BenchmarkDecision(b *testing.B) {
 			b.ReportMetric(per(sum.Match), "match-µs")
 			b.ReportMetric(per(sum.Score), "score-µs")
 		})
-		b.Run(fmt.Sprintf("tokens=%d/extproc", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/tokens=%d/extproc", bc.kind, n), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				res, err := rig.envoy.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: body, Chunks: []int{16384, 16384}})
-				if err != nil || res.Status != 200 || res.Destination != "10.0.0.4:8000" {
-					b.Fatalf("Do = %+v, %v, want pod-3", res, err)
+				res, err := rig.envoy.Do(context.Background(), envoyclient.Request{Path: path, Body: body, Chunks: []int{16384, 16384}})
+				if err != nil || res.Status != 200 || res.UpstreamHeaders["x-kvrouter-reason"] == "tokenize-error" {
+					b.Fatalf("Do = %+v, %v", res, err)
 				}
 			}
 		})
 	}
+}
+
+// chunk splits s into n pieces at spaces.
+func chunk(s string, n int) []string {
+	words := strings.Fields(s)
+	var out []string
+	for i := range n {
+		out = append(out, strings.Join(words[i*len(words)/n:(i+1)*len(words)/n], " "))
+	}
+	return out
 }
