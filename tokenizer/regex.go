@@ -25,7 +25,9 @@ func newMatcher(pattern string) (matcher, error) {
 	case qwenPattern:
 		return scanner{maxDigits: 1}, nil
 	case o200kPattern:
-		return o200k{}, nil
+		return o200k{contractions: true, maxDigits: 3}, nil
+	case tekkenPattern:
+		return o200k{maxDigits: 1}, nil
 	case digitsPattern:
 		return digits{}, nil
 	case kanaPattern:

@@ -2,43 +2,57 @@ package tokenizer
 
 import "github.com/kvrouter/kvrouter/tokenizer/internal/unicode16"
 
-// o200kPattern is gpt-oss's pre-tokenizer pattern; o200k matches it without
-// a regex engine.
-const o200kPattern = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+// o200kPattern is gpt-oss's pre-tokenizer pattern and tekkenPattern
+// Mistral's (Nemo, Pixtral) same shape without contractions and with single
+// digits; o200k matches both without a regex engine.
+const (
+	o200kPattern  = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	tekkenPattern = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
 
 const (
 	pUpper = unicode16.PropLu | unicode16.PropLt | unicode16.PropLm | unicode16.PropLo | unicode16.PropM
 	pLower = unicode16.PropLl | unicode16.PropLm | unicode16.PropLo | unicode16.PropM
 )
 
-type o200k struct{}
+// o200k is the o200k pattern (contractions, up to 3 digits) or the tekken
+// one (neither).
+type o200k struct {
+	contractions bool
+	maxDigits    int
+}
 
-func (o200k) matches(s string, sink matchSink) {
+func (o o200k) matches(s string, sink matchSink) {
 	for i := 0; i < len(s); {
-		e := o200kNext(s, i)
+		e := o.next(s, i)
 		sink.match(i, e)
 		i = e
 	}
 }
 
-// o200kNext returns the end of the match at i, trying the alternatives in
-// the pattern's order (with the optional prefix character first).
-func o200kNext(s string, i int) int {
+// next returns the end of the match at i, trying the alternatives in the
+// pattern's order (with the optional prefix character first).
+func (o o200k) next(s string, i int) int {
 	r, n, p := at(s, i)
 	prefix := r != '\r' && r != '\n' && p&(pL|pN) == 0 && i+n < len(s)
 	for _, word := range [...]func(string, int) (int, bool){casedWord, capitalWord} {
+		e, ok := 0, false
 		if prefix {
-			if e, ok := word(s, i+n); ok {
-				return e
-			}
+			e, ok = word(s, i+n)
 		}
-		if e, ok := word(s, i); ok {
+		if !ok {
+			e, ok = word(s, i)
+		}
+		if ok {
+			if o.contractions {
+				e = withContraction(s, e)
+			}
 			return e
 		}
 	}
 	if p&pN != 0 {
 		e := i + n
-		for k := 1; k < 3 && e < len(s); k++ {
+		for k := 1; k < o.maxDigits && e < len(s); k++ {
 			_, n2, p2 := at(s, e)
 			if p2&pN == 0 {
 				break
@@ -58,8 +72,8 @@ func o200kNext(s string, i int) int {
 	return whitespace(s, i)
 }
 
-// casedWord matches [upper]*[lower]+ and an optional contraction at q,
-// backtracking as the regex engine would.
+// casedWord matches [upper]*[lower]+ at q, backtracking as the regex engine
+// would.
 func casedWord(s string, q int) (int, bool) {
 	j, lastLower := q, -1
 	for j < len(s) {
@@ -84,16 +98,16 @@ func casedWord(s string, q int) (int, bool) {
 		}
 		end = lastLower
 	}
-	return withContraction(s, end), true
+	return end, true
 }
 
-// capitalWord matches [upper]+[lower]* and an optional contraction at q.
+// capitalWord matches [upper]+[lower]* at q.
 func capitalWord(s string, q int) (int, bool) {
 	j := spanAny(s, q, pUpper)
 	if j == q {
 		return 0, false
 	}
-	return withContraction(s, spanAny(s, j, pLower)), true
+	return spanAny(s, j, pLower), true
 }
 
 // spanAny returns the end of the run of characters with any property in p.

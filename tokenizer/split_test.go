@@ -53,7 +53,8 @@ func TestScannerMatchesRegex(t *testing.T) {
 	}{
 		{llama3Pattern, scanner{3}},
 		{qwenPattern, scanner{1}},
-		{o200kPattern, o200k{}},
+		{o200kPattern, o200k{contractions: true, maxDigits: 3}},
+		{tekkenPattern, o200k{maxDigits: 1}},
 		{digitsPattern, digits{}},
 		{kanaPattern, kana{}},
 		{deepseekPattern, deepseekWords{}},

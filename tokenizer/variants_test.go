@@ -31,6 +31,7 @@ var variants = []struct {
 		"pre_tokenizer": sequence(
 			map[string]any{"type": "Digits", "individual_digits": true},
 			map[string]any{"type": "Punctuation", "behavior": "Contiguous"},
+			split(tekkenPattern, "Isolated"),
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}),
 	}},
 	{"digits-runs-punctuation", "llama2", map[string]any{
