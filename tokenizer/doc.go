@@ -30,8 +30,9 @@
 //
 // Pre-tokenizer patterns follow Oniguruma semantics with Unicode 16
 // character classes (tables generated into internal/unicode16, since Go's
-// unicode package is 15.0). The Llama-3, Qwen2/3 and gpt-oss (o200k)
-// patterns are matched by hand-written scanners; any other pattern runs on
+// unicode package is 15.0). The Llama-3, Qwen2/3, gpt-oss (o200k),
+// Mistral tekken and DeepSeek-V3 patterns are matched by hand-written
+// scanners, each tested against the generic engine; any other pattern runs on
 // github.com/dlclark/regexp2 (a backtracking engine with lookaround) after
 // its \p{..} and \s classes are rewritten to Unicode 16 sets. NFC is
 // golang.org/x/text's, except that text where it would insert U+034F after
