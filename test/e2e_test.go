@@ -80,7 +80,7 @@ func startFleet(t *testing.T, n int) *fleet {
 		name := fmt.Sprintf("sim-%d", i)
 		pub := vllmpub.DefaultConfig()
 		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Chat: chat, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: chat, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func startFleet(t *testing.T, n int) *fleet {
 		t.Cleanup(srv.Close)
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name] = addr
-		fl.Upsert(router.Pod{Name: name, Address: addr, Model: "qwen3", Ready: true})
+		fl.Upsert(router.Pod{Name: name, Address: addr, Model: "qwen3", LoRAs: []string{"alice"}, Ready: true})
 		if err := mgr.Ensure(kvevents.Pod{Name: name, IP: "127.0.0.1", EventPort: port(t, pod.Publisher().Endpoint()), ReplayPort: port(t, pod.Publisher().ReplayEndpoint()), Model: "qwen3"}); err != nil {
 			t.Fatal(err)
 		}
@@ -222,5 +222,35 @@ func TestE2EChatAndSalt(t *testing.T) {
 	}
 	if again := f.send(t, salted("tenant-a")); strings.HasPrefix(again.UpstreamHeaders["x-kvrouter-cached-blocks"], "0/") {
 		t.Fatalf("the same salt matched %s blocks, want its prefix", again.UpstreamHeaders["x-kvrouter-cached-blocks"])
+	}
+}
+
+// TestE2ELoRAStreamingAndErrors: a LoRA adapter's blocks match only requests
+// for that adapter; streamed replies pass through; refusals reach the client
+// as OpenAI errors.
+func TestE2ELoRAStreamingAndErrors(t *testing.T) {
+	f := startFleet(t, 3)
+	prompt := strings.Repeat("Adapters change every block's hash, so base and LoRA caches never mix. ", 12)
+	lora := f.send(t, fmt.Sprintf(`{"model":"alice","prompt":%q}`, prompt))
+	pod := lora.UpstreamHeaders["x-kvrouter-pod"]
+	f.awaitEvents(t, pod, 8)
+	base := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, prompt))
+	if !strings.HasPrefix(base.UpstreamHeaders["x-kvrouter-cached-blocks"], "0/") {
+		t.Fatalf("the base model matched the adapter's blocks: %s", base.UpstreamHeaders["x-kvrouter-cached-blocks"])
+	}
+	again := f.send(t, fmt.Sprintf(`{"model":"alice","prompt":%q,"stream":true}`, prompt))
+	if again.UpstreamHeaders["x-kvrouter-pod"] != pod || again.UpstreamHeaders["x-kvrouter-reason"] != "prefix" {
+		t.Fatalf("the adapter's follow-up went to %s (%s), want %s by prefix", again.UpstreamHeaders["x-kvrouter-pod"], again.UpstreamHeaders["x-kvrouter-reason"], pod)
+	}
+	stream := &envoyclient.Reply{Status: 200, Headers: [][2]string{{"content-type", "text/event-stream"}}, Chunks: [][]byte{[]byte("data: {\"a\""), []byte(":1}\n\ndata: [DONE]\n\n")}}
+	res, err := f.envoy.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"qwen3","prompt":"hi","stream":true}`), Reply: stream})
+	if err != nil || res.Status != 200 || string(res.ClientBody) != "data: {\"a\":1}\n\ndata: [DONE]\n\n" || res.ClientHeaders["x-kvrouter-pod"] == "" {
+		t.Fatalf("streamed reply = %+v, %v, want the SSE passed through with routing headers", res, err)
+	}
+	for body, want := range map[string]int{`{"model":"nope","prompt":"x"}`: 404, `{"model":"qwen3"}`: 400, `{`: 400} {
+		res, err := f.envoy.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{1}})
+		if err != nil || res.Status != want || !strings.Contains(string(res.ClientBody), `"error"`) {
+			t.Errorf("%s = %+v, %v, want %d with an OpenAI error", body, res, err, want)
+		}
 	}
 }

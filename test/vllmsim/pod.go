@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"context"
+	"slices"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +20,9 @@ import (
 type Config struct {
 	// Name appears in replies; Model is the model it serves.
 	Name, Model string
+	// LoRAs are the adapters it serves: a request naming one hashes its
+	// blocks with the adapter's name, as vLLM does.
+	LoRAs []string
 	// Tokenizer is the model's tokenizer; nil: every byte is a token.
 	Tokenizer *tokenizer.Tokenizer
 	// Chat renders chat requests; nil: /v1/chat/completions answers 404.
@@ -154,7 +158,14 @@ func (p *Pod) completion(w http.ResponseWriter, r *http.Request) {
 	}
 	p.running.Add(1)
 	defer p.running.Add(-1)
-	cached, err := p.prefill(r.Context(), tokens, kvindex.Extra{CacheSalt: req.CacheSalt})
+	extra := kvindex.Extra{CacheSalt: req.CacheSalt}
+	if slices.Contains(p.cfg.LoRAs, req.Model) {
+		extra.LoRA = req.Model
+	} else if req.Model != p.cfg.Model {
+		http.Error(w, fmt.Sprintf("model %q is not served here", req.Model), http.StatusNotFound)
+		return
+	}
+	cached, err := p.prefill(r.Context(), tokens, extra)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
