@@ -2,10 +2,10 @@ package vllmsim
 
 import (
 	"context"
-	"slices"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
