@@ -12,8 +12,11 @@ type expr interface {
 
 type (
 	textStmt  struct{ text string }
-	printStmt struct{ e expr }
-	ifStmt    struct {
+	printStmt struct {
+		e      expr
+		folded bool // constant: jinja2 evaluates it at compile time
+	}
+	ifStmt struct {
 		conds  []expr
 		bodies [][]stmt
 		els    []stmt

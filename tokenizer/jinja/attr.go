@@ -170,8 +170,8 @@ func isASCII(s string) bool {
 	return true
 }
 
-// slice is Python's obj[lo:hi:step] for strings, lists and tuples; bad
-// bounds give undefined, as jinja2's getitem does.
+// slice is Python's obj[lo:hi:step] for strings, lists and tuples (jinja2
+// subscripts slices directly: other values fail).
 func slice(obj Value, b [3]Value) (Value, error) {
 	var n int
 	var runes []rune
@@ -181,15 +181,17 @@ func slice(obj Value, b [3]Value) (Value, error) {
 		n = len(runes)
 	case *List:
 		if x.Gen {
-			return Undefined{Name: "slice of generator"}, nil
+			return nil, fmt.Errorf("%w: 'generator' object is not subscriptable", ErrType)
 		}
 		n = len(x.Items)
+	case *Dict:
+		return nil, fmt.Errorf("%w: unhashable type: 'slice'", ErrType)
 	default:
-		return Undefined{Name: "slice of " + typeName(obj)}, nil
+		return nil, fmt.Errorf("%w: '%s' object is not subscriptable", ErrType, typeName(obj))
 	}
 	idx, ok := sliceIndices(n, b)
 	if !ok {
-		return Undefined{Name: "slice"}, nil
+		return nil, fmt.Errorf("%w: slice indices must be integers or None", ErrType)
 	}
 	if idx == nil && b[2] != nil {
 		if s, _ := integer(b[2]); s == 0 {

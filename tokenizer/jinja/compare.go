@@ -161,6 +161,9 @@ func contains(container, item Value) (bool, error) {
 		}
 		return false, nil
 	case *Dict:
+		if _, undef := item.(Undefined); undef {
+			return false, nil
+		}
 		if _, ok := hashKey(item); !ok {
 			return false, fmt.Errorf("%w: unhashable type: '%s'", ErrType, typeName(item))
 		}

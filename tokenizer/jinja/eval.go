@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -225,5 +226,11 @@ func (sl *sliceExpr) eval(r *renderer, s *scope) (Value, error) {
 	if u, ok := obj.(Undefined); ok {
 		return nil, u.err()
 	}
-	return slice(obj, bounds)
+	v, err := slice(obj, bounds)
+	if err != nil && r.folding && errors.Is(err, ErrType) {
+		// jinja2 folds constant slices through environment.getitem, which
+		// turns the failure into an undefined value.
+		return Undefined{Name: "slice"}, nil
+	}
+	return v, err
 }

@@ -24,9 +24,20 @@ func (r *renderer) execBody(body []stmt, s *scope) error {
 func (t *textStmt) exec(r *renderer, _ *scope) error { return r.write(t.text) }
 
 func (p *printStmt) exec(r *renderer, s *scope) error {
-	v, err := p.e.eval(r, s)
+	var v Value
+	err := errors.New("not folded")
+	if p.folded {
+		// jinja2 evaluates a constant output at compile time, where a
+		// failed slice is undefined; if that fails it evaluates at render
+		// time, where the slice raises.
+		r.folding = true
+		v, err = p.e.eval(r, s)
+		r.folding = false
+	}
 	if err != nil {
-		return err
+		if v, err = p.e.eval(r, s); err != nil {
+			return err
+		}
 	}
 	if x, ok := v.(string); ok {
 		return r.write(x)

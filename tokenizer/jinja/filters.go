@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -28,7 +29,7 @@ func init() {
 		"map":        mapFilter,
 		"list":       listFilter,
 		"string":     func(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) { return str(v), nil },
-		"safe":       func(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) { return v, nil },
+		"safe":       func(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) { return str(v), nil },
 		"default":    defaultFilter,
 		"d":          defaultFilter,
 		"first":      firstFilter,
@@ -50,9 +51,7 @@ func init() {
 		"attr":       attrFilter,
 		"e":          strFilter(htmlEscape),
 		"escape":     strFilter(htmlEscape),
-		"wordcount": func(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) {
-			return int64(len(splitWhitespace(str(v), -1))), nil
-		},
+		"wordcount":  wordcountFilter,
 	}
 }
 
@@ -201,9 +200,24 @@ func lastFilter(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) {
 	return items[len(items)-1], nil
 }
 
+// wordcountFilter counts runs of word characters (regexp \w+).
+func wordcountFilter(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) {
+	n, in := int64(0), false
+	for _, r := range str(v) {
+		w := r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) || unicode.Is(unicode.Nl, r) || unicode.Is(unicode.No, r)
+		if w && !in {
+			n++
+		}
+		in = w
+	}
+	return n, nil
+}
+
 func intFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
 	def := arg(args, kw, 0, "default", int64(0))
 	switch x := v.(type) {
+	case Undefined:
+		return nil, x.err()
 	case bool, int64:
 		n, _ := integer(x)
 		return n, nil
@@ -226,6 +240,8 @@ func intFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
 
 func floatFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
 	switch x := v.(type) {
+	case Undefined:
+		return nil, x.err()
 	case bool, int64, float64:
 		f, _ := number(x)
 		return f, nil

@@ -44,6 +44,9 @@ func mapAttr(items []Value, attr, def Value) ([]Value, error) {
 }
 
 func mapFilter(r *renderer, v Value, args []Value, kw kwargs) (Value, error) {
+	if !truthy(v) { // jinja2 iterates only a true value
+		return &List{Gen: true}, nil
+	}
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -73,6 +76,9 @@ func mapFilter(r *renderer, v Value, args []Value, kw kwargs) (Value, error) {
 // selectFilter is select, reject, selectattr and rejectattr.
 func selectFilter(byAttr, reject bool) filterFunc {
 	return func(_ *renderer, v Value, args []Value, _ kwargs) (Value, error) {
+		if !truthy(v) { // jinja2 iterates only a true value
+			return &List{Gen: true}, nil
+		}
 		items, err := iterate(v)
 		if err != nil {
 			return nil, err
@@ -205,6 +211,9 @@ func uniqueFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) 
 	var out, seen []Value
 	for _, it := range items {
 		k := sortKey(it, cs)
+		if _, ok := hashKey(k); !ok {
+			return nil, fmt.Errorf("%w: unhashable type: '%s'", ErrType, typeName(k))
+		}
 		dup := false
 		for _, s := range seen {
 			if equal(s, k) {
@@ -287,7 +296,14 @@ func indentFilter(r *renderer, v Value, args []Value, kw kwargs) (Value, error) 
 	}
 	first := truthy(arg(args, kw, 1, "first", false))
 	blank := truthy(arg(args, kw, 2, "blank", false))
-	lines := strings.Split(normalizeNewlines(str(v)+"\n"), "\n")
+	text, ok := v.(string)
+	if !ok {
+		if u, isUndef := v.(Undefined); isUndef {
+			return nil, u.err()
+		}
+		return nil, fmt.Errorf("%w: unsupported operand type(s) for +=: '%s' and 'str'", ErrType, typeName(v))
+	}
+	lines := strings.Split(normalizeNewlines(text+"\n"), "\n")
 	var b strings.Builder
 	for i, l := range lines {
 		if i > 0 {

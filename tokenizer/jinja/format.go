@@ -96,10 +96,8 @@ func printf(format string, arg Value) (Value, error) {
 		}
 		n++
 	}
-	if n < len(args) {
-		if _, isDict := arg.(*Dict); !isDict {
-			return nil, fmt.Errorf("%w: not all arguments converted during string formatting", ErrType)
-		}
+	if n < len(args) && !isMapping(arg) {
+		return nil, fmt.Errorf("%w: not all arguments converted during string formatting", ErrType)
 	}
 	return b.String(), nil
 }
@@ -124,4 +122,17 @@ func printfVerb(b *strings.Builder, verb byte, v Value) error {
 		return fmt.Errorf("%w: unsupported format character '%c'", ErrValue, verb)
 	}
 	return nil
+}
+
+// isMapping is what Python's %-formatting treats as a mapping argument
+// (anything subscriptable but a tuple or a string): extra arguments are
+// then not an error.
+func isMapping(v Value) bool {
+	switch x := v.(type) {
+	case *Dict, Undefined:
+		return true
+	case *List:
+		return !x.Tuple
+	}
+	return false
 }

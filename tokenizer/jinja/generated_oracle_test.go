@@ -14,10 +14,10 @@ import (
 // TestGeneratedAgainstJinja2 renders templates assembled at random from
 // the fuzz fragments with Go and with jinja2: same output or both fail
 // (most fail to compile; the rest exercise odd combinations). GENERATED=n
-// runs n templates instead of 4000.
+// runs n templates instead of 3000.
 func TestGeneratedAgainstJinja2(t *testing.T) {
 	o := pyoracle.Get(t)
-	n := 4000
+	n := 3000
 	if v, err := strconv.Atoi(os.Getenv("GENERATED")); err == nil {
 		n = v
 	}

@@ -15,6 +15,9 @@ func unsupported(op string, l, r Value) error {
 
 // binaryOp is Python's l op r for + - * / // % **.
 func binaryOp(r *renderer, op string, l, rv Value) (Value, error) {
+	if fs, ok := l.(string); ok && op == "%" {
+		return printf(fs, rv)
+	}
 	if u, ok := l.(Undefined); ok {
 		return nil, u.err()
 	}
@@ -36,10 +39,6 @@ func binaryOp(r *renderer, op string, l, rv Value) (Value, error) {
 		return add(r, l, rv)
 	case "*":
 		return repeat(r, l, rv)
-	case "%":
-		if fs, ok := l.(string); ok {
-			return printf(fs, rv)
-		}
 	}
 	return nil, unsupported(op, l, rv)
 }
@@ -141,7 +140,7 @@ func floatOp(op string, a, b float64) (Value, error) {
 		if b == 0 {
 			return nil, fmt.Errorf("%w: float floor division by zero", ErrValue)
 		}
-		return math.Floor(a / b), nil
+		return floorDiv(a, b), nil
 	case "%":
 		if b == 0 {
 			return nil, fmt.Errorf("%w: float modulo", ErrValue)
@@ -214,4 +213,22 @@ func repeat(r *renderer, l, rv Value) (Value, error) {
 		return &List{Items: items, Tuple: x.Tuple}, nil
 	}
 	return nil, unsupported("*", l, rv)
+}
+
+// floorDiv is Python's float //: computed from fmod so that 2 // 0.1 is
+// 19.0, as in CPython.
+func floorDiv(a, b float64) float64 {
+	mod := math.Mod(a, b)
+	div := (a - mod) / b
+	if mod != 0 && (b < 0) != (mod < 0) {
+		div--
+	}
+	if div == 0 {
+		return math.Copysign(0, a/b)
+	}
+	fl := math.Floor(div)
+	if div-fl > 0.5 {
+		fl++
+	}
+	return fl
 }

@@ -124,7 +124,7 @@ func (p *parser) parseBody(ends ...string) (body []stmt, end string, err error) 
 			if err := p.expectEnd(); err != nil {
 				return nil, "", err
 			}
-			body = append(body, &printStmt{e})
+			body = append(body, &printStmt{e: e, folded: isConst(e)})
 			continue
 		}
 		name, err := p.expectName()

@@ -157,6 +157,7 @@ type renderer struct {
 	now        func() time.Time
 	iterations int
 	callDepth  int
+	folding    bool // evaluating a constant output as jinja2's compiler does
 }
 
 func (r *renderer) write(s string) error {

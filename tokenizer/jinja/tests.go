@@ -3,6 +3,7 @@ package jinja
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 type testFunc func(v Value, args []Value) (bool, error)
@@ -27,8 +28,8 @@ func init() {
 		"callable":  func(v Value, _ []Value) (bool, error) { _, ok := v.(callable); return ok, nil },
 		"odd":       parityTest(1),
 		"even":      parityTest(0),
-		"lower":     func(v Value, _ []Value) (bool, error) { s := str(v); return s == lower(s), nil },
-		"upper":     func(v Value, _ []Value) (bool, error) { s := str(v); return s == upper(s), nil },
+		"lower":     func(v Value, _ []Value) (bool, error) { return casedAll(str(v), unicode.IsLower), nil },
+		"upper":     func(v Value, _ []Value) (bool, error) { return casedAll(str(v), unicode.IsUpper), nil },
 		"in":        inTest,
 		"sameas":    sameasTest,
 		"divisibleby": func(v Value, args []Value) (bool, error) {
@@ -55,7 +56,7 @@ func init() {
 
 func sequenceTest(v Value, _ []Value) (bool, error) {
 	switch x := v.(type) {
-	case string, *Dict:
+	case string, *Dict, Undefined:
 		return true, nil
 	case *List:
 		return !x.Gen, nil
@@ -71,13 +72,14 @@ func iterableTest(v Value, _ []Value) (bool, error) {
 	return false, nil
 }
 
+// parityTest is jinja2's odd/even: value % 2 == 1 (or == 0).
 func parityTest(want int64) testFunc {
 	return func(v Value, _ []Value) (bool, error) {
-		n, ok := integer(v)
-		if !ok {
-			return false, fmt.Errorf("%w: odd/even need an integer, not %s", ErrType, typeName(v))
+		m, err := binaryOp(nil, "%", v, int64(2))
+		if err != nil {
+			return false, err
 		}
-		return n&1 == want, nil
+		return equal(m, want), nil
 	}
 }
 
@@ -111,4 +113,19 @@ func compareTest(op string) testFunc {
 		}
 		return compareOp(op, v, args[0])
 	}
+}
+
+// casedAll is Python's str.islower/isupper: at least one cased character,
+// and every cased character passes is.
+func casedAll(s string, is func(rune) bool) bool {
+	cased := false
+	for _, r := range s {
+		if unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) {
+			if !is(r) {
+				return false
+			}
+			cased = true
+		}
+	}
+	return cased
 }

@@ -20,6 +20,7 @@ and every output line is {"out": STRING} or {"error": "Class: message"}.
 import datetime
 import json
 import sys
+import warnings
 
 import jinja2
 import jinja2.ext
@@ -282,6 +283,7 @@ def handle(req):
 
 
 def main():
+    warnings.simplefilter("ignore")  # Python's compile-time SyntaxWarnings
     out = sys.stdout
     for line in sys.stdin:
         if not line.strip():
