@@ -42,7 +42,7 @@ func (p *printStmt) exec(r *renderer, s *scope) error {
 	if x, ok := v.(string); ok {
 		return r.write(x)
 	}
-	return r.write(str(v))
+	return r.write(strMax(v, r.limits.MaxOutput))
 }
 
 func (st *ifStmt) exec(r *renderer, s *scope) error {

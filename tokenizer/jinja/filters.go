@@ -66,8 +66,8 @@ func arg(args []Value, kw kwargs, i int, name string, def Value) Value {
 	return def
 }
 
-func tojsonFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
-	o := jsonOptions{itemSep: ", ", keySep: ": "}
+func tojsonFilter(r *renderer, v Value, args []Value, kw kwargs) (Value, error) {
+	o := jsonOptions{itemSep: ", ", keySep: ": ", maxLen: r.limits.MaxOutput}
 	asciiOnly := truthy(arg(args, kw, 0, "ensure_ascii", false))
 	switch ind := arg(args, kw, 1, "indent", nil).(type) {
 	case nil:

@@ -93,6 +93,7 @@ type jsonOptions struct {
 	itemSep   string
 	keySep    string
 	sortKeys  bool
+	maxLen    int // 0: maxReprLen
 }
 
 // toJSON is json.dumps(v, ensure_ascii=False, ...).
@@ -108,8 +109,8 @@ func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
 	if depth > maxJSONDepth {
 		return fmt.Errorf("%w: tojson nesting deeper than %d", ErrLimit, maxJSONDepth)
 	}
-	if b.Len() > maxReprLen {
-		return fmt.Errorf("%w: tojson output longer than %d bytes", ErrLimit, maxReprLen)
+	if b.Len() > o.maxLen && o.maxLen > 0 || b.Len() > maxReprLen {
+		return fmt.Errorf("%w: tojson output too long", ErrLimit)
 	}
 	switch x := v.(type) {
 	case nil:

@@ -9,7 +9,10 @@ import (
 )
 
 // str is Python's str(v) as jinja2 prints it.
-func str(v Value) string {
+func str(v Value) string { return strMax(v, maxReprLen) }
+
+// strMax is str that stops printing containers beyond about limit bytes.
+func strMax(v Value, limit int) string {
 	switch x := v.(type) {
 	case string:
 		return x
@@ -17,14 +20,15 @@ func str(v Value) string {
 		return ""
 	}
 	var b strings.Builder
-	writeRepr(&b, v, 0)
+	writeRepr(&b, v, 0, limit)
 	return b.String()
 }
 
 // repr is Python's repr(v).
 func repr(v Value) string {
+	limit := maxReprLen
 	var b strings.Builder
-	writeRepr(&b, v, 0)
+	writeRepr(&b, v, 0, limit)
 	return b.String()
 }
 
@@ -36,8 +40,8 @@ const (
 	maxReprLen   = 16 << 20
 )
 
-func writeRepr(b *strings.Builder, v Value, depth int) {
-	if depth > maxReprDepth || b.Len() > maxReprLen {
+func writeRepr(b *strings.Builder, v Value, depth, limit int) {
+	if depth > maxReprDepth || b.Len() > limit {
 		b.WriteString("...")
 		return
 	}
@@ -59,28 +63,28 @@ func writeRepr(b *strings.Builder, v Value, depth int) {
 	case string:
 		writeStringRepr(b, x)
 	case *List:
-		writeListRepr(b, x, depth)
+		writeListRepr(b, x, depth, limit)
 	case *Dict:
 		b.WriteByte('{')
 		for i, k := range x.keys {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, k, depth+1)
+			writeRepr(b, k, depth+1, limit)
 			b.WriteString(": ")
-			writeRepr(b, x.vals[i], depth+1)
+			writeRepr(b, x.vals[i], depth+1, limit)
 		}
 		b.WriteByte('}')
 	case *Namespace:
 		b.WriteString("<Namespace ")
-		writeRepr(b, x.attrs, depth+1)
+		writeRepr(b, x.attrs, depth+1, limit)
 		b.WriteByte('>')
 	default:
 		b.WriteString("<" + typeName(v) + ">")
 	}
 }
 
-func writeListRepr(b *strings.Builder, l *List, depth int) {
+func writeListRepr(b *strings.Builder, l *List, depth, limit int) {
 	if l.Gen {
 		b.WriteString("<generator object>")
 		return
@@ -102,7 +106,7 @@ func writeListRepr(b *strings.Builder, l *List, depth int) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		writeRepr(b, it, depth+1)
+		writeRepr(b, it, depth+1, limit)
 	}
 	if l.Tuple && len(l.Items) == 1 {
 		b.WriteByte(',')
