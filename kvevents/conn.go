@@ -60,7 +60,7 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 		return false, err
 	}
 	defer func() {
-		err = errors.Join(err, closeSockets(sub, mon))
+		err = errors.Join(err, closeMonitored(sub, mon))
 	}()
 	poller := zmq.NewPoller()
 	poller.Add(sub, zmq.POLLIN)
@@ -121,7 +121,7 @@ func (st *stream) dial() (sub, mon *zmq.Socket, err error) {
 		errs = append(errs, sub.SetHeartbeatIvl(hb), sub.SetHeartbeatTimeout(3*hb))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("kvevents: configure SUB socket: %w", err), sub.Close())
+		return nil, nil, errors.Join(fmt.Errorf("kvevents: configure SUB socket: %w", err), closeMonitored(sub, nil))
 	}
 	mon, err = zmq.NewSocket(zmq.PAIR)
 	if err == nil {
@@ -131,7 +131,7 @@ func (st *stream) dial() (sub, mon *zmq.Socket, err error) {
 		err = sub.Connect(st.endpoint(st.portOr(st.pod.EventPort, st.cfg.EventPort)))
 	}
 	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("kvevents: connect: %w", err), closeSockets(sub, mon))
+		return nil, nil, errors.Join(fmt.Errorf("kvevents: connect: %w", err), closeMonitored(sub, mon))
 	}
 	return sub, mon, nil
 }
@@ -158,6 +158,14 @@ func (st *stream) onMonitor(mon *zmq.Socket) (up, down bool) {
 			down = true
 		}
 	}
+}
+
+// closeMonitored stops sub's monitor before closing sub and then mon.
+// Closing sub first would let libzmq's I/O thread report the connection's
+// teardown after mon is gone, and a monitor event sent to a PAIR socket
+// with no peer blocks that thread, which stalls every socket of the process.
+func closeMonitored(sub, mon *zmq.Socket) error {
+	return errors.Join(sub.Monitor("", 0), closeSockets(sub, mon))
 }
 
 func closeSockets(socks ...*zmq.Socket) error {
@@ -192,7 +200,10 @@ func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
 		return fmt.Errorf("kvevents: new DEALER socket: %w", err)
 	}
 	defer func() { err = errors.Join(err, dealer.Close()) }()
-	if err := errors.Join(dealer.SetLinger(0),
+	// No receive limit: the ROUTER drops replies a full pipe cannot take
+	// (the end marker among them), and a replay holds at most the pod's
+	// buffer_steps batches.
+	if err := errors.Join(dealer.SetLinger(0), dealer.SetRcvhwm(0),
 		dealer.Connect(st.endpoint(st.portOr(st.pod.ReplayPort, st.cfg.ReplayPort)))); err != nil {
 		return fmt.Errorf("kvevents: connect DEALER: %w", err)
 	}

@@ -246,20 +246,30 @@ func (d *Decoder) tokenList(s *span) error {
 	if err != nil {
 		return err
 	}
-	s.tokLo = int32(len(d.tokens))
-	d.tokens = slices.Grow(d.tokens, n)
-	pos := d.pos()
-	for range n {
-		v, next, neg, ok := uintAt(d.p, pos)
+	lo := len(d.tokens)
+	s.tokLo = int32(lo)
+	d.tokens = slices.Grow(d.tokens, n)[:lo+n]
+	toks, p, pos := d.tokens[lo:], d.p, d.pos()
+	for k := range toks {
+		// Token ids are fixints, uint8, uint16 or uint32: read those inline.
+		if pos < len(p) && p[pos] <= msgpcode.PosFixedNumHigh {
+			toks[k], pos = uint32(p[pos]), pos+1
+			continue
+		}
+		if pos+2 < len(p) && p[pos] == msgpcode.Uint16 {
+			toks[k], pos = uint32(binary.BigEndian.Uint16(p[pos+1:])), pos+3
+			continue
+		}
+		v, next, neg, ok := uintAt(p, pos)
 		switch {
-		case !ok && pos >= len(d.p):
+		case !ok && pos >= len(p):
 			return io.ErrUnexpectedEOF
 		case !ok:
-			return fmt.Errorf("%w: token id of msgpack code %#x", ErrMalformed, d.p[pos])
+			return fmt.Errorf("%w: token id of msgpack code %#x", ErrMalformed, p[pos])
 		case neg || v > math.MaxUint32:
 			return fmt.Errorf("%w: token id %d out of range", ErrMalformed, int64(v))
 		}
-		d.tokens, pos = append(d.tokens, uint32(v)), next
+		toks[k], pos = uint32(v), next
 	}
 	s.tokHi = int32(len(d.tokens))
 	return d.seek(pos)

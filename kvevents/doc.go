@@ -2,4 +2,68 @@
 // vLLM pod publishes over ZeroMQ: one subscriber per pod, msgpack batch
 // decoding, sequence tracking with replay on gaps, reconnects, and the pod
 // discovery that starts and stops subscribers.
+//
+// # Overview
+//
+// A vLLM pod started with --kv-events-config publishes one msgpack batch per
+// scheduler step on a PUB socket (tcp://*:5557, DP rank k on 5557+k) as the
+// three frames [topic, seq, payload], seq being an 8-byte big-endian counter
+// from 0 per process, and serves the last buffer_steps batches on a replay
+// ROUTER (:5558+k). Decoder turns a payload into a Batch of Events, accepting
+// every form vLLM's releases used: outer [ts, events], [ts, events, rank] or
+// a map; events as tag-first positional arrays of any length or as maps with
+// a "type" key and omitted defaults; block hashes as integers of any width
+// or as raw digest bytes (their last 8 bytes big-endian, the index key);
+// unknown tags and fields are skipped. It allocates nothing in steady state
+// and fails, never panics, on hostile input.
+//
+// A Manager follows the pods it is told about (Ensure, Remove) with one
+// Subscriber each. A subscriber has one stream per DP rank, which connects a
+// SUB socket and tracks the rank's sequence: a gap is filled by asking the
+// replay ROUTER through a DEALER ([b"", start_seq], answered by [b"", seq,
+// payload] or [b"", topic, seq, payload] frames and an end marker of seq
+// -1); a gap older than the replay buffer clears the pod's entries; a
+// sequence that goes backwards (the pod restarted) clears them and replays
+// the new process from 0; every (re)connection replays from the last batch
+// taken + 1. Batches reach the index through a bounded queue; a full queue
+// drops the live batch (counted) and the gap is replayed. The applier maps
+// BlockStored and BlockRemoved to kvindex Stored and Removed in the tier of
+// their medium, AllBlocksCleared to ClearPod, skips groups whose
+// kv_cache_spec_kind is not full attention, and counts BlockStored events
+// whose token_ids do not hold block_size tokens per hash (applied by hash
+// all the same).
+//
+// It also verifies the pods' hash configuration: it recomputes, from the
+// events' own token ids, LoRA names and extra keys, the hashes of chains that
+// start at the root, continue a chain it verified, or come with their
+// parent's raw digest, and compares them with the published ones. A pod is
+// "verified" once a chain matches in the window of recent checks and
+// "mismatch" when chains keep failing and none matches (a cache_salt is
+// invisible in older events, so one failure proves nothing); each change is
+// logged once, naming --prefix-caching-hash-algo and PYTHONHASHSEED. Once
+// verified, one event in Config.VerifySample is checked.
+//
+// Metrics are named kvrouter_kvevents_*; per-pod series are deleted when the
+// pod is removed.
+//
+// # Concurrency
+//
+// Ensure, Remove and Status may be called from any goroutine. Each stream
+// runs in its own goroutine, which alone creates, uses and closes its ZMQ
+// sockets (SUB, its monitor, and a DEALER per replay); libzmq sockets are not
+// safe for concurrent use. Each subscriber has one applier goroutine that
+// owns its Decoder and hash verifier, so a pod's batches are applied in
+// order while pods proceed in parallel. A Decoder is not safe for concurrent
+// use; the Batch it returns is valid until its next Decode.
+//
+// # Lifecycle
+//
+// NewManager validates its Config and registers its metrics; it starts
+// nothing. Run starts and stops subscribers as Ensure and Remove ask, until
+// its context is done; it then cancels every subscriber and returns once all
+// their goroutines have exited and their sockets are closed. A stream whose
+// connection is refused or lost holds no socket while it waits a jittered
+// exponential backoff (Config.BackoffMin to BackoffMax, on Config.Clock), so
+// an absent pod costs no CPU. Removing a pod, or changing its address, ports,
+// model or DP size, retires its index handle, which clears its entries.
 package kvevents

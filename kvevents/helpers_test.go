@@ -133,7 +133,7 @@ func (r *recIndex) hashes(name string) map[uint64]int {
 
 // testLogger discards logs unless -v.
 func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
+	if t != nil && testing.Verbose() {
 		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))

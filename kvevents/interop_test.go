@@ -61,7 +61,9 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = p.stdin.Close() // the script exits when its stdin closes
+		if err := p.stdin.Close(); err != nil { // the script exits when its stdin closes
+			t.Errorf("close publisher.py's stdin: %v", err)
+		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
@@ -71,7 +73,10 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 			}
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			t.Errorf("publisher.py did not exit when its stdin closed (killed: %v)", <-done)
+			if err := <-done; err == nil {
+				t.Error("killed publisher.py exited cleanly")
+			}
+			t.Error("publisher.py did not exit when its stdin closed")
 		}
 	})
 	p.lines = bufio.NewScanner(stdout)

@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.ignored = counter("ignored_events_total", "Events of unknown types or of non-full-attention groups.")
 	m.hashChecks = counter("hash_checks_total", "Hash chain checks of BlockStored events, by result (ok, mismatch).", "result")
 	m.connected = gauge("connected", "1 while the subscriber is connected to the pod's rank.", "rank")
-	m.lastSeq = gauge("last_seq", "Sequence number of the last batch taken from the pod's rank.", "rank")
+	m.lastSeq = gauge("last_seq", "Sequence number of the last batch of the pod's rank applied to the index.", "rank")
 	m.verification = gauge("hash_verification", "The pod's hash verification state: 0 unknown, 1 verified, 2 mismatch.")
 	m.applySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "kvrouter", Subsystem: "kvevents", Name: "apply_seconds",

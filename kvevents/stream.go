@@ -13,6 +13,8 @@ import (
 // batch, or an order to clear the pod's entries first.
 type item struct {
 	payload []byte
+	seq     uint64
+	lastSeq prometheus.Gauge // the rank's gauge, set once the batch is applied
 	clear   clearReason
 }
 
@@ -73,11 +75,10 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	st.started = true
 	if len(payload) > st.cfg.MaxMessageSize {
 		st.m.oversize.Inc()
-	} else if !st.queue(ctx, item{payload: payload}, live) {
+	} else if !st.queue(ctx, item{payload: payload, seq: seq, lastSeq: st.lastSeq}, live) {
 		return // dropped: the next live batch finds the gap and replays it
 	}
 	st.next, st.hasState = seq+1, true
-	st.lastSeq.Set(float64(seq))
 }
 
 // queue sends it to the applier: a live batch only if there is room (the

@@ -115,6 +115,7 @@ func (s *Subscriber) applyLoop(ctx context.Context) {
 				err = s.applier.clear(it.clear, s.log, s.pod.Name)
 			} else {
 				err = s.applier.applyPayload(it.payload)
+				it.lastSeq.Set(float64(it.seq))
 			}
 			if err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.Debug("kvevents: batch not applied", "pod", s.pod.Name, "err", err)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ type pub struct {
 	stop                  func()
 }
 
-func port(t *testing.T, endpoint string) int {
+func port(t testing.TB, endpoint string) int {
 	t.Helper()
 	p, err := strconv.Atoi(endpoint[strings.LastIndexByte(endpoint, ':')+1:])
 	if err != nil {
@@ -151,14 +152,17 @@ func TestSubscriberReplaysWhatItMissed(t *testing.T) {
 	f.waitHashes("pod-a", 1, 2)
 	p.publish(t, 3)
 	f.waitHashes("pod-a", 1, 2, 3)
+	// Once idle after connecting, the subscriber replays once more (a batch
+	// published while its subscription was on its way would be lost otherwise).
+	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
 	p.lose(t, 4) // lost on the wire, kept in the replay buffer
 	p.publish(t, 5)
 	f.waitHashes("pod-a", 1, 2, 3, 4, 5)
 	if got := f.counter(f.mgr.metrics.gaps, "pod-a"); got != 1 {
 		t.Errorf("gaps = %v, want 1", got)
 	}
-	if got := f.counter(f.mgr.metrics.replays, "pod-a", "ok"); got < 2 {
-		t.Errorf("replays ok = %v, want >= 2 (connect, gap)", got)
+	if got := f.counter(f.mgr.metrics.replays, "pod-a", "ok"); got != 3 {
+		t.Errorf("replays ok = %v, want 3 (connect, idle, gap)", got)
 	}
 }
 
@@ -226,18 +230,24 @@ func TestSubscriberBoundedQueue(t *testing.T) {
 	cfg := testConfig()
 	cfg.QueueSize = 1
 	f := newFleet(t, cfg)
-	f.idx.gate = make(chan struct{})
+	gate := make(chan struct{})
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(release) // LIFO: before the fleet stops, even when the test fails
+	f.idx.gate = gate
 	f.follow("pod-a", p)
 	eventually(t, "connection", func() bool { return f.connected("pod-a") })
-	want := make([]uint64, 20)
-	for i := range want {
-		want[i] = uint64(100 + i)
-		p.publish(t, want[i])
-	}
-	eventually(t, "a queue drop", func() bool { return f.counter(f.mgr.metrics.queueDrops, "pod-a") > 0 })
-	close(f.idx.gate) // the index catches up; replay fills what was dropped
-	p.publish(t, 200)
-	f.waitHashes("pod-a", append(want, 200)...)
+	// The applier blocks on the first batch, the queue holds one more, and
+	// the stream must drop the next live one rather than stop reading.
+	var want []uint64
+	eventually(t, "a queue drop", func() bool {
+		want = append(want, uint64(100+len(want)))
+		p.publish(t, want[len(want)-1])
+		return f.counter(f.mgr.metrics.queueDrops, "pod-a") > 0
+	})
+	release() // the index catches up; replay fills what was dropped
+	p.publish(t, 1)
+	f.waitHashes("pod-a", append(want, 1)...)
 }
 
 func TestManagerRemoveAndReplace(t *testing.T) {

@@ -167,7 +167,16 @@ func (p *Publisher) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	return nil
+	for { // send what was queued before ctx ended
+		select {
+		case r := <-p.in:
+			if err := p.send(r); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
 }
 
 // drain sends what is queued; without replay it waits for the next batch.
