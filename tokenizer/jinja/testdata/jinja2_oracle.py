@@ -119,8 +119,17 @@ def aliases(root, name):
     return out
 
 
+FORMATS = {}
+
+
 def content_format(src):
     """'openai' when the template loops over a message's content."""
+    if src not in FORMATS:
+        FORMATS[src] = detect_format(src)
+    return FORMATS[src]
+
+
+def detect_format(src):
     try:
         root = ENV.parse(src)
     except Exception:
