@@ -82,9 +82,7 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 				if up && !connected {
 					connected = true
 					st.connected.Set(1)
-					st.sessionStart = st.next
-					st.replay(ctx, st.next)
-					st.recheck = true
+					st.resume(ctx)
 				}
 				if down {
 					return connected, nil

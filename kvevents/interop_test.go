@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -32,6 +33,7 @@ func needPythonZMQ(t *testing.T) {
 
 // pyPublisher is test/pypub/publisher.py running in a child process.
 type pyPublisher struct {
+	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines *bufio.Scanner
 	ports struct {
@@ -49,7 +51,7 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 	}
 	cmd := exec.Command(debianPython, append([]string{script}, args...)...)
 	cmd.Stderr = os.Stderr
-	p := &pyPublisher{}
+	p := &pyPublisher{cmd: cmd}
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +63,11 @@ func startPyPublisher(t *testing.T, args ...string) *pyPublisher {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := p.stdin.Close(); err != nil { // the script exits when its stdin closes
+		if err := p.stdin.Close(); err != nil && cmd.ProcessState == nil { // the script exits when its stdin closes
 			t.Errorf("close publisher.py's stdin: %v", err)
+		}
+		if cmd.ProcessState != nil {
+			return // killed and waited for by the test
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -153,5 +158,36 @@ func TestInteropPythonPublisher(t *testing.T) {
 				t.Errorf("ignored events = %v, want >= 3 (two unknown tags, one sliding-window group)", got)
 			}
 		})
+	}
+}
+
+// TestInteropPublisherKilled kills the Python publisher (SIGKILL, no
+// goodbye) and starts another process on the same ports that has published
+// as many batches as the first: its sequence numbers continue where the old
+// ones stopped, so only the reconnection's probe of the last batch tells
+// the restart, and the old process's entries must go.
+func TestInteropPublisherKilled(t *testing.T) {
+	checkGoroutines(t)
+	ev, rp := freePorts(t, 1), freePorts(t, 1)
+	args := func(base int) []string {
+		return []string{"--event-port", fmt.Sprint(ev), "--replay-port", fmt.Sprint(rp), "--base", fmt.Sprint(base)}
+	}
+	py1 := startPyPublisher(t, args(1000)...)
+	round := py1.round(t)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", &pub{eventPort: ev, replayPort: rp})
+	f.waitHashes("pod-a", round...)
+	if err := py1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := py1.cmd.Wait(); err == nil {
+		t.Fatal("killed publisher.py exited cleanly")
+	}
+	eventually(t, "disconnection", func() bool { return !f.connected("pod-a") })
+	py2 := startPyPublisher(t, args(5000)...)
+	round = py2.round(t)
+	f.waitHashes("pod-a", round...)
+	if got := f.counter(f.mgr.metrics.restarts, "pod-a"); got != 1 {
+		t.Errorf("restarts = %v, want 1", got)
 	}
 }

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"context"
 	"encoding/binary"
+	"hash/maphash"
 	"log/slog"
 	"math"
 
@@ -36,23 +37,72 @@ type stream struct {
 	hasState     bool   // batches were queued since the last clear
 	sessionStart uint64 // the replay start of the current connection
 	recheck      bool   // replay once idle: a batch may have been missed
+	lastSum      uint64 // maphash of the last batch queued
+	probe        probe
 	replay       func(ctx context.Context, from uint64) bool
+}
+
+// probe checks, after a reconnection, that the publisher is the process
+// whose batches were taken: its replay of the last batch taken must be that
+// very batch.
+type probe struct {
+	active    bool   // the next replayed batch is the probe's answer
+	seq       uint64 // the last batch taken
+	restarted bool   // the answer proved a new process: ignore the rest
+}
+
+var sumSeed = maphash.MakeSeed()
+
+// resume follows a (re)connection. A new process numbers its batches from 0
+// again, so a sequence number alone cannot tell it from the old one once it
+// has published as many: the replay starts at the last batch taken, which
+// the same process returns unchanged. Anything else (another batch, or
+// nothing where the old process would still hold it) means a restart: the
+// pod's entries are cleared and the new process is replayed from 0.
+func (st *stream) resume(ctx context.Context) {
+	st.sessionStart, st.recheck = st.next, true
+	if !st.started || st.next == 0 {
+		st.replay(ctx, st.next)
+		return
+	}
+	st.probe = probe{active: true, seq: st.next - 1}
+	ok := st.replay(ctx, st.next-1)
+	restarted := st.probe.restarted || (ok && st.probe.active)
+	st.probe = probe{}
+	if restarted {
+		st.restart(ctx, st.next-1)
+	}
+}
+
+// restart clears the pod after its publisher restarted and replays the new
+// process from its first batch.
+func (st *stream) restart(ctx context.Context, seq uint64) {
+	st.m.restarts.Inc()
+	st.log.Warn("kvevents: publisher restarted", "pod", st.pod.Name, "rank", st.rank, "seq", seq, "expected", st.next)
+	st.queueClear(ctx, clearRestart)
+	st.next, st.sessionStart = 0, 0
+	st.replay(ctx, 0)
 }
 
 // accept takes batch seq, live from the SUB socket or replayed. It skips
 // what was already taken, fills a live gap by replay, clears the pod when a
 // gap cannot be filled or the publisher restarted, and queues the batch.
 func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live bool) {
+	if !live && st.probe.active {
+		st.probe.active = false
+		st.probe.restarted = seq == st.probe.seq && maphash.Bytes(sumSeed, payload) != st.lastSum
+		if seq == st.probe.seq {
+			return
+		}
+	}
+	if !live && st.probe.restarted {
+		return
+	}
 	if st.started && seq < st.next {
 		if seq >= st.sessionStart || !live {
 			return // already taken (a replay overlapping the live stream)
 		}
-		st.m.restarts.Inc()
-		st.log.Warn("kvevents: publisher restarted (sequence went backwards)",
-			"pod", st.pod.Name, "rank", st.rank, "seq", seq, "expected", st.next)
-		st.queueClear(ctx, clearRestart)
-		st.next, st.sessionStart = 0, 0
-		st.replay(ctx, 0)
+		st.restart(ctx, seq) // the sequence went backwards
 		if seq < st.next {
 			return
 		}
@@ -78,7 +128,7 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	} else if !st.queue(ctx, item{payload: payload, seq: seq, lastSeq: st.lastSeq}, live) {
 		return // dropped: the next live batch finds the gap and replays it
 	}
-	st.next, st.hasState = seq+1, true
+	st.next, st.hasState, st.lastSum = seq+1, true, maphash.Bytes(sumSeed, payload)
 }
 
 // queue sends it to the applier: a live batch only if there is room (the

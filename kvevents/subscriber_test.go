@@ -293,3 +293,22 @@ func TestManagerPodsInParallel(t *testing.T) {
 		t.Errorf("Status() = %+v, want pod-a and pod-b", st)
 	}
 }
+
+func TestSubscriberDropsOversizeBatches(t *testing.T) {
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 100)
+	cfg := testConfig()
+	cfg.MaxMessageSize = 64
+	f := newFleet(t, cfg)
+	f.follow("pod-a", p)
+	big := make([]uint64, 20)
+	for i := range big {
+		big[i] = 1<<60 + uint64(i) // 9 bytes each
+	}
+	p.publish(t, big...)
+	p.publish(t, 7)
+	f.waitHashes("pod-a", 7)
+	if got := f.counter(f.mgr.metrics.oversize, "pod-a"); got < 1 {
+		t.Errorf("oversize = %v, want >= 1", got)
+	}
+}
