@@ -6,20 +6,10 @@ import (
 	"testing"
 )
 
-// BenchmarkChatRenderQwen3 renders a 10-message conversation with qwen3's
-// template (compiled once, cached). Target: ≤ 0.3 ms.
-//
-// go test -run '^$' -bench ChatRender -benchmem -count 3 ./tokenizer/
-// on 2 cores shared with other jobs (load ≈ 9), 2026-11-21:
-//
-//	BenchmarkChatRenderQwen3-2  92140-114761 ns/op  22842 B/op  470 allocs/op
-func BenchmarkChatRenderQwen3(b *testing.B) {
-	c, err := LoadChat(modelDir(b, "qwen3"), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var msgs []string
-	msgs = append(msgs, `{"role": "system", "content": "You are a helpful assistant."}`)
+// qwen3Request is a 10-message conversation (system, 4 user/assistant
+// pairs with thinking, a last question).
+func qwen3Request(b *testing.B) *ChatRequest {
+	msgs := []string{`{"role": "system", "content": "You are a helpful assistant."}`}
 	for i := range 4 {
 		msgs = append(msgs,
 			fmt.Sprintf(`{"role": "user", "content": "Question %d: what is the capital of country number %d?"}`, i, i),
@@ -30,13 +20,43 @@ func BenchmarkChatRenderQwen3(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := c.Render(req); err != nil {
+	return req
+}
+
+// BenchmarkChatRenderQwen3 renders a 10-message conversation with qwen3's
+// template (compiled once, cached). Target: ≤ 0.3 ms.
+//
+// go test -run '^$' -bench Chat -benchmem -count 3 ./tokenizer/ on 2 cores
+// shared with other jobs (load ≈ 7.5, so the spread is noise), 2026-11-21:
+//
+//	BenchmarkChatRenderQwen3-2   66990-74810 ns/op   22794 B/op  476 allocs/op
+//	BenchmarkChatEncodeQwen3-2   70933-121492 ns/op  24586 B/op  478 allocs/op
+func BenchmarkChatRenderQwen3(b *testing.B) {
+	c, err := LoadChat(modelDir(b, "qwen3"), "")
+	if err != nil {
 		b.Fatal(err)
 	}
+	req := qwen3Request(b)
 	b.ReportAllocs()
-	b.ResetTimer()
 	for b.Loop() {
 		if _, err := c.Render(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkChatEncodeQwen3 is BenchmarkChatRenderQwen3 plus encoding the
+// prompt (the token ids kvrouter hashes).
+func BenchmarkChatEncodeQwen3(b *testing.B) {
+	c, err := LoadChat(modelDir(b, "qwen3"), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := loadModel(b, "qwen3")
+	req := qwen3Request(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Encode(tok, req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,10 +4,12 @@ package jinja
 // content ({% for part in message['content'] %} where message comes from a
 // loop over messages), the way vLLM detects that a template wants content
 // as a list of parts ("openai" format) rather than a string.
-func (t *Template) LoopsOverContent() bool {
+func (t *Template) LoopsOverContent() bool { return t.loopsContent }
+
+func loopsOverContent(body []stmt) bool {
 	var fors []*forStmt
 	var sets []*setStmt
-	walk(t.body, func(s stmt) {
+	walk(body, func(s stmt) {
 		switch x := s.(type) {
 		case *forStmt:
 			fors = append(fors, x)

@@ -40,8 +40,9 @@ func DefaultLimits() Limits {
 // Template is a compiled template. It is immutable and safe for concurrent
 // renders.
 type Template struct {
-	body   []stmt
-	limits Limits
+	body         []stmt
+	limits       Limits
+	loopsContent bool
 }
 
 // Compile parses a template with DefaultLimits.
@@ -66,7 +67,7 @@ func CompileWithLimits(src string, lim Limits) (t *Template, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Template{body: body, limits: lim}, nil
+	return &Template{body: body, limits: lim, loopsContent: loopsOverContent(body)}, nil
 }
 
 // RenderOptions are the parts of a render besides the context.
