@@ -22,11 +22,16 @@
 // SUB socket and tracks the rank's sequence: a gap is filled by asking the
 // replay ROUTER through a DEALER ([b"", start_seq], answered by [b"", seq,
 // payload] or [b"", topic, seq, payload] frames and an end marker of seq
-// -1); a gap older than the replay buffer clears the pod's entries; a
-// sequence that goes backwards (the pod restarted) clears them and replays
-// the new process from 0; every (re)connection replays from the last batch
-// taken + 1. Batches reach the index through a bounded queue; a full queue
-// drops the live batch (counted) and the gap is replayed. The applier maps
+// -1); a gap older than the replay buffer clears the pod's entries. Every
+// (re)connection replays from the last batch taken, which the same process
+// returns unchanged: another batch there, none, or a live sequence that
+// goes backwards means the pod restarted, and its entries are cleared and
+// the new process replayed from 0. An idle connection replays once more
+// after connecting, for batches published while its subscription was on
+// its way. Batches reach the index through a bounded queue; a full queue
+// drops the live batch (counted) and the gap is replayed. Data-parallel
+// ranks share the pod's index handle: a restart seen on one rank clears the
+// pod. The applier maps
 // BlockStored and BlockRemoved to kvindex Stored and Removed in the tier of
 // their medium, AllBlocksCleared to ClearPod, skips groups whose
 // kv_cache_spec_kind is not full attention, and counts BlockStored events

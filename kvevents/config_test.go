@@ -1,0 +1,63 @@
+package kvevents
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+	off := DefaultConfig()
+	off.Hash, off.VerifyWindow = kvindex.HashConfig{}, 0 // verification off: its settings do not matter
+	if err := off.Validate(); err != nil {
+		t.Errorf("Validate() without verification = %v", err)
+	}
+	bad := Config{
+		EventPort: 70000, ReplayPort: -1, BackoffMin: time.Second, BackoffMax: time.Millisecond,
+		HeartbeatInterval: -1, Hash: kvindex.HashConfig{Algorithm: "md5"}, VerifyMinFailures: 9,
+	}
+	err := bad.Validate()
+	for _, want := range []string{
+		"event port", "replay port", "queue size", "max message size", "replay timeout",
+		"poll interval", "backoff max", "heartbeat", "md5", "verify window", "verify sample", "verify min failures",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+func TestPodValidate(t *testing.T) {
+	tests := []struct {
+		pod  Pod
+		want string // "" = valid
+	}{
+		{Pod{Name: "a", IP: "10.0.0.1"}, ""},
+		{Pod{Name: "a", IP: "::1", EventPort: 5557, ReplayPort: 5558, DPSize: 8}, ""},
+		{Pod{IP: "10.0.0.1"}, "empty name"},
+		{Pod{Name: "a", IP: "pod.local"}, "not an IP"},
+		{Pod{Name: "a", IP: "10.0.0.1", EventPort: 65535, DPSize: 2}, "out of range"},
+		{Pod{Name: "a", IP: "10.0.0.1", DPSize: -1}, "DP size"},
+	}
+	for _, tc := range tests {
+		err := tc.pod.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v.Validate() = %v, want %q", tc.pod, err, tc.want)
+		}
+	}
+	m, err := NewManager(DefaultConfig(), newRecIndex(t), nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ensure(Pod{Name: "a"}); err == nil {
+		t.Error("Ensure(pod without IP) succeeded, want an error")
+	}
+	if _, err := NewManager(Config{}, newRecIndex(t), nil, testLogger(t)); err == nil {
+		t.Error("NewManager(zero Config) succeeded, want an error")
+	}
+}
