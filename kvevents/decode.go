@@ -69,6 +69,7 @@ func NewDecoder() *Decoder {
 // returns an error, never panics, for malformed or truncated input, and its
 // memory use is bounded by the payload's size.
 func (d *Decoder) Decode(payload []byte) (*Batch, error) {
+	d.trim()
 	d.p = payload
 	d.r.Reset(payload)
 	d.d.Reset(&d.r)
@@ -81,6 +82,17 @@ func (d *Decoder) Decode(payload []byte) (*Batch, error) {
 	}
 	d.fixup()
 	return &d.batch, nil
+}
+
+// maxRetained bounds the elements a buffer keeps between batches, so one
+// huge batch does not pin its memory for the life of the Decoder.
+const maxRetained = 1 << 16
+
+func (d *Decoder) trim() {
+	if cap(d.tokens) > maxRetained || cap(d.hashes) > maxRetained || cap(d.buf) > maxRetained ||
+		cap(d.digs) > maxRetained/32 || cap(d.batch.Events) > maxRetained/16 || cap(d.strs) > maxRetained {
+		*d = Decoder{d: d.d, intern: d.intern}
+	}
 }
 
 // fixup points every event's slices into the (now final) flat buffers.

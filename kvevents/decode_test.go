@@ -227,3 +227,19 @@ func TestEventHelpers(t *testing.T) {
 		t.Errorf("EventType names: %v %v", BlockStored, EventType(9))
 	}
 }
+
+func TestDecoderReleasesHugeBuffers(t *testing.T) {
+	d := NewDecoder()
+	huge := enc(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, tokens(0, 2*maxRetained), 1}}}, true)
+	if _, err := d.Decode(huge); err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Decode(storedBatch(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(d.tokens) > maxRetained || len(b.Events[0].Tokens) != 256 {
+		t.Errorf("after a huge batch then a small one: tokens cap %d (want <= %d), %d tokens (want 256)",
+			cap(d.tokens), maxRetained, len(b.Events[0].Tokens))
+	}
+}

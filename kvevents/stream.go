@@ -39,7 +39,6 @@ type stream struct {
 	recheck      bool   // replay once idle: a batch may have been missed
 	lastSum      uint64 // maphash of the last batch queued
 	probe        probe
-	replay       func(ctx context.Context, from uint64) bool
 }
 
 // probe checks, after a reconnection, that the publisher is the process
@@ -62,11 +61,11 @@ var sumSeed = maphash.MakeSeed()
 func (st *stream) resume(ctx context.Context) {
 	st.sessionStart, st.recheck = st.next, true
 	if !st.started || st.next == 0 {
-		st.replay(ctx, st.next)
+		st.replayFrom(ctx, st.next)
 		return
 	}
 	st.probe = probe{active: true, seq: st.next - 1}
-	ok := st.replay(ctx, st.next-1)
+	ok := st.replayFrom(ctx, st.next-1)
 	restarted := st.probe.restarted || (ok && st.probe.active)
 	st.probe = probe{}
 	if restarted {
@@ -81,7 +80,7 @@ func (st *stream) restart(ctx context.Context, seq uint64) {
 	st.log.Warn("kvevents: publisher restarted", "pod", st.pod.Name, "rank", st.rank, "seq", seq, "expected", st.next)
 	st.queueClear(ctx, clearRestart)
 	st.next, st.sessionStart = 0, 0
-	st.replay(ctx, 0)
+	st.replayFrom(ctx, 0)
 }
 
 // accept takes batch seq, live from the SUB socket or replayed. It skips
@@ -109,7 +108,7 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	}
 	if st.started && seq > st.next && live {
 		st.m.gaps.Inc()
-		st.replay(ctx, st.next)
+		st.replayFrom(ctx, st.next)
 		if seq < st.next {
 			return
 		}
@@ -162,7 +161,7 @@ func (st *stream) catchUp(ctx context.Context) {
 		return
 	}
 	st.recheck = false
-	st.replay(ctx, st.next)
+	st.replayFrom(ctx, st.next)
 }
 
 func (st *stream) queueClear(ctx context.Context, r clearReason) {

@@ -64,7 +64,7 @@ type Subscriber struct {
 	state   atomic.Uint32 // Verification, for Status
 }
 
-// NewSubscriber returns a subscriber that applies pod's events to idx under
+// newSubscriber returns a subscriber that applies pod's events to idx under
 // handle id. hasher verifies the events' hashes (nil: no verification); m
 // holds the pod's metrics. It starts nothing: call Run.
 func newSubscriber(cfg Config, pod Pod, idx Index, id kvindex.PodID, hasher *kvindex.Hasher,
@@ -76,12 +76,10 @@ func newSubscriber(cfg Config, pod Pod, idx Index, id kvindex.PodID, hasher *kvi
 	s.applier = newApplier(idx, id, v, m)
 	for r := range max(pod.DPSize, 1) {
 		connected, lastSeq := m.rank(r)
-		st := &stream{
+		s.streams = append(s.streams, &stream{
 			cfg: &s.cfg, pod: pod, rank: r, out: s.queue, log: log, m: m,
 			connected: connected, lastSeq: lastSeq,
-		}
-		st.replay = st.replayFrom
-		s.streams = append(s.streams, st)
+		})
 	}
 	return s
 }
