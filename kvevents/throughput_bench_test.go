@@ -20,12 +20,12 @@ import (
 //	go test -run '^$' -bench LoopbackThroughput -benchmem -count=6 ./kvevents/   (nproc=2)
 //
 // 2026-11-21, nproc=2 shared with two other engineers' builds and tests
-// (load average 7-9), publisher and subscriber in one process:
+// (load average ~7), publisher and subscriber in one process:
 //
-//	BenchmarkLoopbackThroughput-2  143811   9026 ns/op  110795 batches/s  0 lost  1748 B/op  16 allocs/op
-//	BenchmarkLoopbackThroughput-2  143191  11083 ns/op   90229 batches/s  0 lost  1748 B/op  16 allocs/op
-//	BenchmarkLoopbackThroughput-2  142226  10661 ns/op   93797 batches/s  0 lost  1747 B/op  16 allocs/op
-//	BenchmarkLoopbackThroughput-2   43334  28455 ns/op   35143 batches/s  0 lost  1917 B/op  16 allocs/op
+//	BenchmarkLoopbackThroughput-2  158160   8807 ns/op  113552 batches/s  0 lost  1741 B/op  16 allocs/op
+//	BenchmarkLoopbackThroughput-2  117313  11894 ns/op   84075 batches/s  0 lost  1763 B/op  16 allocs/op
+//	BenchmarkLoopbackThroughput-2  116895  13375 ns/op   74766 batches/s  0 lost  1764 B/op  16 allocs/op
+//	BenchmarkLoopbackThroughput-2  113204  16487 ns/op   60655 batches/s  0 lost  1769 B/op  16 allocs/op
 //
 // The spread is the other load. A CPU profile puts the subscriber's own
 // share at about 6 µs per batch (ZMQ receive 2.2, decode 1.6, index 1-2),
