@@ -30,8 +30,9 @@
 // after connecting, for batches published while its subscription was on
 // its way. Batches reach the index through a bounded queue; a full queue
 // drops the live batch (counted) and the gap is replayed. Data-parallel
-// ranks share the pod's index handle: a restart seen on one rank clears the
-// pod. The applier maps
+// ranks share the pod's index handle (the router picks pods, not ranks), so
+// a restart or an AllBlocksCleared seen on one rank clears the whole pod; a
+// block held by two ranks is counted twice and survives one removal. The applier maps
 // BlockStored and BlockRemoved to kvindex Stored and Removed in the tier of
 // their medium, AllBlocksCleared to ClearPod, skips groups whose
 // kv_cache_spec_kind is not full attention, and counts BlockStored events
