@@ -1,0 +1,164 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Consumer is told about the pods discovery finds. Its methods must not
+// block.
+type Consumer interface {
+	// Upsert adds a pod or replaces what is known of it.
+	Upsert(Pod)
+	// Remove forgets the named pod (namespace/name).
+	Remove(name string)
+}
+
+// Discovery watches the selected pods and drives a Consumer.
+type Discovery struct {
+	cfg      Config
+	client   kubernetes.Interface
+	selector labels.Selector
+	consumer Consumer
+	log      *slog.Logger
+	synced   chan struct{} // closed once every informer synced
+
+	mu struct {
+		sync.Mutex
+		known map[string]Pod // what the consumer was told, by name
+	}
+}
+
+// New returns a Discovery that talks to the API server cfg.Kubeconfig
+// names. It starts nothing: call Run.
+func New(cfg Config, consumer Consumer, log *slog.Logger) (*Discovery, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	client, err := newClient(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return newDiscovery(cfg, client, consumer, log)
+}
+
+func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, log *slog.Logger) (*Discovery, error) {
+	sel, err := labels.Parse(cfg.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: selector %q: %w", cfg.Selector, err)
+	}
+	d := &Discovery{cfg: cfg, client: client, selector: sel, consumer: consumer, log: log, synced: make(chan struct{})}
+	d.mu.known = make(map[string]Pod)
+	return d, nil
+}
+
+// Synced is closed once every informer has listed its pods and the
+// consumer has been told about them.
+func (d *Discovery) Synced() <-chan struct{} { return d.synced }
+
+// Run watches the pods until ctx is done and returns once the informers
+// have stopped.
+func (d *Discovery) Run(ctx context.Context) error {
+	namespaces := d.cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	synced := make([]cache.InformerSynced, 0, len(namespaces))
+	for _, ns := range namespaces {
+		inf := coreinformers.NewFilteredPodInformer(d.client, ns, d.cfg.Resync, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = d.cfg.Selector })
+		reg, err := inf.AddEventHandler(d.handler())
+		if err != nil {
+			return fmt.Errorf("discovery: namespace %q: %w", ns, err)
+		}
+		synced = append(synced, reg.HasSynced)
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
+	if cache.WaitForCacheSync(ctx.Done(), synced...) {
+		d.log.Info("pod informers synced", "namespaces", len(namespaces), "pods", d.known())
+		close(d.synced)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (d *Discovery) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    d.onAdd,
+		UpdateFunc: func(_, obj any) { d.onAdd(obj) },
+		DeleteFunc: d.onDelete,
+	}
+}
+
+// onAdd handles an added or updated pod.
+func (d *Discovery) onAdd(obj any) {
+	k, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	name := k.Namespace + "/" + k.Name
+	if !d.selector.Matches(labels.Set(k.Labels)) {
+		d.update(name, nil)
+		return
+	}
+	p, ok, problems := podFrom(k, d.cfg)
+	for _, err := range problems {
+		d.log.Warn("pod metadata ignored", "pod", name, "err", err)
+	}
+	if !ok {
+		d.update(name, nil)
+		return
+	}
+	d.update(name, &p)
+}
+
+func (d *Discovery) onDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if k, ok := obj.(*corev1.Pod); ok {
+		d.update(k.Namespace+"/"+k.Name, nil)
+	}
+}
+
+// update tells the consumer what changed for one pod: next nil means it is
+// gone. Holding the lock keeps the consumer's calls in order.
+func (d *Discovery) update(name string, next *Pod) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	prev, had := d.mu.known[name]
+	switch {
+	case next == nil:
+		if had {
+			delete(d.mu.known, name)
+			d.log.Info("pod removed", "pod", name)
+			d.consumer.Remove(name)
+		}
+		return
+	case had && prev.equal(*next):
+		return
+	case had && prev.IP != next.IP:
+		d.log.Info("pod address changed", "pod", name, "old_ip", prev.IP, "ip", next.IP)
+		d.consumer.Remove(name)
+	}
+	d.mu.known[name] = *next
+	d.log.Info("pod updated", "pod", name, "ip", next.IP, "model", next.Model, "ready", next.Ready)
+	d.consumer.Upsert(*next)
+}
+
+func (d *Discovery) known() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.mu.known)
+}
