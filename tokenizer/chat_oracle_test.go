@@ -28,6 +28,7 @@ var chatTemplates = []chatTemplate{
 	{"qwen3coder", "qwen3", "tool_chat_template_qwen3coder.jinja"},
 	{"granite", "qwen3", "tool_chat_template_granite.jinja"},
 	{"llama3.1_json", "llama3_1", "tool_chat_template_llama3.1_json.jinja"},
+	{"llama3.2_pythonic", "llama3_1", "tool_chat_template_llama3.2_pythonic.jinja"},
 	{"mistral", "llama2", "tool_chat_template_mistral.jinja"},
 	{"deepseek_r1", "deepseek_v3", "tool_chat_template_deepseekr1.jinja"},
 }

@@ -52,6 +52,9 @@ func init() {
 		"e":          strFilter(htmlEscape),
 		"escape":     strFilter(htmlEscape),
 		"wordcount":  wordcountFilter,
+		"format":     formatFilter,
+		"min":        minMaxFilter(-1),
+		"max":        minMaxFilter(1),
 	}
 }
 
@@ -305,4 +308,57 @@ func absFilter(_ *renderer, v Value, _ []Value, _ kwargs) (Value, error) {
 		return math.Abs(x), nil
 	}
 	return nil, fmt.Errorf("%w: bad operand type for abs(): '%s'", ErrType, typeName(v))
+}
+
+// formatFilter is value|format(args...): Python's str(value) % args (or %
+// kwargs).
+func formatFilter(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
+	if len(args) > 0 && len(kw.names) > 0 {
+		return nil, fmt.Errorf("%w: can't handle positional and keyword arguments at the same time", ErrType)
+	}
+	if len(kw.names) > 0 {
+		d := NewDict()
+		for i, n := range kw.names {
+			d.SetString(n, kw.vals[i])
+		}
+		return printf(str(v), d)
+	}
+	return printf(str(v), &List{Items: args, Tuple: true})
+}
+
+// minMaxFilter is min (sign -1) or max (sign 1), case-insensitive for
+// strings unless case_sensitive, optionally by attribute.
+func minMaxFilter(sign int) filterFunc {
+	return func(_ *renderer, v Value, args []Value, kw kwargs) (Value, error) {
+		items, err := iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		cs := truthy(arg(args, kw, 0, "case_sensitive", false))
+		attr := arg(args, kw, 1, "attribute", nil)
+		var best, bestKey Value
+		for i, it := range items {
+			k := it
+			if attr != nil {
+				if k, err = attrPath(it, attr); err != nil {
+					return nil, err
+				}
+			}
+			k = sortKey(k, cs)
+			if i > 0 {
+				c, err := compare(k, bestKey)
+				if err != nil {
+					return nil, fmt.Errorf("%w: '<' not supported between instances of '%s' and '%s'", ErrType, typeName(k), typeName(bestKey))
+				}
+				if c*sign <= 0 {
+					continue
+				}
+			}
+			best, bestKey = it, k
+		}
+		if len(items) == 0 {
+			return Undefined{Name: "No aggregated item, sequence was empty."}, nil
+		}
+		return best, nil
+	}
 }

@@ -88,6 +88,23 @@ func printf(format string, arg Value) (Value, error) {
 			b.WriteByte('%')
 			continue
 		}
+		if verb == '(' {
+			end := strings.IndexByte(format[i:], ')')
+			d, ok := arg.(*Dict)
+			if end < 0 || i+end+1 >= len(format) || !ok {
+				return nil, fmt.Errorf("%w: format requires a mapping", ErrType)
+			}
+			v, found := d.Get(format[i+1 : i+end])
+			if !found {
+				return nil, fmt.Errorf("%w: KeyError %s", ErrValue, repr(format[i+1:i+end]))
+			}
+			i += end + 1
+			if err := printfVerb(&b, format[i], v); err != nil {
+				return nil, err
+			}
+			n = len(args)
+			continue
+		}
 		if n >= len(args) {
 			return nil, fmt.Errorf("%w: not enough arguments for format string", ErrType)
 		}
