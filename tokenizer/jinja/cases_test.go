@@ -160,6 +160,7 @@ var featureCases = []featureCase{
 	{"format filter", "{{ '%s' | format(d) }} {{ '%s-%s'|format(1, 'a') }} {{ '%(a)s'|format(a=5) }} {{ '%(a)s and %(b)r' % {'a': 1, 'b': 'x'} }}", `{"d": {"k": [1, null]}}`},
 	{"format filter error", "{{ '%d'|format('x') }}", ""},
 	{"min max", "{{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ['b', 'A', 'c']|min }} {{ ['b', 'A', 'c']|max(case_sensitive=true) }} {{ us|max(attribute='age') }} [{{ []|min }}]", `{"us": [{"age": 3}, {"age": 9}]}`},
+	{"more string methods", "{{ 'a.b.c'.rsplit('.', 1) }} {{ 'a b'.rsplit() }} {{ 'x\ny\r\nz\n'.splitlines() }} {{ ''.splitlines() }} {{ 'AB'.isupper() }} {{ 'ab1'.islower() }} {{ '12'.islower() }} {{ 'a1'.isalnum() }} {{ 'abcabc'.rfind('b') }} {{ 'abc'.rfind('z') }}", ""},
 	// real template idioms
 	{"messages idiom", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}", `{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}`},
 	{"reverse index loop", "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{{ index }}{%- endfor %}", `{"messages": [1, 2, 3]}`},

@@ -35,6 +35,16 @@ func init() {
 		"isdigit":      predMethod(unicode.IsDigit),
 		"isalpha":      predMethod(unicode.IsLetter),
 		"isspace":      predMethod(isSpace),
+		"isalnum":      predMethod(func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }),
+		"isupper": func(_ *renderer, s string, _ []Value, _ kwargs) (Value, error) {
+			return casedAll(s, unicode.IsUpper), nil
+		},
+		"islower": func(_ *renderer, s string, _ []Value, _ kwargs) (Value, error) {
+			return casedAll(s, unicode.IsLower), nil
+		},
+		"rsplit":     rsplitMethod,
+		"splitlines": splitlinesMethod,
+		"rfind":      rfindMethod,
 	}
 }
 
@@ -303,58 +313,70 @@ func countMethod(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
 	return int64(strings.Count(s, sub)), nil
 }
 
-func dictMethod(d *Dict, name string, args []Value) (Value, error) {
-	switch name {
-	case "items":
-		items := make([]Value, d.Len())
-		for i, k := range d.keys {
-			items[i] = &List{Items: []Value{k, d.vals[i]}, Tuple: true}
+func rsplitMethod(r *renderer, s string, args []Value, kw kwargs) (Value, error) {
+	limit := int64(-1)
+	if len(args) > 1 {
+		limit, _ = integer(args[1])
+	}
+	if v, ok := kw.get("maxsplit"); ok {
+		limit, _ = integer(v)
+	}
+	if limit < 0 {
+		return splitMethod(r, s, args, kw)
+	}
+	var sep Value
+	if len(args) > 0 {
+		sep = args[0]
+	}
+	if v, ok := kw.get("sep"); ok {
+		sep = v
+	}
+	sp, ok := sep.(string)
+	if !ok || sp == "" {
+		return nil, fmt.Errorf("%w: rsplit with maxsplit needs a non-empty separator", ErrValue)
+	}
+	var parts []string
+	for int64(len(parts)) < limit {
+		i := strings.LastIndex(s, sp)
+		if i < 0 {
+			break
 		}
-		return &List{Items: items, View: "dict_items"}, nil
-	case "keys":
-		return &List{Items: append([]Value(nil), d.keys...), View: "dict_keys"}, nil
-	case "values":
-		return &List{Items: append([]Value(nil), d.vals...), View: "dict_values"}, nil
-	case "copy":
-		c := NewDict()
-		for i, k := range d.keys {
-			_ = c.Set(k, d.vals[i])
-		}
-		return c, nil
+		parts = append(parts, s[i+len(sp):])
+		s = s[:i]
 	}
-	if len(args) < 1 || len(args) > 2 {
-		return nil, argErr("get", "1 or 2 arguments")
+	parts = append(parts, s)
+	out := make([]Value, len(parts))
+	for i, p := range parts {
+		out[len(parts)-1-i] = p
 	}
-	if _, ok := hashKey(args[0]); !ok {
-		return nil, fmt.Errorf("%w: unhashable type: '%s'", ErrType, typeName(args[0]))
-	}
-	if v, ok := d.Get(args[0]); ok {
-		return v, nil
-	}
-	if len(args) == 2 {
-		return args[1], nil
-	}
-	return nil, nil
+	return &List{Items: out}, nil
 }
 
-func listMethod(l *List, name string, args []Value) (Value, error) {
-	if name == "copy" {
-		return &List{Items: append([]Value(nil), l.Items...)}, nil
+func splitlinesMethod(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
+	if len(args) > 0 {
+		return nil, argErr("splitlines", "no arguments")
 	}
+	var out []Value
+	if s == "" {
+		return &List{}, nil
+	}
+	for _, l := range strings.Split(normalizeNewlines(s), "\n") {
+		out = append(out, l)
+	}
+	return &List{Items: out}, nil
+}
+
+func rfindMethod(_ *renderer, s string, args []Value, _ kwargs) (Value, error) {
 	if len(args) != 1 {
-		return nil, argErr(name, "exactly one argument")
+		return nil, argErr("rfind", "one argument")
 	}
-	n := int64(0)
-	for i, it := range l.Items {
-		if equal(it, args[0]) {
-			if name == "index" {
-				return int64(i), nil
-			}
-			n++
-		}
+	sub, err := stringArg(args[0], "argument")
+	if err != nil {
+		return nil, err
 	}
-	if name == "index" {
-		return nil, fmt.Errorf("%w: %s is not in list", ErrValue, repr(args[0]))
+	i := strings.LastIndex(s, sub)
+	if i < 0 {
+		return int64(-1), nil
 	}
-	return n, nil
+	return int64(len([]rune(s[:i]))), nil
 }
