@@ -6,7 +6,6 @@ package pyoracle
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -126,9 +125,6 @@ func Diff(got, want string) string {
 	}
 	return fmt.Sprintf("first difference at byte %d (of %d vs %d):\n  got  %s\n  want %s", i, len(got), len(want), ctx(got), ctx(want))
 }
-
-// ErrMissing is returned for a result with neither output nor error.
-var ErrMissing = errors.New("pyoracle: empty result")
 
 // Check compares a Go render (out, err) with an oracle result: equal bytes,
 // or both failed. It returns "" when they agree.
