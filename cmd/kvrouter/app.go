@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
@@ -34,6 +35,7 @@ type app struct {
 	ext     *extproc.Server
 	proxy   *router.Proxy
 	scraper *router.Scraper
+	pods    *discovery.Discovery // nil without Kubernetes
 }
 
 // newApp builds every part from the options, reporting every configuration
@@ -51,7 +53,12 @@ func newApp(o serveOptions, logger *slog.Logger) (*app, error) {
 	evCfg.Hash = hashCfg
 	tokCfg := tokenizer.DefaultConfig()
 	tokCfg.Models, tokCfg.HFCache = models, o.hfCache
-	for _, err := range []error{hashCfg.Validate(), idxCfg.Validate(), extCfg.Validate(), evCfg.Validate(), tokCfg.Validate()} {
+	checks := []error{hashCfg.Validate(), idxCfg.Validate(), extCfg.Validate(), evCfg.Validate(), tokCfg.Validate()}
+	discCfg := discoveryConfig(o)
+	if o.kubeconfig != "" {
+		checks = append(checks, discCfg.Validate())
+	}
+	for _, err := range checks {
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -61,6 +68,13 @@ func newApp(o serveOptions, logger *slog.Logger) (*app, error) {
 	}
 	if err := a.build(idxCfg, hashCfg, tokCfg, evCfg, extCfg, int64(o.maxBodyBytes)); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if o.kubeconfig != "" {
+		d, err := discovery.New(discCfg, fleetSink{a.fleet, a.events, a.logger}, a.logger)
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		a.pods = d
 	}
 	return a, a.addStaticPods(pods, o.defaultModel)
 }
@@ -144,6 +158,18 @@ func (a *app) addStaticPods(pods []staticPod, defaultModel string) error {
 	return nil
 }
 
+// readyWhenSynced reports ready once discovery has listed the pods, or
+// returns when ctx is done first.
+func (a *app) readyWhenSynced(ctx context.Context) {
+	select {
+	case <-a.pods.Synced():
+		if ctx.Err() == nil {
+			a.setReady(true)
+		}
+	case <-ctx.Done():
+	}
+}
+
 func (a *app) setReady(ready bool) {
 	a.ready.Store(ready)
 	a.ext.SetReady(ready)
@@ -163,6 +189,9 @@ func (a *app) start(stop context.Context, g *errgroup.Group, adminLn, grpcLn, pr
 	}
 	g.Go(func() error { return a.events.Run(stop) })
 	g.Go(func() error { return a.scraper.Run(stop) })
+	if a.pods != nil {
+		g.Go(func() error { return a.pods.Run(stop) })
+	}
 	g.Go(func() error { return sweep(stop, a.index) })
 }
 

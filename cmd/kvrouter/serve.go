@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
@@ -29,6 +31,8 @@ type serveOptions struct {
 	blockSize, maxEntries         int
 	bodyMode                      string
 	maxBodyBytes                  int
+	kubeconfig, selector          string
+	namespaces                    listFlag
 }
 
 func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
@@ -39,6 +43,9 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight work may take to finish once stopping")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off")
+	fs.Var(&o.namespaces, "namespace", "a namespace to discover pods in (repeatable); default: all")
+	fs.StringVar(&o.selector, "selector", discovery.DefaultConfig().Selector, "the label selector of the vLLM pods to discover")
 	fs.Var(&o.pods, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT] (repeatable)")
 	fs.Var(&o.models, "model", "a model's tokenizer directory (tokenizer.json, tokenizer_config.json): NAME=DIR (repeatable)")
 	fs.StringVar(&o.hfCache, "hf-cache", "", "a Hugging Face hub cache directory searched for tokenizers of other models")
@@ -65,6 +72,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	o.kubeconfig = resolveKubeconfig(o.kubeconfig, os.Getenv("KUBERNETES_SERVICE_HOST"))
 	a, err := newApp(o, logger)
 	if err != nil {
 		return err
@@ -129,9 +137,19 @@ func (a *app) serve(ctx context.Context, o serveOptions, stdout io.Writer) error
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
 	a.start(stopCtx, g, adminLn, grpcLn, proxyLn, o.shutdownTimeout)
+	// Ready at once with static pods; with discovery, once it synced. The
+	// drainer waits for that decision so not-ready is the last word.
+	readied := make(chan struct{})
+	if a.pods == nil {
+		a.setReady(true)
+		close(readied)
+	} else {
+		g.Go(func() error { defer close(readied); a.readyWhenSynced(gctx); return nil })
+	}
 	g.Go(func() error {
 		defer stop()
 		<-gctx.Done()
+		<-readied
 		a.setReady(false)
 		if ctx.Err() == nil {
 			return nil // a part failed: no drain
@@ -144,7 +162,6 @@ func (a *app) serve(ctx context.Context, o serveOptions, stdout io.Writer) error
 		}
 		return nil
 	})
-	a.setReady(true)
 	err = g.Wait()
 	a.logger.Info("stopped")
 	return err

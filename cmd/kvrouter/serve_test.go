@@ -16,6 +16,8 @@ import (
 // TestMain lets the tests run the real main in a child process: the test
 // binary re-executes itself with KVROUTER_TEST_MAIN=1.
 func TestMain(m *testing.M) {
+	// In a CI pod, serve would default to in-cluster discovery.
+	_ = os.Unsetenv("KUBERNETES_SERVICE_HOST")
 	if os.Getenv("KVROUTER_TEST_MAIN") == "1" {
 		main()
 		return

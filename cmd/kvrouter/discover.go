@@ -1,0 +1,69 @@
+package main
+
+import (
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvevents/discovery"
+	"github.com/kvrouter/kvrouter/router"
+)
+
+// kubeconfigOff as --kubeconfig turns discovery off.
+const kubeconfigOff = "off"
+
+// resolveKubeconfig applies --kubeconfig's default: in-cluster when the
+// process runs in a Kubernetes pod (serviceHost is KUBERNETES_SERVICE_HOST),
+// else off. It returns "" for off.
+func resolveKubeconfig(flag, serviceHost string) string {
+	switch {
+	case flag == kubeconfigOff:
+		return ""
+	case flag != "":
+		return flag
+	case serviceHost != "":
+		return discovery.InCluster
+	}
+	return ""
+}
+
+// discoveryConfig is discovery's configuration from the serve flags.
+func discoveryConfig(o serveOptions) discovery.Config {
+	cfg := discovery.DefaultConfig()
+	cfg.Kubeconfig, cfg.Namespaces, cfg.DefaultModel = o.kubeconfig, o.namespaces, o.defaultModel
+	if o.selector != "" {
+		cfg.Selector = o.selector
+	}
+	return cfg
+}
+
+// fleetSink is discovery's Consumer: it keeps the router's fleet and the
+// event manager in step with the pods. A pod is routed to only while ready;
+// its events are followed from its first ready moment until it goes away.
+type fleetSink struct {
+	fleet  *router.Fleet
+	events *kvevents.Manager
+	log    *slog.Logger
+}
+
+func (s fleetSink) Upsert(p discovery.Pod) {
+	s.fleet.Upsert(router.Pod{
+		Name: p.Name, Address: net.JoinHostPort(p.IP, strconv.Itoa(p.Port)),
+		Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs, Ready: p.Ready,
+	})
+	if !p.Ready {
+		return
+	}
+	err := s.events.Ensure(kvevents.Pod{
+		Name: p.Name, IP: p.IP, EventPort: p.EventPort, ReplayPort: p.ReplayPort, Model: p.Model, DPSize: p.DPSize,
+	})
+	if err != nil {
+		s.log.Warn("pod events not followed", "pod", p.Name, "err", err)
+	}
+}
+
+func (s fleetSink) Remove(name string) {
+	s.fleet.Remove(name)
+	s.events.Remove(name)
+}
