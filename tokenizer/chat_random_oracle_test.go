@@ -28,25 +28,32 @@ func (g *convGen) content() any {
 		return []any{map[string]any{"type": "text", "text": g.text()}, map[string]any{"type": "text", "text": g.text()}}
 	case 1:
 		return nil
+	case 2:
+		return []any{map[string]any{"type": "refusal", "refusal": g.text()}, map[string]any{"type": "text", "text": nil}}
 	}
 	return g.text()
 }
 
 func (g *convGen) toolCall(i int) any {
 	var args any = map[string]any{"city": g.text(), "days": g.rng.Intn(5), "deep": map[string]any{"x": []any{1.5, nil, true}}}
-	if g.rng.Intn(2) == 0 {
+	switch g.rng.Intn(4) {
+	case 0, 1:
 		b, _ := json.Marshal(args)
 		args = string(b)
+	case 2:
+		args = []any{"{not json", "", "[1]", nil}[g.rng.Intn(4)]
 	}
 	return map[string]any{"id": fmt.Sprintf("c%d", i), "type": "function", "function": map[string]any{"name": "get_weather", "arguments": args}}
 }
 
 func (g *convGen) message(i int) any {
-	roles := []string{"user", "user", "assistant", "system", "tool"}
+	roles := []string{"user", "user", "assistant", "system", "tool", "developer"}
 	m := map[string]any{"role": roles[g.rng.Intn(len(roles))], "content": g.content()}
 	switch m["role"] {
 	case "assistant":
-		if g.rng.Intn(3) == 0 {
+		if g.rng.Intn(8) == 0 {
+			m["tool_calls"] = []any{}
+		} else if g.rng.Intn(3) == 0 {
 			m["tool_calls"] = []any{g.toolCall(i)}
 			if g.rng.Intn(3) == 0 {
 				m["tool_calls"] = append(m["tool_calls"].([]any), g.toolCall(i+100))

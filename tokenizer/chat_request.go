@@ -114,6 +114,11 @@ func conversation(msgs []jinja.Value, parts bool) ([]jinja.Value, error) {
 		}
 		out[i] = msg
 	}
+	for _, m := range out {
+		if role, _ := get(m.(*jinja.Dict), "role").(string); role == "developer" {
+			return consolidateSystem(out), nil
+		}
+	}
 	return out, nil
 }
 
@@ -128,7 +133,7 @@ func convertMessage(d *jinja.Dict, parts bool) (*jinja.Dict, error) {
 	}
 	msg := jinja.NewDict()
 	msg.SetString("role", role)
-	if parts {
+	if parts && role != "tool" { // vLLM flattens tool messages of text parts
 		items := make([]jinja.Value, len(texts))
 		for i, t := range texts {
 			p := jinja.NewDict()
@@ -159,32 +164,40 @@ func contentTexts(content jinja.Value) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			texts = append(texts, t)
+			if t, ok := t.(string); ok {
+				texts = append(texts, t)
+			}
 		}
 		return texts, nil
 	}
 	return nil, errors.New("content must be a string, a list of parts or null")
 }
 
-func partText(p jinja.Value) (string, error) {
+// partText returns a text or refusal part's text (nil when null: vLLM
+// skips it).
+func partText(p jinja.Value) (jinja.Value, error) {
 	if s, ok := p.(string); ok {
 		return s, nil
 	}
 	d, ok := p.(*jinja.Dict)
-	if !ok || get(d, "type") != "text" {
-		return "", fmt.Errorf("unsupported content part %v", p)
-	}
-	t, ok := get(d, "text").(string)
 	if !ok {
-		return "", errors.New("text part without a string text")
+		return nil, fmt.Errorf("unsupported content part %v", p)
 	}
-	return t, nil
+	typ, _ := get(d, "type").(string)
+	if typ != "text" && typ != "refusal" {
+		return nil, fmt.Errorf("unsupported content part type %q", typ)
+	}
+	switch t := get(d, typ).(type) {
+	case nil, string:
+		return t, nil
+	}
+	return nil, fmt.Errorf("%s part without a string %s", typ, typ)
 }
 
 // copyExtras copies what vLLM keeps besides role and content.
 func copyExtras(d, msg *jinja.Dict, role string) error {
 	reasoning := get(d, "reasoning")
-	if !truthyJSON(reasoning) {
+	if reasoning == nil {
 		reasoning = get(d, "reasoning_content")
 	}
 	switch role {
@@ -194,11 +207,13 @@ func copyExtras(d, msg *jinja.Dict, role string) error {
 			if !ok {
 				return errors.New("tool_calls must be a list")
 			}
-			parsed, err := parseToolCalls(l)
-			if err != nil {
-				return err
+			if len(l.Items) > 0 { // vLLM drops an empty list
+				parsed, err := parseToolCalls(l)
+				if err != nil {
+					return err
+				}
+				msg.SetString("tool_calls", parsed)
 			}
-			msg.SetString("tool_calls", parsed)
 		}
 		if reasoning != nil {
 			msg.SetString("reasoning", reasoning)
@@ -225,106 +240,6 @@ func truthyJSON(v jinja.Value) bool {
 		return x
 	}
 	return true
-}
-
-// parseToolCalls returns the calls with JSON-string arguments replaced by
-// their parsed value and empty or missing ones by {}, as vLLM does before
-// rendering. The request's own values are not modified.
-func parseToolCalls(in *jinja.List) (*jinja.List, error) {
-	calls := jinja.NewList(make([]jinja.Value, len(in.Items))...)
-	for i, c := range in.Items {
-		orig, ok := c.(*jinja.Dict)
-		if !ok {
-			return nil, fmt.Errorf("tool call %d is not an object", i)
-		}
-		origFn, ok := get(orig, "function").(*jinja.Dict)
-		if !ok {
-			return nil, fmt.Errorf("tool call %d has no function", i)
-		}
-		call, fn := jinja.NewDict(), jinja.NewDict()
-		copyMissing(orig, call)
-		copyMissing(origFn, fn)
-		call.SetString("function", fn)
-		calls.Items[i] = call
-		args := get(fn, "arguments")
-		switch a := args.(type) {
-		case *jinja.Dict, *jinja.List:
-			if truthyJSON(len2(a)) {
-				continue
-			}
-			fn.SetString("arguments", jinja.NewDict())
-		case string:
-			if a == "" {
-				fn.SetString("arguments", jinja.NewDict())
-				continue
-			}
-			v, err := jinja.FromJSON([]byte(a))
-			if err != nil {
-				return nil, fmt.Errorf("tool call %d arguments: %w", i, err)
-			}
-			fn.SetString("arguments", v)
-		default:
-			if truthyJSON(a) {
-				return nil, fmt.Errorf("tool call %d arguments: want a JSON string", i)
-			}
-			fn.SetString("arguments", jinja.NewDict())
-		}
-	}
-	return calls, nil
-}
-
-// len2 returns a container's length as a value truthyJSON understands.
-func len2(v jinja.Value) jinja.Value {
-	switch x := v.(type) {
-	case *jinja.Dict:
-		return x.Len() > 0
-	case *jinja.List:
-		return len(x.Items) > 0
-	}
-	return false
-}
-
-// dumpTools renders tools as vLLM's pydantic models dump them: type and
-// function first, function with name, description and parameters (null
-// when absent), then any extra fields.
-func dumpTools(tools *jinja.List) *jinja.List {
-	out := make([]jinja.Value, len(tools.Items))
-	for i, t := range tools.Items {
-		td, ok := t.(*jinja.Dict)
-		if !ok {
-			out[i] = t
-			continue
-		}
-		fn := jinja.NewDict()
-		src, _ := get(td, "function").(*jinja.Dict)
-		for _, k := range []string{"name", "description", "parameters"} {
-			if src != nil {
-				fn.SetString(k, get(src, k))
-			}
-		}
-		copyMissing(src, fn)
-		d := jinja.NewDict()
-		typ := get(td, "type")
-		if typ == nil {
-			typ = "function"
-		}
-		d.SetString("type", typ)
-		d.SetString("function", fn)
-		copyMissing(td, d)
-		out[i] = d
-	}
-	return jinja.NewList(out...)
-}
-
-func copyMissing(src, dst *jinja.Dict) {
-	if src == nil {
-		return
-	}
-	for i, k := range src.Keys() {
-		if _, ok := dst.Get(k); !ok {
-			_ = dst.Set(k, src.Values()[i])
-		}
-	}
 }
 
 // isPySpace is Python's str.isspace for one character.

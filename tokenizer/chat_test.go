@@ -85,7 +85,7 @@ func TestChatRenderErrors(t *testing.T) {
 		`{"messages": [1]}`,
 		`{"messages": [{"role": 1}]}`,
 		`{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`,
-		`{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]}`,
+		`{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}, 1]}]}`,
 		`{"messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`,
 	} {
 		req, err := ParseChatRequest([]byte(body))

@@ -82,6 +82,11 @@ def compiled(src):
 
 
 # ---- vLLM's chat preprocessing, as documented --------------------------
+# Follows recent vLLM (2026): content parts flattened with "\n" unless the
+# template loops over content (tool messages always flattened), refusal
+# parts as text, reasoning/reasoning_content, empty tool_calls dropped,
+# arguments parsed leniently to a dict, developer messages turned into one
+# merged system message, tools dumped as its pydantic models.
 
 def is_var(node, name):
     return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == name
@@ -145,50 +150,90 @@ def detect_format(src):
     return "string"
 
 
+def part_text(p):
+    """The text of a content part; None for a text part without text."""
+    if isinstance(p, str):
+        return p
+    if p.get("type") in ("text", "refusal"):
+        return p.get(p["type"])
+    raise ValueError("unsupported content part type %r" % p.get("type"))
+
+
+def convert_message(m, fmt):
+    role = m["role"]
+    content = m.get("content")
+    if content is None:
+        content = []
+    elif isinstance(content, str):
+        content = [content]
+    texts = [t for t in (part_text(p) for p in content) if t is not None]
+    if fmt == "openai" and role != "tool":
+        out = {"role": role, "content": [{"type": "text", "text": t} for t in texts]}
+    else:
+        # string format; tool messages with text parts only are flattened too
+        out = {"role": role, "content": "\n".join(texts)}
+    reasoning = m.get("reasoning")
+    if reasoning is None:
+        reasoning = m.get("reasoning_content")
+    if role == "assistant":
+        if m.get("tool_calls") is not None:
+            out["tool_calls"] = [dict(c, function=dict(c["function"])) for c in m["tool_calls"]]
+        if reasoning is not None:
+            out["reasoning"] = reasoning
+            out["reasoning_content"] = reasoning
+    elif role == "tool" and "tool_call_id" in m:
+        out["tool_call_id"] = m["tool_call_id"]
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    return out
+
+
+def parse_arguments(args):
+    if not args:
+        return {}
+    if isinstance(args, dict):
+        return args
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return {}
+    return args if isinstance(args, dict) else {}
+
+
 def conversation(messages, fmt):
-    conv = []
-    for m in messages:
-        role = m["role"]
-        content = m.get("content")
-        if content is None:
-            parts = []
-        elif isinstance(content, str):
-            parts = [content]
-        else:
-            parts = []
-            for p in content:
-                if isinstance(p, str):
-                    parts.append(p)
-                elif p.get("type") == "text":
-                    parts.append(p["text"])
-                else:
-                    raise ValueError("unsupported content part type %r" % p.get("type"))
-        if fmt == "openai":
-            out = {"role": role, "content": [{"type": "text", "text": t} for t in parts]}
-        else:
-            out = {"role": role, "content": "\n".join(parts)}
-        reasoning = m.get("reasoning") or m.get("reasoning_content")
-        if role == "assistant":
-            if m.get("tool_calls") is not None:
-                out["tool_calls"] = list(m["tool_calls"])
-            if reasoning is not None:
-                out["reasoning"] = reasoning
-                out["reasoning_content"] = reasoning
-        elif role == "tool" and "tool_call_id" in m:
-            out["tool_call_id"] = m["tool_call_id"]
-        if isinstance(m.get("name"), str):
-            out["name"] = m["name"]
-        conv.append(out)
+    conv = [convert_message(m, fmt) for m in messages]
     for m in conv:
         if m["role"] == "assistant" and isinstance(m.get("tool_calls"), list):
+            if not m["tool_calls"]:
+                del m["tool_calls"]
+                continue
             for call in m["tool_calls"]:
-                args = call["function"].get("arguments")
-                if args:
-                    if not isinstance(args, (dict, list)):
-                        call["function"]["arguments"] = json.loads(args)
-                else:
-                    call["function"]["arguments"] = {}
+                call["function"]["arguments"] = parse_arguments(call["function"].get("arguments"))
+    if any(m["role"] == "developer" for m in conv):
+        conv = consolidate_system(conv)
     return conv
+
+
+def consolidate_system(conv):
+    """Developer messages become system messages; several system messages
+    (or one not first) merge into one first, joined by blank lines."""
+    conv = [dict(m, role="system") if m["role"] == "developer" else m for m in conv]
+    texts, rest, merge = [], [], False
+    for i, m in enumerate(conv):
+        if m["role"] != "system":
+            rest.append(m)
+            continue
+        if i > 0 or texts:
+            merge = True
+        c = m.get("content", "")
+        if isinstance(c, list):
+            c = "\n".join(p["text"] for p in c if isinstance(p, dict) and "text" in p)
+        if c:
+            texts.append(c)
+    if not merge:
+        return conv
+    return [{"role": "system", "content": "\n\n".join(texts)}] + rest
 
 
 def tool_dump(tool):
@@ -196,14 +241,9 @@ def tool_dump(tool):
     fn = tool["function"]
     out_fn = {"name": fn["name"], "description": fn.get("description"),
               "parameters": fn.get("parameters")}
-    for k, v in fn.items():
-        if k not in out_fn:
-            out_fn[k] = v
-    out = {"type": tool.get("type", "function"), "function": out_fn}
-    for k, v in tool.items():
-        if k not in out:
-            out[k] = v
-    return out
+    if fn.get("strict") is not None:
+        out_fn["strict"] = fn["strict"]
+    return {"type": "function", "function": out_fn}
 
 
 # apply_chat_template parameters that never reach the template (or that
