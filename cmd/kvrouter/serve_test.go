@@ -63,6 +63,12 @@ func TestServeAdminEndpoints(t *testing.T) {
 		_ = pw.Close()
 	}()
 	base := listenURL(t, pr)
+	// Serving starts before readiness is reported: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if code, _ := get(t, base+"/readyz"); code == http.StatusOK {
+			break
+		}
+	}
 
 	tests := []struct {
 		path     string
