@@ -26,7 +26,7 @@ test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint,
 	@echo "make test: all checks passed"
 
 test-go:
-	$(GO) test -race -count=1 ./...
+	KVROUTER_REQUIRE_APISERVER=1 $(GO) test -race -count=1 ./...
 
 fuzz-short:
 	FUZZTIME=10s test/fuzz.sh
@@ -59,8 +59,8 @@ build: ## build bin/kvrouter (cgo: needs libzmq)
 image: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-deps: ## install system packages, npm oracles and golangci-lint (no-op when present)
-	test/deps.sh system oracle lint
+deps: ## install system packages, npm oracles, golangci-lint and kube-apiserver (no-op when present)
+	test/deps.sh system oracle lint kube
 
 deps-lint:
 	test/deps.sh lint

@@ -5,8 +5,10 @@
 #     (pickle/hashlib are built in; cbor2, zmq, msgpack, jinja2 for
 #     /usr/bin/python3), etcd for the discovery tests, Node.js for the npm oracles;
 #   - the npm oracle packages of test/oracle (npm ci, keyed on its lock file);
-#   - golangci-lint at the pinned version, under the Go path.
-# Usage: test/deps.sh [system|oracle|lint]...   (default: all three)
+#   - golangci-lint at the pinned version, under the Go path;
+#   - kube-apiserver for the discovery tests (test/kube-apiserver.sh: built once
+#     per machine, ~4 min and ~2.3 GB the first time, cached under the Go cache).
+# Usage: test/deps.sh [system|oracle|lint|kube]...   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,11 +59,15 @@ lint() {
   rmdir "$tmp"
 }
 
+kube() {
+  test/kube-apiserver.sh >/dev/null
+}
+
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint)
+[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube)
 for s in "${steps[@]}"; do
   case "$s" in
-    system|oracle|lint) "$s" ;;
-    *) log "unknown step $s (want system, oracle or lint)"; exit 2 ;;
+    system|oracle|lint|kube) "$s" ;;
+    *) log "unknown step $s (want system, oracle, lint or kube)"; exit 2 ;;
   esac
 done
