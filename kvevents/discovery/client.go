@@ -2,10 +2,12 @@ package discovery
 
 import (
 	"fmt"
+	"log/slog"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
 
 // newClient connects to the API server a kubeconfig file names, or to the
@@ -29,4 +31,10 @@ func newClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("discovery: client: %w", err)
 	}
 	return c, nil
+}
+
+// RouteClientLogs sends client-go's own logs (klog, which is process-wide)
+// to log, so they come out in the same format as kvrouter's.
+func RouteClientLogs(log *slog.Logger) {
+	klog.SetSlogLogger(log.With("component", "client-go"))
 }
