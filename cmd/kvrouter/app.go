@@ -71,7 +71,7 @@ func newApp(o serveOptions, logger *slog.Logger) (*app, error) {
 	}
 	if o.kubeconfig != "" {
 		discovery.RouteClientLogs(a.logger)
-		d, err := discovery.New(discCfg, fleetSink{a.fleet, a.events, a.logger}, a.logger)
+		d, err := discovery.New(discCfg, fleetSink{a.fleet, a.events, a.logger}, a.reg, a.logger)
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}

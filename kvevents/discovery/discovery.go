@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,6 +31,7 @@ type Discovery struct {
 	selector labels.Selector
 	consumer Consumer
 	log      *slog.Logger
+	metrics  *metrics
 	synced   chan struct{} // closed once every informer synced
 
 	mu struct {
@@ -39,8 +41,9 @@ type Discovery struct {
 }
 
 // New returns a Discovery that talks to the API server cfg.Kubeconfig
-// names. It starts nothing: call Run.
-func New(cfg Config, consumer Consumer, log *slog.Logger) (*Discovery, error) {
+// names and registers its metrics on reg (nil registers none). It starts
+// nothing: call Run.
+func New(cfg Config, consumer Consumer, reg prometheus.Registerer, log *slog.Logger) (*Discovery, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,15 +51,19 @@ func New(cfg Config, consumer Consumer, log *slog.Logger) (*Discovery, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDiscovery(cfg, client, consumer, log)
+	return newDiscovery(cfg, client, consumer, reg, log)
 }
 
-func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, log *slog.Logger) (*Discovery, error) {
+func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, reg prometheus.Registerer, log *slog.Logger) (*Discovery, error) {
 	sel, err := labels.Parse(cfg.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: selector %q: %w", cfg.Selector, err)
 	}
-	d := &Discovery{cfg: cfg, client: client, selector: sel, consumer: consumer, log: log, synced: make(chan struct{})}
+	met, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Discovery{cfg: cfg, client: client, selector: sel, consumer: consumer, log: log, metrics: met, synced: make(chan struct{})}
 	d.mu.known = make(map[string]Pod)
 	return d, nil
 }
@@ -87,6 +94,7 @@ func (d *Discovery) Run(ctx context.Context) error {
 	}
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {
 		d.log.Info("pod informers synced", "namespaces", len(namespaces), "pods", d.known())
+		d.metrics.synced.Set(1)
 		close(d.synced)
 	}
 	<-ctx.Done()
@@ -114,6 +122,7 @@ func (d *Discovery) onAdd(obj any) {
 	}
 	p, ok, problems := podFrom(k, d.cfg)
 	for _, err := range problems {
+		d.metrics.ignored.Inc()
 		d.log.Warn("pod metadata ignored", "pod", name, "err", err)
 	}
 	if !ok {
@@ -137,6 +146,7 @@ func (d *Discovery) onDelete(obj any) {
 func (d *Discovery) update(name string, next *Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.countLocked()
 	prev, had := d.mu.known[name]
 	switch {
 	case next == nil:

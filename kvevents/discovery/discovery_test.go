@@ -6,10 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,7 +57,7 @@ func newTest(t *testing.T, objs ...runtime.Object) (*Discovery, *recorder, *fake
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	r := &recorder{}
-	d, err := newDiscovery(testConfig(), client, r, quiet())
+	d, err := newDiscovery(testConfig(), client, r, nil, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,5 +147,36 @@ func want(t *testing.T, seen <-chan string, call string) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no consumer call, want %q", call)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	d, err := newDiscovery(testConfig(), fake.NewClientset(), &recorder{}, reg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.handler()
+	notReady := kpod("b", "10.0.0.2")
+	notReady.Status.Conditions = nil
+	bad := kpod("c", "10.0.0.3")
+	bad.Annotations = map[string]string{AnnotationDPSize: "many"}
+	h.OnAdd(kpod("a", "10.0.0.1"), true)
+	h.OnAdd(notReady, true)
+	h.OnAdd(bad, true)
+	want := `
+# HELP kvrouter_discovery_ignored_annotations_total kvrouter.io/* pod annotations ignored as invalid, or pods skipped for lack of a model.
+# TYPE kvrouter_discovery_ignored_annotations_total counter
+kvrouter_discovery_ignored_annotations_total 1
+# HELP kvrouter_discovery_pods Discovered vLLM pods with an IP, by state (ready, not_ready).
+# TYPE kvrouter_discovery_pods gauge
+kvrouter_discovery_pods{state="not_ready"} 1
+kvrouter_discovery_pods{state="ready"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kvrouter_discovery_pods", "kvrouter_discovery_ignored_annotations_total"); err != nil {
+		t.Error(err)
+	}
+	if _, err := newDiscovery(testConfig(), fake.NewClientset(), &recorder{}, reg, quiet()); err == nil {
+		t.Error("a second Discovery on the same registry = nil error, want a registration error")
 	}
 }

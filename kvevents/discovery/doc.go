@@ -31,7 +31,8 @@
 //
 // # Lifecycle
 //
-// New builds the client and starts nothing. Run starts the informers and
-// returns once they have stopped; Synced is closed when every informer has
-// listed its pods and their events were delivered.
+// New builds the client and registers the kvrouter_discovery_* metrics; it
+// starts nothing. Run starts the informers and returns once they have
+// stopped; Synced is closed when every informer has listed its pods and their
+// events were delivered.
 package discovery

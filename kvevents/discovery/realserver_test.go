@@ -87,7 +87,7 @@ func TestRealAPIServer(t *testing.T) {
 	cfg := testConfig()
 	cfg.Kubeconfig, cfg.Namespaces = api.kubeconfig(t, token), []string{testNamespace}
 	r := &recorder{seen: make(chan string, 64)}
-	d, err := New(cfg, r, quiet())
+	d, err := New(cfg, r, nil, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

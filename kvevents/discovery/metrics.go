@@ -1,0 +1,52 @@
+package discovery
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the kvrouter_discovery_* collectors.
+type metrics struct {
+	pods    *prometheus.GaugeVec // by state: ready, not_ready
+	synced  prometheus.Gauge
+	ignored prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "discovery", Name: "pods",
+			Help: "Discovered vLLM pods with an IP, by state (ready, not_ready).",
+		}, []string{"state"}),
+		synced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "discovery", Name: "synced",
+			Help: "1 once every pod informer has listed its pods.",
+		}),
+		ignored: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "discovery", Name: "ignored_annotations_total",
+			Help: "kvrouter.io/* pod annotations ignored as invalid, or pods skipped for lack of a model.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.pods, m.synced, m.ignored} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("discovery: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// countLocked sets the pod gauges from what the consumer was told.
+func (d *Discovery) countLocked() {
+	ready := 0
+	for _, p := range d.mu.known {
+		if p.Ready {
+			ready++
+		}
+	}
+	d.metrics.pods.WithLabelValues("ready").Set(float64(ready))
+	d.metrics.pods.WithLabelValues("not_ready").Set(float64(len(d.mu.known) - ready))
+}
