@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/language"
@@ -99,10 +100,11 @@ func lower(s string) string {
 }
 
 func capitalize(s string) string {
-	for i, r := range s {
-		return string(unicode.ToTitle(r)) + strings.ToLower(s[i+len(string(r)):])
+	if s == "" {
+		return s
 	}
-	return s
+	r, size := utf8.DecodeRuneInString(s) // size, not len(string(r)): an invalid byte is 1 wide
+	return string(unicode.ToTitle(r)) + strings.ToLower(s[size:])
 }
 
 // pyTitle is str.title: a cased letter after an uncased one goes upper,
