@@ -8,9 +8,9 @@ import (
 
 // metrics are the index's Prometheus collectors.
 type metrics struct {
-	stored, removed, evicted, cleared, removedAbsent, confirmed, specAdded prometheus.Counter
-	blocksRequested, blocksMatched                                         prometheus.Counter
-	matchSeconds                                                           prometheus.Histogram
+	stored, removed, evicted, cleared, removedAbsent, confirmed, specAdded, overflow prometheus.Counter
+	blocksRequested, blocksMatched                                                   prometheus.Counter
+	matchSeconds                                                                     prometheus.Histogram
 }
 
 func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
@@ -24,6 +24,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		evicted:         counter("evicted_total", "Entries evicted, least recently stored first, because the index reached its entry bound."),
 		cleared:         counter("cleared_total", "Entries dropped by pod or tier clears and removals to zero count."),
 		confirmed:       counter("speculative_confirmed_total", "Speculative entries confirmed by the pod's own BlockStored event."),
+		overflow:        counter("overflow_total", "Stores and speculative entries ignored because the block already has the most holders (4096)."),
 		specAdded:       counter("speculative_added_total", "Speculative entries recorded after routing decisions."),
 		blocksRequested: counter("match_blocks_requested_total", "Blocks looked up by matches."),
 		blocksMatched:   counter("match_blocks_matched_total", "Blocks of the best candidate's leading match, summed over matches."),
@@ -40,7 +41,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "kvrouter", Subsystem: "kvindex", Name: name, Help: help}, f)
 	}
 	for _, c := range []prometheus.Collector{
-		m.stored, m.removed, m.removedAbsent, m.evicted, m.cleared, m.confirmed, m.specAdded,
+		m.stored, m.removed, m.removedAbsent, m.evicted, m.cleared, m.confirmed, m.specAdded, m.overflow,
 		m.blocksRequested, m.blocksMatched, m.matchSeconds,
 		gauge("entries", "Real (block, pod, tier) entries in the index.", func() float64 { r, _ := x.Len(); return float64(r) }),
 		gauge("speculative_entries", "Speculative entries not yet freed.", func() float64 { _, s := x.Len(); return float64(s) }),
@@ -73,12 +74,18 @@ func (m *metrics) record(n *opCounts, stored, removed int) {
 	if n.confirmed > 0 {
 		m.confirmed.Add(float64(n.confirmed))
 	}
+	if n.overflow > 0 {
+		m.overflow.Add(float64(n.overflow))
+	}
 }
 
 func (m *metrics) speculated(n *opCounts) {
 	m.specAdded.Add(float64(n.added))
 	if n.evicted > 0 {
 		m.evicted.Add(float64(n.evicted))
+	}
+	if n.overflow > 0 {
+		m.overflow.Add(float64(n.overflow))
 	}
 }
 

@@ -5,7 +5,7 @@ package kvindex
 
 // opCounts is what a batch of shard operations did, for the metrics.
 type opCounts struct {
-	added, refreshed, confirmed, evicted, absent, cleared, overflow int
+	added, confirmed, evicted, absent, cleared, overflow int
 }
 
 // findLocked returns the holder in node nr of the pod in slot sl matching
@@ -114,17 +114,12 @@ func (s *shard) storeLocked(h uint64, pod uint32, tier Tier, limit int, now uint
 	if _, ok := s.slotOfLocked(pod); ok && nr != 0 {
 		specRef, realRef := s.pairLocked(nr, pod, tier)
 		if realRef != 0 {
+			// Refresh before dropping: a drop moves holders of this node.
+			s.refreshLocked(realRef)
 			if specRef != 0 && tier == TierGPU {
-				// Both exist: drop the speculative one after refreshing,
-				// since dropping moves holders of this node.
-				s.refreshLocked(realRef)
 				s.dropHolderLocked(specRef)
 				n.confirmed++
-				n.refreshed++
-				return
 			}
-			s.refreshLocked(realRef)
-			n.refreshed++
 			return
 		}
 		if specRef != 0 && tier == TierGPU {
