@@ -1,7 +1,6 @@
 package router
 
 import (
-	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -119,15 +118,17 @@ func (r *Router) hash(t *target, p *Parsed, sc *scratch, st *Stages) (Reason, in
 	return ReasonLoad, len(tokens)
 }
 
-// modelOf reads the model field of a body it does not otherwise parse.
+// modelOf reads the model field of a body it does not otherwise parse,
+// with the same scanner as Parse; "" when there is none.
 func modelOf(body []byte) string {
-	var v struct {
-		Model string `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return ""
-	}
-	return v.Model
+	var model string
+	_ = scanObject(body, func(key string, v []byte) error { // an invalid body has no model
+		if key == "model" && len(v) > 0 && v[0] == '"' {
+			model = unquote(v)
+		}
+		return nil
+	})
+	return model
 }
 
 // Report is what POST /v1/score answers: how every candidate would score,
