@@ -21,6 +21,11 @@ var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_to
 
 // Chat renders chat requests with a model's chat template exactly as vLLM
 // does (through transformers and jinja2). It is safe for concurrent use.
+//
+// gpt-oss is the exception: vLLM renders gpt-oss chat requests with the
+// openai_harmony library, not with the model's chat template, so for gpt-oss
+// a Chat renders what the template (and so transformers) gives, which can
+// differ from the prompt vLLM tokenizes.
 type Chat struct {
 	template string         // the model's template; "" none
 	special  map[string]any // special token strings for the context

@@ -31,6 +31,7 @@ var chatTemplates = []chatTemplate{
 	{"llama3.2_pythonic", "llama3_1", "tool_chat_template_llama3.2_pythonic.jinja"},
 	{"mistral", "llama2", "tool_chat_template_mistral.jinja"},
 	{"deepseek_r1", "deepseek_v3", "tool_chat_template_deepseekr1.jinja"},
+	{"gpt-oss", "gptoss", "gpt-oss.jinja"},
 }
 
 type conversationCase struct {
@@ -94,6 +95,7 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 		t.Fatal(err)
 	}
 	same, bothFail := 0, 0
+	rendered := map[string]int{}
 	for i, j := range jobs {
 		req, err := ParseChatRequest(j.conv.Request)
 		if err != nil {
@@ -108,9 +110,18 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 			bothFail++
 		} else {
 			same++
+			rendered[j.tmpl]++
 		}
 	}
 	t.Logf("%d templates × %d conversations: %d byte-identical, %d fail on both sides", len(chatTemplates), len(convs), same, bothFail)
+	// Agreement by failing on both sides proves little: every template must
+	// render at least 30 of the conversations.
+	for _, ct := range chatTemplates {
+		t.Logf("%s: %d of %d rendered", ct.name, rendered[ct.name], len(convs))
+		if rendered[ct.name] < 30 {
+			t.Errorf("%s rendered only %d of %d conversations; want at least 30", ct.name, rendered[ct.name], len(convs))
+		}
+	}
 }
 
 // oracleTime is the clock both sides use for strftime_now.

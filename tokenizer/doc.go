@@ -48,6 +48,16 @@
 // variants of those files exercise the components the six do not use, and
 // the Unicode tables and NFC are compared code point by code point.
 //
+// # Chat templates
+//
+// A [Chat] renders /v1/chat/completions requests with the model's Jinja
+// chat template (package jinja, with jinja2's semantics) after vLLM's
+// message preprocessing, then encodes the prompt. Renders are proven
+// byte-identical to Python jinja2 configured as transformers configures it
+// on twelve real templates, with npm @huggingface/jinja as a second opinion.
+// vLLM renders gpt-oss through openai_harmony instead of its template, so
+// for gpt-oss kvrouter's render is the template's.
+//
 // # Registry
 //
 // A [Registry] maps served model names to tokenizers: aliases (served names,
