@@ -32,6 +32,10 @@ type Config struct {
 	// SlowDecision is the decision time above which the decision is logged
 	// at Warn. Default 50ms.
 	SlowDecision time.Duration
+	// IntN breaks ties among near-best pods: a uniform int in [0, n). It is
+	// called from concurrent Route calls. Nil means math/rand/v2.IntN; the
+	// fleet simulator injects a seeded one so that its runs repeat.
+	IntN func(n int) int
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.

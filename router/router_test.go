@@ -281,3 +281,33 @@ func TestRouteConcurrently(t *testing.T) {
 	}
 	<-done
 }
+
+func TestRouteTieBreakUsesConfigIntN(t *testing.T) {
+	tests := []struct {
+		name    string
+		draw    func(n int) int
+		wantPod string
+	}{
+		{"keep the first", func(n int) int { return n - 1 }, "a"},
+		{"take each newer", func(int) int { return 0 }, "c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := newTestRouter(t)
+			var seen []int
+			cfg := DefaultConfig()
+			cfg.IntN = func(n int) int { seen = append(seen, n); return tt.draw(n) }
+			r, err := New(cfg, tr.fleet, tr.index, tr.hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := r.Route(context.Background(), Request{ID: "req", Path: "/v1/completions", Body: []byte(completion("llama", prompt, ""))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Pod != tt.wantPod || fmt.Sprint(seen) != "[1 2 3]" {
+				t.Fatalf("Route with injected IntN = pod %s after draws over %v, want %s after [1 2 3]", d.Pod, seen, tt.wantPod)
+			}
+		})
+	}
+}

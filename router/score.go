@@ -64,11 +64,15 @@ func (r *Router) pick(scores []Score) int {
 		}
 	}
 	limit := scores[best].Cost*(1+r.cfg.Tolerance) + r.cfg.ToleranceSeconds
+	intN := r.cfg.IntN
+	if intN == nil {
+		intN = rand.IntN
+	}
 	n, chosen := 0, best
 	for i, s := range scores {
 		if s.Cost <= limit {
 			n++
-			if rand.IntN(n) == 0 { // reservoir sampling: uniform among the near-best
+			if intN(n) == 0 { // reservoir sampling: uniform among the near-best
 				chosen = i
 			}
 		}
