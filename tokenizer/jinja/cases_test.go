@@ -166,6 +166,18 @@ var featureCases = []featureCase{
 	{"reverse index loop", "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{{ index }}{%- endfor %}", `{"messages": [1, 2, 3]}`},
 	{"string concat in ns", "{% set ns = namespace(s='') %}{% for m in ['a', 'b'] %}{% set ns.s = ns.s + m %}{% endfor %}{{ ns.s }}", ""},
 	{"is string on content list", "{% for c in m.content %}{% if c.type == 'text' %}{{ c.text }}{% endif %}{% endfor %}{{ m.content is string }}", `{"m": {"content": [{"type": "text", "text": "T"}]}}`},
+	// gpt-oss (harmony) template idioms
+	{"type list test", "{% for p in ps %}{{ p.type is defined and p.type is iterable and p.type is not string and p.type is not mapping and p.type[0] is defined }},{% endfor %}", `{"ps": [{"type": "string"}, {"type": ["string", "null"]}, {"type": {"a": 1}}, {"type": []}, {}]}`},
+	{"set in for in macro does not leak", "{% macro m(vs) %}{% set found = false %}{% for v in vs %}{% if v.type == 'object' %}{% set found = true %}{% endif %}{% endfor %}{{ found }}{% endmacro %}{{ m([{'type': 'object'}]) }}", ""},
+	{"macro result as value", "{% macro t(n) %}{% if n > 0 %}{{ t(n - 1) }}x{% else %}object | object{% endif %}{% endmacro %}{% set inner = t(0) %}{{ inner == 'object | object' }} {% set inner = t(60) %}{{ inner|length > 50 }} {{ t(2) + '[]' }}", ""},
+	{"key in message", "{{ 'content' in m }} {{ 'thinking' in m }} {{ 'tool_calls' not in m }} {{ '<|channel|>' in m.content }}", `{"m": {"role": "assistant", "content": "a<|channel|>b"}}`},
+	{"future messages slice", "{% for m in ms %}{% set ns = namespace(found=false) %}{% for f in ms[loop.index:] %}{% if f.role == 'assistant' and 'tool_calls' not in f %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }},{% endfor %}", `{"ms": [{"role": "user"}, {"role": "assistant", "tool_calls": []}, {"role": "assistant"}, {"role": "user"}]}`},
+	{"namespace none", "{% set last = namespace(name=none) %}{{ last.name is none }}{% set last.name = 'f' %}{{ last.name is none }}{{ last.name }}", ""},
+	{"conditional default", "{{ (c.content_type if c.content_type is defined else 'json') + '!' }} {{ (d.content_type if d.content_type is defined else 'json') }}", `{"c": {}, "d": {"content_type": "code"}}`},
+	{"kwargs default if undefined", "{% macro sys() %}{% if effort is not defined %}{% set effort = 'medium' %}{% endif %}{{ 'Reasoning: ' + effort }}{% endmacro %}{{ sys() }} {{ effort is defined }}", ""},
+	{"date concat", "{{ 'Current date: ' + strftime_now('%Y-%m-%d') + '\\n' }}", ""},
+	{"enum join default", "{{ '\"' + e|join('\" | \"') + '\"' }} {{ ', // default: ' + d|tojson }} {{ ', // default: ' + s }}", `{"e": ["a", "b"], "d": 1.5, "s": "EUR"}`},
+	{"concat default number", "{{ '// default: ' + d }}", `{"d": 3}`},
 }
 
 // limitCases must fail with ErrLimit (jinja2 would run out of memory or
