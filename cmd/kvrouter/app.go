@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,126 +34,70 @@ type app struct {
 	proxy   *router.Proxy
 	scraper *router.Scraper
 	pods    *discovery.Discovery // nil without Kubernetes
+	static  *staticPods          // --pod, pods.static and the pods file
 }
 
-// newApp builds every part from the options, reporting every configuration
-// problem at once.
-func newApp(o serveOptions, logger *slog.Logger) (*app, error) {
+// newApp builds every part from validated settings. A tokenizer or pods
+// file that fails to load is a configuration problem.
+func newApp(s settings, logger *slog.Logger) (*app, error) {
 	a := &app{logger: logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfo())
-	pods, models, errs := parseSources(o)
-	hashCfg := kvindex.HashConfig{Algorithm: kvindex.Algorithm(o.hashAlgo), Seed: o.hashSeed, BlockSize: o.blockSize}
-	idxCfg := kvindex.DefaultConfig()
-	idxCfg.MaxEntries = o.maxEntries
-	extCfg := extproc.DefaultConfig()
-	extCfg.BodyMode, extCfg.MaxBodyBytes = extproc.BodyMode(o.bodyMode), o.maxBodyBytes
-	evCfg := kvevents.DefaultConfig()
-	evCfg.Hash = hashCfg
-	tokCfg := tokenizer.DefaultConfig()
-	tokCfg.Models, tokCfg.HFCache = models, o.hfCache
-	checks := []error{hashCfg.Validate(), idxCfg.Validate(), extCfg.Validate(), evCfg.Validate(), tokCfg.Validate()}
-	discCfg := discoveryConfig(o)
-	if o.kubeconfig != "" {
-		checks = append(checks, discCfg.Validate())
+	if err := a.build(s); err != nil {
+		return nil, err
 	}
-	for _, err := range checks {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
-	}
-	if err := a.build(idxCfg, hashCfg, tokCfg, evCfg, extCfg, int64(o.maxBodyBytes)); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
-	}
-	if o.kubeconfig != "" {
+	sink := fleetSink{a.fleet, a.events, a.logger}
+	if s.disc.Kubeconfig != "" {
 		discovery.RouteClientLogs(a.logger)
-		d, err := discovery.New(discCfg, fleetSink{a.fleet, a.events, a.logger}, a.reg, a.logger)
+		d, err := discovery.New(s.disc, sink, a.reg, a.logger)
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 		a.pods = d
 	}
-	return a, a.addStaticPods(pods, o.defaultModel)
+	a.static = newStaticPods(s.static, s.Pods.File, s.Pods.DefaultModel, time.Duration(s.Pods.FileInterval), sink, a.reg, a.logger)
+	if err := a.static.reload(); err != nil {
+		return nil, &problems{list: []string{"pods.file: " + err.Error()}}
+	}
+	return a, nil
 }
 
-// parseSources reads the --pod and --model flags.
-func parseSources(o serveOptions) ([]staticPod, map[string]string, []error) {
-	var errs []error
-	var pods []staticPod
-	for _, s := range o.pods {
-		p, err := parseStaticPod(s)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if p.model == "" && o.defaultModel == "" {
-			errs = append(errs, fmt.Errorf("pod %s names no model and there is no -default-model", p.name))
-		}
-		pods = append(pods, p)
-	}
-	models := map[string]string{}
-	for _, s := range o.models {
-		name, dir, ok := strings.Cut(s, "=")
-		if !ok || name == "" || dir == "" {
-			errs = append(errs, fmt.Errorf("model %q: want NAME=DIR", s))
-			continue
-		}
-		models[name] = dir
-	}
-	return pods, models, errs
-}
-
-func (a *app) build(idxCfg kvindex.Config, hashCfg kvindex.HashConfig, tokCfg tokenizer.Config, evCfg kvevents.Config, extCfg extproc.Config, maxBody int64) error {
+func (a *app) build(s settings) error {
 	var err error
-	if a.index, err = kvindex.New(idxCfg, a.reg); err != nil {
-		return err
+	if a.index, err = kvindex.New(s.index, a.reg); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
-	hasher, err := kvindex.NewHasher(hashCfg)
+	hasher, err := kvindex.NewHasher(s.hash)
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
-	toks, err := tokenizer.NewRegistry(tokCfg)
+	toks, err := tokenizer.NewRegistry(s.tok)
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
 	// Load the configured tokenizers now: a bad directory fails the start,
 	// and no request pays for a load.
-	for name := range tokCfg.Models {
+	bad := &problems{}
+	for _, name := range sortedKeys(s.tok.Models) {
 		if _, err := toks.For(name); err != nil {
-			return fmt.Errorf("model %s: %w", name, err)
+			bad.add("tokenizers.models.%s: %v", name, err)
 		}
+	}
+	if err := bad.err(); err != nil {
+		return err
 	}
 	a.fleet = router.NewFleet(a.index)
 	tokens := router.RegistryTokenizers{Registry: toks, Chats: tokenizer.NewChats(toks, nil)}
 	if a.router, err = router.New(router.DefaultConfig(), a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
-	if a.events, err = kvevents.NewManager(evCfg, a.index, a.reg, a.logger); err != nil {
-		return err
+	if a.events, err = kvevents.NewManager(s.events, a.index, a.reg, a.logger); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
-	if a.ext, err = extproc.New(extCfg, a.router, a.logger, a.reg); err != nil {
-		return err
+	if a.ext, err = extproc.New(s.ext, a.router, a.logger, a.reg); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
-	a.proxy = router.NewProxy(a.router, maxBody, nil, a.logger)
+	a.proxy = router.NewProxy(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
 	a.scraper = router.NewScraper(a.fleet, nil, 0, a.logger)
-	return nil
-}
-
-// addStaticPods puts the --pod pods in the fleet and follows their events.
-func (a *app) addStaticPods(pods []staticPod, defaultModel string) error {
-	for _, p := range pods {
-		model := p.model
-		if model == "" {
-			model = defaultModel
-		}
-		a.fleet.Upsert(router.Pod{Name: p.name, Address: p.address(), Model: model, Ready: true})
-		err := a.events.Ensure(kvevents.Pod{Name: p.name, IP: p.ip, EventPort: p.events, ReplayPort: p.replay, Model: model})
-		if err != nil {
-			return fmt.Errorf("serve: pod %s: %w", p.name, err)
-		}
-	}
 	return nil
 }
 
@@ -190,6 +132,7 @@ func (a *app) start(stop context.Context, g *errgroup.Group, adminLn, grpcLn, pr
 	}
 	g.Go(func() error { return a.events.Run(stop) })
 	g.Go(func() error { return a.scraper.Run(stop) })
+	g.Go(func() error { return a.static.Run(stop) })
 	if a.pods != nil {
 		g.Go(func() error { return a.pods.Run(stop) })
 	}

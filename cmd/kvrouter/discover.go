@@ -28,16 +28,6 @@ func resolveKubeconfig(flag, serviceHost string) string {
 	return ""
 }
 
-// discoveryConfig is discovery's configuration from the serve flags.
-func discoveryConfig(o serveOptions) discovery.Config {
-	cfg := discovery.DefaultConfig()
-	cfg.Kubeconfig, cfg.Namespaces, cfg.DefaultModel = o.kubeconfig, o.namespaces, o.defaultModel
-	if o.selector != "" {
-		cfg.Selector = o.selector
-	}
-	return cfg
-}
-
 // fleetSink is discovery's Consumer: it keeps the router's fleet and the
 // event manager in step with the pods. A pod is routed to only while ready;
 // its events are followed from its first ready moment until it goes away.

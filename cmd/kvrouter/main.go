@@ -21,12 +21,16 @@ func main() {
 }
 
 // exitCode reports err on stderr and maps it to the process status: 0 for
-// success, 2 for command-line mistakes (usage was already printed), 1 otherwise.
+// success, 2 for command-line mistakes (usage was already printed) and
+// configuration problems, 1 otherwise.
 func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, errConfig):
+		fmt.Fprintf(os.Stderr, "kvrouter: %v\n", err)
 		return 2
 	default:
 		fmt.Fprintf(os.Stderr, "kvrouter: %v\n", err)

@@ -59,9 +59,3 @@ func parsePort(s string) (int, error) {
 }
 
 func (p staticPod) address() string { return net.JoinHostPort(p.ip, strconv.Itoa(p.port)) }
-
-// listFlag collects a repeated flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, " ") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }

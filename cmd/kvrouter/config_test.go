@@ -1,0 +1,325 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const exampleConfig = "../../config/kvrouter.example.yaml"
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fileConfig sets every field away from its default.
+const fileConfig = `
+listen: {admin: "127.0.0.1:1", grpc: "127.0.0.1:2", http: "127.0.0.1:3"}
+log: {level: debug}
+shutdown: {drain_delay: 5s, timeout: 1m}
+hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
+index: {max_entries: 1000}
+tokenizers: {models: {m: /m}, hf_cache: /hf}
+extproc: {body_mode: BUFFERED, max_body_bytes: 100}
+pods:
+  default_model: dm
+  static: [{name: a, address: "10.0.0.1:80", model: m, aliases: [x], loras: [l], event_port: 7, replay_port: 8, dp_size: 2}]
+  file: /pods.yaml
+  file_interval: 2s
+discovery: {kubeconfig: off, namespaces: [n1, n2], selector: app=x}
+`
+
+// TestLoadConfigPrecedence: flags given on the command line win over the
+// file, the file wins over the defaults, and a repeated flag replaces the
+// file's list.
+func TestLoadConfigPrecedence(t *testing.T) {
+	file := writeFile(t, "kvrouter.yaml", fileConfig)
+	fromFile := config{
+		Listen:     listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
+		Log:        logConfig{Level: "debug"},
+		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
+		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
+		Index:      indexConfig{MaxEntries: 1000},
+		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf"},
+		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100},
+		Pods: podsConfig{
+			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second),
+			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
+		},
+		Discovery: discoverySection{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x"},
+		file:      file,
+	}
+	tests := []struct {
+		name string
+		args []string
+		want func(c *config)
+	}{
+		{"defaults", nil, func(c *config) { *c = defaultConfig() }},
+		{"file", []string{"--config", file}, func(*config) {}},
+		{"flags over file", []string{
+			"--config", file, "--admin-addr", ":7", "--log-level", "warn", "--drain-delay", "0s", "--hash-seed", "s",
+			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
+			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc",
+		}, func(c *config) {
+			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
+			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
+			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
+		}},
+		{"flag before --config", []string{"--selector", "app=y", "--config", file}, func(c *config) { c.Discovery.Selector = "app=y" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := loadConfig(tt.args, io.Discard)
+			want := fromFile
+			want.Pods.Static = slices.Clone(fromFile.Pods.Static)
+			tt.want(&want)
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("loadConfig(%q) = %+v, %v\nwant %+v", tt.args, got, err, want)
+			}
+		})
+	}
+}
+
+// TestListFlagsReplaceFile: --pod and --model replace the file's lists once
+// validated.
+func TestListFlagsReplaceFile(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, "kvrouter.yaml", "pods: {static: [{name: a, address: \"10.0.0.1:80\", model: m}]}\ntokenizers: {models: {m: "+dir+"}}\n")
+	c, err := loadConfig([]string{"--config", file, "--pod", "b=10.0.0.2:81,model=q", "--model", "q=" + dir}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.static) != 1 || s.static[0].Name != "b" || s.static[0].Port != 81 || !reflect.DeepEqual(s.tok.Models, map[string]string{"q": dir}) {
+		t.Errorf("validate: static pods %+v, models %v, want only b and q from the flags", s.static, s.tok.Models)
+	}
+}
+
+// TestConfigProblems: every problem of the file and the flags is listed in
+// one error that marks a configuration error.
+func TestConfigProblems(t *testing.T) {
+	pods := writeFile(t, "pods.yaml", "pods:\n- {name: a, address: nowhere}\n- {name: a, address: \"10.0.0.1:80\", model: m, flavor: red}\n")
+	file := writeFile(t, "kvrouter.yaml", `
+listen: {admin: "", grpc: "localhost"}
+log: {level: loud}
+shutdown: {drain_delay: 5, timeout: -1s}
+hash: {algorithm: md5, block_size: 0}
+index: {max_entries: 0, shards: 4}
+extproc: {body_mode: STREAMED, max_body_bytes: many}
+tokenizers: {models: {m: /does/not/exist}}
+pods: {file: `+pods+`, file_interval: 0s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
+discovery: {namespaces: [""]}
+`)
+	c, err := loadConfig([]string{"--config", file, "--hash-seed", "\xff"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.validate("")
+	if !errors.Is(err, errConfig) {
+		t.Fatalf("validate = %v, want a configuration error", err)
+	}
+	want := []string{
+		`line 6: unknown field "shards"`,
+		`line 4: "5" is not a duration`,
+		"line 7: cannot unmarshal !!str `many` into int",
+		"listen.admin: empty",
+		`listen.grpc: "localhost"`,
+		`log.level: "loud"`,
+		"shutdown.timeout: -1s",
+		`hash.algorithm: "md5"`,
+		`hash.seed: "\xff" is not valid UTF-8`,
+		"hash.block_size: 0",
+		"index.max_entries: 0",
+		`extproc.body_mode: "STREAMED"`,
+		"tokenizers.models.m: stat /does/not/exist",
+		"pods.static[0] (s): model: empty",
+		"pods.static[0] (s): dp_size: 2000",
+		"pods.file_interval: 0s",
+		`pods[0] (a): address: "nowhere" is not ip:port`,
+		`pods[1]: pod name "a" used twice`,
+		`unknown field "flavor"`,
+		"discovery.namespaces[0]: empty",
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("validate error lacks %q:\n%s", w, msg)
+		}
+	}
+	if n := strings.Count(msg, "\n  - "); !strings.HasPrefix(msg, "config: ") || n < len(want) {
+		t.Errorf("validate error lists %d problems, want at least %d under a \"config: N problems:\" line:\n%s", n, len(want), msg)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	tests := []struct{ name, content, want string }{
+		{"not yaml", "listen: [", "did not find expected node content"},
+		{"two documents", "log: {level: info}\n---\nlog: {level: debug}\n", "want a single YAML document"},
+		{"a list", "- a\n", "cannot unmarshal !!seq into main.config"},
+		{"missing", "", "no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "absent.yaml")
+			if tt.content != "" {
+				path = writeFile(t, "kvrouter.yaml", tt.content)
+			}
+			c, err := loadConfig([]string{"--config", path}, io.Discard)
+			if err == nil {
+				_, err = c.validate("")
+			}
+			if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("serve --config with %s = %v, want a configuration error containing %q", tt.name, err, tt.want)
+			}
+		})
+	}
+	c, err := loadConfig([]string{"--config", writeFile(t, "empty.yaml", "# nothing\n")}, io.Discard)
+	if _, verr := c.validate(""); err != nil || verr != nil {
+		t.Errorf("an empty config file = %v, %v, want the defaults", err, verr)
+	}
+}
+
+// TestExampleConfig: the example loads, validates and says exactly the
+// defaults.
+func TestExampleConfig(t *testing.T) {
+	c, err := loadConfig([]string{"--config", exampleConfig}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.validate(""); err != nil {
+		t.Fatalf("the example config: %v", err)
+	}
+	c.file = ""
+	if len(c.Tokenizers.Models) == 0 {
+		c.Tokenizers.Models = nil
+	}
+	if len(c.Pods.Static) == 0 {
+		c.Pods.Static = nil
+	}
+	if len(c.Discovery.Namespaces) == 0 {
+		c.Discovery.Namespaces = nil
+	}
+	if want := defaultConfig(); !reflect.DeepEqual(c, want) {
+		t.Errorf("the example config = %+v\nwant the defaults %+v", c, want)
+	}
+}
+
+// TestExampleDocumentsEveryField walks the config by reflection: every
+// field is in the example with a comment (a list's item fields in the
+// list's comment), and every serve flag is named there.
+func TestExampleDocumentsEveryField(t *testing.T) {
+	data, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	paths := yamlPaths(reflect.TypeFor[config](), nil)
+	if len(paths) < 20 {
+		t.Fatalf("found %d yaml fields in config, want them all: %v", len(paths), paths)
+	}
+	for _, path := range paths {
+		if i := slices.Index(path, "[]"); i >= 0 {
+			key := lookup(doc.Content[0], path[:i])
+			if key == nil || !strings.Contains(key.HeadComment, " "+path[i+1]+": ") {
+				t.Errorf("example: the comment of %s does not show the item field %s", strings.Join(path[:i], "."), path[i+1])
+			}
+			continue
+		}
+		key := lookup(doc.Content[0], path)
+		switch {
+		case key == nil:
+			t.Errorf("example: %s is missing", strings.Join(path, "."))
+		case key.HeadComment == "" && key.LineComment == "":
+			t.Errorf("example: %s has no comment", strings.Join(path, "."))
+		}
+	}
+	var c config
+	serveFlags(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+		if f.Name != "config" && !strings.Contains(string(data), "Flag --"+f.Name) {
+			t.Errorf("example: no field names its flag --%s", f.Name)
+		}
+	})
+}
+
+// yamlPaths lists the yaml key paths of t's fields; a list of structs
+// contributes "[]" and its item's fields.
+func yamlPaths(t reflect.Type, prefix []string) [][]string {
+	var out [][]string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || name == "-" || name == "" {
+			continue
+		}
+		path := append(slices.Clone(prefix), name)
+		switch ft := f.Type; {
+		case ft.Kind() == reflect.Struct:
+			out = append(out, yamlPaths(ft, path)...)
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			out = append(out, yamlPaths(ft.Elem(), append(path, "[]"))...)
+		default:
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// lookup finds the key node at path in a mapping; nil if there is none.
+func lookup(n *yaml.Node, path []string) *yaml.Node {
+	var key *yaml.Node
+	for _, name := range path {
+		key = nil
+		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == name {
+				key = n.Content[i]
+			}
+		}
+		if key == nil {
+			return nil
+		}
+		n = n.Content[slices.Index(n.Content, key)+1]
+	}
+	return key
+}
+
+func TestExamplePodsFile(t *testing.T) {
+	pods, list := readPodsFile("../../config/pods.example.yaml", nil, "")
+	if len(list) > 0 || len(pods) != 2 {
+		t.Fatalf("the example pods file = %+v, %q, want 2 pods and no problem", pods, list)
+	}
+	if p := pods[0]; p.Name != "vllm-0" || p.IP != "10.0.0.5" || p.Port != 8000 || p.DPSize != 1 || !slices.Equal(p.LoRAs, []string{"sql-adapter"}) {
+		t.Errorf("the example's first pod = %+v", p)
+	}
+}
+
+// TestConfigExitStatus runs the real binary: a bad config file exits 2 with
+// every problem on stderr.
+func TestConfigExitStatus(t *testing.T) {
+	file := writeFile(t, "kvrouter.yaml", "hash: {block_size: 0}\nindex: {max_entries: -1}\n")
+	cmd := exec.Command(os.Args[0], "serve", "--config", file, "--admin-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "config: 2 problems:\n  - hash.block_size") {
+		t.Fatalf("serve with a bad config = exit %d %q, want exit 2 listing both problems", code, out)
+	}
+}

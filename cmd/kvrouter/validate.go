@@ -1,0 +1,225 @@
+package main
+
+import (
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvevents/discovery"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/tokenizer"
+)
+
+// settings is a validated config turned into the configurations of the
+// parts it drives.
+type settings struct {
+	config
+	level  slog.Level
+	hash   kvindex.HashConfig
+	index  kvindex.Config
+	ext    extproc.Config
+	events kvevents.Config
+	tok    tokenizer.Config
+	disc   discovery.Config // Kubeconfig "" means no discovery
+	static []discovery.Pod  // pods.static or --pod
+}
+
+// validate checks every field of c and reports every problem at once, each
+// named by its yaml path; serviceHost is KUBERNETES_SERVICE_HOST. The pods
+// file is read too: a broken one cannot start.
+func (c config) validate(serviceHost string) (settings, error) {
+	p := &problems{list: append([]string(nil), c.fileProblems...)}
+	c.applyListFlags(p)
+	s := settings{config: c}
+	c.checkListen(p)
+	if err := s.level.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		p.add("log.level: %q, want debug, info, warn or error", c.Log.Level)
+	}
+	nonNegative(p, "shutdown.drain_delay", c.Shutdown.DrainDelay)
+	nonNegative(p, "shutdown.timeout", c.Shutdown.Timeout)
+	c.checkHash(p)
+	s.index = kvindex.DefaultConfig()
+	s.index.MaxEntries = c.Index.MaxEntries
+	if n := c.Index.MaxEntries; n < s.index.Shards || n > 1<<31 {
+		p.add("index.max_entries: %d, want in [%d, 2^31]", n, s.index.Shards)
+	}
+	s.tok = tokenizer.DefaultConfig()
+	s.tok.Models, s.tok.HFCache = c.Tokenizers.Models, c.Tokenizers.HFCache
+	for name, dir := range c.Tokenizers.Models {
+		checkTokenizerDir(p, name, dir)
+	}
+	s.ext = extproc.DefaultConfig()
+	s.ext.BodyMode, s.ext.MaxBodyBytes = extproc.BodyMode(c.ExtProc.BodyMode), c.ExtProc.MaxBodyBytes
+	if m := s.ext.BodyMode; m != extproc.FullDuplexStreamed && m != extproc.Buffered {
+		p.add("extproc.body_mode: %q, want %s or %s", m, extproc.FullDuplexStreamed, extproc.Buffered)
+	}
+	if c.ExtProc.MaxBodyBytes <= 0 {
+		p.add("extproc.max_body_bytes: %d, want > 0", c.ExtProc.MaxBodyBytes)
+	}
+	s.static = podsFrom("pods.static", c.Pods.Static, c.Pods.DefaultModel, p)
+	if c.Pods.File != "" {
+		if c.Pods.FileInterval <= 0 {
+			p.add("pods.file_interval: %v, want > 0", c.Pods.FileInterval)
+		}
+		_, list := readPodsFile(c.Pods.File, s.static, c.Pods.DefaultModel)
+		for _, l := range list {
+			p.add("pods.file: %s", l)
+		}
+	}
+	s.disc = c.discoveryConfig(serviceHost)
+	for i, ns := range c.Discovery.Namespaces {
+		if ns == "" {
+			p.add("discovery.namespaces[%d]: empty", i)
+		}
+	}
+	s.hash = kvindex.HashConfig{Algorithm: kvindex.Algorithm(c.Hash.Algorithm), Seed: c.Hash.Seed, BlockSize: c.Hash.BlockSize}
+	s.events = kvevents.DefaultConfig()
+	s.events.Hash = s.hash
+	if len(p.list) == 0 {
+		s.backstop(p)
+	}
+	return s, p.err()
+}
+
+// backstop runs the parts' own validation, in case it is stricter than the
+// checks above.
+func (s settings) backstop(p *problems) {
+	for _, v := range []struct {
+		section string
+		err     error
+	}{
+		{"hash", s.hash.Validate()},
+		{"index", s.index.Validate()},
+		{"extproc", s.ext.Validate()},
+		{"tokenizers", s.tok.Validate()},
+		{"hash", s.events.Validate()},
+	} {
+		if v.err != nil {
+			for _, line := range strings.Split(v.err.Error(), "\n") {
+				p.add("%s: %s", v.section, line)
+			}
+		}
+	}
+	if s.disc.Kubeconfig != "" {
+		if err := s.disc.Validate(); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				p.add("discovery: %s", line)
+			}
+		}
+	}
+}
+
+// applyListFlags puts the --pod and --model flags, when given, in place of
+// the file's pods.static and tokenizers.models.
+func (c *config) applyListFlags(p *problems) {
+	if c.podFlags != nil {
+		c.Pods.Static = nil
+		for _, f := range c.podFlags {
+			sp, err := parseStaticPod(f)
+			if err != nil {
+				p.add("--pod: %v", err)
+				continue
+			}
+			c.Pods.Static = append(c.Pods.Static, sp.entry())
+		}
+	}
+	if c.modelFlags != nil {
+		c.Tokenizers.Models = map[string]string{}
+		for _, f := range c.modelFlags {
+			name, dir, ok := strings.Cut(f, "=")
+			if !ok || name == "" || dir == "" {
+				p.add("--model: model %q: want NAME=DIR", f)
+				continue
+			}
+			c.Tokenizers.Models[name] = dir
+		}
+	}
+}
+
+func (c config) checkListen(p *problems) {
+	if c.Listen.Admin == "" {
+		p.add("listen.admin: empty; the admin server cannot be turned off")
+	}
+	for _, l := range []struct{ key, addr string }{{"admin", c.Listen.Admin}, {"grpc", c.Listen.GRPC}, {"http", c.Listen.HTTP}} {
+		if l.addr == "" {
+			continue
+		}
+		_, port, err := net.SplitHostPort(l.addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			p.add("listen.%s: %q, want host:port or :port", l.key, l.addr)
+		}
+	}
+}
+
+func (c config) checkHash(p *problems) {
+	if _, err := kvindex.ParseAlgorithm(c.Hash.Algorithm); err != nil {
+		p.add("hash.algorithm: %q, want %s or %s", c.Hash.Algorithm, kvindex.SHA256, kvindex.SHA256CBOR)
+	}
+	if !utf8.ValidString(c.Hash.Seed) {
+		p.add("hash.seed: %q is not valid UTF-8", c.Hash.Seed)
+	}
+	if c.Hash.BlockSize <= 0 {
+		p.add("hash.block_size: %d, want a block size > 0", c.Hash.BlockSize)
+	}
+}
+
+// checkTokenizerDir checks that a model's tokenizer directory exists; its
+// files are loaded, and any fault reported, when the app is built.
+func checkTokenizerDir(p *problems, name, dir string) {
+	if name == "" || dir == "" {
+		p.add("tokenizers.models: model %q with directory %q: want both", name, dir)
+		return
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		p.add("tokenizers.models.%s: %v", name, err)
+	} else if !fi.IsDir() {
+		p.add("tokenizers.models.%s: %s is not a directory", name, dir)
+	}
+}
+
+func nonNegative(p *problems, key string, d duration) {
+	if d < 0 {
+		p.add("%s: %v, want >= 0", key, time.Duration(d))
+	}
+}
+
+// discoveryConfig is discovery's configuration; its Kubeconfig is "" when
+// discovery is off.
+func (c config) discoveryConfig(serviceHost string) discovery.Config {
+	cfg := discovery.DefaultConfig()
+	cfg.Kubeconfig = resolveKubeconfig(c.Discovery.Kubeconfig, serviceHost)
+	cfg.Namespaces, cfg.DefaultModel, cfg.Selector = c.Discovery.Namespaces, c.Pods.DefaultModel, c.Discovery.Selector
+	return cfg
+}
+
+// podsFrom checks a list of pods, where names it in problems, and returns
+// the good ones.
+func podsFrom(where string, entries []podEntry, defaultModel string, p *problems) []discovery.Pod {
+	out := make([]discovery.Pod, 0, len(entries))
+	seen := map[string]bool{}
+	for i, e := range entries {
+		pod, errs := e.pod(defaultModel)
+		for _, err := range errs {
+			p.add("%s[%d] (%s): %s", where, i, e.Name, err)
+		}
+		if e.Name != "" && seen[e.Name] {
+			p.add("%s[%d]: pod name %q used twice", where, i, e.Name)
+			continue
+		}
+		seen[e.Name] = true
+		if len(errs) == 0 {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+func (s staticPod) entry() podEntry {
+	return podEntry{Name: s.name, Address: s.address(), Model: s.model, EventPort: s.events, ReplayPort: s.replay}
+}
