@@ -260,6 +260,10 @@ func (d *Decoder) tokenList(s *span) error {
 			toks[k], pos = uint32(binary.BigEndian.Uint16(p[pos+1:])), pos+3
 			continue
 		}
+		if pos+4 < len(p) && p[pos] == msgpcode.Uint32 {
+			toks[k], pos = binary.BigEndian.Uint32(p[pos+1:]), pos+5
+			continue
+		}
 		v, next, neg, ok := uintAt(p, pos)
 		switch {
 		case !ok && pos >= len(p):

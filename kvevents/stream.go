@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -134,6 +135,11 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 // socket must keep being read), a replayed one waiting for room.
 func (st *stream) queue(ctx context.Context, it item, live bool) bool {
 	if live {
+		if len(st.out) == cap(st.out) {
+			// With few Ps the applier may simply not have run yet: give it
+			// the CPU once before counting the batch as lost.
+			runtime.Gosched()
+		}
 		select {
 		case st.out <- it:
 			return true
