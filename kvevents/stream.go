@@ -1,9 +1,9 @@
 package kvevents
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
-	"hash/maphash"
 	"log/slog"
 	"math"
 	"runtime"
@@ -38,7 +38,7 @@ type stream struct {
 	hasState     bool   // batches were queued since the last clear
 	sessionStart uint64 // the replay start of the current connection
 	recheck      bool   // replay once idle: a batch may have been missed
-	lastSum      uint64 // maphash of the last batch queued
+	last         []byte // the last batch queued (received frames are never reused)
 	probe        probe
 }
 
@@ -50,8 +50,6 @@ type probe struct {
 	seq       uint64 // the last batch taken
 	restarted bool   // the answer proved a new process: ignore the rest
 }
-
-var sumSeed = maphash.MakeSeed()
 
 // resume follows a (re)connection. A new process numbers its batches from 0
 // again, so a sequence number alone cannot tell it from the old one once it
@@ -90,7 +88,7 @@ func (st *stream) restart(ctx context.Context, seq uint64) {
 func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live bool) {
 	if !live && st.probe.active {
 		st.probe.active = false
-		st.probe.restarted = seq == st.probe.seq && maphash.Bytes(sumSeed, payload) != st.lastSum
+		st.probe.restarted = seq == st.probe.seq && !bytes.Equal(payload, st.last)
 		if seq == st.probe.seq {
 			return
 		}
@@ -128,7 +126,7 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	} else if !st.queue(ctx, item{payload: payload, seq: seq, lastSeq: st.lastSeq}, live) {
 		return // dropped: the next live batch finds the gap and replays it
 	}
-	st.next, st.hasState, st.lastSum = seq+1, true, maphash.Bytes(sumSeed, payload)
+	st.next, st.hasState, st.last = seq+1, true, payload
 }
 
 // queue sends it to the applier: a live batch only if there is room (the
