@@ -96,6 +96,10 @@ type jsonOptions struct {
 	maxLen    int // 0: maxReprLen
 }
 
+// ToJSON encodes v as Python's json.dumps(v, ensure_ascii=False) does, so
+// that FromJSON (and json.loads) read back the same value, floats included.
+func ToJSON(v Value) (string, error) { return toJSON(v, jsonOptions{itemSep: ", ", keySep: ": "}) }
+
 // toJSON is json.dumps(v, ensure_ascii=False, ...).
 func toJSON(v Value, o jsonOptions) (string, error) {
 	var b strings.Builder

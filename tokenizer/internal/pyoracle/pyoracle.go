@@ -1,6 +1,7 @@
 // Package pyoracle runs the jinja2 oracle script (tokenizer/jinja/testdata/
 // jinja2_oracle.py) under Debian's /usr/bin/python3 for differential tests:
-// one process per test binary, requests and results as JSON lines.
+// one process per test binary, requests and results as JSON lines. [Start]
+// runs any other oracle process that speaks the same protocol.
 package pyoracle
 
 import (
@@ -64,7 +65,13 @@ func start() (*Oracle, error) {
 	if err := exec.Command(Python, "-c", "import jinja2").Run(); err != nil {
 		return nil, fmt.Errorf("%s cannot import jinja2: %w", Python, err)
 	}
-	cmd := exec.Command(Python, Script())
+	return Start(exec.Command(Python, Script()))
+}
+
+// Start runs cmd as an oracle: any process that answers each JSON request
+// line on its stdin with one {"out"} or {"error"} line on its stdout, in
+// order (the @huggingface/jinja oracle speaks the same protocol).
+func Start(cmd *exec.Cmd) (*Oracle, error) {
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
