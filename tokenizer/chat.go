@@ -161,33 +161,56 @@ func (c *Chat) Encode(tok *Tokenizer, req *ChatRequest) ([]uint32, error) {
 }
 
 func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, error) {
+	in, err := c.prepare(req)
+	if err != nil {
+		return "", err
+	}
+	out, err := in.tmpl.RenderWith(in.ctx, opt)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: chat template: %w", err)
+	}
+	if in.cont {
+		return continueFinal(out, in.last)
+	}
+	return out, nil
+}
+
+// templateInput is what a request hands the chat template.
+type templateInput struct {
+	src  string
+	tmpl *jinja.Template
+	ctx  map[string]jinja.Value
+	cont bool        // cut the render after last (continue_final_message)
+	last jinja.Value // the final message
+}
+
+// prepare resolves the template and builds its context from the request
+// as vLLM and transformers do.
+func (c *Chat) prepare(req *ChatRequest) (templateInput, error) {
 	src := c.template
 	if req.ChatTemplate != "" {
 		src = req.ChatTemplate
 	}
 	if src == "" {
-		return "", ErrNoChatTemplate
+		return templateInput{}, ErrNoChatTemplate
 	}
 	p := resolveParams(req)
 	if (req.AddGenerationPrompt && req.ContinueFinalMessage) || (p.truthy(p.gen) && p.truthy(p.cont)) {
-		return "", errors.New("tokenizer: chat: add_generation_prompt and continue_final_message cannot both be true")
+		return templateInput{}, errors.New("tokenizer: chat: add_generation_prompt and continue_final_message cannot both be true")
 	}
 	t, err := c.cache.Get(src)
 	if err != nil {
-		return "", fmt.Errorf("tokenizer: chat template: %w", err)
+		return templateInput{}, fmt.Errorf("tokenizer: chat template: %w", err)
 	}
 	conv, err := conversation(req.Messages, t.LoopsOverContent())
 	if err != nil {
-		return "", err
+		return templateInput{}, err
 	}
-	out, err := t.RenderWith(c.context(p, conv), opt)
-	if err != nil {
-		return "", fmt.Errorf("tokenizer: chat template: %w", err)
-	}
+	in := templateInput{src: src, tmpl: t, ctx: c.context(p, conv)}
 	if p.truthy(p.cont) && len(conv) > 0 {
-		return continueFinal(out, conv[len(conv)-1])
+		in.cont, in.last = true, conv[len(conv)-1]
 	}
-	return out, nil
+	return in, nil
 }
 
 // renderParams are apply_chat_template's arguments after vLLM merged
