@@ -1,0 +1,109 @@
+package fleetsim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures a simulated fleet. The cost defaults model
+// Llama-3.1-8B on one H100-80GB under vLLM.
+type Config struct {
+	// Pods is the number of pods. Default 8.
+	Pods int
+	// Blocks is each pod's GPU KV cache in blocks. Default 28,000.
+	Blocks int
+	// BlockSize is the tokens per block. Default 16.
+	BlockSize int
+	// StepTokens is the token budget of one scheduler step, shared by
+	// decodes and prefill chunks. Default 8,192.
+	StepTokens int
+	// MaxRunning is vLLM's max_num_seqs. Default 256.
+	MaxRunning int
+	// PrefillTokensPerSecond is the prefill throughput at short context.
+	// Default 25,000.
+	PrefillTokensPerSecond float64
+	// AttentionPerToken is the prefill surcharge per token of context: a
+	// token prefilled at context c costs (1 + c × AttentionPerToken) times
+	// the base. Default 1.83e-5 (+15% at 8k, +60% at 32k).
+	AttentionPerToken float64
+	// StepOverhead is the fixed cost of every step. Default 5.5 ms.
+	StepOverhead time.Duration
+	// DecodePerSequence is the cost per decoding sequence in a step.
+	// Default 6 µs.
+	DecodePerSequence time.Duration
+	// KVBytesPerToken and MemoryBandwidth give a step's KV read time:
+	// Σ decode context × KVBytesPerToken / MemoryBandwidth. Defaults
+	// 128 KiB and 2.3 TB/s.
+	KVBytesPerToken float64
+	MemoryBandwidth float64
+	// EventDelay is how long a step's KV events take to reach the router.
+	// Default 50 ms.
+	EventDelay time.Duration
+	// ScrapeInterval is how often pods' queue and KV use are scraped for
+	// policies that read metrics. Default 100 ms (the router's scraper's).
+	ScrapeInterval time.Duration
+	// Seed seeds every random choice of the run.
+	Seed uint64
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		Pods:                   8,
+		Blocks:                 28_000,
+		BlockSize:              16,
+		StepTokens:             8192,
+		MaxRunning:             256,
+		PrefillTokensPerSecond: 25_000,
+		AttentionPerToken:      1.83e-5,
+		StepOverhead:           5500 * time.Microsecond,
+		DecodePerSequence:      6 * time.Microsecond,
+		KVBytesPerToken:        128 << 10,
+		MemoryBandwidth:        2.3e12,
+		EventDelay:             50 * time.Millisecond,
+		ScrapeInterval:         100 * time.Millisecond,
+		Seed:                   1,
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, v float64) {
+		if !(v > 0) {
+			errs = append(errs, fmt.Errorf("%s = %v, want > 0", name, v))
+		}
+	}
+	positive("pods", float64(c.Pods))
+	positive("blocks", float64(c.Blocks))
+	positive("block size", float64(c.BlockSize))
+	positive("step tokens", float64(c.StepTokens))
+	positive("max running", float64(c.MaxRunning))
+	positive("prefill tokens per second", c.PrefillTokensPerSecond)
+	positive("memory bandwidth", c.MemoryBandwidth)
+	positive("scrape interval", float64(c.ScrapeInterval))
+	if c.AttentionPerToken < 0 || c.StepOverhead < 0 || c.DecodePerSequence < 0 || c.KVBytesPerToken < 0 || c.EventDelay < 0 {
+		errs = append(errs, errors.New("attention, step overhead, decode cost, KV bytes and event delay must be >= 0"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fleetsim: invalid config: %w", err)
+	}
+	return nil
+}
+
+// prefillSeconds is the cost of prefilling tokens [from, from+n) of a
+// sequence: the attention surcharge is taken at the chunk's mid context.
+func (c *Config) prefillSeconds(from, n int) float64 {
+	mid := float64(from) + float64(n)/2
+	return float64(n) / c.PrefillTokensPerSecond * (1 + mid*c.AttentionPerToken)
+}
+
+// decodeSeconds is the decode part of a step with seqs decoding sequences
+// whose contexts sum to ctx tokens.
+func (c *Config) decodeSeconds(seqs, ctx int) float64 {
+	if seqs == 0 {
+		return 0
+	}
+	return float64(seqs)*c.DecodePerSequence.Seconds() + float64(ctx)*c.KVBytesPerToken/c.MemoryBandwidth
+}

@@ -1,0 +1,141 @@
+package fleetsim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// simModel is the model every simulated pod serves.
+const simModel = "sim"
+
+// RouterConfig is the router configuration the kvrouter policy runs with:
+// the defaults, with the prefill cost set to the fleet's prefill speed (as
+// an operator sets it) and ties broken by the sim's seeded source.
+func RouterConfig(s *Sim) router.Config {
+	c := router.DefaultConfig()
+	c.PrefillSecondsPerToken = 1 / s.Config().PrefillTokensPerSecond
+	c.IntN = s.Rand().IntN
+	return c
+}
+
+// kvRouter is kvrouter's real router over its real index: requests go
+// through Router.Route as completion bodies of token ids, KV events reach
+// the index after the fleet's delay, scrapes fill the fleet's Load, and
+// the index's clock is the sim's.
+type kvRouter struct {
+	s         *Sim
+	index     *kvindex.Index
+	fleet     *router.Fleet
+	r         *router.Router
+	pods      []kvindex.PodID
+	byName    map[string]int
+	decisions []*router.Decision // by request ID
+	body      []byte
+	toks      []uint32
+	batch     []uint64
+}
+
+// noTokenizer refuses: every simulated request carries its token ids.
+type noTokenizer struct{}
+
+func (noTokenizer) Tokens(string, *router.Parsed) ([]uint32, error) {
+	return nil, router.ErrNoTokenizer
+}
+
+func newKVRouter(s *Sim) (*kvRouter, error) {
+	epoch := time.Unix(0, 0)
+	icfg := kvindex.DefaultConfig()
+	icfg.Shards = 16
+	icfg.Now = func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
+	index, err := kvindex.New(icfg, prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	hasher, err := kvindex.NewHasher(s.w.Hash)
+	if err != nil {
+		return nil, err
+	}
+	p := &kvRouter{s: s, index: index, fleet: router.NewFleet(index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
+	for i := range s.Pods() {
+		name := fmt.Sprintf("pod-%03d", i)
+		p.fleet.Upsert(router.Pod{Name: name, Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1), Model: simModel, Ready: true})
+		id, ok := index.Pod(name)
+		if !ok {
+			return nil, fmt.Errorf("fleetsim: pod %s not in the index", name)
+		}
+		p.pods = append(p.pods, id)
+		p.byName[name] = i
+	}
+	p.r, err = router.New(RouterConfig(s), p.fleet, index, hasher, noTokenizer{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *kvRouter) Pick(r *Request) int {
+	p.toks = r.AppendTokens(p.toks[:0])
+	p.body = append(p.body[:0], `{"model":"`+simModel+`","prompt":[`...)
+	for i, t := range p.toks {
+		if i > 0 {
+			p.body = append(p.body, ',')
+		}
+		p.body = strconv.AppendUint(p.body, uint64(t), 10)
+	}
+	p.body = append(p.body, "]}"...)
+	d, err := p.r.Route(context.Background(), router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: p.body})
+	if err != nil {
+		panic(fmt.Sprintf("fleetsim: route request %d: %v", r.ID, err)) // a bug of the simulator's request
+	}
+	p.decisions[r.ID] = d
+	return p.byName[d.Pod]
+}
+
+func (p *kvRouter) Started(r *Request) { p.decisions[r.ID].Prefilled() }
+
+func (p *kvRouter) Finished(r *Request) {
+	p.decisions[r.ID].Done()
+	p.decisions[r.ID] = nil
+}
+
+// KVEvents applies a step's events to the index in order, a run of the
+// same kind at a time.
+func (p *kvRouter) KVEvents(pod int, events []kvEvent) {
+	for len(events) > 0 {
+		n := 1
+		for n < len(events) && events[n].stored == events[0].stored {
+			n++
+		}
+		p.batch = p.batch[:0]
+		for _, e := range events[:n] {
+			p.batch = append(p.batch, e.hash)
+		}
+		var err error
+		if events[0].stored {
+			err = p.index.Stored(p.pods[pod], kvindex.TierGPU, p.batch)
+		} else {
+			err = p.index.Removed(p.pods[pod], kvindex.TierGPU, p.batch)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("fleetsim: index event: %v", err)) // pods are never removed
+		}
+		events = events[n:]
+	}
+}
+
+// Scraped stores the metrics in the fleet's Load, as router.Scraper does.
+func (p *kvRouter) Scraped(m []Metrics) {
+	for i, x := range m {
+		l := p.fleet.Load(fmt.Sprintf("pod-%03d", i))
+		l.Waiting.Store(int64(x.Waiting))
+		l.Running.Store(int64(x.Running))
+		l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
+	}
+}

@@ -1,0 +1,189 @@
+package fleetsim
+
+import "slices"
+
+// seq is one request on its pod.
+type seq struct {
+	req      *Request
+	pod      int
+	finish   float64 // when the last output token came out
+	blocks   []int32 // the KV blocks it holds, in token order
+	computed int     // tokens whose KV is computed
+	target   int     // tokens to compute before the next token: the prompt, or more after a preemption
+	out      int     // output tokens produced
+	sched    int     // tokens scheduled in the current step
+	hit      int     // prompt blocks found cached when first admitted; -1 before
+	first    float64 // when the first output token came out; -1 before
+}
+
+// hashAt is the hash of the seq's block k: the prompt's vLLM hash, or for
+// blocks that hold output tokens a hash no other request shares.
+func (s *seq) hashAt(k int) uint64 {
+	if k < len(s.req.Hashes) {
+		return s.req.Hashes[k]
+	}
+	return mix(uint64(s.req.ID)<<24 | uint64(k) | 1<<62)
+}
+
+// pod is one simulated vLLM server: its KV cache and its scheduler's
+// queues. Waiting is FIFO; running is in admission order.
+type pod struct {
+	cfg     *Config
+	cache   *cache
+	waiting []*seq
+	running []*seq
+	step    []*seq // scheduled in the step under way
+	busy    bool
+	preempt int // preemptions so far
+}
+
+func newPod(cfg *Config) *pod {
+	return &pod{cfg: cfg, cache: newCache(cfg.Blocks)}
+}
+
+func (p *pod) blocksFor(tokens int) int { return (tokens + p.cfg.BlockSize - 1) / p.cfg.BlockSize }
+
+// schedule picks the next step's work, allocating its blocks, and returns
+// the step's duration in seconds; false when there is nothing to do.
+func (p *pod) schedule() (float64, bool) {
+	budget := p.cfg.StepTokens
+	p.step = p.step[:0]
+	decodes, ctx, prefill := 0, 0, 0.0
+	preempted := false
+	for i := 0; i < len(p.running) && budget > 0; i++ {
+		s := p.running[i]
+		n := 1
+		if s.computed < s.target {
+			n = min(s.target-s.computed, budget)
+		}
+		need := p.blocksFor(s.computed+n) - len(s.blocks)
+		for need > p.cache.free && len(p.running) > i {
+			p.preemptLast()
+			preempted = true
+		}
+		if len(p.running) <= i { // s itself was preempted
+			break
+		}
+		s.blocks, _ = p.cache.allocate(s.blocks, need)
+		p.commit(s, n)
+		if s.computed < s.target {
+			prefill += p.cfg.prefillSeconds(s.computed, n)
+		} else {
+			decodes++
+			ctx += s.computed + 1
+		}
+		budget -= n
+	}
+	if !preempted {
+		prefill += p.admit(budget)
+	}
+	if len(p.step) == 0 {
+		return 0, false
+	}
+	return p.cfg.StepOverhead.Seconds() + p.cfg.decodeSeconds(decodes, ctx) + prefill, true
+}
+
+// admit moves waiting requests into the running batch while the budget,
+// the batch size and free blocks allow, and returns their prefill cost.
+func (p *pod) admit(budget int) float64 {
+	cost := 0.0
+	bs := p.cfg.BlockSize
+	for len(p.waiting) > 0 && len(p.running) < p.cfg.MaxRunning && budget > 0 {
+		s := p.waiting[0]
+		maxHit := min(len(s.req.Hashes), (s.target-1)/bs) // vLLM recomputes at least the last token
+		hs := s.req.Hashes[:maxHit]
+		h := p.cache.hits(hs)
+		n := min(s.target-h*bs, budget)
+		need := p.blocksFor(h*bs+n) - h
+		reclaimed := 0 // cached hits that sit on the free queue
+		for _, x := range hs[:h] {
+			if p.cache.blocks[p.cache.byHash[x]].ref == 0 {
+				reclaimed++
+			}
+		}
+		if need+reclaimed > p.cache.free {
+			break
+		}
+		s.blocks = p.cache.acquire(s.blocks[:0], hs[:h])
+		s.blocks, _ = p.cache.allocate(s.blocks, need)
+		s.computed = h * bs
+		if s.hit < 0 {
+			s.hit = h
+		}
+		p.waiting = p.waiting[1:]
+		p.running = append(p.running, s)
+		p.commit(s, n)
+		cost += p.cfg.prefillSeconds(s.computed, n)
+		budget -= n
+	}
+	return cost
+}
+
+// commit schedules n more tokens of s in this step and caches the blocks
+// they fill.
+func (p *pod) commit(s *seq, n int) {
+	bs := p.cfg.BlockSize
+	for k := s.computed / bs; (k+1)*bs <= s.computed+n; k++ {
+		p.cache.commit(s.blocks[k], s.hashAt(k))
+	}
+	s.sched = n
+	p.step = append(p.step, s)
+}
+
+// preemptLast sends the newest running request back to the front of the
+// waiting queue, freeing its blocks: it will be recomputed.
+func (p *pod) preemptLast() {
+	s := p.running[len(p.running)-1]
+	p.running = p.running[:len(p.running)-1]
+	p.cache.release(s.blocks)
+	s.blocks = s.blocks[:0]
+	s.computed = 0
+	if s.out > 0 {
+		s.target = s.req.Prompt + s.out
+	}
+	p.waiting = slices.Insert(p.waiting, 0, s)
+	p.preempt++
+}
+
+// finishStep applies the step's progress: started gets each request whose
+// first token came out, finished each request that ended (its blocks
+// already released).
+func (p *pod) finishStep(now float64, started, finished func(*seq)) {
+	done := false
+	for _, s := range p.step {
+		wasPrefill := s.computed < s.target
+		s.computed += s.sched
+		s.sched = 0
+		if wasPrefill && s.computed < s.target {
+			continue // more chunks to go
+		}
+		s.out++
+		if s.first < 0 {
+			s.first = now
+			started(s)
+		}
+		if s.out >= s.req.Output {
+			p.cache.release(s.blocks)
+			s.blocks = nil
+			s.target = -1 // marks it for removal below
+			finished(s)
+			done = true
+		}
+	}
+	p.step = p.step[:0]
+	if done {
+		p.running = slices.DeleteFunc(p.running, func(s *seq) bool { return s.target < 0 })
+	}
+}
+
+// pendingDecode is the decode load of the running batch: how many
+// sequences decode and their summed context.
+func (p *pod) pendingDecode() (seqs, ctx int) {
+	for _, s := range p.running {
+		if s.computed >= s.target {
+			seqs++
+			ctx += s.computed
+		}
+	}
+	return seqs, ctx
+}

@@ -1,0 +1,244 @@
+package fleetsim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+)
+
+// Policy picks a pod for each request and hears how its requests go.
+type Policy interface {
+	// Pick returns the index of the pod r goes to.
+	Pick(r *Request) int
+	// Started is called when r's first output token comes out.
+	Started(r *Request)
+	// Finished is called when r's last output token comes out.
+	Finished(r *Request)
+}
+
+// eventListener is a Policy that reads the pods' KV events.
+type eventListener interface {
+	KVEvents(pod int, events []kvEvent)
+}
+
+// scrapeListener is a Policy that reads the pods' scraped metrics.
+type scrapeListener interface {
+	Scraped(m []Metrics)
+}
+
+// Metrics is what a pod's /metrics reports.
+type Metrics struct {
+	Waiting int     // vllm:num_requests_waiting
+	Running int     // vllm:num_requests_running
+	KVUsage float64 // vllm:kv_cache_usage_perc
+}
+
+// NewPolicy builds a policy for a sim.
+type NewPolicy func(s *Sim) (Policy, error)
+
+// Outcome is how one request went.
+type Outcome struct {
+	Pod     int
+	Arrival float64 // seconds
+	First   float64 // first token, seconds
+	Finish  float64 // last token, seconds
+	Hit     int     // prompt blocks cached on arrival at the pod
+	Blocks  int     // full prompt blocks
+	Output  int     // output tokens
+}
+
+// Result is a whole run.
+type Result struct {
+	Outcomes    []Outcome // by request ID
+	Dropped     int       // requests too large for a pod's cache
+	Preemptions int
+	End         float64 // when the last request finished
+}
+
+// Sim is one run in progress: the fleet, the clock, the event queue.
+type Sim struct {
+	cfg     Config
+	w       *Workload
+	pods    []*pod
+	seqs    []seq
+	now     float64
+	rng     *rand.Rand
+	events  eventHeap
+	nextSeq uint64
+	open    int // requests arrived and not finished
+	metrics []Metrics
+	policy  Policy
+}
+
+type event struct {
+	at    float64
+	order uint64
+	kind  uint8
+	pod   int
+	kv    []kvEvent
+}
+
+const (
+	evStep uint8 = iota
+	evKV
+	evScrape
+)
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].order < h[j].order
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// Run simulates w on a fleet configured by cfg with the policy newPolicy
+// builds, until every request has finished.
+func Run(cfg Config, w *Workload, newPolicy NewPolicy) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if w.BlockSize != cfg.BlockSize {
+		return nil, fmt.Errorf("fleetsim: workload hashed with block size %d, fleet uses %d", w.BlockSize, cfg.BlockSize)
+	}
+	s := &Sim{cfg: cfg, w: w, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), metrics: make([]Metrics, cfg.Pods)}
+	for range cfg.Pods {
+		s.pods = append(s.pods, newPod(&s.cfg))
+	}
+	s.seqs = make([]seq, len(w.Requests))
+	p, err := newPolicy(s)
+	if err != nil {
+		return nil, err
+	}
+	s.policy = p
+	return s.loop(), nil
+}
+
+// Pods is the number of pods.
+func (s *Sim) Pods() int { return len(s.pods) }
+
+// Now is the simulated time in seconds.
+func (s *Sim) Now() float64 { return s.now }
+
+// Config is the fleet's configuration.
+func (s *Sim) Config() Config { return s.cfg }
+
+// Rand is the run's seeded random source.
+func (s *Sim) Rand() *rand.Rand { return s.rng }
+
+// Metrics is the latest scrape of every pod.
+func (s *Sim) Metrics() []Metrics { return s.metrics }
+
+func (s *Sim) push(e event) {
+	e.order = s.nextSeq
+	s.nextSeq++
+	heap.Push(&s.events, e)
+}
+
+func (s *Sim) loop() *Result {
+	res := &Result{Outcomes: make([]Outcome, len(s.w.Requests))}
+	s.push(event{at: 0, kind: evScrape})
+	next := 0
+	for next < len(s.w.Requests) || s.events.Len() > 0 {
+		if next < len(s.w.Requests) && (s.events.Len() == 0 || s.w.Requests[next].Arrival <= s.events[0].at) {
+			r := &s.w.Requests[next]
+			next++
+			s.now = max(s.now, r.Arrival)
+			if !s.arrive(r) {
+				res.Dropped++
+			}
+			continue
+		}
+		e := heap.Pop(&s.events).(event)
+		s.now = e.at
+		switch e.kind {
+		case evStep:
+			s.endStep(e.pod)
+		case evKV:
+			if l, ok := s.policy.(eventListener); ok {
+				l.KVEvents(e.pod, e.kv)
+			}
+		case evScrape:
+			s.scrape()
+			if s.open > 0 || next < len(s.w.Requests) {
+				s.push(event{at: s.now + s.cfg.ScrapeInterval.Seconds(), kind: evScrape})
+			}
+		}
+	}
+	for i := range s.seqs {
+		q := &s.seqs[i]
+		if q.req == nil { // dropped
+			continue
+		}
+		res.Outcomes[i] = Outcome{
+			Pod: q.pod, Arrival: q.req.Arrival, First: q.first, Finish: q.finish,
+			Hit: q.hit, Blocks: len(q.req.Hashes), Output: q.req.Output,
+		}
+		res.End = max(res.End, q.finish)
+	}
+	for _, p := range s.pods {
+		res.Preemptions += p.preempt
+	}
+	return res
+}
+
+// arrive routes r and queues it on its pod; false when it can never fit.
+func (s *Sim) arrive(r *Request) bool {
+	if (r.Prompt+r.Output-1+s.cfg.BlockSize-1)/s.cfg.BlockSize > s.cfg.Blocks { // the last token needs no KV
+		return false
+	}
+	i := s.policy.Pick(r)
+	q := &s.seqs[r.ID]
+	*q = seq{req: r, pod: i, target: r.Prompt, hit: -1, first: -1}
+	p := s.pods[i]
+	p.waiting = append(p.waiting, q)
+	s.open++
+	if !p.busy {
+		s.startStep(i)
+	}
+	return true
+}
+
+// startStep schedules pod i's next step, if it has work.
+func (s *Sim) startStep(i int) {
+	p := s.pods[i]
+	d, ok := p.schedule()
+	p.busy = ok
+	if ok {
+		s.push(event{at: s.now + d, kind: evStep, pod: i})
+	}
+}
+
+// endStep applies pod i's finished step, publishes its KV events and
+// starts the next step.
+func (s *Sim) endStep(i int) {
+	p := s.pods[i]
+	p.finishStep(s.now, func(q *seq) { s.policy.Started(q.req) }, func(q *seq) {
+		q.finish = s.now
+		s.open--
+		s.policy.Finished(q.req)
+	})
+	if ev := p.cache.drain(); len(ev) > 0 {
+		if _, ok := s.policy.(eventListener); ok {
+			s.push(event{at: s.now + s.cfg.EventDelay.Seconds(), kind: evKV, pod: i, kv: ev})
+		}
+	}
+	s.startStep(i)
+}
+
+// scrape refreshes every pod's metrics and tells a policy that reads them.
+func (s *Sim) scrape() {
+	for i, p := range s.pods {
+		s.metrics[i] = Metrics{Waiting: len(p.waiting), Running: len(p.running), KVUsage: p.cache.usage()}
+	}
+	if l, ok := s.policy.(scrapeListener); ok {
+		l.Scraped(s.metrics)
+	}
+}

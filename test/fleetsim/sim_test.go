@@ -1,0 +1,122 @@
+package fleetsim
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// firstPod sends everything to pod 0 and records the KV events it hears.
+type firstPod struct {
+	quiet
+	s      *Sim
+	events []string
+}
+
+func (p *firstPod) Pick(*Request) int { return 0 }
+
+func (p *firstPod) KVEvents(pod int, ev []kvEvent) {
+	p.events = append(p.events, fmt.Sprintf("%.4f pod%d %s", p.s.Now(), pod, eventsString(ev)))
+}
+
+// manual is a workload of the given requests, one level.
+func manual(reqs ...Request) *Workload {
+	w := &Workload{BlockSize: 16, Hash: kvindex.DefaultHashConfig(), Levels: []Level{{Name: "x", End: 1e9}}}
+	for i, r := range reqs {
+		r.ID = i
+		w.Requests = append(w.Requests, r)
+	}
+	return w
+}
+
+func runFirstPod(t *testing.T, cfg Config, w *Workload) (*Result, *firstPod) {
+	t.Helper()
+	var p *firstPod
+	res, err := Run(cfg, w, func(s *Sim) (Policy, error) { p = &firstPod{s: s}; return p, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, p
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestPrefixHitSkipsPrefill(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pods = 1
+	w := manual(
+		Request{Arrival: 0, Prompt: 64, Output: 1, Hashes: []uint64{1, 2, 3, 4}},
+		Request{Arrival: 10, Prompt: 64, Output: 1, Hashes: []uint64{1, 2, 3, 4}},
+		Request{Arrival: 20, Prompt: 70, Output: 1, Hashes: []uint64{1, 2, 9, 10}},
+	)
+	res, _ := runFirstPod(t, cfg, w)
+	over := cfg.StepOverhead.Seconds()
+	tests := []struct {
+		hit      int
+		wantTTFT float64
+	}{
+		{0, over + cfg.prefillSeconds(0, 64)},
+		{3, over + cfg.prefillSeconds(48, 16)}, // vLLM recomputes the last block of a full hit
+		{2, over + cfg.prefillSeconds(32, 38)},
+	}
+	for i, tt := range tests {
+		o := res.Outcomes[i]
+		if o.Hit != tt.hit || !near(o.First-o.Arrival, tt.wantTTFT) {
+			t.Errorf("request %d: hit %d, TTFT %.6f; want %d, %.6f", i, o.Hit, o.First-o.Arrival, tt.hit, tt.wantTTFT)
+		}
+	}
+}
+
+func TestEventsReachPolicyAfterDelay(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pods, cfg.Blocks = 1, 4
+	w := manual(
+		Request{Arrival: 0, Prompt: 64, Output: 1, Hashes: []uint64{1, 2, 3, 4}},
+		Request{Arrival: 10, Prompt: 48, Output: 1, Hashes: []uint64{5, 6, 7}},
+	)
+	res, p := runFirstPod(t, cfg, w)
+	d := cfg.EventDelay.Seconds()
+	want := []string{
+		fmt.Sprintf("%.4f pod0 [+1 +2 +3 +4]", res.Outcomes[0].First+d),
+		// the new request's blocks evict the old tail first, then cache as they fill
+		fmt.Sprintf("%.4f pod0 [-4 -3 -2 +5 +6 +7]", res.Outcomes[1].First+d),
+	}
+	if !reflect.DeepEqual(p.events, want) {
+		t.Fatalf("events heard = %q, want %q", p.events, want)
+	}
+}
+
+func TestPreemptionRecomputes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pods, cfg.Blocks = 1, 8
+	// two requests of 3 blocks each, admitted together, that both grow to
+	// 6: the newer one is preempted, recomputed later, and both finish.
+	w := manual(
+		Request{Arrival: 0, Prompt: 48, Output: 40, Hashes: []uint64{1, 2, 3}},
+		Request{Arrival: 0, Prompt: 48, Output: 40, Hashes: []uint64{5, 6, 7}},
+	)
+	res, _ := runFirstPod(t, cfg, w)
+	if res.Preemptions == 0 {
+		t.Fatal("no preemption with two requests that outgrow the cache")
+	}
+	for i, o := range res.Outcomes {
+		if o.First <= 0 || o.Finish < o.First {
+			t.Fatalf("request %d: first %v, finish %v; want 0 < first <= finish", i, o.First, o.Finish)
+		}
+	}
+	if res.Outcomes[1].Finish <= res.Outcomes[0].Finish {
+		t.Fatalf("preempted request finished at %v, before the other at %v", res.Outcomes[1].Finish, res.Outcomes[0].Finish)
+	}
+}
+
+func TestDropsRequestsLargerThanAPod(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pods, cfg.Blocks = 1, 4
+	res, _ := runFirstPod(t, cfg, manual(Request{Prompt: 100, Output: 1, Hashes: []uint64{1, 2, 3, 4, 5, 6}}))
+	if res.Dropped != 1 {
+		t.Fatalf("Dropped = %d, want 1", res.Dropped)
+	}
+}

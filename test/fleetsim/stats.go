@@ -1,0 +1,118 @@
+package fleetsim
+
+import (
+	"math"
+	"slices"
+)
+
+// Stats summarizes the requests of one load level (or of all, pooled).
+type Stats struct {
+	Level         string
+	QPS           float64 // offered, simulated
+	Requests      int
+	P50, P90, P99 float64 // time to first token, seconds
+	Mean          float64
+	OutputTPS     float64 // output tokens of the level's requests per second of serving them
+	HitRatio      float64 // prompt blocks found cached / full prompt blocks
+	BoundRatio    float64 // the same under one pooled LRU of the fleet's capacity
+}
+
+// FracOfBound is HitRatio as a fraction of BoundRatio (1 when both are 0).
+func (s Stats) FracOfBound() float64 {
+	if s.BoundRatio == 0 {
+		return 1
+	}
+	return s.HitRatio / s.BoundRatio
+}
+
+// Summarize returns one Stats per level of w and, last, all levels pooled
+// (level "all"). bound holds each request's hit blocks under the global
+// LRU (see BoundHits).
+func Summarize(w *Workload, res *Result, bound []int) []Stats {
+	var out []Stats
+	all := make([]int, 0, len(w.Requests))
+	for li, l := range w.Levels {
+		var ids []int
+		for i := range w.Requests {
+			if w.Requests[i].Level == li && res.Outcomes[i].First > 0 {
+				ids = append(ids, i)
+			}
+		}
+		all = append(all, ids...)
+		st := summarize(res, bound, ids, l.Start)
+		st.Level, st.QPS = l.Name, l.QPS
+		out = append(out, st)
+	}
+	st := summarize(res, bound, all, 0)
+	st.Level = "all"
+	if n := len(w.Requests); n > 0 {
+		st.QPS = float64(n) / (w.Levels[len(w.Levels)-1].End - w.Levels[0].Start)
+	}
+	return append(out, st)
+}
+
+func summarize(res *Result, bound, ids []int, start float64) Stats {
+	st := Stats{Requests: len(ids)}
+	if len(ids) == 0 {
+		return st
+	}
+	ttft := make([]float64, 0, len(ids))
+	var sum float64
+	var out, hit, blocks, bhit int
+	end := start
+	for _, i := range ids {
+		o := res.Outcomes[i]
+		t := o.First - o.Arrival
+		ttft = append(ttft, t)
+		sum += t
+		out += o.Output
+		hit += o.Hit
+		blocks += o.Blocks
+		bhit += bound[i]
+		end = max(end, o.Finish)
+	}
+	slices.Sort(ttft)
+	st.P50, st.P90, st.P99 = quantile(ttft, 0.5), quantile(ttft, 0.9), quantile(ttft, 0.99)
+	st.Mean = sum / float64(len(ids))
+	if end > start {
+		st.OutputTPS = float64(out) / (end - start)
+	}
+	if blocks > 0 {
+		st.HitRatio = float64(hit) / float64(blocks)
+		st.BoundRatio = float64(bhit) / float64(blocks)
+	}
+	return st
+}
+
+// quantile is the q-quantile of sorted xs, nearest rank.
+func quantile(xs []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+// BoundHits replays w's prompts in arrival order through one pooled cache
+// of blocks blocks (the whole fleet's) with the pods' semantics, one
+// request at a time, and returns each request's hit blocks: what a
+// perfect router could hope for with that much cache, ignoring
+// concurrency and output blocks.
+func BoundHits(w *Workload, blocks int) []int {
+	c := newCache(blocks)
+	hits := make([]int, len(w.Requests))
+	var ids []int32
+	for i := range w.Requests {
+		r := &w.Requests[i]
+		hs := r.Hashes[:min(len(r.Hashes), (r.Prompt-1)/w.BlockSize, blocks)]
+		h := c.hits(hs)
+		hits[i] = h
+		ids = c.acquire(ids[:0], hs[:h])
+		var ok bool
+		if ids, ok = c.allocate(ids, len(hs)-h); ok {
+			for k := h; k < len(hs); k++ {
+				c.commit(ids[k], hs[k])
+			}
+		}
+		c.release(ids)
+		c.events = c.events[:0]
+	}
+	return hits
+}
