@@ -89,7 +89,7 @@ func TestObjects(t *testing.T) {
 	} {
 		want := map[string][]string{
 			"Deployment": {"envoy", "kvrouter", "vllm-qwen3"}, "Service": {"envoy", "kvrouter"},
-			"ConfigMap": {"envoy-config", "kvrouter-config"}, "ServiceAccount": {"kvrouter"},
+			"ConfigMap": {"envoy-config", "kvrouter-config", "kvrouter-serve"}, "ServiceAccount": {"kvrouter"},
 			"Role": {"kvrouter"}, "RoleBinding": {"kvrouter"}, "Namespace": {"kvrouter"},
 		}[kind]
 		if !slices.Equal(got, want) {

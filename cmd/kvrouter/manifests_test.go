@@ -1,0 +1,144 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// TestManifestsConfig builds the kustomization in manifests/ and runs the
+// kvrouter Deployment's configuration through serve's own loading: its
+// args (with $(VAR) from its ConfigMaps) and the config file its --config
+// names, read from the ConfigMap mounted there, load and validate.
+func TestManifestsConfig(t *testing.T) {
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../../manifests")
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	var d *appsv1.Deployment
+	maps := map[string]*corev1.ConfigMap{}
+	for _, r := range res.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case r.GetKind() == "Deployment" && r.GetName() == "kvrouter":
+			d = new(appsv1.Deployment)
+			err = sigsyaml.UnmarshalStrict(y, d)
+		case r.GetKind() == "ConfigMap":
+			cm := new(corev1.ConfigMap)
+			err = sigsyaml.UnmarshalStrict(y, cm)
+			maps[cm.Name] = cm
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d == nil {
+		t.Fatal("no kvrouter Deployment in the kustomization")
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	args := expandArgs(t, c, maps)
+	if len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("kvrouter args = %q, want serve first", args)
+	}
+	found := false
+	for i, a := range args {
+		if path, ok := strings.CutPrefix(a, "--config="); ok {
+			args[i] = "--config=" + mountedFile(t, d.Spec.Template.Spec, c, maps, path)
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("kvrouter args %q have no --config=", args)
+	}
+	cfg, err := loadConfig(args[1:], io.Discard)
+	if err != nil {
+		t.Fatalf("serve %q: %v", args[1:], err)
+	}
+	s, err := cfg.validate("10.0.0.1") // in a pod: discovery in-cluster
+	if err != nil {
+		t.Fatalf("the manifests' kvrouter configuration: %v", err)
+	}
+	if s.Shutdown.DrainDelay <= 0 || s.Tokenizers.HFCache != "/hf-cache" || s.disc.Kubeconfig == "" {
+		t.Errorf("the manifests' kvrouter configuration = %+v, want a drain delay, the /hf-cache tokenizers and discovery", s.config)
+	}
+}
+
+var varRef = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
+
+// expandArgs substitutes $(VAR) in c's args as the kubelet does, from its
+// envFrom ConfigMaps and env (a field reference becomes a placeholder).
+func expandArgs(t *testing.T, c corev1.Container, maps map[string]*corev1.ConfigMap) []string {
+	t.Helper()
+	vars := map[string]string{}
+	for _, e := range c.EnvFrom {
+		cm := maps[e.ConfigMapRef.Name]
+		if cm == nil {
+			t.Fatalf("envFrom ConfigMap %s does not exist", e.ConfigMapRef.Name)
+		}
+		for k, v := range cm.Data {
+			vars[k] = v
+		}
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			vars[e.Name] = e.Value
+		} else {
+			vars[e.Name] = "placeholder"
+		}
+	}
+	out := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		out[i] = varRef.ReplaceAllStringFunc(a, func(ref string) string {
+			v, ok := vars[ref[2:len(ref)-1]]
+			if !ok {
+				t.Errorf("arg %q uses an undefined variable", a)
+			}
+			return v
+		})
+	}
+	return out
+}
+
+// mountedFile finds the ConfigMap key mounted at path in c and writes it to
+// a temporary file, returning that file's path.
+func mountedFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, maps map[string]*corev1.ConfigMap, path string) string {
+	t.Helper()
+	dir, key := filepath.Split(path)
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.ConfigMap == nil {
+				continue
+			}
+			cm := maps[v.ConfigMap.Name]
+			if cm == nil {
+				t.Fatalf("volume %s: ConfigMap %s does not exist", v.Name, v.ConfigMap.Name)
+			}
+			data, ok := cm.Data[key]
+			if !ok {
+				t.Fatalf("ConfigMap %s has no key %s for %s", cm.Name, key, path)
+			}
+			file := filepath.Join(t.TempDir(), key)
+			if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return file
+		}
+	}
+	t.Fatalf("no ConfigMap volume is mounted at %s", dir)
+	return ""
+}
