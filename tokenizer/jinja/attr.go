@@ -29,16 +29,36 @@ func (m *method) call(r *renderer, args []Value, kw kwargs) (Value, error) {
 	return nil, fmt.Errorf("%w: not callable", ErrType)
 }
 
-// unsafeMethods are the methods the immutable sandbox refuses: they modify
-// their receiver.
-var unsafeMethods = map[string]map[string]bool{
-	"dict": {"clear": true, "pop": true, "popitem": true, "setdefault": true, "update": true},
-	"list": {"append": true, "clear": true, "extend": true, "insert": true, "pop": true, "remove": true, "reverse": true, "sort": true},
+// isUnsafeMethod reports the methods the immutable sandbox refuses: they
+// modify their receiver (dict or list).
+func isUnsafeMethod(list bool, name string) bool {
+	switch name {
+	case "clear", "pop":
+		return true
+	case "popitem", "setdefault", "update":
+		return !list
+	case "append", "extend", "insert", "remove", "reverse", "sort":
+		return list
+	}
+	return false
 }
 
-var dictMethods = map[string]bool{"items": true, "keys": true, "values": true, "get": true, "copy": true}
+// isDictMethod and isListMethod report the methods templates may call.
+func isDictMethod(name string) bool {
+	switch name {
+	case "items", "keys", "values", "get", "copy":
+		return true
+	}
+	return false
+}
 
-var listMethods = map[string]bool{"index": true, "count": true, "copy": true}
+func isListMethod(name string) bool {
+	switch name {
+	case "index", "count", "copy":
+		return true
+	}
+	return false
+}
 
 func unsafeAttr(obj Value, name string) Undefined {
 	return Undefined{Name: name, unsafe: fmt.Sprintf("access to attribute '%s' of '%s' object is unsafe.", name, typeName(obj))}
@@ -66,7 +86,7 @@ func getattr(obj Value, name string) (Value, error) {
 			return v, nil
 		}
 	}
-	return Undefined{Name: fmt.Sprintf("'%s' object has no attribute '%s'", typeName(obj), name)}, nil
+	return Undefined{owner: typeName(obj), attr: name}, nil
 }
 
 // builtinAttr returns a Python attribute of a built-in value.
@@ -77,17 +97,17 @@ func builtinAttr(obj Value, name string) (Value, bool) {
 			return &method{recv: x, name: name}, true
 		}
 	case *Dict:
-		if dictMethods[name] {
+		if isDictMethod(name) {
 			return &method{recv: x, name: name}, true
 		}
-		if unsafeMethods["dict"][name] {
+		if isUnsafeMethod(false, name) {
 			return unsafeAttr(obj, name), true
 		}
 	case *List:
-		if listMethods[name] {
+		if isListMethod(name) {
 			return &method{recv: x, name: name}, true
 		}
-		if unsafeMethods["list"][name] {
+		if isUnsafeMethod(true, name) {
 			return unsafeAttr(obj, name), true
 		}
 	case *loopState:

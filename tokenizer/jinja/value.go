@@ -17,13 +17,20 @@ type Undefined struct {
 	Name string
 	// unsafe is set when the attribute was refused by the sandbox.
 	unsafe string
+	// owner and attr name a missing attribute of an owner type; the message
+	// is formatted only when an error needs it (templates probe many).
+	owner, attr string
 }
 
 func (u Undefined) err() error {
 	if u.unsafe != "" {
 		return fmt.Errorf("%w: %s", ErrSecurity, u.unsafe)
 	}
-	return fmt.Errorf("%w: %s is undefined", ErrUndefined, u.Name)
+	name := u.Name
+	if u.attr != "" {
+		name = fmt.Sprintf("'%s' object has no attribute '%s'", u.owner, u.attr)
+	}
+	return fmt.Errorf("%w: %s is undefined", ErrUndefined, name)
 }
 
 // List is a Python list (or, with Tuple set, a tuple; with Gen set, the
@@ -94,8 +101,21 @@ func (d *Dict) Set(k, v Value) error {
 // SetString stores v under the string key k.
 func (d *Dict) SetString(k string, v Value) { _ = d.Set(k, v) }
 
+// smallDict is the size up to which Get finds string keys by scanning
+// rather than hashing (JSON objects in templates are mostly this small).
+const smallDict = 8
+
 // Get returns the value under k.
 func (d *Dict) Get(k Value) (Value, bool) {
+	if ks, ok := k.(string); ok && len(d.keys) <= smallDict {
+		// A string equals only a string key.
+		for i, key := range d.keys {
+			if s, ok := key.(string); ok && s == ks {
+				return d.vals[i], true
+			}
+		}
+		return nil, false
+	}
 	h, ok := hashKey(k)
 	if !ok {
 		return nil, false
