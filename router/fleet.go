@@ -52,6 +52,7 @@ type target struct {
 type Load struct {
 	InFlight        atomic.Int64 // requests routed here and not finished
 	PrefillTokens   atomic.Int64 // uncached prompt tokens routed here, not yet prefilled
+	Prefilling      atomic.Int64 // requests routed here, not yet prefilled
 	Waiting         atomic.Int64 // vllm:num_requests_waiting
 	Running         atomic.Int64 // vllm:num_requests_running
 	KVUsagePermille atomic.Int64 // vllm:kv_cache_usage_perc × 1000

@@ -93,6 +93,7 @@ type Decision struct {
 func (d *Decision) Prefilled() {
 	if d.load != nil && d.prefilled.CompareAndSwap(false, true) {
 		d.load.PrefillTokens.Add(-d.prefill)
+		d.load.Prefilling.Add(-1)
 	}
 }
 
@@ -141,6 +142,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	d.prefill = int64(sc.scores[i].Prefill / r.cfg.PrefillSecondsPerToken)
 	m.load.InFlight.Add(1)
 	m.load.PrefillTokens.Add(d.prefill)
+	m.load.Prefilling.Add(1)
 	if len(sc.hashes) > 0 {
 		if err := r.index.Speculate(m.id, sc.hashes); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
 			r.logger.Warn("speculative entries not recorded", "pod", m.Name, "error", err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -309,5 +311,42 @@ func TestRouteTieBreakUsesConfigIntN(t *testing.T) {
 				t.Fatalf("Route with injected IntN = pod %s after draws over %v, want %s after [1 2 3]", d.Pod, seen, tt.wantPod)
 			}
 		})
+	}
+}
+
+// TestQueuedPodKeepsItsPrefix: under load a miss costs the pod its whole
+// queue again, so a pod holding the prefix keeps the request although its
+// queue is a little longer than the others'.
+func TestQueuedPodKeepsItsPrefix(t *testing.T) {
+	tr := newTestRouter(t)
+	long := strings.Repeat(prompt, 13) // 390 bytes: 97 blocks
+	tr.store("a", long, "", "")
+	for name, waiting := range map[string]int64{"a": 5, "b": 4, "c": 4} {
+		tr.fleet.Load(name).Waiting.Store(waiting)
+	}
+	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", long, ""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Pods {
+		behind := float64(tr.fleet.Load(s.Pod).Waiting.Load())
+		if want := s.Queue + s.Prefill*(1+behind); math.Abs(s.Cost-want) > 1e-12 {
+			t.Errorf("pod %s cost %v, want queue %v + prefill %v × (1 + %v queued) = %v", s.Pod, s.Cost, s.Queue, s.Prefill, behind, want)
+		}
+	}
+	d, err := tr.route("/v1/completions", completion("llama", long, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Pod != "a" {
+		t.Fatalf("Route with the prefix on a (5 waiting) and b, c empty-handed (4 waiting) = %s, want a", d.Pod)
+	}
+	if l := tr.fleet.Load("a"); l.Prefilling.Load() != 1 {
+		t.Fatalf("a's requests waiting for prefill = %d, want 1", l.Prefilling.Load())
+	}
+	d.Prefilled()
+	d.Done()
+	if l := tr.fleet.Load("a"); l.Prefilling.Load() != 0 {
+		t.Fatalf("a's requests waiting for prefill after Prefilled = %d, want 0", l.Prefilling.Load())
 	}
 }

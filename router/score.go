@@ -15,7 +15,7 @@ type Score struct {
 	Spec    int     `json:"speculative_blocks"`
 	Queue   float64 `json:"queue_seconds"`
 	Prefill float64 `json:"prefill_seconds"`
-	Cost    float64 `json:"predicted_ttft_seconds"`
+	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (1 + requests queued on the pod)
 }
 
 // Tiers is a match per cache tier.
@@ -26,8 +26,14 @@ type Tiers struct {
 	Other int `json:"other"`
 }
 
-// score predicts each candidate's time to first token: the queue ahead of
-// the request plus the prefill of the prompt tokens the pod does not cache.
+// score predicts each candidate's time to first token, the queue ahead of
+// the request plus the prefill of the prompt tokens the pod does not cache,
+// and adds the delay that prefill imposes on the requests that will queue
+// behind it: as many, by Little's law, as are queued there now. Under
+// light load that is nothing and the fastest pod wins; under heavy load a
+// miss costs the pod its whole queue again, so requests stay with the pod
+// caching their prefix instead of spreading misses that thrash every
+// cache and cut the fleet's throughput.
 func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
@@ -43,12 +49,13 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out
 			float64(l.Waiting.Load())*r.cfg.WaitingSecondsPerRequest +
 			float64(l.Running.Load())*r.cfg.RunningSecondsPerRequest
 		prefill := uncached * r.cfg.PrefillSecondsPerToken
+		behind := float64(max(l.Prefilling.Load(), l.Waiting.Load()))
 		out = append(out, Score{
 			Pod: mem.Name, Address: mem.Address, Matched: m.Blocks, Spec: m.Speculative,
 			Tiers:   Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
 			Queue:   queue,
 			Prefill: prefill,
-			Cost:    queue + prefill,
+			Cost:    queue + prefill*(1+behind),
 		})
 	}
 	return out
