@@ -83,3 +83,14 @@ func TestSharedPrefixOrdering(t *testing.T) {
 		t.Errorf("top stage hit ratio: kvrouter %.2f, oracle %.2f; want at least 90%% of the oracle's", k.HitRatio, o.HitRatio)
 	}
 }
+
+func TestPolicyByName(t *testing.T) {
+	for _, name := range append(Policies, KVRouterLongSpeculation) {
+		if _, err := PolicyByName(name); err != nil {
+			t.Errorf("PolicyByName(%q) = %v, want a policy", name, err)
+		}
+	}
+	if _, err := PolicyByName("fastest"); err == nil {
+		t.Error("PolicyByName(\"fastest\") = nil error, want unknown policy")
+	}
+}

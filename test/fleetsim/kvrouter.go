@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -26,7 +27,10 @@ func RouterConfig(s *Sim) router.Config {
 }
 
 // kvRouter is kvrouter's real router over its real index: requests go
-// through Router.Route as completion bodies of token ids, KV events reach
+// through Router.Route as completion bodies whose prompt names the
+// request, which the simulated tokenizer turns into the request's token
+// ids (parsing thousands of ids as JSON would only slow the run down; the
+// router tokenizes text prompts the same way in production), KV events reach
 // the index after the fleet's delay, scrapes fill the fleet's Load, and
 // the index's clock is the sim's.
 type kvRouter struct {
@@ -38,21 +42,32 @@ type kvRouter struct {
 	byName    map[string]int
 	decisions []*router.Decision // by request ID
 	body      []byte
-	toks      []uint32
 	batch     []uint64
 }
 
-// noTokenizer refuses: every simulated request carries its token ids.
-type noTokenizer struct{}
+// promptPrefix starts every simulated prompt; the request ID follows.
+const promptPrefix = "fleetsim request "
 
-func (noTokenizer) Tokens(string, *router.Parsed) ([]uint32, error) {
-	return nil, router.ErrNoTokenizer
+// simTokenizer gives a simulated prompt's token ids.
+type simTokenizer struct{ w *Workload }
+
+func (t simTokenizer) Tokens(_ string, p *router.Parsed) ([]uint32, error) {
+	id, err := strconv.Atoi(strings.TrimPrefix(p.Prompt, promptPrefix))
+	if err != nil || id < 0 || id >= len(t.w.Requests) {
+		return nil, fmt.Errorf("fleetsim: prompt %q names no request", p.Prompt)
+	}
+	return t.w.Requests[id].AppendTokens(nil), nil
 }
 
-func newKVRouter(s *Sim) (*kvRouter, error) {
+// newKVRouter builds the policy; ttl > 0 overrides the index's
+// speculative-entry TTL.
+func newKVRouter(s *Sim, ttl time.Duration) (*kvRouter, error) {
 	epoch := time.Unix(0, 0)
 	icfg := kvindex.DefaultConfig()
 	icfg.Shards = 16
+	if ttl > 0 {
+		icfg.SpeculativeTTL = ttl
+	}
 	icfg.Now = func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
 	index, err := kvindex.New(icfg, prometheus.NewRegistry())
 	if err != nil {
@@ -73,7 +88,7 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 		p.pods = append(p.pods, id)
 		p.byName[name] = i
 	}
-	p.r, err = router.New(RouterConfig(s), p.fleet, index, hasher, noTokenizer{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	p.r, err = router.New(RouterConfig(s), p.fleet, index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
@@ -81,15 +96,9 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 }
 
 func (p *kvRouter) Pick(r *Request) int {
-	p.toks = r.AppendTokens(p.toks[:0])
-	p.body = append(p.body[:0], `{"model":"`+simModel+`","prompt":[`...)
-	for i, t := range p.toks {
-		if i > 0 {
-			p.body = append(p.body, ',')
-		}
-		p.body = strconv.AppendUint(p.body, uint64(t), 10)
-	}
-	p.body = append(p.body, "]}"...)
+	p.body = append(p.body[:0], `{"model":"`+simModel+`","prompt":"`+promptPrefix...)
+	p.body = strconv.AppendInt(p.body, int64(r.ID), 10)
+	p.body = append(p.body, `"}`...)
 	d, err := p.r.Route(context.Background(), router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: p.body})
 	if err != nil {
 		panic(fmt.Sprintf("fleetsim: route request %d: %v", r.ID, err)) // a bug of the simulator's request

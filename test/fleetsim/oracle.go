@@ -5,17 +5,20 @@ import "math"
 // oracle reads every pod's real cache and queue: it predicts each pod's
 // time to first token for the request from the blocks the pod holds or
 // will hold for requests queued there, the uncached prefill queued ahead,
-// and the decode load sharing those steps, and picks the fastest.
+// and the decode load sharing those steps, adds the delay the request's
+// prefill imposes on as many requests as are queued there (as kvrouter's
+// scoring does), and picks the cheapest.
 type oracle struct {
 	s       *Sim
 	queued  []int              // per pod: uncached prompt tokens routed there, not started
+	waiting []int              // per pod: requests routed there, not started
 	charged []int              // per request: its share of queued
 	pending []map[uint64]int32 // per pod: prompt blocks of requests routed there, not started
 	scores  []float64
 }
 
 func newOracle(s *Sim) *oracle {
-	o := &oracle{s: s, queued: make([]int, s.Pods()), charged: make([]int, len(s.w.Requests))}
+	o := &oracle{s: s, queued: make([]int, s.Pods()), waiting: make([]int, s.Pods()), charged: make([]int, len(s.w.Requests))}
 	for range s.Pods() {
 		o.pending = append(o.pending, map[uint64]int32{})
 	}
@@ -37,12 +40,14 @@ func (o *oracle) Pick(r *Request) int {
 		tokens := o.queued[i] + uncached[i]
 		seqs, ctx := p.pendingDecode()
 		steps := math.Ceil(float64(tokens) / float64(cfg.StepTokens))
-		est := cfg.prefillSeconds(hit*bs, uncached[i]) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
+		own := cfg.prefillSeconds(hit*bs, uncached[i])
+		est := own*float64(1+o.waiting[i]) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
 			steps*(cfg.StepOverhead.Seconds()+cfg.decodeSeconds(seqs, ctx))
 		o.scores = append(o.scores, -est)
 	}
 	i := argmax(o.s, o.scores)
 	o.queued[i] += uncached[i]
+	o.waiting[i]++
 	o.charged[r.ID] = uncached[i]
 	for _, h := range r.Hashes {
 		o.pending[i][h]++
@@ -53,6 +58,7 @@ func (o *oracle) Pick(r *Request) int {
 func (o *oracle) Started(r *Request) {
 	i := o.s.seqs[r.ID].pod
 	o.queued[i] -= o.charged[r.ID]
+	o.waiting[i]--
 	for _, h := range r.Hashes {
 		if o.pending[i][h]--; o.pending[i][h] == 0 {
 			delete(o.pending[i], h)
