@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -48,9 +50,32 @@ type fleet struct {
 	pods   map[string]string // name → address
 	router *router.Router
 	envoy  *envoyclient.Client
+	sims   map[string]*vllmsim.Pod
+	events *kvevents.Manager
+	routes *router.Fleet
+	reg    *prometheus.Registry // the subscribers' metrics
+	skew   atomic.Int64         // added to the index's clock, in ns
+}
+
+// fleetOptions change startFleet's defaults for the fault tests.
+type fleetOptions struct {
+	// pods is the number of simulated pods started in-process.
+	pods int
+	// events adjusts the subscribers' configuration.
+	events func(*kvevents.Config)
+	// publisher adjusts pod i's publisher configuration.
+	publisher func(i int, c *vllmpub.Config)
+	// ports returns the event and replay ports the subscriber of pod i
+	// connects to; nil: the publisher's own.
+	ports func(i int, pub *vllmpub.Publisher) (events, replay int)
 }
 
 func startFleet(t *testing.T, n int) *fleet {
+	t.Helper()
+	return startFleetWith(t, fleetOptions{pods: n})
+}
+
+func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -64,22 +89,29 @@ func startFleet(t *testing.T, n int) *fleet {
 		t.Fatal(err)
 	}
 	hashCfg := kvindex.DefaultHashConfig()
-	f := &fleet{pods: map[string]string{}}
-	if f.index, err = kvindex.New(kvindex.DefaultConfig(), nil); err != nil {
+	f := &fleet{pods: map[string]string{}, sims: map[string]*vllmsim.Pod{}, reg: prometheus.NewRegistry()}
+	idxCfg := kvindex.DefaultConfig()
+	idxCfg.Now = func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }
+	if f.index, err = kvindex.New(idxCfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	evCfg := kvevents.DefaultConfig()
 	evCfg.Hash = hashCfg
+	if o.events != nil {
+		o.events(&evCfg)
+	}
 	logger := slog.New(slog.DiscardHandler)
-	mgr, err := kvevents.NewManager(evCfg, f.index, nil, logger)
-	if err != nil {
+	if f.events, err = kvevents.NewManager(evCfg, f.index, f.reg, logger); err != nil {
 		t.Fatal(err)
 	}
-	fl := router.NewFleet(f.index)
-	for i := range n {
+	f.routes = router.NewFleet(f.index)
+	for i := range o.pods {
 		name := fmt.Sprintf("sim-%d", i)
 		pub := vllmpub.DefaultConfig()
 		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
+		if o.publisher != nil {
+			o.publisher(i, &pub)
+		}
 		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: chat, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
@@ -88,13 +120,17 @@ func startFleet(t *testing.T, n int) *fleet {
 		srv := httptest.NewServer(pod.Handler())
 		t.Cleanup(srv.Close)
 		addr := strings.TrimPrefix(srv.URL, "http://")
-		f.pods[name] = addr
-		fl.Upsert(router.Pod{Name: name, Address: addr, Model: "qwen3", LoRAs: []string{"alice"}, Ready: true})
-		if err := mgr.Ensure(kvevents.Pod{Name: name, IP: "127.0.0.1", EventPort: port(t, pod.Publisher().Endpoint()), ReplayPort: port(t, pod.Publisher().ReplayEndpoint()), Model: "qwen3"}); err != nil {
+		f.pods[name], f.sims[name] = addr, pod
+		f.routes.Upsert(router.Pod{Name: name, Address: addr, Model: "qwen3", LoRAs: []string{"alice"}, Ready: true})
+		events, replay := port(t, pod.Publisher().Endpoint()), port(t, pod.Publisher().ReplayEndpoint())
+		if o.ports != nil {
+			events, replay = o.ports(i, pod.Publisher())
+		}
+		if err := f.events.Ensure(kvevents.Pod{Name: name, IP: "127.0.0.1", EventPort: events, ReplayPort: replay, Model: "qwen3"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	go func() { _ = mgr.Run(ctx) }()
+	go func() { _ = f.events.Run(ctx) }()
 	hasher, err := kvindex.NewHasher(hashCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +139,7 @@ func startFleet(t *testing.T, n int) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.router, err = router.New(router.DefaultConfig(), fl, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, logger, nil); err != nil {
+	if f.router, err = router.New(router.DefaultConfig(), f.routes, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, logger, nil); err != nil {
 		t.Fatal(err)
 	}
 	ext, err := extproc.New(extproc.DefaultConfig(), f.router, logger, nil)

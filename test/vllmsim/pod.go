@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,6 +50,7 @@ type Pod struct {
 	mu      sync.Mutex // guards cache
 	cache   *cache
 	running atomic.Int64
+	lose    atomic.Int64 // event batches still to lose on the wire
 }
 
 // New binds the pod's event sockets; Run serves them.
@@ -79,6 +81,37 @@ func New(cfg Config) (*Pod, error) {
 // Publisher returns the pod's event publisher (for its endpoints).
 func (p *Pod) Publisher() *vllmpub.Publisher { return p.pub }
 
+// Cached returns the block hashes the pod's cache holds, sorted: the
+// truth a subscriber's index must converge to.
+func (p *Pod) Cached() []uint64 {
+	p.mu.Lock()
+	out := make([]uint64, 0, len(p.cache.at))
+	for h := range p.cache.at {
+		out = append(out, h)
+	}
+	p.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// LoseNext makes the pod's next n event batches take their sequence
+// numbers and stay in the replay buffer without being sent, as when a PUB
+// socket's high-water mark drops them.
+func (p *Pod) LoseNext(n int) { p.lose.Add(int64(n)) }
+
+// takeLoss reports whether the next batch is to be lost, counting it.
+func (p *Pod) takeLoss() bool {
+	for {
+		n := p.lose.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.lose.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
 // Run publishes events until ctx is done.
 func (p *Pod) Run(ctx context.Context) error { return p.pub.Run(ctx) }
 
@@ -91,6 +124,10 @@ func (p *Pod) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, p.cfg.Model)
+	})
+	mux.HandleFunc("GET /debug/cache", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p.Cached())
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		p.mu.Lock()
@@ -131,7 +168,11 @@ func (p *Pod) prefill(ctx context.Context, tokens []uint32, extra kvindex.Extra)
 		if err != nil {
 			return 0, err
 		}
-		if err := p.pub.Publish(ctx, payload); err != nil {
+		publish := p.pub.Publish
+		if p.takeLoss() {
+			publish = p.pub.Lose
+		}
+		if err := publish(ctx, payload); err != nil {
 			return 0, err
 		}
 	}
