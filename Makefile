@@ -11,7 +11,7 @@ LDFLAGS               := -s -w -X main.version=$(VERSION)
 IMAGE                 ?= kvrouter:$(VERSION)
 export GOLANGCI_LINT_VERSION
 
-.PHONY: help run test test-go fuzz-short fuzz test-e2e bench load lint fmt vet build image deps
+.PHONY: help run test test-go fuzz-short fuzz test-e2e bench load sim lint fmt vet build image deps
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ bench: ## benchmarks with allocations, one run per benchmark
 load: deps build ## kvrouter under load through the Envoy-faithful client: 8k chat at 100/s, 500-token max rate
 	$(GO) run ./test/cmd/kvrouter-load -kind chat -tokens 8000 -rate 100 -duration 20s
 	$(GO) run ./test/cmd/kvrouter-load -kind completion -tokens 500 -rate 0 -workers 8 -duration 20s
+
+sim: ## fleet simulator: every routing policy on the Mooncake traces and the llm-d shared-prefix workloads; report and plots in results/sim
+	$(GO) run ./test/cmd/fleetsim -traces $${TRACES:-../shared/traces} -out results/sim
 
 lint: deps-lint ## golangci-lint (pinned version) with gofumpt
 	$(GOLANGCI_LINT) run ./...

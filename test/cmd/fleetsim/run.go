@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/test/fleetsim"
+)
+
+// scenario is one workload at one load level on one fleet.
+type scenario struct {
+	group string // report section
+	cfg   fleetsim.Config
+	w     *fleetsim.Workload
+	bound []int
+}
+
+// job is one scenario under one policy.
+type job struct {
+	sc     *scenario
+	policy string
+	stats  []fleetsim.Stats
+	res    *fleetsim.Result
+	wall   time.Duration
+	err    error
+}
+
+type options struct {
+	traces, out, policies, workloads string
+	seed                             uint64
+	output                           int
+	qpsScale                         float64
+	parallel                         int
+	quick                            bool
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
+	fs.StringVar(&o.traces, "traces", "../shared/traces", "folder of the Mooncake traces")
+	fs.StringVar(&o.out, "out", "results/sim", "folder for report.md and the plots")
+	fs.StringVar(&o.policies, "policies", strings.Join(append(fleetsim.Policies, fleetsim.KVRouterLongSpeculation), ","), "policies to run")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
+	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c", "workloads to run: a (Mooncake), b (shared prefix), c (its overload)")
+	fs.IntVar(&o.output, "shared-output", sharedOutput, "output tokens per request of the shared-prefix workloads")
+	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
+	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	start := time.Now()
+	hasher, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	if err != nil {
+		return err
+	}
+	scs, err := scenarios(o, hasher)
+	if err != nil {
+		return err
+	}
+	var jobs []*job
+	for _, sc := range scs {
+		if !strings.Contains(o.workloads, sc.group) {
+			continue
+		}
+		for _, p := range strings.Split(o.policies, ",") {
+			jobs = append(jobs, &job{sc: sc, policy: p})
+		}
+	}
+	runJobs(ctx, jobs, o.parallel, stdout)
+	for _, j := range jobs {
+		if j.err != nil {
+			return fmt.Errorf("%s %s: %w", j.sc.w.Name, j.policy, j.err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if err := writeReport(filepath.Join(o.out, "report.md"), o, jobs, time.Since(start)); err != nil {
+		return err
+	}
+	if err := writePlots(o.out, jobs); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s in %v\n", filepath.Join(o.out, "report.md"), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// runJobs runs jobs, parallel at a time, stopping early when ctx ends.
+func runJobs(ctx context.Context, jobs []*job, parallel int, stdout io.Writer) {
+	ch := make(chan *job)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range max(parallel, 1) {
+		wg.Go(func() {
+			for j := range ch {
+				t := time.Now()
+				newPolicy, err := fleetsim.PolicyByName(j.policy)
+				if err == nil {
+					j.res, err = fleetsim.Run(j.sc.cfg, j.sc.w, newPolicy)
+				}
+				j.err, j.wall = err, time.Since(t)
+				if err == nil {
+					j.stats = fleetsim.Summarize(j.sc.w, j.res, j.sc.bound)
+				}
+				mu.Lock()
+				if err == nil {
+					all := j.stats[len(j.stats)-1]
+					fmt.Fprintf(stdout, "%-28s %-13s p90 %8.2fs mean %8.2fs hit %5.1f%% %7.0f tok/s  (%v)\n",
+						j.sc.w.Name, j.policy, all.P90, all.Mean, 100*all.HitRatio, all.OutputTPS, j.wall.Round(time.Millisecond))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		ch <- j
+	}
+	close(ch)
+	wg.Wait()
+}
