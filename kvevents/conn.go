@@ -33,7 +33,7 @@ func (st *stream) run(ctx context.Context) {
 	clock := st.cfg.clock()
 	for {
 		connected, err := st.session(ctx)
-		st.connected.Set(0)
+		st.state.setConnected(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -81,7 +81,7 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 				up, down := st.onMonitor(mon)
 				if up && !connected {
 					connected = true
-					st.connected.Set(1)
+					st.state.setConnected(true)
 					st.resume(ctx)
 				}
 				if down {

@@ -52,6 +52,14 @@ type runningPod struct {
 type PodStatus struct {
 	Name         string
 	Verification Verification
+	Ranks        []RankStatus
+}
+
+// RankStatus is the state of one DP rank of a followed pod.
+type RankStatus struct {
+	Rank      int   `json:"rank"`
+	Connected bool  `json:"connected"`
+	LastSeq   int64 `json:"last_seq"` // -1 until a batch was applied
 }
 
 // NewManager returns a Manager writing to idx and registering its metrics
@@ -114,7 +122,7 @@ func (m *Manager) Status() []PodStatus {
 	defer m.mu.Unlock()
 	out := make([]PodStatus, 0, len(m.mu.running))
 	for name, r := range m.mu.running {
-		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification()})
+		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification(), Ranks: r.sub.Ranks()})
 	}
 	slices.SortFunc(out, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -121,8 +122,33 @@ func (m *metrics) forPod(pod string) *podMetrics {
 	return p
 }
 
-// rank returns the connection gauges of one DP rank.
-func (p *podMetrics) rank(r int) (connected, lastSeq prometheus.Gauge) {
+// rank returns the state of one DP rank.
+func (p *podMetrics) rank(r int) *rankState {
 	rs := strconv.Itoa(r)
-	return p.m.connected.WithLabelValues(p.pod, rs), p.m.lastSeq.WithLabelValues(p.pod, rs)
+	st := &rankState{rank: r, connected: p.m.connected.WithLabelValues(p.pod, rs), lastSeq: p.m.lastSeq.WithLabelValues(p.pod, rs)}
+	st.seq.Store(-1)
+	return st
+}
+
+// rankState is one DP rank's connection state and last applied sequence
+// number, kept for Status and mirrored in the rank's gauges.
+type rankState struct {
+	rank               int
+	connected, lastSeq prometheus.Gauge
+	up                 atomic.Bool
+	seq                atomic.Int64 // -1 until a batch was applied
+}
+
+func (r *rankState) setConnected(up bool) {
+	r.up.Store(up)
+	if up {
+		r.connected.Set(1)
+	} else {
+		r.connected.Set(0)
+	}
+}
+
+func (r *rankState) applied(seq uint64) {
+	r.seq.Store(int64(seq))
+	r.lastSeq.Set(float64(seq))
 }

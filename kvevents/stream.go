@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // item is one entry of a pod's queue from its streams to its applier: a
@@ -16,7 +14,7 @@ import (
 type item struct {
 	payload []byte
 	seq     uint64
-	lastSeq prometheus.Gauge // the rank's gauge, set once the batch is applied
+	rank    *rankState // the batch's rank, told once the batch is applied
 	clear   clearReason
 }
 
@@ -24,14 +22,13 @@ type item struct {
 // conn.go) and turns what they receive into an in-order, gap-free sequence
 // of batches on the pod's queue. Only its own goroutine touches it.
 type stream struct {
-	cfg       *Config
-	pod       Pod
-	rank      int
-	out       chan<- item
-	log       *slog.Logger
-	m         *podMetrics
-	connected prometheus.Gauge
-	lastSeq   prometheus.Gauge
+	cfg   *Config
+	pod   Pod
+	rank  int
+	out   chan<- item
+	log   *slog.Logger
+	m     *podMetrics
+	state *rankState
 
 	next         uint64 // the sequence number expected next
 	started      bool   // next is meaningful
@@ -123,7 +120,7 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	st.started = true
 	if len(payload) > st.cfg.MaxMessageSize {
 		st.m.oversize.Inc()
-	} else if !st.queue(ctx, item{payload: payload, seq: seq, lastSeq: st.lastSeq}, live) {
+	} else if !st.queue(ctx, item{payload: payload, seq: seq, rank: st.state}, live) {
 		return // dropped: the next live batch finds the gap and replays it
 	}
 	st.next, st.hasState, st.last = seq+1, true, payload

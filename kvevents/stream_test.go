@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -132,6 +133,11 @@ func TestDataParallelRanks(t *testing.T) {
 		if got := testutil.ToFloat64(f.mgr.metrics.lastSeq.WithLabelValues("pod-a", fmt.Sprint(rank))); got != want {
 			t.Errorf("last_seq{rank=%d} = %v, want %v", rank, got, want)
 		}
+	}
+	st := f.mgr.Status()
+	want := []RankStatus{{Rank: 0, Connected: true, LastSeq: 1}, {Rank: 1, Connected: true, LastSeq: 3}}
+	if len(st) != 1 || !slices.Equal(st[0].Ranks, want) {
+		t.Errorf("Status() = %+v, want pod-a with ranks %+v", st, want)
 	}
 }
 

@@ -60,6 +60,7 @@ type Subscriber struct {
 	log     *slog.Logger
 	applier *applier
 	streams []*stream
+	ranks   []*rankState
 	queue   chan item
 	state   atomic.Uint32 // Verification, for Status
 }
@@ -75,13 +76,24 @@ func newSubscriber(cfg Config, pod Pod, idx Index, id kvindex.PodID, hasher *kvi
 	v.onChange = func(st Verification) { s.state.Store(uint32(st)) }
 	s.applier = newApplier(idx, id, v, m)
 	for r := range max(pod.DPSize, 1) {
-		connected, lastSeq := m.rank(r)
+		state := m.rank(r)
+		s.ranks = append(s.ranks, state)
 		s.streams = append(s.streams, &stream{
 			cfg: &s.cfg, pod: pod, rank: r, out: s.queue, log: log, m: m,
-			connected: connected, lastSeq: lastSeq,
+			state: state,
 		})
 	}
 	return s
+}
+
+// Ranks returns the connection state and last applied sequence number of
+// each of the pod's DP ranks.
+func (s *Subscriber) Ranks() []RankStatus {
+	out := make([]RankStatus, len(s.ranks))
+	for i, r := range s.ranks {
+		out[i] = RankStatus{Rank: r.rank, Connected: r.up.Load(), LastSeq: r.seq.Load()}
+	}
+	return out
 }
 
 // Verification returns the pod's hash verification state.
@@ -113,7 +125,7 @@ func (s *Subscriber) applyLoop(ctx context.Context) {
 				err = s.applier.clear(it.clear, s.log, s.pod.Name)
 			} else {
 				err = s.applier.applyPayload(it.payload)
-				it.lastSeq.Set(float64(it.seq))
+				it.rank.applied(it.seq)
 			}
 			if err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.Debug("kvevents: batch not applied", "pod", s.pod.Name, "err", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/router"
 )
 
@@ -55,23 +56,36 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // podReport is one pod in /debug/pods.
 type podReport struct {
-	router.Pod
-	Entries      int    `json:"index_entries"`
-	Verification string `json:"hash_verification"`
-	InFlight     int64  `json:"in_flight"`
-	Waiting      int64  `json:"vllm_waiting"`
-	Running      int64  `json:"vllm_running"`
+	Name         string                `json:"name"`
+	Address      string                `json:"address"`
+	Ready        bool                  `json:"ready"`
+	Model        string                `json:"model"`
+	Aliases      []string              `json:"aliases,omitempty"`
+	LoRAs        []string              `json:"loras,omitempty"`
+	Events       []kvevents.RankStatus `json:"events"` // per DP rank: connected, last applied seq
+	Entries      int                   `json:"index_entries"`
+	Verification string                `json:"hash_verification"`
+	InFlight     int64                 `json:"in_flight"`
+	Waiting      int64                 `json:"vllm_waiting"`
+	Running      int64                 `json:"vllm_running"`
 }
 
 func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
-	verification := map[string]string{}
+	status := map[string]kvevents.PodStatus{}
 	for _, s := range a.events.Status() {
-		verification[s.Name] = s.Verification.String()
+		status[s.Name] = s
 	}
 	pods := a.fleet.Pods()
 	out := make([]podReport, 0, len(pods))
 	for _, p := range pods {
-		r := podReport{Pod: p, Verification: verification[p.Name]}
+		st := status[p.Name]
+		r := podReport{
+			Name: p.Name, Address: p.Address, Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
+			Events: st.Ranks, Verification: st.Verification.String(),
+		}
+		if r.Events == nil {
+			r.Events = []kvevents.RankStatus{}
+		}
 		if id, ok := a.index.Pod(p.Name); ok {
 			r.Entries = a.index.PodEntries(id)
 		}

@@ -65,8 +65,11 @@ func TestServeStaticPods(t *testing.T) {
 
 	var pods []map[string]any
 	getJSON(t, urls["admin server"]+"/debug/pods", &pods)
-	if len(pods) != 1 || pods[0]["Name"] != "p1" || pods[0]["Model"] != "m" {
+	if len(pods) != 1 || pods[0]["name"] != "p1" || pods[0]["model"] != "m" {
 		t.Fatalf("/debug/pods = %v, want p1 serving m", pods)
+	}
+	if ev, _ := pods[0]["events"].([]any); len(ev) != 1 || ev[0].(map[string]any)["last_seq"] != -1.0 {
+		t.Fatalf("/debug/pods events = %v, want rank 0 with nothing applied", pods[0]["events"])
 	}
 	resp, err = http.Post(urls["admin server"]+"/v1/score", "application/json", strings.NewReader(`{"model":"m","prompt":"hello"}`))
 	if err != nil {

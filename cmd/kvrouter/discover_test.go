@@ -145,7 +145,7 @@ func TestServeDiscovery(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polls an outside process's state
 	}
 	_, body := get(t, base+"/debug/pods")
-	for _, want := range []string{`"Name": "llm/vllm-0"`, `"Address": "10.255.255.1:8000"`, `"Model": "Qwen/Qwen3-0.6B"`, `"Ready": true`} {
+	for _, want := range []string{`"name": "llm/vllm-0"`, `"address": "10.255.255.1:8000"`, `"model": "Qwen/Qwen3-0.6B"`, `"ready": true`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET /debug/pods = %s, want it to contain %s", body, want)
 		}

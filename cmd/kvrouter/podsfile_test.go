@@ -172,7 +172,7 @@ func TestServePodsFile(t *testing.T) {
 	base := listenURL(t, pr)
 	var got []map[string]any
 	getJSON(t, base+"/debug/pods", &got)
-	if len(got) != 2 || got[0]["Name"] != "file-a" || got[1]["Name"] != "flag-b" {
+	if len(got) != 2 || got[0]["name"] != "file-a" || got[1]["name"] != "flag-b" {
 		t.Errorf("/debug/pods = %v, want file-a and flag-b", got)
 	}
 	if code, body := get(t, base+"/metrics"); code != http.StatusOK || !strings.Contains(body, "kvrouter_podsfile_pods 2") {
