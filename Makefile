@@ -11,7 +11,7 @@ LDFLAGS               := -s -w -X main.version=$(VERSION)
 IMAGE                 ?= kvrouter:$(VERSION)
 export GOLANGCI_LINT_VERSION
 
-.PHONY: help run test test-go fuzz-short fuzz test-e2e bench load sim lint fmt vet build image deps
+.PHONY: help run test test-go fuzz-short fuzz test-e2e bench bench-e2e soak load sim lint fmt vet build image deps
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -41,8 +41,16 @@ bench: ## benchmarks with allocations, one run per benchmark
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 load: deps build ## kvrouter under load through the Envoy-faithful client: 8k chat at 100/s, 500-token max rate
-	$(GO) run ./test/cmd/kvrouter-load -kind chat -tokens 8000 -rate 100 -duration 20s
-	$(GO) run ./test/cmd/kvrouter-load -kind completion -tokens 500 -rate 0 -workers 8 -duration 20s
+	$(GO) run ./test/cmd/kvrouter-load -kind chat -tokens 8000 -rates 100 -stage 20s
+	$(GO) run ./test/cmd/kvrouter-load -kind completion -tokens 500 -rates 0 -workers 8 -stage 20s
+
+bench-e2e: deps build ## decisions at rising rates: 500/8k/32k/100k-token chats, 8 and 64 pods, 10M index entries; then the event subscriber on one core
+	$(GO) run ./test/cmd/kvrouter-load -kind chat -tokens 500,8000,32000,100000 -pods 8,64 -fill 10000000 -stage 5s -markdown
+	$(GO) run ./test/cmd/kvevents-bench -rate 60000 -count 600000
+	$(GO) run ./test/cmd/kvevents-bench -rate 100000 -count 1000000
+
+soak: deps build ## 10 minutes: 100 pods churning their caches + 50 requests/s; index exact, RSS bounded, no growth, no errors
+	$(GO) run ./test/cmd/kvrouter-load -soak $${SOAK:-10m} -pods 100 -rates 50
 
 sim: ## fleet simulator: every routing policy on the Mooncake traces and the llm-d shared-prefix workloads; report and plots in results/sim
 	$(GO) run ./test/cmd/fleetsim -traces $${TRACES:-../shared/traces} -out results/sim

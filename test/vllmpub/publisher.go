@@ -8,11 +8,13 @@
 package vllmpub
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	zmq "github.com/pebbe/zmq4"
 )
@@ -33,11 +35,15 @@ type Config struct {
 	TopicInReplay bool
 	// HWM is the PUB send high-water mark. Default 100000.
 	HWM int
+	// PollInterval bounds how long Run waits for a replay request before it
+	// sends newly published batches. Default 1ms; processes holding many
+	// publishers raise it so idle ones do not wake a thousand times a second.
+	PollInterval time.Duration
 }
 
 // DefaultConfig returns vLLM's defaults with replay on :5558.
 func DefaultConfig() Config {
-	return Config{Endpoint: "tcp://*:5557", ReplayEndpoint: "tcp://*:5558", BufferSteps: 10000, HWM: 100000}
+	return Config{Endpoint: "tcp://*:5557", ReplayEndpoint: "tcp://*:5558", BufferSteps: 10000, HWM: 100000, PollInterval: time.Millisecond}
 }
 
 // Validate reports every problem of c at once.
@@ -48,6 +54,9 @@ func (c Config) Validate() error {
 	}
 	if c.BufferSteps <= 0 {
 		errs = append(errs, fmt.Errorf("vllmpub: buffer steps %d, want > 0", c.BufferSteps))
+	}
+	if c.PollInterval < 0 {
+		errs = append(errs, fmt.Errorf("vllmpub: poll interval %s, want >= 0", c.PollInterval))
 	}
 	if c.HWM < 0 {
 		errs = append(errs, fmt.Errorf("vllmpub: HWM %d, want >= 0", c.HWM))
@@ -160,7 +169,7 @@ func (p *Publisher) Run(ctx context.Context) (err error) {
 		if p.router == nil {
 			continue
 		}
-		if _, err := poller.Poll(1e6); err != nil && zmq.AsErrno(err) != zmq.Errno(4) { // 1 ms
+		if _, err := poller.Poll(cmp.Or(p.cfg.PollInterval, time.Millisecond)); err != nil && zmq.AsErrno(err) != zmq.Errno(4) {
 			return fmt.Errorf("vllmpub: poll: %w", err)
 		}
 		if err := p.serveReplay(); err != nil {

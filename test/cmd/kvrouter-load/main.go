@@ -1,12 +1,16 @@
 // Command kvrouter-load measures kvrouter's routing decisions under load: it
-// starts the kvrouter binary with two models' tokenizers and static pods,
-// drives its ext_proc server with the Envoy-faithful client (request and
-// response phases, body in chunks) at a fixed rate (or as fast as a number
-// of workers can), and reports latency percentiles, decisions per second,
-// and kvrouter's CPU time and peak RSS read from /proc.
+// starts the kvrouter binary with two models' tokenizers and static pods
+// whose KV events it publishes itself (vLLM-faithful publishers, one per
+// pod), fills the index to a given number of entries, puts the measured
+// prompt's blocks on some pods, then drives kvrouter's ext_proc server with
+// the Envoy-faithful client (request and response phases, body in chunks)
+// at rising rates (open loop) or from a number of workers (closed loop). For
+// every stage it reports latency percentiles, decisions per second, and
+// kvrouter's CPU time and RSS read from /proc; -markdown prints the table.
 //
-//	go run ./test/cmd/kvrouter-load -kind chat -tokens 8000 -rate 100 -duration 20s
-//	go run ./test/cmd/kvrouter-load -kind completion -tokens 500 -rate 0 -workers 8
+//	go run ./test/cmd/kvrouter-load -kind chat -tokens 8000 -rates 100 -stage 20s
+//	go run ./test/cmd/kvrouter-load -kind completion -tokens 500 -rates 0 -workers 8
+//	go run ./test/cmd/kvrouter-load -tokens 500,8000,32000,100000 -pods 8,64 -fill 10000000 -markdown
 package main
 
 import (
@@ -19,7 +23,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	err := run(ctx, os.Args[1:], os.Stdout)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvrouter-load: %v\n", err)

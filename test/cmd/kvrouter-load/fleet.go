@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/test/vllmpub"
+)
+
+// kvr is a running kvrouter with one publisher per static pod.
+type kvr struct {
+	cmd       *exec.Cmd
+	admin     string
+	conn      *grpc.ClientConn
+	client    *envoyclient.Client
+	pubs      []*vllmpub.Publisher
+	cancel    context.CancelFunc
+	pubDone   chan error
+	published int // filler blocks published so far
+	sent      int // batches published so far
+}
+
+// start runs kvrouter serve with two models and n static pods. Nothing
+// listens on the pods' HTTP ports (decisions only); their KV events come
+// from publishers in this process.
+func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error) {
+	pctx, cancel := context.WithCancel(ctx)
+	k := &kvr{cancel: cancel, pubDone: make(chan error, n)}
+	args := []string{
+		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "error",
+		"--model", "qwen3=" + o.oracle + "/tokenizer-qwen3/models",
+		"--model", "llama3=" + o.oracle + "/tokenizer-llama3_1/models",
+	}
+	args = append(args, extra...)
+	for i := range n {
+		cfg := vllmpub.DefaultConfig()
+		cfg.Endpoint, cfg.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
+		cfg.PollInterval = 25 * time.Millisecond
+		p, err := vllmpub.New(cfg)
+		if err != nil {
+			k.stop()
+			return nil, err
+		}
+		k.pubs = append(k.pubs, p)
+		go func() { k.pubDone <- p.Run(pctx) }()
+		args = append(args, "--pod", fmt.Sprintf("pod-%d=127.0.0.1:%d,model=qwen3,events=%s,replay=%s",
+			i, 20000+i, portOf(p.Endpoint()), portOf(p.ReplayEndpoint())))
+	}
+	k.cmd = exec.Command(o.kvrouter, args...)
+	k.cmd.Stderr = os.Stderr
+	out, err := k.cmd.StdoutPipe()
+	if err != nil {
+		k.stop()
+		return nil, err
+	}
+	if err := k.cmd.Start(); err != nil {
+		k.cmd = nil
+		k.stop()
+		return nil, fmt.Errorf("start %s (make build): %w", o.kvrouter, err)
+	}
+	var grpcAddr string
+	sc := bufio.NewScanner(out)
+	for (grpcAddr == "" || k.admin == "") && sc.Scan() {
+		line := sc.Text()
+		if _, a, ok := strings.Cut(line, "ext_proc gRPC server listening on "); ok {
+			grpcAddr = a
+		}
+		if _, a, ok := strings.Cut(line, "admin server listening on "); ok {
+			k.admin = strings.TrimPrefix(a, "http://")
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if grpcAddr == "" || k.admin == "" {
+		k.stop()
+		return nil, errors.New("kvrouter did not announce its ext_proc and admin addresses")
+	}
+	if k.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		k.stop()
+		return nil, err
+	}
+	k.client = envoyclient.New(k.conn)
+	if err := k.waitReady(ctx); err != nil {
+		k.stop()
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *kvr) stop() {
+	if k.conn != nil {
+		_ = k.conn.Close()
+	}
+	if k.cmd != nil {
+		_ = k.cmd.Process.Signal(syscall.SIGTERM)
+		_ = k.cmd.Wait()
+	}
+	k.cancel()
+	for range k.pubs {
+		if err := <-k.pubDone; err != nil {
+			fmt.Fprintln(os.Stderr, "kvrouter-load: publisher:", err)
+		}
+	}
+}
+
+func portOf(endpoint string) string { return endpoint[strings.LastIndexByte(endpoint, ':')+1:] }
+
+// waitReady waits for /readyz and for every pod's subscription.
+func (k *kvr) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if k.get("/readyz") == nil && k.metric("kvrouter_kvevents_connected") == float64(len(k.pubs)) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("kvrouter not ready with every pod connected after 60s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (k *kvr) get(path string) error {
+	resp, err := http.Get("http://" + k.admin + path)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return nil
+}
+
+// metric sums every series of an untyped/counter/gauge metric in kvrouter's
+// /metrics (-1 when it cannot be read).
+func (k *kvr) metric(name string) float64 {
+	resp, err := http.Get("http://" + k.admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || len(line) <= len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func (k *kvr) entries() int { return int(k.metric("kvrouter_kvindex_entries")) }
+
+// fill publishes distinct 16-block chains round-robin over the pods, in
+// rounds the subscribers can take without overrunning the publishers'
+// buffers, until entries more entries went into the index.
+func (k *kvr) fill(ctx context.Context, entries int) error {
+	const blocks, round = 16, 20000
+	for sent := 0; sent < entries; {
+		batches := 0
+		for ; batches < round && sent < entries; batches++ {
+			hashes := make([]uint64, blocks)
+			for j := range hashes {
+				k.published++
+				hashes[j] = uint64(k.published) * 0x9e3779b97f4a7c15
+			}
+			if err := k.publish(ctx, (k.published/blocks)%len(k.pubs), hashes); err != nil {
+				return err
+			}
+			sent += blocks
+		}
+		if err := k.applied(ctx, batches); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish sends one BlockStored batch of hashes from pod i.
+func (k *kvr) publish(ctx context.Context, i int, hashes []uint64) error {
+	payload, err := vllmpub.Encode(vllmpub.Batch{TS: 1.7e9, Events: []vllmpub.Event{{
+		Type: "BlockStored", BlockHashes: hashes, BlockSize: kvindex.DefaultBlockSize,
+	}}}, vllmpub.Form{})
+	if err != nil {
+		return err
+	}
+	k.sent++
+	return k.pubs[i].Publish(ctx, payload)
+}
+
+// applied waits until kvrouter applied every batch published so far.
+func (k *kvr) applied(ctx context.Context, last int) error {
+	deadline := time.Now().Add(30*time.Second + time.Duration(last)*20*time.Microsecond)
+	for k.metric("kvrouter_kvevents_batches_total") < float64(k.sent) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kvrouter applied %.0f of the %d batches published", k.metric("kvrouter_kvevents_batches_total"), k.sent)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// hold scores the request to learn its prompt's block hashes and publishes
+// them as stored on the first holders pods, so decisions find a prefix. It
+// returns the prompt's token count.
+func (k *kvr) hold(ctx context.Context, body []byte, holders int) (int, error) {
+	resp, err := http.Post("http://"+k.admin+"/v1/score", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var rep struct {
+		Tokens int      `json:"prompt_tokens"`
+		Blocks []string `json:"block_hashes"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("/v1/score: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		return 0, fmt.Errorf("/v1/score: %w", err)
+	}
+	hashes := make([]uint64, len(rep.Blocks))
+	for i, b := range rep.Blocks {
+		if hashes[i], err = strconv.ParseUint(b, 10, 64); err != nil {
+			return 0, fmt.Errorf("/v1/score: block hash %q: %w", b, err)
+		}
+	}
+	n := min(holders, len(k.pubs))
+	for i := range n {
+		if err := k.publish(ctx, i, hashes); err != nil {
+			return 0, err
+		}
+	}
+	return rep.Tokens, k.applied(ctx, n)
+}
