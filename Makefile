@@ -32,10 +32,10 @@ fuzz-short:
 	FUZZTIME=10s test/fuzz.sh
 
 fuzz: deps ## every fuzz target for 5 minutes each (FUZZTIME=... to change)
-	FUZZTIME=$${FUZZTIME:-5m} test/fuzz.sh
+	FUZZ_KEEP=1 FUZZTIME=$${FUZZTIME:-5m} test/fuzz.sh
 
-test-e2e: deps ## slow end-to-end tests (none beyond make test yet)
-	$(GO) test -race -count=1 -run 'E2E' ./test/...
+test-e2e: deps ## the end-to-end tests (TestE2E*) with the slow ones make test skips: kvrouter restart, heavy hostile requests
+	KVROUTER_E2E=1 $(GO) test -race -count=1 -timeout 30m -run 'E2E' ./test/...
 
 bench: ## benchmarks with allocations, one run per benchmark
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -2,10 +2,15 @@
 # Runs every Go fuzz target of the module for FUZZTIME each (default 10s).
 # `make test` runs them briefly; `make fuzz` runs them for minutes. A target
 # that finds a failure writes its input under the package's testdata/fuzz/
-# and this script fails.
+# and this script fails. With FUZZ_KEEP=1 (make fuzz) the inputs a run found
+# interesting are copied from the Go build cache into the package's
+# testdata/fuzz/<target>/ as well, so every later `go test` replays them and
+# the corpus can be committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZTIME=${FUZZTIME:-10s}
+FUZZ_KEEP=${FUZZ_KEEP:-0}
+cache=$(go env GOCACHE)/fuzz
 mapfile -t files < <(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' || true)
 if [ ${#files[@]} -eq 0 ]; then
   echo "fuzz: no fuzz targets found" >&2
@@ -17,6 +22,14 @@ for f in "${files[@]}"; do
   for name in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$f"); do
     echo "fuzz: $dir $name for $FUZZTIME"
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$dir"
+    if [ "$FUZZ_KEEP" = 1 ]; then
+      pkg=$(go list "$dir")
+      if [ -d "$cache/$pkg/$name" ]; then
+        mkdir -p "$dir/testdata/fuzz/$name"
+        cp -n "$cache/$pkg/$name"/* "$dir/testdata/fuzz/$name/"
+        echo "fuzz: $dir/testdata/fuzz/$name holds $(ls "$dir/testdata/fuzz/$name" | wc -l) inputs"
+      fi
+    fi
     n=$((n + 1))
   done
 done
