@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -250,4 +251,13 @@ func TestFaultEventPortBlocked(t *testing.T) {
 	}
 	f.expectRouted(t, "glaciers", "sim-0")
 	f.expectRouted(t, "comets", "sim-1")
+}
+
+// slowE2E skips t unless `make test-e2e` runs it: it takes too long for
+// `make test`.
+func slowE2E(t *testing.T) {
+	t.Helper()
+	if os.Getenv("KVROUTER_E2E") == "" {
+		t.Skip("slow end-to-end test: run by make test-e2e (KVROUTER_E2E=1)")
+	}
 }
