@@ -176,11 +176,24 @@ func closeSockets(socks ...*zmq.Socket) error {
 	return errors.Join(errs...)
 }
 
+// errReplayHole reports replies missing inside a replay: a ROUTER drops
+// what its full pipe to the subscriber cannot take, replies and end marker
+// alike, so a replay faster than the network loses its middle.
+var errReplayHole = errors.New("kvevents: replay replies missing")
+
+// replayRetries bounds the new requests after a replay with holes.
+const replayRetries = 3
+
 // replayFrom asks the rank's replay ROUTER for every buffered batch from
 // seq on and accepts them in order, until the end marker, ctx, or
-// ReplayTimeout. It reports whether the replay completed.
+// ReplayTimeout. A reply stream with a hole is asked again from the hole.
+// It reports whether the replay completed.
 func (st *stream) replayFrom(ctx context.Context, from uint64) bool {
 	err := st.doReplay(ctx, from)
+	for try := 0; errors.Is(err, errReplayHole) && try < replayRetries; try++ {
+		st.m.replayRetried.Inc()
+		err = st.doReplay(ctx, st.next)
+	}
 	if err == nil {
 		st.m.replayOK.Inc()
 		return true
@@ -213,6 +226,7 @@ func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
 	poller := zmq.NewPoller()
 	poller.Add(dealer, zmq.POLLIN)
 	deadline := time.Now().Add(st.cfg.ReplayTimeout)
+	first := true
 	for ctx.Err() == nil {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -232,7 +246,12 @@ func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
 				st.m.decodeErrors.Inc()
 			case end:
 				return nil
+			case !first && st.started && seq > st.next && !st.probe.restarted:
+				// Not the buffer's start moving on (that shows in the first
+				// reply): replies were dropped on the way.
+				return errReplayHole
 			default:
+				first = false
 				st.accept(ctx, seq, payload, false)
 			}
 		}

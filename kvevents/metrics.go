@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.events = counter("events_total", "Events applied, by type.", "type")
 	m.decodeErrors = counter("decode_errors_total", "Batches that could not be decoded or framed.")
 	m.gaps = counter("gaps_total", "Sequence gaps detected.")
-	m.replays = counter("replays_total", "Replay requests, by result (ok, failed, exhausted).", "result")
+	m.replays = counter("replays_total", "Replay requests, by result (ok, failed, exhausted, retried).", "result")
 	m.restarts = counter("restarts_total", "Publisher restarts detected (sequence went backwards).")
 	m.clears = counter("clears_total", "Times the pod's entries were cleared, by reason.", "reason")
 	m.queueDrops = counter("queue_drops_total", "Live batches dropped because the queue to the index was full.")
@@ -88,6 +88,7 @@ type podMetrics struct {
 	oversize, reconnects, tokenMismatch, ignored      prometheus.Counter
 	events                                            [len(eventTypeNames)]prometheus.Counter
 	replayOK, replayFailed, replayExhausted           prometheus.Counter
+	replayRetried                                     prometheus.Counter
 	clearRestart, clearExhausted, clearEvent          prometheus.Counter
 	checkOK, checkMismatch                            prometheus.Counter
 	verification                                      prometheus.Gauge
@@ -113,6 +114,7 @@ func (m *metrics) forPod(pod string) *podMetrics {
 	p.replayOK = m.replays.WithLabelValues(pod, "ok")
 	p.replayFailed = m.replays.WithLabelValues(pod, "failed")
 	p.replayExhausted = m.replays.WithLabelValues(pod, "exhausted")
+	p.replayRetried = m.replays.WithLabelValues(pod, "retried")
 	p.clearRestart = m.clears.WithLabelValues(pod, "restart")
 	p.clearExhausted = m.clears.WithLabelValues(pod, "exhausted")
 	p.clearEvent = m.clears.WithLabelValues(pod, "all_blocks_cleared")

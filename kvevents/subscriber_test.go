@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,12 @@ func port(t testing.TB, endpoint string) int {
 // startPub runs a publisher bound on the given ports (0: free ones).
 func startPub(t *testing.T, eventPort, replayPort, buffer int) *pub {
 	t.Helper()
+	return startPubWith(t, eventPort, replayPort, buffer, nil)
+}
+
+// startPubWith is startPub with a vllmpub.Config.DropReply.
+func startPubWith(t *testing.T, eventPort, replayPort, buffer int, drop func(uint64) bool) *pub {
+	t.Helper()
 	ep := func(p int) string {
 		if p == 0 {
 			return "tcp://127.0.0.1:*"
@@ -69,6 +76,7 @@ func startPub(t *testing.T, eventPort, replayPort, buffer int) *pub {
 	}
 	cfg := vllmpub.DefaultConfig()
 	cfg.Endpoint, cfg.ReplayEndpoint, cfg.BufferSteps = ep(eventPort), ep(replayPort), buffer
+	cfg.DropReply = drop
 	p, err := vllmpub.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +171,34 @@ func TestSubscriberReplaysWhatItMissed(t *testing.T) {
 	}
 	if got := f.counter(f.mgr.metrics.replays, "pod-a", "ok"); got != 3 {
 		t.Errorf("replays ok = %v, want 3 (connect, idle, gap)", got)
+	}
+}
+
+func TestSubscriberAsksAgainForDroppedReplies(t *testing.T) {
+	checkGoroutines(t)
+	var dropped atomic.Bool
+	p := startPubWith(t, 0, 0, 100, func(seq uint64) bool {
+		return seq == 2 && dropped.CompareAndSwap(false, true) // the first reply of batch 2 only
+	})
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p)
+	eventually(t, "connection", func() bool { return f.connected("pod-a") })
+	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
+	p.publish(t, 0)
+	f.waitHashes("pod-a", 0)
+	p.lose(t, 1)
+	p.lose(t, 2)
+	p.lose(t, 3)
+	p.publish(t, 4) // gap: the replay of 1..4 comes back without 2
+	f.waitHashes("pod-a", 0, 1, 2, 3, 4)
+	if !dropped.Load() {
+		t.Fatal("the publisher never dropped the reply of batch 2")
+	}
+	if got := f.counter(f.mgr.metrics.replays, "pod-a", "retried"); got != 1 {
+		t.Errorf("replays{retried} = %v, want 1", got)
+	}
+	if got := f.counter(f.mgr.metrics.clears, "pod-a", "exhausted"); got != 0 {
+		t.Errorf("clears{exhausted} = %v, want 0: the batches were still buffered", got)
 	}
 }
 

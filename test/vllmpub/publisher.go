@@ -39,6 +39,9 @@ type Config struct {
 	// sends newly published batches. Default 1ms; processes holding many
 	// publishers raise it so idle ones do not wake a thousand times a second.
 	PollInterval time.Duration
+	// DropReply, when set, is asked before each replayed batch is sent;
+	// true drops it, as a ROUTER drops what its full pipe cannot take.
+	DropReply func(seq uint64) bool
 }
 
 // DefaultConfig returns vLLM's defaults with replay on :5558.
@@ -241,7 +244,7 @@ func (p *Publisher) serveReplay() error {
 		}
 		id, start := msg[0], binary.BigEndian.Uint64(msg[2])
 		for _, e := range p.ring {
-			if e.seq < start {
+			if e.seq < start || (p.cfg.DropReply != nil && p.cfg.DropReply(e.seq)) {
 				continue
 			}
 			if err := p.reply(id, e.seq, e.payload); err != nil {
