@@ -17,9 +17,16 @@ type Config struct {
 	// evicted first (counted in kvrouter_kvindex_evicted_total). Default 10M,
 	// about 450 MB of heap.
 	MaxEntries int
-	// SpeculativeTTL is how long an entry recorded by a routing decision counts
-	// in matches before the pod's own KV event confirms it. Default 2s.
+	// SpeculativeTTL is the longest an entry recorded by a routing decision
+	// (Index.Speculate) counts in matches while its request waits for
+	// prefill and before the pod's own KV event confirms it: a cap for
+	// requests whose end is never reported. Default 60s.
 	SpeculativeTTL time.Duration
+	// SpeculativeGrace is how long a speculative entry still counts once its
+	// request has been prefilled or has ended (Index.Settle): time for the
+	// pod's own BlockStored event to confirm it. At most SpeculativeTTL.
+	// Default 2s.
+	SpeculativeGrace time.Duration
 	// Now is the clock; nil means time.Now. Tests inject a fake one.
 	Now func() time.Time
 }
@@ -27,9 +34,10 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
 	return Config{
-		Shards:         64,
-		MaxEntries:     10_000_000,
-		SpeculativeTTL: 2 * time.Second,
+		Shards:           64,
+		MaxEntries:       10_000_000,
+		SpeculativeTTL:   60 * time.Second,
+		SpeculativeGrace: 2 * time.Second,
 	}
 }
 
@@ -49,6 +57,9 @@ func (c Config) Validate() error {
 	}
 	if c.SpeculativeTTL < 0 || c.SpeculativeTTL > maxSpeculativeTTL {
 		errs = append(errs, fmt.Errorf("speculative TTL = %v, want in [0, %v]", c.SpeculativeTTL, maxSpeculativeTTL))
+	}
+	if c.SpeculativeGrace < 0 || c.SpeculativeGrace > max(c.SpeculativeTTL, 0) {
+		errs = append(errs, fmt.Errorf("speculative grace = %v, want in [0, speculative TTL %v]", c.SpeculativeGrace, c.SpeculativeTTL))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("kvindex: invalid config: %w", err)

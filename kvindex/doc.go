@@ -26,8 +26,10 @@
 // cache tier on each pod (GPU, CPU, disk), that store the block, with a count
 // per holder because vLLM may store one hash twice on a pod. KV events feed
 // it (Index.Stored, Index.Removed, Index.ClearPod, Index.ClearTier); a
-// routing decision adds speculative holders (Index.Speculate) that count for
-// Config.SpeculativeTTL or until the pod's own event confirms them; and
+// routing decision adds speculative holders (Index.Speculate) that count
+// until the pod's own event confirms them, while the request waits for its
+// prefill (at most Config.SpeculativeTTL) and for Config.SpeculativeGrace
+// after it (Index.Settle); and
 // Index.Match reports, per candidate pod, the longest run of leading blocks
 // it holds and in which tiers. Pods are registered with the base model they
 // serve (Index.AddPod): vLLM's hashes do not include the model, so a match

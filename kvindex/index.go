@@ -235,8 +235,11 @@ func (x *Index) Removed(pod PodID, tier Tier, hashes []uint64) error {
 }
 
 // Speculate records that a routing decision just sent a request with these
-// block hashes to pod: until Config.SpeculativeTTL passes or the pod's own
-// event confirms them, they count in matches (reported apart).
+// block hashes to pod: they count in matches (reported apart) until the
+// pod's own event confirms them, until Settle shortens their life once the
+// request is prefilled, or at most Config.SpeculativeTTL. Blocks the pod
+// already holds speculatively, for another request, get the new deadline;
+// blocks it holds for real are left alone.
 func (x *Index) Speculate(pod PodID, hashes []uint64) error {
 	if err := x.checkPod(pod); err != nil {
 		return err
@@ -251,6 +254,29 @@ func (x *Index) Speculate(pod PodID, hashes []uint64) error {
 		s.mu.Unlock()
 	}
 	x.metrics.speculated(&n)
+	return nil
+}
+
+// Settle records that the request a decision speculated hashes on pod for
+// has been prefilled, or has ended without: the pod's speculative entries
+// of those blocks count for at most Config.SpeculativeGrace more, time
+// enough for the pod's BlockStored events to confirm the blocks it
+// computed. Real entries and blocks without a speculative entry are left
+// alone.
+func (x *Index) Settle(pod PodID, hashes []uint64) error {
+	if err := x.checkPod(pod); err != nil {
+		return err
+	}
+	var n opCounts
+	now := x.nowMs()
+	deadline := now + uint32(x.cfg.SpeculativeGrace.Milliseconds())
+	for _, h := range hashes {
+		s := x.shardOf(h)
+		s.mu.Lock()
+		s.settleLocked(h, pod.index(), now, deadline, &n)
+		s.mu.Unlock()
+	}
+	x.metrics.settledSpec(&n)
 	return nil
 }
 

@@ -22,9 +22,9 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v, want nil", err)
 	}
-	bad := Config{Shards: 3, MaxEntries: 0, SpeculativeTTL: -time.Second}
+	bad := Config{Shards: 3, MaxEntries: 0, SpeculativeTTL: -time.Second, SpeculativeGrace: time.Second}
 	err := bad.Validate()
-	for _, want := range []string{"shards = 3", "max entries = 0", "speculative TTL = -1s"} {
+	for _, want := range []string{"shards = 3", "max entries = 0", "speculative TTL = -1s", "speculative grace = 1s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate(%+v) = %v, want it to mention %q", bad, err, want)
 		}
@@ -41,6 +41,7 @@ func TestBadInput(t *testing.T) {
 		"stored unknown pod":  x.Stored(PodID(99), TierGPU, []uint64{1}),
 		"removed unknown pod": x.Removed(PodID(99), TierGPU, []uint64{1}),
 		"speculate unknown":   x.Speculate(PodID(99), []uint64{1}),
+		"settle unknown":      x.Settle(PodID(99), []uint64{1}),
 		"clear unknown":       x.ClearPod(PodID(99)),
 		"remove unknown":      x.RemovePod(PodID(99)),
 	} {

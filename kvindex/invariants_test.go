@@ -4,7 +4,9 @@ import "testing"
 
 // checkInvariants verifies the internal links of every shard: each node's
 // holders point back to it, each pod list is doubly linked and holds exactly
-// the pod's holders, and the counts add up.
+// the pod's holders of its kind, the speculative FIFOs are in deadline
+// order, a pod has at most one speculative holder per block, and the counts
+// add up.
 func checkInvariants(t testing.TB, x *Index) {
 	t.Helper()
 	for si, s := range x.shards {
@@ -22,8 +24,14 @@ func checkInvariants(t testing.TB, x *Index) {
 			if _, got := s.lookupLocked(nd.hash); got != nr {
 				t.Fatalf("shard %d: lookup of node %d's hash finds %d", si, nr, got)
 			}
-			for i, h := range s.vectorLocked(nr) {
+			v := s.vectorLocked(nr)
+			for i, h := range v {
 				r := holderRef(nd.class, nd.vec+uint32(i))
+				for _, o := range v[:i] {
+					if h.spec() && o.spec() && o.slot() == h.slot() {
+						t.Fatalf("shard %d: node %d has two speculative holders of pod %d", si, nr, h.slot())
+					}
+				}
 				if h.node != nr {
 					t.Fatalf("shard %d: holder %x of node %d points to node %d", si, r, nr, h.node)
 				}
@@ -41,12 +49,16 @@ func checkInvariants(t testing.TB, x *Index) {
 		onLists := 0
 		for sl, ps := range s.mu.pods {
 			if ps.n == 0 {
-				if ps.lruOld != 0 || ps.lruNew != 0 || ps.specOld != 0 || ps.specNew != 0 {
+				if ps.lruOld|ps.lruNew|ps.specOld|ps.specNew|ps.graceOld|ps.graceNew != 0 {
 					t.Fatalf("shard %d: pod %d without holders has lists %+v", si, sl, ps)
 				}
 				continue
 			}
-			n := checkList(t, s, uint32(sl), ps.lruOld, ps.lruNew, false) + checkList(t, s, uint32(sl), ps.specOld, ps.specNew, true)
+			n := 0
+			for _, l := range []podList{listLRU, listPending, listGrace} {
+				oldest, newest := ps.ends(l)
+				n += checkList(t, s, uint32(sl), *oldest, *newest, l)
+			}
 			if uint32(n) != ps.n || n == 0 {
 				t.Fatalf("shard %d: pod %d lists hold %d holders, state says %d", si, sl, n, ps.n)
 			}
@@ -62,14 +74,17 @@ func checkInvariants(t testing.TB, x *Index) {
 	}
 }
 
-func checkList(t testing.TB, s *shard, slot uint32, oldest, newest ref, spec bool) int {
+func checkList(t testing.TB, s *shard, slot uint32, oldest, newest ref, l podList) int {
 	t.Helper()
 	n := 0
 	var prev ref
 	for r := oldest; r != 0; r = s.holderLocked(r).newer {
 		h := s.holderLocked(r)
-		if h.slot() != slot || h.spec() != spec || h.older != prev || h.node == 0 || (!spec && h.count() == 0) {
-			t.Fatalf("slot %d list (spec %v): holder %x = %+v after %x", slot, spec, r, *h, prev)
+		if h.slot() != slot || h.list() != l || h.older != prev || h.node == 0 || (l == listLRU && h.count() == 0) {
+			t.Fatalf("slot %d list %d: holder %x = %+v after %x", slot, l, r, *h, prev)
+		}
+		if l != listLRU && prev != 0 && int32(h.stamp-s.holderLocked(prev).stamp) < 0 {
+			t.Fatalf("slot %d list %d: deadline %d after %d: the FIFO is out of order", slot, l, h.stamp, s.holderLocked(prev).stamp)
 		}
 		prev = r
 		if n++; n > 1<<24 {
@@ -77,7 +92,7 @@ func checkList(t testing.TB, s *shard, slot uint32, oldest, newest ref, spec boo
 		}
 	}
 	if prev != newest {
-		t.Fatalf("slot %d list (spec %v) ends at %x, newest says %x", slot, spec, prev, newest)
+		t.Fatalf("slot %d list %d ends at %x, newest says %x", slot, l, prev, newest)
 	}
 	return n
 }

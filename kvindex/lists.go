@@ -15,10 +15,13 @@ func (s *shard) slotOfLocked(sl uint32) (uint32, bool) {
 	return sl, int(sl) < len(s.mu.pods) && s.mu.pods[sl].n != 0
 }
 
-// ends returns the ends of the pod list a holder belongs to.
-func (ps *podState) ends(spec bool) (oldest, newest *ref) {
-	if spec {
+// ends returns the ends of one of the pod's lists.
+func (ps *podState) ends(l podList) (oldest, newest *ref) {
+	switch l {
+	case listPending:
 		return &ps.specOld, &ps.specNew
+	case listGrace:
+		return &ps.graceOld, &ps.graceNew
 	}
 	return &ps.lruOld, &ps.lruNew
 }
@@ -27,7 +30,7 @@ func (ps *podState) ends(spec bool) (oldest, newest *ref) {
 func (s *shard) linkLocked(r ref) {
 	h := s.holderLocked(r)
 	ps := &s.mu.pods[h.slot()]
-	oldest, newest := ps.ends(h.spec())
+	oldest, newest := ps.ends(h.list())
 	h.older, h.newer = *newest, 0
 	if *newest != 0 {
 		s.holderLocked(*newest).newer = r
@@ -45,7 +48,7 @@ func (s *shard) linkLocked(r ref) {
 func (s *shard) unlinkLocked(r ref) {
 	h := s.holderLocked(r)
 	ps := &s.mu.pods[h.slot()]
-	oldest, newest := ps.ends(h.spec())
+	oldest, newest := ps.ends(h.list())
 	if h.older != 0 {
 		s.holderLocked(h.older).newer = h.newer
 	} else {
@@ -67,7 +70,7 @@ func (s *shard) unlinkLocked(r ref) {
 // at its new place.
 func (s *shard) movedLocked(r ref) {
 	h := s.holderLocked(r)
-	oldest, newest := s.mu.pods[h.slot()].ends(h.spec())
+	oldest, newest := s.mu.pods[h.slot()].ends(h.list())
 	if h.older != 0 {
 		s.holderLocked(h.older).newer = r
 	} else {

@@ -9,6 +9,7 @@ import (
 // metrics are the index's Prometheus collectors.
 type metrics struct {
 	stored, removed, evicted, cleared, removedAbsent, confirmed, specAdded, overflow prometheus.Counter
+	specRenewed, specSettled                                                         prometheus.Counter
 	blocksRequested, blocksMatched                                                   prometheus.Counter
 	matchSeconds                                                                     prometheus.Histogram
 }
@@ -26,6 +27,8 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		confirmed:       counter("speculative_confirmed_total", "Speculative entries confirmed by the pod's own BlockStored event."),
 		overflow:        counter("overflow_total", "Stores and speculative entries ignored because the block already has the most holders (4096)."),
 		specAdded:       counter("speculative_added_total", "Speculative entries recorded after routing decisions."),
+		specRenewed:     counter("speculative_renewed_total", "Speculative entries given a new pending deadline by a later decision for the same pod."),
+		specSettled:     counter("speculative_settled_total", "Speculative entries shortened to the grace period because their request was prefilled or ended."),
 		blocksRequested: counter("match_blocks_requested_total", "Blocks looked up by matches."),
 		blocksMatched:   counter("match_blocks_matched_total", "Blocks of the best candidate's leading match, summed over matches."),
 		matchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -42,6 +45,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.stored, m.removed, m.removedAbsent, m.evicted, m.cleared, m.confirmed, m.specAdded, m.overflow,
+		m.specRenewed, m.specSettled,
 		m.blocksRequested, m.blocksMatched, m.matchSeconds,
 		gauge("entries", "Real (block, pod, tier) entries in the index.", func() float64 { r, _ := x.Len(); return float64(r) }),
 		gauge("speculative_entries", "Speculative entries not yet freed.", func() float64 { _, s := x.Len(); return float64(s) }),
@@ -81,11 +85,20 @@ func (m *metrics) record(n *opCounts, stored, removed int) {
 
 func (m *metrics) speculated(n *opCounts) {
 	m.specAdded.Add(float64(n.added))
+	if n.renewed > 0 {
+		m.specRenewed.Add(float64(n.renewed))
+	}
 	if n.evicted > 0 {
 		m.evicted.Add(float64(n.evicted))
 	}
 	if n.overflow > 0 {
 		m.overflow.Add(float64(n.overflow))
+	}
+}
+
+func (m *metrics) settledSpec(n *opCounts) {
+	if n.settled > 0 {
+		m.specSettled.Add(float64(n.settled))
 	}
 }
 

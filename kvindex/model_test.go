@@ -11,10 +11,12 @@ import (
 // model is the reference the index is checked against: plain maps, no
 // sharding, no eviction.
 type model struct {
-	now     int64 // ms
-	ttl     int64
+	now     int64            // ms
+	ttl     int64            // pending speculative entries' lifetime
+	grace   int64            // settled speculative entries' lifetime
 	real    map[modelKey]int // count
 	spec    map[modelKey]int64
+	settled map[modelKey]bool // spec entries Settle shortened
 	podNS   map[PodID]string
 	removed map[PodID]bool
 }
@@ -25,9 +27,9 @@ type modelKey struct {
 	tier Tier // TierGPU for speculative keys
 }
 
-func newModel(ttl time.Duration) *model {
+func newModel(ttl, grace time.Duration) *model {
 	return &model{
-		ttl: ttl.Milliseconds(), real: map[modelKey]int{}, spec: map[modelKey]int64{},
+		ttl: ttl.Milliseconds(), grace: grace.Milliseconds(), real: map[modelKey]int{}, spec: map[modelKey]int64{}, settled: map[modelKey]bool{},
 		podNS: map[PodID]string{}, removed: map[PodID]bool{},
 	}
 }
@@ -61,13 +63,26 @@ func (m *model) removedOp(pod PodID, tier Tier, hs []uint64) {
 	}
 }
 
+// speculate gives pod a speculative entry of every block it does not hold
+// for real, expiring ttl from now, whether or not it had one.
 func (m *model) speculate(pod PodID, hs []uint64) {
 	for _, h := range hs {
-		k := modelKey{h, pod, TierGPU}
-		if d, ok := m.spec[k]; m.holdsReal(h, pod) || (ok && d > m.now) {
-			continue
+		if k := (modelKey{h, pod, TierGPU}); !m.holdsReal(h, pod) {
+			m.spec[k] = m.now + m.ttl
+			delete(m.settled, k)
 		}
-		m.spec[k] = m.now + m.ttl
+	}
+}
+
+// settle makes pod's live speculative entries of hs expire at most grace
+// from now.
+func (m *model) settle(pod PodID, hs []uint64) {
+	for _, h := range hs {
+		k := modelKey{h, pod, TierGPU}
+		if d, ok := m.spec[k]; ok && d > m.now && d > m.now+m.grace {
+			m.spec[k] = m.now + m.grace
+			m.settled[k] = true
+		}
 	}
 }
 
@@ -131,13 +146,16 @@ type opRunner struct {
 	out  []PodMatch
 	// What the checks saw, so a test can prove it exercised real matches.
 	sawBlocks, sawSpec, sawCPU int
+	sawSettled                 int // speculative blocks matched while settled
+	lastSpec                   map[PodID][]uint64
 }
 
 var namespaces = []string{"llama", "qwen"}
 
 func newOpRunner(t testing.TB, shards int) *opRunner {
-	r := &opRunner{t: t, m: newModel(10 * time.Millisecond), now: time.Unix(1000, 0)}
-	cfg := Config{Shards: shards, MaxEntries: 1 << 30, SpeculativeTTL: 10 * time.Millisecond, Now: func() time.Time { return r.now }}
+	const ttl, grace = 12 * time.Millisecond, 4 * time.Millisecond
+	r := &opRunner{t: t, m: newModel(ttl, grace), now: time.Unix(1000, 0), lastSpec: map[PodID][]uint64{}}
+	cfg := Config{Shards: shards, MaxEntries: 1 << 30, SpeculativeTTL: ttl, SpeculativeGrace: grace, Now: func() time.Time { return r.now }}
 	x, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +173,7 @@ func newOpRunner(t testing.TB, shards int) *opRunner {
 // run decodes ops from data: each op is 3 header bytes then a run of hashes.
 func (r *opRunner) run(data []byte) {
 	for len(data) >= 4 {
-		op, pod, tier := data[0]%8, r.pods[int(data[1])%len(r.pods)], Tier(data[2]%2)
+		op, pod, tier := data[0]%9, r.pods[int(data[1])%len(r.pods)], Tier(data[2]%2)
 		n := 1 + int(data[3]%6)
 		data = data[4:]
 		n = min(n, len(data))
@@ -187,6 +205,7 @@ func (r *opRunner) apply(op uint8, pod PodID, tier Tier, hs []uint64) {
 			r.m.removedOp(pod, tier, hs)
 		}
 	case 3:
+		r.lastSpec[pod] = hs
 		err = r.x.Speculate(pod, hs)
 		if !removed {
 			r.m.speculate(pod, hs)
@@ -210,10 +229,24 @@ func (r *opRunner) apply(op uint8, pod PodID, tier Tier, hs []uint64) {
 		d := time.Duration(hs[0]%8) * time.Millisecond
 		r.now = r.now.Add(d)
 		r.m.now += d.Milliseconds()
+	case 6:
+		if tier == 0 && r.lastSpec[pod] != nil {
+			hs = r.lastSpec[pod] // as a decision settles what it speculated
+		}
+		err = r.x.Settle(pod, hs)
+		if !removed {
+			r.m.settle(pod, hs)
+		}
+		if tier == 0 {
+			r.check(hs)
+		}
 	default:
+		if tier == 0 && r.lastSpec[pod] != nil {
+			hs = r.lastSpec[pod] // what a decision speculated, settled or not
+		}
 		r.check(hs)
 	}
-	if op < 5 && (err != nil) != removed {
+	if op != 5 && op < 7 && (err != nil) != removed {
 		r.t.Fatalf("op %d on pod %d (removed %v) = %v", op, pod, removed, err)
 	}
 }
@@ -234,6 +267,13 @@ func (r *opRunner) check(hs []uint64) {
 				r.sawSpec += m.Speculative
 				r.sawCPU += m.Tiers[TierCPU]
 			}
+			for _, h := range q {
+				for _, p := range r.pods {
+					if k := (modelKey{h, p, TierGPU}); r.m.settled[k] && r.m.spec[k] > r.m.now && !r.m.holdsReal(h, p) {
+						r.sawSettled++
+					}
+				}
+			}
 		}
 	}
 	checkInvariants(r.t, r.x)
@@ -246,6 +286,8 @@ func FuzzIndexOps(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 3, 1, 2, 3, 7, 0, 0, 3, 1, 2, 3})
 	f.Add([]byte{3, 1, 0, 2, 5, 6, 7, 1, 0, 1, 5, 6, 5, 0, 0, 1, 9, 7, 1, 0, 2, 5, 6})
 	f.Add([]byte{0, 2, 1, 5, 1, 2, 3, 4, 5, 6, 4, 2, 1, 0, 1, 7, 2, 0, 2, 1, 2})
+	// Speculate, settle part of it, let time pass, speculate again.
+	f.Add([]byte{3, 1, 0, 2, 5, 6, 7, 6, 1, 0, 0, 5, 5, 0, 0, 0, 2, 7, 1, 0, 2, 5, 6, 3, 1, 0, 1, 6, 5, 0, 0, 0, 4, 7, 1, 0, 1, 5})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		newOpRunner(t, 2).run(data)
 	})
@@ -263,9 +305,9 @@ func TestIndexAgainstModel(t *testing.T) {
 		for _, shards := range []int{1, 4} {
 			r := newOpRunner(t, shards)
 			r.run(data)
-			if r.sawBlocks == 0 || r.sawSpec == 0 || r.sawCPU == 0 {
-				t.Fatalf("seed %d: the checks saw %d blocks, %d speculative, %d on CPU: the sequence exercises too little",
-					seed, r.sawBlocks, r.sawSpec, r.sawCPU)
+			if r.sawBlocks == 0 || r.sawSpec == 0 || r.sawCPU == 0 || r.sawSettled == 0 {
+				t.Fatalf("seed %d: the checks saw %d blocks, %d speculative (%d settled), %d on CPU: the sequence exercises too little",
+					seed, r.sawBlocks, r.sawSpec, r.sawSettled, r.sawCPU)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ package kvindex
 // opCounts is what a batch of shard operations did, for the metrics.
 type opCounts struct {
 	added, confirmed, evicted, absent, cleared, overflow int
+	renewed, settled                                     int // speculative holders given a new deadline
 }
 
 // findLocked returns the holder in node nr of the pod in slot sl matching
@@ -41,25 +42,28 @@ func expired(deadline, now uint32) bool {
 }
 
 // expirePodLocked frees pod's speculative holders whose deadline has passed;
-// all have the same TTL, so they expire in FIFO order.
+// the holders of each FIFO share one lifetime, so they expire in order.
 func (s *shard) expirePodLocked(pod uint32, now uint32) {
-	for {
-		sl, ok := s.slotOfLocked(pod)
-		if !ok {
-			return
+	for _, l := range []podList{listPending, listGrace} {
+		for {
+			sl, ok := s.slotOfLocked(pod)
+			if !ok {
+				return
+			}
+			oldest, _ := s.mu.pods[sl].ends(l)
+			r := *oldest
+			if r == 0 || !expired(s.holderLocked(r).stamp, now) {
+				break
+			}
+			s.dropHolderLocked(r)
 		}
-		r := s.mu.pods[sl].specOld
-		if r == 0 || !expired(s.holderLocked(r).stamp, now) {
-			return
-		}
-		s.dropHolderLocked(r)
 	}
 }
 
 // expireLocked frees every expired speculative holder of the shard.
 func (s *shard) expireLocked(now uint32) {
 	for i := range s.mu.pods {
-		if ps := &s.mu.pods[i]; ps.n != 0 && ps.specOld != 0 {
+		if ps := &s.mu.pods[i]; ps.n != 0 && (ps.specOld != 0 || ps.graceOld != 0) {
 			s.expirePodLocked(uint32(i), now)
 		}
 	}
@@ -90,15 +94,19 @@ func (s *shard) oldestLocked(spec bool, now uint32) ref {
 	var bestAge uint32
 	for i := range s.mu.pods {
 		ps := &s.mu.pods[i]
-		r, age := ps.lruOld, s.mu.stamp-ps.oldStamp
-		if spec {
-			r = ps.specOld
-			if r != 0 {
-				age = now - s.holderLocked(r).stamp + 1<<31 // deadlines lie ahead of now
+		if !spec {
+			if r, age := ps.lruOld, s.mu.stamp-ps.oldStamp; r != 0 && (best == 0 || age > bestAge) {
+				best, bestAge = r, age
 			}
+			continue
 		}
-		if r != 0 && (best == 0 || age > bestAge) {
-			best, bestAge = r, age
+		for _, r := range []ref{ps.specOld, ps.graceOld} {
+			if r == 0 {
+				continue
+			}
+			if age := now - s.holderLocked(r).stamp + 1<<31; best == 0 || age > bestAge { // deadlines lie ahead of now
+				best, bestAge = r, age
+			}
 		}
 	}
 	return best
@@ -202,16 +210,28 @@ func (s *shard) removeLocked(h uint64, pod uint32, tier Tier, n *opCounts) {
 }
 
 // speculateLocked records that pod will soon hold h on its GPU, unless it
-// already holds it for real or speculatively.
+// already holds it for real. A speculative holder it already has becomes
+// pending again with the new deadline.
 func (s *shard) speculateLocked(h uint64, pod uint32, limit int, now, deadline uint32, n *opCounts) {
 	s.expirePodLocked(pod, now)
 	pos, nr := s.lookupLocked(h)
 	if _, ok := s.slotOfLocked(pod); ok && nr != 0 {
+		nd := s.nodeLocked(nr)
 		v := s.vectorLocked(nr)
+		spec := ref(0)
 		for i := range v {
-			if v[i].slot() == pod {
+			switch {
+			case v[i].slot() != pod:
+			case !v[i].spec():
 				return
+			default:
+				spec = holderRef(nd.class, nd.vec+uint32(i))
 			}
+		}
+		if spec != 0 {
+			s.relistLocked(spec, listPending, deadline)
+			n.renewed++
+			return
 		}
 	}
 	if s.makeRoomLocked(limit, now, n) {
@@ -225,18 +245,42 @@ func (s *shard) speculateLocked(h uint64, pod uint32, limit int, now, deadline u
 	}
 }
 
+// settleLocked shortens the deadline of pod's speculative holder of h to
+// at most deadline, moving it to the grace FIFO; real holders are left as
+// they are.
+func (s *shard) settleLocked(h uint64, pod uint32, now, deadline uint32, n *opCounts) {
+	s.expirePodLocked(pod, now)
+	r := s.findPodLocked(h, pod, TierGPU, true)
+	if r == 0 || int32(deadline-s.holderLocked(r).stamp) >= 0 {
+		return
+	}
+	s.relistLocked(r, listGrace, deadline)
+	n.settled++
+}
+
+// relistLocked moves speculative holder r to the newest end of its pod's
+// list l with a new deadline.
+func (s *shard) relistLocked(r ref, l podList, deadline uint32) {
+	s.unlinkLocked(r)
+	h := s.holderLocked(r)
+	h.word &^= graceBit
+	if l == listGrace {
+		h.word |= graceBit
+	}
+	h.stamp = deadline
+	s.linkLocked(r)
+}
+
 // clearPodLocked removes pod's holders in the tiers of mask (bit 1<<tier),
 // speculative ones with the GPU tier, walking the pod's lists.
 func (s *shard) clearPodLocked(pod uint32, mask uint8, n *opCounts) {
-	for _, spec := range []bool{false, true} {
+	for _, l := range []podList{listLRU, listPending, listGrace} {
 		sl, ok := s.slotOfLocked(pod)
 		if !ok {
 			return
 		}
-		r := s.mu.pods[sl].lruOld
-		if spec {
-			r = s.mu.pods[sl].specOld
-		}
+		oldest, _ := s.mu.pods[sl].ends(l)
+		r, spec := *oldest, l != listLRU
 		for r != 0 {
 			h := s.holderLocked(r)
 			next := h.newer

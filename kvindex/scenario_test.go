@@ -22,6 +22,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	stored NAME TIER H...       a BlockStored event
 //	removed NAME TIER H...      a BlockRemoved event
 //	speculate NAME H...         a routing decision's speculative entries
+//	settle NAME H...            its request was prefilled: shorten them
 //	clear NAME                  AllBlocksCleared / pod restarted
 //	clear-tier NAME TIER        drop one tier of a pod
 //	advance DURATION            move the clock
@@ -44,7 +45,7 @@ func runScenario(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	sr := &scenario{t: t, now: time.Unix(0, 0), pods: map[string]PodID{}}
-	sr.x = mustNew(t, Config{Shards: 4, MaxEntries: 1000, SpeculativeTTL: 2 * time.Second, Now: func() time.Time { return sr.now }}, nil)
+	sr.x = mustNew(t, Config{Shards: 4, MaxEntries: 1000, SpeculativeTTL: 2 * time.Second, SpeculativeGrace: 500 * time.Millisecond, Now: func() time.Time { return sr.now }}, nil)
 	lines := strings.Split(string(data), "\n")
 	var out strings.Builder
 	for i := 0; i < len(lines); i++ {
@@ -118,6 +119,9 @@ func (sr *scenario) do(where string, f []string) string {
 	case "speculate":
 		need(3)
 		check(sr.x.Speculate(sr.pods[f[1]], sr.hashes(where, f[2:])))
+	case "settle":
+		need(3)
+		check(sr.x.Settle(sr.pods[f[1]], sr.hashes(where, f[2:])))
 	case "clear":
 		need(2)
 		check(sr.x.ClearPod(sr.pods[f[1]]))

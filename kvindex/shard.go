@@ -12,8 +12,11 @@ import "sync"
 // Every holder is also on one list of its pod in this shard: real holders on
 // the pod's LRU list by store stamp (so clearing a pod costs only its
 // entries, and the least recently stored entry of the shard is the oldest
-// head among its pods), speculative ones on the pod's FIFO by deadline.
-// Moving a holder updates its list neighbors.
+// head among its pods), speculative ones on one of the pod's two FIFOs by
+// deadline: pending (deadline Config.SpeculativeTTL after the decision) or
+// grace (Config.SpeculativeGrace after Index.Settle). Each FIFO's entries
+// share one lifetime, so appending keeps it in deadline order. Moving a
+// holder updates its list neighbors.
 //
 // Nodes and holders live in fixed-size chunks and refer to each other by
 // 32-bit refs: the garbage collector never scans them.
@@ -58,19 +61,21 @@ type node struct {
 // holder is one (pod, tier) that holds a block, or a pod that will soon hold
 // it speculatively: 20 bytes.
 type holder struct {
-	word         uint32 // pod index<<slotShift | count<<countShift | specBit | tier
+	word         uint32 // pod index<<slotShift | count<<countShift | graceBit | specBit | tier
 	node         ref    // back to the node
-	older, newer ref    // the pod's LRU list (real) or FIFO (speculative)
+	older, newer ref    // the pod's LRU list (real) or a FIFO (speculative)
 	stamp        uint32 // real: store stamp; speculative: deadline
 }
 
 const (
-	tierBits   = 3 // NumTiers fits in two bits
-	specBit    = 1 << 2
-	countShift = 3
+	tierBits = 3 // NumTiers fits in two bits
+	specBit  = 1 << 2
+	// graceBit marks a speculative holder on its pod's grace FIFO.
+	graceBit   = 1 << 3
+	countShift = 4
 	// countMax is where the count of repeated stores of one hash on one pod
 	// saturates; vLLM stores a hash at most a few times.
-	countMax  = 31
+	countMax  = 15
 	slotShift = 8
 	// maxPods is the most pods an index can hold at once.
 	maxPods = 1 << (32 - slotShift)
@@ -89,6 +94,17 @@ func (h *holder) tier() Tier    { return Tier(h.word & tierBits) }
 func (h *holder) spec() bool    { return h.word&specBit != 0 }
 func (h *holder) count() uint32 { return h.word >> countShift & countMax }
 
+// list says which of its pod's lists the holder is on.
+func (h *holder) list() podList {
+	switch {
+	case !h.spec():
+		return listLRU
+	case h.word&graceBit != 0:
+		return listGrace
+	}
+	return listPending
+}
+
 // setCount replaces the count, which must be in [0, countMax].
 func (h *holder) setCount(c uint32) {
 	h.word = h.word&^(countMax<<countShift) | c<<countShift
@@ -96,11 +112,21 @@ func (h *holder) setCount(c uint32) {
 
 // podState is one pod's lists in a shard.
 type podState struct {
-	lruOld, lruNew   ref
-	specOld, specNew ref
-	oldStamp         uint32 // stamp of lruOld, for eviction without a pointer chase
-	n                uint32 // holders of the pod in this shard
+	lruOld, lruNew     ref
+	specOld, specNew   ref    // pending speculative holders
+	graceOld, graceNew ref    // settled speculative holders
+	oldStamp           uint32 // stamp of lruOld, for eviction without a pointer chase
+	n                  uint32 // holders of the pod in this shard
 }
+
+// podList names one of a pod's lists in a shard.
+type podList uint8
+
+const (
+	listLRU     podList = iota // real holders by store stamp
+	listPending                // speculative holders by deadline, requests not yet prefilled
+	listGrace                  // speculative holders by deadline, requests prefilled or ended
+)
 
 // slab is a chunked array addressed by index.
 type slab[T any] struct {
