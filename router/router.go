@@ -53,6 +53,7 @@ type Router struct {
 	logger  *slog.Logger
 	metrics *metrics
 	scratch sync.Pool // *scratch
+	specs   sync.Pool // *hashBuf
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -84,20 +85,35 @@ type Decision struct {
 
 	load      *Load
 	prefill   int64 // uncached tokens charged to the pod's prefill queue
+	router    *Router
+	pod       kvindex.PodID
+	spec      *hashBuf // the block hashes speculated on pod; nil when none
 	prefilled atomic.Bool
 	done      atomic.Bool
 }
 
+// hashBuf holds a decision's speculated block hashes until Prefilled.
+type hashBuf struct{ h []uint64 }
+
 // Prefilled releases the decision's prefill work from the pod's predicted
-// queue. Safe to call more than once.
+// queue and settles its speculative index entries: they count only for
+// the index's grace period more, in which the pod's own KV events confirm
+// the blocks it computed. Safe to call more than once.
 func (d *Decision) Prefilled() {
-	if d.load != nil && d.prefilled.CompareAndSwap(false, true) {
-		d.load.PrefillTokens.Add(-d.prefill)
-		d.load.Prefilling.Add(-1)
+	if d.load == nil || !d.prefilled.CompareAndSwap(false, true) {
+		return
+	}
+	d.load.PrefillTokens.Add(-d.prefill)
+	d.load.Prefilling.Add(-1)
+	if b := d.spec; b != nil {
+		d.spec = nil
+		d.router.settle(d.pod, b)
 	}
 }
 
-// Done ends the request on its pod. Safe to call more than once.
+// Done ends the request on its pod; a request that ends unprefilled (an
+// error, an abort) settles its speculative entries too. Safe to call more
+// than once.
 func (d *Decision) Done() {
 	d.Prefilled()
 	if d.load != nil && d.done.CompareAndSwap(false, true) {
@@ -134,7 +150,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	d := &Decision{
 		RequestID: req.ID, Model: ev.model, Pod: m.Name, Address: m.Address,
 		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
-		Stages: ev.stages, load: m.load,
+		Stages: ev.stages, load: m.load, router: r, pod: m.id,
 	}
 	if d.Reason == ReasonLoad && d.Matched > 0 {
 		d.Reason = ReasonPrefix
@@ -144,13 +160,34 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	m.load.PrefillTokens.Add(d.prefill)
 	m.load.Prefilling.Add(1)
 	if len(sc.hashes) > 0 {
-		if err := r.index.Speculate(m.id, sc.hashes); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
+		err := r.index.Speculate(m.id, sc.hashes)
+		switch {
+		case err == nil:
+			// The decision keeps the hashes for Prefilled; the scratch
+			// takes a recycled buffer instead.
+			b, _ := r.specs.Get().(*hashBuf)
+			if b == nil {
+				b = &hashBuf{}
+			}
+			b.h, sc.hashes = sc.hashes, b.h[:0]
+			d.spec = b
+		case !errors.Is(err, kvindex.ErrUnknownPod):
 			r.logger.Warn("speculative entries not recorded", "pod", m.Name, "error", err)
 		}
 	}
 	d.Elapsed = time.Since(start)
 	r.observe(d)
 	return d, nil
+}
+
+// settle shortens a decision's speculative entries to the index's grace
+// period and recycles their buffer.
+func (r *Router) settle(pod kvindex.PodID, b *hashBuf) {
+	if err := r.index.Settle(pod, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
+		r.logger.Warn("speculative entries not settled", "error", err)
+	}
+	b.h = b.h[:0]
+	r.specs.Put(b)
 }
 
 func (r *Router) observe(d *Decision) {

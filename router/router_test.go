@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +42,12 @@ type testRouter struct {
 
 func newTestRouter(t *testing.T) *testRouter {
 	t.Helper()
-	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	return newTestRouterIndex(t, kvindex.DefaultConfig())
+}
+
+func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
+	t.Helper()
+	index, err := kvindex.New(icfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,5 +354,63 @@ func TestQueuedPodKeepsItsPrefix(t *testing.T) {
 	d.Done()
 	if l := tr.fleet.Load("a"); l.Prefilling.Load() != 0 {
 		t.Fatalf("a's requests waiting for prefill after Prefilled = %d, want 0", l.Prefilling.Load())
+	}
+}
+
+// TestSpeculationLastsUntilPrefilled: a decision's speculative entries count
+// while its request waits for its prefill, however long that takes under
+// load, then only for the index's grace period after Prefilled (or after
+// Done without it); a request never reported ends at the index's TTL.
+func TestSpeculationLastsUntilPrefilled(t *testing.T) {
+	for _, end := range []string{"Prefilled", "Done", "never"} {
+		t.Run(end, func(t *testing.T) {
+			now := time.Unix(0, 0)
+			icfg := kvindex.DefaultConfig()
+			icfg.Now = func() time.Time { return now }
+			tr := newTestRouterIndex(t, icfg)
+			body := completion("llama", prompt, "")
+			d, err := tr.route("/v1/completions", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := func(when string) int {
+				t.Helper()
+				rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(body)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range rep.Pods {
+					if s.Pod == d.Pod {
+						return s.Spec
+					}
+				}
+				t.Fatalf("%s: pod %s not scored", when, d.Pod)
+				return 0
+			}
+			wait := icfg.SpeculativeTTL / 2 // queued far beyond the grace period
+			now = now.Add(wait)
+			if got := spec("queued"); got != 7 {
+				t.Fatalf("speculative blocks on %s %v after the decision, unprefilled = %d, want 7", d.Pod, wait, got)
+			}
+			left := icfg.SpeculativeTTL - wait
+			switch end {
+			case "Prefilled":
+				d.Prefilled()
+				d.Prefilled() // twice is harmless
+				left = icfg.SpeculativeGrace
+			case "Done":
+				d.Done()
+				left = icfg.SpeculativeGrace
+			}
+			now = now.Add(left - time.Millisecond)
+			if got := spec("before the end"); got != 7 {
+				t.Fatalf("speculative blocks %v after %s = %d, want 7", left-time.Millisecond, end, got)
+			}
+			now = now.Add(time.Millisecond)
+			if got := spec("at the end"); got != 0 {
+				t.Fatalf("speculative blocks %v after %s = %d, want 0", left, end, got)
+			}
+			d.Done()
+		})
 	}
 }
