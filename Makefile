@@ -34,7 +34,7 @@ fuzz-short:
 fuzz: deps ## every fuzz target for 5 minutes each (FUZZTIME=... to change)
 	FUZZ_KEEP=1 FUZZTIME=$${FUZZTIME:-5m} test/fuzz.sh
 
-test-e2e: deps ## the end-to-end tests (TestE2E*) with the slow ones make test skips: kvrouter restart, heavy hostile requests
+test-e2e: deps ## the end-to-end tests (TestE2E*) with the slow ones make test skips: kvrouter and API-server restarts, heavy hostile requests
 	KVROUTER_E2E=1 $(GO) test -race -count=1 -timeout 30m -run 'E2E' ./test/...
 
 bench: ## benchmarks with allocations, one run per benchmark
