@@ -98,6 +98,15 @@ func soak(ctx context.Context, o options, so soakOptions, stdout io.Writer) erro
 	if err := k.applied(ctx, 0); err != nil {
 		problems = append(problems, err)
 	}
+	// /debug/pods counts a pod's speculative entries too: the decisions'
+	// expire and are swept within seconds once requests stop.
+	for deadline := time.Now().Add(2 * time.Minute); k.metric("kvrouter_kvindex_speculative_entries") != 0; {
+		if time.Now().After(deadline) {
+			problems = append(problems, fmt.Errorf("%v speculative entries left 2 minutes after the last request", k.metric("kvrouter_kvindex_speculative_entries")))
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // waiting on another process
+	}
 	problems = append(problems, k.compare(caches)...)
 	for _, m := range []string{
 		"kvrouter_kvevents_decode_errors_total", "kvrouter_kvevents_clears_total", "kvrouter_kvevents_queue_drops_total",
