@@ -85,7 +85,7 @@ func TestSharedPrefixOrdering(t *testing.T) {
 }
 
 func TestPolicyByName(t *testing.T) {
-	for _, name := range append(Policies, KVRouterLongSpeculation) {
+	for _, name := range Policies {
 		if _, err := PolicyByName(name); err != nil {
 			t.Errorf("PolicyByName(%q) = %v, want a policy", name, err)
 		}

@@ -59,15 +59,13 @@ func (t simTokenizer) Tokens(_ string, p *router.Parsed) ([]uint32, error) {
 	return t.w.Requests[id].AppendTokens(nil), nil
 }
 
-// newKVRouter builds the policy; ttl > 0 overrides the index's
-// speculative-entry TTL.
-func newKVRouter(s *Sim, ttl time.Duration) (*kvRouter, error) {
+// newKVRouter builds the policy: the index's default config (speculative
+// entries live while their request waits for prefill, up to 60 s, and 2 s
+// after Prefilled) with fewer shards, on the sim's clock.
+func newKVRouter(s *Sim) (*kvRouter, error) {
 	epoch := time.Unix(0, 0)
 	icfg := kvindex.DefaultConfig()
 	icfg.Shards = 16
-	if ttl > 0 {
-		icfg.SpeculativeTTL = ttl
-	}
 	icfg.Now = func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
 	index, err := kvindex.New(icfg, prometheus.NewRegistry())
 	if err != nil {
@@ -107,8 +105,10 @@ func (p *kvRouter) Pick(r *Request) int {
 	return p.byName[d.Pod]
 }
 
+// Started is the first response byte, where extproc calls Prefilled.
 func (p *kvRouter) Started(r *Request) { p.decisions[r.ID].Prefilled() }
 
+// Finished is the end of the response stream, where extproc calls Done.
 func (p *kvRouter) Finished(r *Request) {
 	p.decisions[r.ID].Done()
 	p.decisions[r.ID] = nil

@@ -3,16 +3,10 @@ package fleetsim
 import (
 	"fmt"
 	"math"
-	"time"
 )
 
 // Policies lists the policies PolicyByName knows, in report order.
 var Policies = []string{"random", "round-robin", "least-loaded", "approximate", "kvrouter", "oracle"}
-
-// KVRouterLongSpeculation is kvrouter with speculative index entries kept
-// 30 s instead of kvindex's default 2 s, long enough to cover a request's
-// queueing under overload; PolicyByName knows it too.
-const KVRouterLongSpeculation = "kvrouter-spec30s"
 
 // PolicyByName returns the constructor of a policy in Policies.
 func PolicyByName(name string) (NewPolicy, error) {
@@ -26,9 +20,7 @@ func PolicyByName(name string) (NewPolicy, error) {
 	case "approximate":
 		return func(s *Sim) (Policy, error) { return newApproximate(s, DefaultApproximate()), nil }, nil
 	case "kvrouter":
-		return func(s *Sim) (Policy, error) { return newKVRouter(s, 0) }, nil
-	case KVRouterLongSpeculation:
-		return func(s *Sim) (Policy, error) { return newKVRouter(s, 30*time.Second) }, nil
+		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
 	case "oracle":
 		return func(s *Sim) (Policy, error) { return newOracle(s), nil }, nil
 	}

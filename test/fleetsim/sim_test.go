@@ -120,3 +120,28 @@ func TestDropsRequestsLargerThanAPod(t *testing.T) {
 		t.Fatalf("Dropped = %d, want 1", res.Dropped)
 	}
 }
+
+// TestSharedPrefixBlocksCountOnce: as in vLLM's block pool, requests that
+// share a prefix reference its blocks once, so both fit where two copies
+// would not; and a running request holds its blocks until it finishes, so
+// a request that needs them waits.
+func TestSharedPrefixBlocksCountOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pods, cfg.Blocks = 1, 8
+	// A and B: 80-token prompts sharing 4 blocks, 16 output tokens: 6
+	// blocks each, 8 together. C shares nothing and needs 5 to start.
+	w := manual(
+		Request{Arrival: 0, Prompt: 80, Output: 16, Hashes: []uint64{1, 2, 3, 4, 5}},
+		Request{Arrival: 0.001, Prompt: 80, Output: 16, Hashes: []uint64{1, 2, 3, 4, 6}},
+		Request{Arrival: 0.002, Prompt: 80, Output: 16, Hashes: []uint64{7, 8, 9, 10, 11}},
+	)
+	res, _ := runFirstPod(t, cfg, w)
+	a, b, c := res.Outcomes[0], res.Outcomes[1], res.Outcomes[2]
+	if res.Preemptions != 0 || b.Hit != 4 || b.First >= a.Finish {
+		t.Fatalf("B: hit %d, first token %v, A finished %v, %d preemptions; want 4 hits, B started while A decoded, none",
+			b.Hit, b.First, a.Finish, res.Preemptions)
+	}
+	if c.Hit != 0 || c.First <= max(a.Finish, b.Finish) {
+		t.Fatalf("C: hit %d, first token %v; want 0 hits, after A (%v) and B (%v) released their blocks", c.Hit, c.First, a.Finish, b.Finish)
+	}
+}

@@ -279,21 +279,25 @@ prefix cache (full blocks of 16 hashed with vLLM's hash; freed blocks cached
 until evicted LRU, tail first; preemption by recomputation), KV events to the
 router 50 ms after each step, metrics scraped every 100 ms. kvrouter is the
 real router package (Router.Route) over the real kvindex, with the default
-config except PrefillSecondsPerToken = 1/25,000 (the pods' speed);
-kvrouter-spec30s is the same with the index's speculative entries kept 30 s
-instead of the default 2 s. The oracle reads every pod's cache, queue and
-decode batch exactly and scores like kvrouter.
+config except PrefillSecondsPerToken = 1/25,000 (the pods' speed): its
+speculative index entries live while their request waits for prefill (at
+most 60 s) and 2 s after its first token (Decision.Prefilled, as extproc
+calls it on the first response byte). The oracle reads every pod's cache,
+queue and decode batch exactly and scores like kvrouter.
 
 Scaling (so that the whole matrix runs in minutes on 2 cores):
 
 - (b) llm-d shared prefix: 4 pods instead of 8 and 75 groups instead of 150, so
   the working set is still 73% of the fleet's KV capacity (pods of 19,263
-  blocks, as the published pods' 307,328 tokens); stage rates × 0.8 (sim QPS =
-  0.8 × published QPS); **100 output tokens instead of 1,000**: with the cost
-  model's KV reads a 1,000-token decode at 8k context costs a pod ~0.44 s,
-  more than the whole 7,200-token prefill, so every policy would be
-  decode-bound at the same rate and routing could not matter; the published
-  shape only arises where prefill dominates.
+  blocks, as the published pods' 307,328 tokens); the published 1,000 output
+  tokens; stage rates × 0.58 (sim QPS = 0.58 × published QPS), the ratio of
+  the two fleets' decode capacity: with 1,000-token outputs at ~7.7k context
+  a step's KV reads dominate, 0.45 ms per running sequence on both pods
+  (128 KiB per token per GPU at 2.3 TB/s: Llama-3.1-8B on one H100 here,
+  Qwen3-32B's 256 KiB split over TP2 there), plus 5.5 ms here and ~14 ms
+  there (32.8 GB of weights per GPU); with equal KV capacity both run ~110
+  sequences, so a simulated pod decodes ~1.16× as fast and 4 of them offer
+  0.58× the published fleet's capacity.
 - (c) overload: the same fleet and stages with groups raised until the working
   set is 1.25× the fleet's KV capacity.
 - (a) Mooncake: 8 pods of 28,000 blocks, the first 20 minutes of each trace,
@@ -309,7 +313,19 @@ Scaling (so that the whole matrix runs in minutes on 2 cores):
 
 What the model leaves out: network and router latency, tokenization, CPU
 offload tiers, prefill/decode disaggregation, and any limit on the waiting
-queue (a collapsed policy's TTFT grows without bound, where a real client
-times out); the published llm-d runs' long decodes, which fill the KV cache
-with running requests, are shortened as described above.
+queue or on the client's concurrency (arrivals are open-loop Poisson: once
+the offered load passes the fleet's decode capacity every policy's TTFT
+grows without bound, where a real load generator caps its concurrency or
+times out).
+
+Reading (b) and (c): with 1,000 output tokens a pod's decode capacity is
+~2,000 output tok/s whatever the routing (a step reads every running
+sequence's KV, shared prefix or not), so above ~20 published QPS at this
+scaling even the oracle's queue grows without bound. The published precise
+scheduler's sub-second p90 at 60 QPS (8,730 output tok/s pooled, far below
+the 60,000 tok/s that stage offers) cannot come from an open-loop fleet; it
+needs a client that bounds its concurrency, which this model leaves out.
+Routing still decides how early a policy collapses and how much it
+delivers: prefix-aware routing shares each group's 375 prefix blocks on one
+pod, so more sequences run per pod and preempted ones recompute cheaply.
 `

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	fs.StringVar(&o.traces, "traces", "../shared/traces", "folder of the Mooncake traces")
 	fs.StringVar(&o.out, "out", "results/sim", "folder for report.md and the plots")
-	fs.StringVar(&o.policies, "policies", strings.Join(append(fleetsim.Policies, fleetsim.KVRouterLongSpeculation), ","), "policies to run")
+	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
 	fs.StringVar(&o.workloads, "workloads", "a,b,c", "workloads to run: a (Mooncake), b (shared prefix), c (its overload)")

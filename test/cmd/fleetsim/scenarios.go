@@ -13,8 +13,8 @@ import (
 const (
 	sharedPods      = 4    // the llm-d run had 8
 	sharedGroups    = 75   // of 150: the working set halves with the fleet
-	sharedOutput    = 100  // of 1,000 output tokens: see the report
-	sharedQPSScale  = 0.8  // simulated QPS per published QPS
+	sharedOutput    = 1000 // as published
+	sharedQPSScale  = 0.58 // simulated QPS per published QPS: the fleets' decode capacity ratio, see the report
 	capacityShare   = 0.73 // working set / fleet KV capacity
 	overloadShare   = 1.25
 	mooncakePods    = 8
