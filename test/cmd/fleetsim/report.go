@@ -321,7 +321,9 @@ times out).
 Reading (b) and (c): with 1,000 output tokens a pod's decode capacity is
 ~2,000 output tok/s whatever the routing (a step reads every running
 sequence's KV, shared prefix or not), so above ~20 published QPS at this
-scaling even the oracle's queue grows without bound. The published precise
+scaling even the oracle's queue grows without bound, and random,
+round-robin and least-loaded, which recompute most prefixes, already fall
+behind in the 15-QPS warm-up. The published precise
 scheduler's sub-second p90 at 60 QPS (8,730 output tok/s pooled, far below
 the 60,000 tok/s that stage offers) cannot come from an open-loop fleet; it
 needs a client that bounds its concurrency, which this model leaves out.
