@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver once per machine for the discovery tests against a real
-# API server and prints its path. Kubernetes publishes no kube-apiserver module
-# binary, so this builds it from k8s.io/kubernetes with a wrapper module whose
-# replace lines pin every staging module (k8s.io/api, …) to the matching v0.x.
+# Builds kube-apiserver once per machine for the tests against a real API server
+# (test/kubeapi runs it; its Version names this default) and prints its path.
+# Kubernetes publishes no kube-apiserver module binary, so this builds it from
+# k8s.io/kubernetes with a wrapper module whose replace lines pin every staging
+# module (k8s.io/api, …) to the matching v0.x.
 # The binary is cached under the Go build cache, keyed by version: a cold build
 # takes ~4 minutes and ~2.3 GB on 2 cores; later calls return at once.
 # Usage: test/kube-apiserver.sh   (KUBE_VERSION=v1.36.3 by default)

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kvrouter/test/kubeapi"
 )
 
 const testNamespace = "kvrouter"
@@ -80,12 +82,13 @@ func TestRealAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
 	}
-	api := startAPIServer(t)
+	api := kubeapi.New(t, kubeapi.Options{})
+	api.Start(t)
 	ctx := t.Context()
-	token := applyRBAC(t, api.admin)
+	token := applyRBAC(t, api.Admin)
 
 	cfg := testConfig()
-	cfg.Kubeconfig, cfg.Namespaces = api.kubeconfig(t, token), []string{testNamespace}
+	cfg.Kubeconfig, cfg.Namespaces = api.Kubeconfig(t, token), []string{testNamespace}
 	r := &recorder{seen: make(chan string, 64)}
 	d, err := New(cfg, r, nil, quiet())
 	if err != nil {
@@ -96,18 +99,18 @@ func TestRealAPIServer(t *testing.T) {
 	go func() { done <- d.Run(runCtx) }()
 	<-d.Synced()
 
-	pods := api.admin.CoreV1().Pods(testNamespace)
-	create(t, api.admin, testNamespace, "outsider", nil) // outside the selector
-	create(t, api.admin, "elsewhere", "a", selected())   // outside the namespace
-	create(t, api.admin, testNamespace, "a", selected()) // pending: no IP yet
-	setStatus(t, api.admin, "elsewhere", "a", "10.0.9.1", true)
-	setStatus(t, api.admin, testNamespace, "outsider", "10.0.9.2", true)
-	setStatus(t, api.admin, testNamespace, "a", "10.0.0.1", true)
+	pods := api.Admin.CoreV1().Pods(testNamespace)
+	create(t, api.Admin, testNamespace, "outsider", nil) // outside the selector
+	create(t, api.Admin, "elsewhere", "a", selected())   // outside the namespace
+	create(t, api.Admin, testNamespace, "a", selected()) // pending: no IP yet
+	setStatus(t, api.Admin, "elsewhere", "a", "10.0.9.1", true)
+	setStatus(t, api.Admin, testNamespace, "outsider", "10.0.9.2", true)
+	setStatus(t, api.Admin, testNamespace, "a", "10.0.0.1", true)
 	want(t, r.seen, "upsert kvrouter/a 10.0.0.1:8000 ready=true")
-	setStatus(t, api.admin, testNamespace, "a", "10.0.0.1", false)
+	setStatus(t, api.Admin, testNamespace, "a", "10.0.0.1", false)
 	want(t, r.seen, "upsert kvrouter/a 10.0.0.1:8000 ready=false")
 	// A restarted pod sandbox: a new IP is a new subscription.
-	a := setStatus(t, api.admin, testNamespace, "a", "10.0.0.2", true)
+	a := setStatus(t, api.Admin, testNamespace, "a", "10.0.0.2", true)
 	want(t, r.seen, "remove kvrouter/a")
 	want(t, r.seen, "upsert kvrouter/a 10.0.0.2:8000 ready=true")
 	// Leaving the selector is a delete for the server-side filtered watch.
@@ -137,7 +140,7 @@ func TestRealAPIServer(t *testing.T) {
 	want(t, r.seen, "remove kvrouter/outsider")
 
 	// The Role reads pods and does nothing else.
-	sa := api.client(t, token)
+	sa := api.Client(t, token)
 	if _, err := sa.CoreV1().Pods("elsewhere").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("ServiceAccount lists pods in another namespace: %v, want Forbidden", err)
 	}
