@@ -68,7 +68,7 @@ func New(cfg Config, reg prometheus.Registerer) (*Index, error) {
 	x.limit = (cfg.MaxEntries + cfg.Shards - 1) / cfg.Shards
 	x.shards = make([]*shard, cfg.Shards)
 	for i := range x.shards {
-		x.shards[i] = newShard()
+		x.shards[i] = newShard(x.limit)
 	}
 	x.pods.byName = make(map[string]PodID)
 	m, err := newMetrics(x, reg)

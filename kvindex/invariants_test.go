@@ -13,11 +13,18 @@ func checkInvariants(t testing.TB, x *Index) {
 		s.mu.Lock()
 		onNodes := map[ref]bool{}
 		reals, spec := 0, 0
-		for _, nr := range s.mu.slots {
-			if nr == 0 {
+		for _, sl := range s.mu.slots {
+			if sl == 0 {
 				continue
 			}
+			nr := s.bits.ref(sl)
+			if int(nr) > x.limit {
+				t.Fatalf("shard %d: node ref %d beyond the shard's %d entries", si, nr, x.limit)
+			}
 			nd := s.nodeLocked(nr)
+			if !s.bits.matches(sl, nd.hash) {
+				t.Fatalf("shard %d: slot %#x of node %d does not carry the tag of its hash %#x", si, sl, nr, nd.hash)
+			}
 			if nd.n == 0 || int(nd.n) > 1<<nd.class {
 				t.Fatalf("shard %d: node %d has %d holders in class %d", si, nr, nd.n, nd.class)
 			}

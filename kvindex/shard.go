@@ -1,6 +1,9 @@
 package kvindex
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
 // A shard holds the blocks whose hashes map to it. Each block hash has a
 // node, found through an open-addressing table, and the node's holders —
@@ -21,10 +24,11 @@ import "sync"
 // Nodes and holders live in fixed-size chunks and refer to each other by
 // 32-bit refs: the garbage collector never scans them.
 type shard struct {
-	mu struct {
+	bits slotBits // immutable
+	mu   struct {
 		sync.RWMutex
-		slots   []ref // hash table: node of each hash, 0 = empty
-		used    int   // occupied slots
+		slots   []slot // hash table: node of each hash, 0 = empty
+		used    int    // occupied slots
 		nodes   slab[node]
 		classes [numClasses]classSlab
 		pods    []podState // by pod index; a pod without holders here has n = 0
@@ -164,9 +168,9 @@ type classSlab struct {
 	free   []uint32 // first indexes of free vectors
 }
 
-func newShard() *shard {
-	s := &shard{}
-	s.mu.slots = make([]ref, minSlots)
+func newShard(limit int) *shard {
+	s := &shard{bits: newSlotBits(limit)}
+	s.mu.slots = make([]slot, minSlots)
 	return s
 }
 
@@ -209,6 +213,39 @@ func (s *shard) freeVectorLocked(class uint8, v uint32) {
 	c.free = append(c.free, v)
 }
 
+// slot is a hash table entry: a node ref in the low 32 bits and the low 32
+// bits of its hash above, so that probing compares hashes in the table
+// itself and dereferences a node only when they agree. 0 is empty (refs
+// start at 1).
+type slot uint32
+
+// slotBits splits a slot between the node ref (its low refBits bits) and a
+// tag of the node's hash (the rest): probing compares tags in the table
+// itself and dereferences a node only when they agree. A shard holds at
+// most limit nodes (each holds an entry), so refs need bits.Len(limit)
+// bits; with the default 10M entries over 64 shards that leaves 14 tag
+// bits, and a probe past another hash dereferences its node once in 16,384.
+type slotBits struct {
+	refBits uint8
+	refMask uint32
+}
+
+func newSlotBits(limit int) slotBits {
+	n := uint8(bits.Len32(uint32(limit)))
+	return slotBits{refBits: n, refMask: uint32(1)<<n - 1}
+}
+
+func (b slotBits) slot(r ref, h uint64) slot {
+	return slot(uint32(h)<<b.refBits | uint32(r))
+}
+
+func (b slotBits) ref(s slot) ref { return ref(uint32(s) & b.refMask) }
+
+// matches reports whether s may hold hash h: their tags agree.
+func (b slotBits) matches(s slot, h uint64) bool {
+	return (uint32(s)^uint32(h)<<b.refBits)&^b.refMask == 0
+}
+
 // home is the table position hash h probes first.
 func home(h uint64, mask int) int {
 	return int((h*0x9e3779b97f4a7c15)>>32) & mask
@@ -217,11 +254,15 @@ func home(h uint64, mask int) int {
 // lookupLocked returns the table position of hash h and its node, or the
 // empty position where it would go and 0.
 func (s *shard) lookupLocked(h uint64) (int, ref) {
-	mask := len(s.mu.slots) - 1
+	slots := s.mu.slots
+	mask := len(slots) - 1
 	for i := home(h, mask); ; i = (i + 1) & mask {
-		r := s.mu.slots[i]
-		if r == 0 || s.nodeLocked(r).hash == h {
-			return i, r
+		sl := slots[i]
+		if sl == 0 {
+			return i, 0
+		}
+		if s.bits.matches(sl, h) && s.nodeLocked(s.bits.ref(sl)).hash == h {
+			return i, s.bits.ref(sl)
 		}
 	}
 }
@@ -230,7 +271,7 @@ func (s *shard) lookupLocked(h uint64) (int, ref) {
 func (s *shard) addNodeLocked(pos int, h uint64) ref {
 	r := ref(s.mu.nodes.alloc() + 1)
 	*s.nodeLocked(r) = node{hash: h, vec: s.allocVectorLocked(0)}
-	s.mu.slots[pos] = r
+	s.mu.slots[pos] = s.bits.slot(r, h)
 	s.mu.used++
 	if s.mu.used*8 >= len(s.mu.slots)*7 {
 		s.resizeLocked(len(s.mu.slots) * 2)
@@ -240,17 +281,17 @@ func (s *shard) addNodeLocked(pos int, h uint64) ref {
 
 func (s *shard) resizeLocked(n int) {
 	old := s.mu.slots
-	s.mu.slots = make([]ref, n)
+	s.mu.slots = make([]slot, n)
 	mask := n - 1
-	for _, r := range old {
-		if r == 0 {
+	for _, sl := range old {
+		if sl == 0 {
 			continue
 		}
-		i := home(s.nodeLocked(r).hash, mask)
+		i := home(s.nodeLocked(s.bits.ref(sl)).hash, mask)
 		for s.mu.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
-		s.mu.slots[i] = r
+		s.mu.slots[i] = sl
 	}
 }
 
@@ -269,7 +310,7 @@ func (s *shard) deleteSlotLocked(i int) {
 	slots := s.mu.slots
 	mask := len(slots) - 1
 	for j := (i + 1) & mask; slots[j] != 0; j = (j + 1) & mask {
-		k := home(s.nodeLocked(slots[j]).hash, mask)
+		k := home(s.nodeLocked(s.bits.ref(slots[j])).hash, mask)
 		// Move slots[j] to i unless its home lies cyclically in (i, j].
 		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
 			slots[i] = slots[j]

@@ -14,7 +14,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -26,6 +28,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,6 +57,7 @@ type options struct {
 	rate             float64
 	count, blocks    int
 	mapEvents        bool
+	fresh            bool
 	pubCPU, subCPU   int
 	endpoint, replay string
 	timeout          time.Duration
@@ -72,6 +76,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&o.count, "count", 1000000, "batches to publish")
 	fs.IntVar(&o.blocks, "blocks", 16, "blocks per BlockStored event")
 	fs.BoolVar(&o.mapEvents, "map-events", false, "encode events as maps (newer vLLM) instead of arrays")
+	fs.BoolVar(&o.fresh, "fresh", false, "every batch stores new blocks (as vLLM's do; the index fills and then evicts) instead of cycling 4,096 chains; implies -no-verify, the hashes being random")
 	fs.IntVar(&o.subCPU, "sub-cpu", 0, "CPU the subscriber is pinned to (-1: no pinning)")
 	fs.IntVar(&o.pubCPU, "pub-cpu", 1, "CPU the publisher is pinned to (-1: no pinning)")
 	fs.StringVar(&o.endpoint, "endpoint", "", "internal: the publisher's PUB endpoint")
@@ -174,16 +179,22 @@ func publisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o options
 	// core goes to sending.
 	payloads := make([][]byte, 4096)
 	tokens := make([]uint32, o.blocks*h.BlockSize())
+	var fresh *freshener
 	for i := range payloads {
 		for j := range tokens {
 			tokens[j] = uint32(i*len(tokens)+j) % 150000
 		}
+		hashes := h.AppendHashes(nil, tokens, kvindex.Extra{})
 		payloads[i], err = vllmpub.Encode(vllmpub.Batch{TS: 1.7e9, Events: []vllmpub.Event{{
-			Type: "BlockStored", BlockHashes: h.AppendHashes(nil, tokens, kvindex.Extra{}),
-			TokenIDs: tokens, BlockSize: h.BlockSize(),
+			Type: "BlockStored", BlockHashes: hashes, TokenIDs: tokens, BlockSize: h.BlockSize(),
 		}}}, vllmpub.Form{MapEvents: o.mapEvents})
 		if err != nil {
 			return err
+		}
+		if o.fresh && i == 0 {
+			if fresh, err = newFreshener(payloads[0], hashes); err != nil {
+				return err
+			}
 		}
 	}
 	cfg := vllmpub.DefaultConfig()
@@ -209,7 +220,11 @@ func publisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o options
 				time.Sleep(ahead)
 			}
 		}
-		if err := p.Publish(ctx, payloads[i%len(payloads)]); err != nil {
+		payload := payloads[i%len(payloads)]
+		if fresh != nil {
+			payload = fresh.batch(uint64(i))
+		}
+		if err := p.Publish(ctx, payload); err != nil {
 			return err
 		}
 	}
@@ -219,6 +234,37 @@ func publisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o options
 	}
 	cancel()
 	return <-done
+}
+
+// freshener rewrites the block hashes of one encoded batch so that every
+// batch stores new blocks.
+type freshener struct {
+	template []byte
+	at       []int // offsets of the hashes' 8 bytes
+}
+
+func newFreshener(payload []byte, hashes []uint64) (*freshener, error) {
+	f := &freshener{template: payload}
+	for _, h := range hashes {
+		var enc [9]byte
+		enc[0] = 0xcf // msgpack uint64
+		binary.BigEndian.PutUint64(enc[1:], h)
+		k := bytes.Index(payload, enc[:])
+		if k < 0 {
+			return nil, fmt.Errorf("hash %#x is not a msgpack uint64 in the payload", h)
+		}
+		f.at = append(f.at, k+1)
+	}
+	return f, nil
+}
+
+// batch returns a copy of the template with hashes unique to batch i.
+func (f *freshener) batch(i uint64) []byte {
+	out := slices.Clone(f.template)
+	for j, k := range f.at {
+		binary.BigEndian.PutUint64(out[k:], (i*uint64(len(f.at))+uint64(j)+1)*0x9e3779b97f4a7c15)
+	}
+	return out
 }
 
 // result is the subscriber's report.
@@ -256,7 +302,7 @@ func subscriber(ctx context.Context, stdout io.Writer, o options) error {
 	}
 	kcfg := kvevents.DefaultConfig()
 	kcfg.QueueSize = o.queueDepth
-	if o.noVerify {
+	if o.noVerify || o.fresh {
 		kcfg.Hash.Algorithm = ""
 	}
 	reg := prometheus.NewRegistry()
