@@ -105,8 +105,8 @@ func (t *Tokenizer) encodeWord(dst []uint32, w string) ([]uint32, error) {
 	}
 	cacheable := len(w) <= maxCachedWord
 	if cacheable {
-		if ids, ok := t.cache.get(w); ok {
-			return append(dst, ids...), nil
+		if out, ok := t.cache.appendCached(dst, w); ok {
+			return out, nil
 		}
 	}
 	start := len(dst)
