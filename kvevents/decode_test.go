@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -241,5 +242,47 @@ func TestDecoderReleasesHugeBuffers(t *testing.T) {
 	if cap(d.tokens) > maxRetained || len(b.Events[0].Tokens) != 256 {
 		t.Errorf("after a huge batch then a small one: tokens cap %d (want <= %d), %d tokens (want 256)",
 			cap(d.tokens), maxRetained, len(b.Events[0].Tokens))
+	}
+}
+
+// TestDecodeSkipsExtWithinThePayload holds skipped ext values to the bytes
+// the payload has: a 40-byte batch declaring a 650 MB ext32 once cost a
+// megabyte of garbage per decode (the fuzzer ran out of memory on it).
+func TestDecodeSkipsExtWithinThePayload(t *testing.T) {
+	hostile := []byte("\x93\x00\x91\x97\xablkv\xc8M\x11\xcf\xa7\x08\xa8$\xf6\x12\xc9&\xcfE@!\xdeu]E;\xf3")
+	d := NewDecoder()
+	if _, err := d.Decode(hostile); err == nil {
+		t.Fatal("Decode of a truncated ext32 succeeded")
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 100
+	for range runs {
+		_, _ = d.Decode(hostile)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 4096 {
+		t.Errorf("decoding a %d-byte batch allocates %d bytes", len(hostile), per)
+	}
+	for _, tc := range []struct {
+		name string
+		ext  []byte
+	}{
+		{"fixext4", []byte{0xd6, 1, 0xaa, 0xbb, 0xcc, 0xdd}},
+		{"ext8", []byte{0xc7, 3, 1, 0xaa, 0xbb, 0xcc}},
+		{"ext16", []byte{0xc8, 0, 2, 1, 0xaa, 0xbb}},
+		{"ext32", []byte{0xc9, 0, 0, 0, 1, 1, 0xaa}},
+	} {
+		// An ext as an unknown trailing field of a BlockRemoved event (after
+		// block_hashes, medium and group_idx) is skipped.
+		p := append([]byte{0x92, 0x00, 0x91, 0x95, 0xac}, "BlockRemoved"...)
+		p = append(append(p, 0x91, 0x07, 0xc0, 0x00), tc.ext...)
+		b, err := d.Decode(p)
+		if err != nil || len(b.Events) != 1 || len(b.Events[0].Hashes) != 1 || b.Events[0].Hashes[0] != 7 {
+			t.Errorf("%s: Decode = %+v, %v; want one BlockRemoved of hash 7", tc.name, b, err)
+		}
+		if _, err := d.Decode(p[:len(p)-1]); err == nil {
+			t.Errorf("%s: a truncated ext decoded", tc.name)
+		}
 	}
 }

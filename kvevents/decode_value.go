@@ -180,9 +180,47 @@ func (d *Decoder) skip(depth int) error {
 		}
 		_, err = d.r.Seek(int64(max(n, 0)), io.SeekCurrent)
 		return err
-	default: // scalars and ext values: the library bounds them by the input
+	case isExtCode(c):
+		return d.skipExt(c)
+	default: // scalars, of fixed sizes
 		return d.d.Skip()
 	}
+}
+
+// skipExt skips an ext value after checking that its declared length is
+// in the payload: the msgpack library reads a skipped ext into a buffer of
+// up to 1 MiB before it finds the input short, so a 40-byte hostile batch
+// would cost a megabyte of garbage.
+func (d *Decoder) skipExt(c byte) error {
+	var head, n int // bytes before the data (code, length, type), data length
+	p, at := d.p, d.pos()
+	switch c {
+	case msgpcode.FixExt1, msgpcode.FixExt2, msgpcode.FixExt4, msgpcode.FixExt8, msgpcode.FixExt16:
+		head, n = 2, 1<<(c-msgpcode.FixExt1)
+	case msgpcode.Ext8:
+		if at+2 > len(p) {
+			return io.ErrUnexpectedEOF
+		}
+		head, n = 3, int(p[at+1])
+	case msgpcode.Ext16:
+		if at+3 > len(p) {
+			return io.ErrUnexpectedEOF
+		}
+		head, n = 4, int(binary.BigEndian.Uint16(p[at+1:]))
+	default: // Ext32
+		if at+5 > len(p) {
+			return io.ErrUnexpectedEOF
+		}
+		head, n = 6, int(binary.BigEndian.Uint32(p[at+1:]))
+	}
+	if head+n > len(p)-at {
+		return io.ErrUnexpectedEOF
+	}
+	return d.seek(at + head + n)
+}
+
+func isExtCode(c byte) bool {
+	return (c >= msgpcode.FixExt1 && c <= msgpcode.FixExt16) || (c >= msgpcode.Ext8 && c <= msgpcode.Ext32)
 }
 
 // pos is the offset of the next unread byte of the payload.
