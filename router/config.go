@@ -13,11 +13,15 @@ type Config struct {
 	// PrefillSecondsPerToken is the predicted prefill cost of one uncached
 	// prompt token on a pod. Default 0.0001 (10k tokens/s).
 	PrefillSecondsPerToken float64
-	// WaitingSecondsPerRequest is the predicted delay each request waiting
-	// in a pod's queue (vllm:num_requests_waiting) adds. Default 0.05.
+	// WaitingSecondsPerRequest is the predicted prefill of a request waiting
+	// on a pod (vllm:num_requests_waiting) that this router did not send
+	// there (another replica's), before the router has queued any of its
+	// own there to average. The router's own queued requests count by their
+	// uncached prompt tokens instead. Default 0.05.
 	WaitingSecondsPerRequest float64
-	// RunningSecondsPerRequest is the predicted slowdown each running
-	// request (vllm:num_requests_running) adds. Default 0.002.
+	// RunningSecondsPerRequest is the predicted slowdown each request
+	// running (vllm:num_requests_running) or waiting on a pod adds: its
+	// decode share of the steps ahead. Default 0.002.
 	RunningSecondsPerRequest float64
 	// TierWeights is how much a cached block saves in each tier, relative to
 	// GPU: a CPU block still has to be copied back. Default GPU 1.0, CPU 0.8,

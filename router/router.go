@@ -155,7 +155,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	if d.Reason == ReasonLoad && d.Matched > 0 {
 		d.Reason = ReasonPrefix
 	}
-	d.prefill = int64(sc.scores[i].Prefill / r.cfg.PrefillSecondsPerToken)
+	d.prefill = sc.scores[i].uncached
 	m.load.InFlight.Add(1)
 	m.load.PrefillTokens.Add(d.prefill)
 	m.load.Prefilling.Add(1)

@@ -16,6 +16,8 @@ type Score struct {
 	Queue   float64 `json:"queue_seconds"`
 	Prefill float64 `json:"prefill_seconds"`
 	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (1 + requests queued on the pod)
+
+	uncached int64 // prompt tokens the pod does not cache: its charge to the pod's prefill queue
 }
 
 // Tiers is a match per cache tier.
@@ -26,17 +28,18 @@ type Tiers struct {
 	Other int `json:"other"`
 }
 
-// score predicts each candidate's time to first token, the queue ahead of
-// the request plus the prefill of the prompt tokens the pod does not cache,
-// and adds the delay that prefill imposes on the requests that will queue
-// behind it: as many, by Little's law, as are queued there now. Under
-// light load that is nothing and the fastest pod wins; under heavy load a
-// miss costs the pod its whole queue again, so requests stay with the pod
-// caching their prefix instead of spreading misses that thrash every
-// cache and cut the fleet's throughput.
+// score predicts each candidate's time to first token: the work queued
+// ahead of the request plus the prefill of the prompt tokens the pod does
+// not cache, and the delay that prefill imposes on the requests that will
+// queue behind it: as many, by Little's law, as are queued there now.
+// Under light load that is nothing and the fastest pod wins; under heavy
+// load a miss costs the pod its whole queue again, so requests stay with
+// the pod caching their prefix instead of spreading misses that thrash
+// every cache and cut the fleet's throughput.
 func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
+	spt := r.cfg.PrefillSecondsPerToken
 	for i, m := range ms {
 		mem := members[i]
 		saved := float64(m.Speculative) * bs // a speculative block is on the GPU soon
@@ -45,20 +48,44 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out
 		}
 		uncached := max(float64(tokens)-saved, 0)
 		l := mem.load
-		queue := float64(l.PrefillTokens.Load())*r.cfg.PrefillSecondsPerToken +
-			float64(l.Waiting.Load())*r.cfg.WaitingSecondsPerRequest +
-			float64(l.Running.Load())*r.cfg.RunningSecondsPerRequest
-		prefill := uncached * r.cfg.PrefillSecondsPerToken
-		behind := float64(max(l.Prefilling.Load(), l.Waiting.Load()))
+		queue, behind := r.queue(l)
+		prefill := uncached * spt
 		out = append(out, Score{
 			Pod: mem.Name, Address: mem.Address, Matched: m.Blocks, Spec: m.Speculative,
-			Tiers:   Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
-			Queue:   queue,
-			Prefill: prefill,
-			Cost:    queue + prefill*(1+behind),
+			Tiers:    Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
+			Queue:    queue,
+			Prefill:  prefill,
+			Cost:     queue + prefill*(1+behind),
+			uncached: int64(uncached),
 		})
 	}
 	return out
+}
+
+// queue predicts the work queued on a pod ahead of a new request, in
+// seconds of the pod's time, and how many requests wait there.
+//
+// The router's own unprefilled requests count by the uncached tokens it
+// charged them: a queue of cache hits is short however long it is.
+// (Counting every waiting request at a flat price made a pod caching a
+// group's prefix, with many hits queued, look busier than a pod with none,
+// and a decode-saturated fleet spread its groups, prefilling each prefix
+// again and evicting other groups' blocks.) The requests the pod reports
+// waiting beyond the router's own are another replica's, or ones the
+// scrape has not yet seen leave: each counts as the average of the
+// router's own requests queued there, with WaitingSecondsPerRequest as a
+// prior worth one request, since replicas running the same policy on the
+// same traffic queue alike. Every request running or queued there will
+// share the steps ahead with this one: each adds its decode,
+// RunningSecondsPerRequest.
+func (r *Router) queue(l *Load) (seconds, waiting float64) {
+	spt := r.cfg.PrefillSecondsPerToken
+	own := float64(l.PrefillTokens.Load()) * spt
+	n := l.Prefilling.Load()
+	foreign := max(l.Waiting.Load()-n, 0)
+	each := (own + r.cfg.WaitingSecondsPerRequest) / float64(n+1)
+	seconds = own + float64(foreign)*each + float64(l.Running.Load()+n+foreign)*r.cfg.RunningSecondsPerRequest
+	return seconds, float64(n + foreign)
 }
 
 // pick returns the index of the cheapest score, at random among those

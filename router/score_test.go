@@ -1,0 +1,120 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+// loads sets the scraped metrics of the llama pods a, b and c.
+func (tr *testRouter) loads(waiting, running map[string]int64, kvPermille int64) {
+	for _, name := range []string{"a", "b", "c"} {
+		l := tr.fleet.Load(name)
+		l.Waiting.Store(waiting[name])
+		l.Running.Store(running[name])
+		l.KVUsagePermille.Store(kvPermille)
+	}
+}
+
+// TestSaturatedFleetKeepsGroupOnItsPod: every pod decodes a full batch and
+// a caches a group's 6,000-token prefix with 20 of the group's requests
+// queued behind it. Those are cache hits, a few tokens of prefill each, so
+// the group's next requests stay on a rather than prefill the prefix again
+// on an emptier pod. When a's queue is 20 full prefills instead, the next
+// request goes elsewhere.
+func TestSaturatedFleetKeepsGroupOnItsPod(t *testing.T) {
+	system := strings.Repeat("You are a helpful assistant. ", 207)[:6000] // 1,500 blocks of 4
+	tests := []struct {
+		name     string
+		queued   func(i int) string // the prompts of the requests queued on a
+		wantOnA  bool
+		wantPods string
+	}{
+		{"queue of the group's hits", func(i int) string { return fmt.Sprintf("%squeued %d?", system, i) }, true, "a only"},
+		{"queue of misses", func(i int) string { return fmt.Sprintf("%d %s", i, system) }, false, "b or c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := newTestRouter(t)
+			tr.store("a", system, "", "")
+			for i := range 20 {
+				if _, err := tr.route("/v1/completions", completion("llama", tt.queued(i), ""), "10.0.0.1:8000"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr.loads(map[string]int64{"a": 20}, map[string]int64{"a": 100, "b": 100, "c": 100}, 990)
+			for i := range 10 {
+				d, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%squestion %d?", system, i), ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (d.Pod == "a") != tt.wantOnA {
+					t.Fatalf("request %d of the group went to %s (matched %d/%d blocks), want %s", i, d.Pod, d.Matched, d.Total, tt.wantPods)
+				}
+				tr.fleet.Load("a").Waiting.Add(1) // the next scrape sees it queued
+			}
+		})
+	}
+}
+
+// TestIdleFleetSpreadsHotPrefix: on an idle fleet a burst of requests
+// sharing a prefix cached on a queues there until the decode those
+// requests will share costs more than prefilling the prefix on another
+// pod, so every pod takes some.
+func TestIdleFleetSpreadsHotPrefix(t *testing.T) {
+	tr := newTestRouter(t)
+	system := strings.Repeat("Answer in French. ", 56)[:1000] // 250 blocks of 4
+	tr.store("a", system, "", "")
+	used := map[string]int{}
+	for i := range 100 {
+		d, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%squestion %d?", system, i), ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		used[d.Pod]++
+	}
+	if len(used) < 3 || used["a"] < used["b"] || used["a"] < used["c"] {
+		t.Fatalf("100 concurrent requests sharing a's prefix went %v, want all three llama pods used, a the most", used)
+	}
+}
+
+// TestQueueCountsOwnRequestsByWork: the router's own queued requests count
+// by the uncached tokens charged to them; waiting requests the pod reports
+// beyond those (another replica's) count as their average, with
+// WaitingSecondsPerRequest as a prior worth one request; every running or
+// waiting request adds its decode share.
+func TestQueueCountsOwnRequestsByWork(t *testing.T) {
+	tr := newTestRouter(t)
+	cfg := DefaultConfig()
+	queueOf := func(pod string) float64 {
+		t.Helper()
+		rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", "x", ""))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range rep.Pods {
+			if s.Pod == pod {
+				return s.Queue
+			}
+		}
+		t.Fatalf("pod %s not scored", pod)
+		return 0
+	}
+	tr.loads(map[string]int64{"a": 10}, map[string]int64{"a": 4}, 0)
+	want := 10*cfg.WaitingSecondsPerRequest + (4+10)*cfg.RunningSecondsPerRequest
+	if got := queueOf("a"); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("queue of a with 10 foreign waiting, 4 running = %v, want %v", got, want)
+	}
+	for i := range 2 { // 30 uncached tokens each
+		if _, err := tr.route("/v1/completions", completion("llama", fmt.Sprint(i)+prompt[1:], ""), "10.0.0.1:8000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.fleet.Load("a").Waiting.Store(12) // the scrape sees the router's 2 and the 10 others
+	own := 60 * cfg.PrefillSecondsPerToken
+	want = own + 10*(own+cfg.WaitingSecondsPerRequest)/3 + (4+12)*cfg.RunningSecondsPerRequest
+	if got := queueOf("a"); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("queue of a with 2 own requests of 30 tokens, 10 foreign waiting, 4 running = %v, want %v", got, want)
+	}
+}
