@@ -211,7 +211,6 @@ func drive(ctx context.Context, c *envoyclient.Client, reqs []envoyclient.Reques
 	sending, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	if rate <= 0 {
 		for range workers {
 			wg.Go(func() {
@@ -220,6 +219,7 @@ func drive(ctx context.Context, c *envoyclient.Client, reqs []envoyclient.Reques
 				}
 			})
 		}
+		wg.Wait() // the workers write lat and failed until then
 		return lat, failed, firstFailure
 	}
 	// Open loop: each request starts at its own time whatever the others do.
