@@ -43,6 +43,9 @@ type Config struct {
 	// ScrapeInterval is how often pods' queue and KV use are scraped for
 	// policies that read metrics. Default 100 ms (the router's scraper's).
 	ScrapeInterval time.Duration
+	// Client is the load generator sending the workload. Default: open
+	// loop, every request sent at its arrival time.
+	Client Client
 	// Seed seeds every random choice of the run.
 	Seed uint64
 }
@@ -85,6 +88,9 @@ func (c Config) Validate() error {
 	positive("scrape interval", float64(c.ScrapeInterval))
 	if c.AttentionPerToken < 0 || c.StepOverhead < 0 || c.DecodePerSequence < 0 || c.KVBytesPerToken < 0 || c.EventDelay < 0 {
 		errs = append(errs, errors.New("attention, step overhead, decode cost, KV bytes and event delay must be >= 0"))
+	}
+	if err := c.Client.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("fleetsim: invalid config: %w", err)

@@ -6,7 +6,10 @@ import "slices"
 type seq struct {
 	req      *Request
 	pod      int
+	sent     float64 // when the client sent it
 	finish   float64 // when the last output token came out
+	ended    float64 // when it finished or the client canceled it
+	aborted  bool    // the client canceled it; its pod drops it at its next step
 	blocks   []int32 // the KV blocks it holds, in token order
 	computed int     // tokens whose KV is computed
 	target   int     // tokens to compute before the next token: the prompt, or more after a preemption
@@ -35,6 +38,7 @@ type pod struct {
 	step    []*seq // scheduled in the step under way
 	busy    bool
 	preempt int // preemptions so far
+	aborts  int // requests canceled since the last purge
 }
 
 func newPod(cfg *Config) *pod {
@@ -46,6 +50,7 @@ func (p *pod) blocksFor(tokens int) int { return (tokens + p.cfg.BlockSize - 1) 
 // schedule picks the next step's work, allocating its blocks, and returns
 // the step's duration in seconds; false when there is nothing to do.
 func (p *pod) schedule() (float64, bool) {
+	p.purge()
 	budget := p.cfg.StepTokens
 	p.step = p.step[:0]
 	decodes, ctx, prefill := 0, 0, 0.0
@@ -119,6 +124,23 @@ func (p *pod) admit(budget int) float64 {
 	return cost
 }
 
+// purge drops canceled requests, freeing their blocks, as vLLM's
+// scheduler does with aborted requests between steps.
+func (p *pod) purge() {
+	if p.aborts == 0 {
+		return
+	}
+	p.aborts = 0
+	p.running = slices.DeleteFunc(p.running, func(s *seq) bool {
+		if s.aborted {
+			p.cache.release(s.blocks)
+			s.blocks = nil
+		}
+		return s.aborted
+	})
+	p.waiting = slices.DeleteFunc(p.waiting, func(s *seq) bool { return s.aborted })
+}
+
 // commit schedules n more tokens of s in this step and caches the blocks
 // they fill.
 func (p *pod) commit(s *seq, n int) {
@@ -151,6 +173,10 @@ func (p *pod) preemptLast() {
 func (p *pod) finishStep(now float64, started, finished func(*seq)) {
 	done := false
 	for _, s := range p.step {
+		if s.aborted { // its step's blocks stay cached; purge frees them
+			s.sched = 0
+			continue
+		}
 		wasPrefill := s.computed < s.target
 		s.computed += s.sched
 		s.sched = 0

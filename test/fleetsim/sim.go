@@ -36,23 +36,27 @@ type Metrics struct {
 // NewPolicy builds a policy for a sim.
 type NewPolicy func(s *Sim) (Policy, error)
 
-// Outcome is how one request went.
+// Outcome is how one request went. Times are seconds since the start.
 type Outcome struct {
-	Pod     int
-	Arrival float64 // seconds
-	First   float64 // first token, seconds
-	Finish  float64 // last token, seconds
-	Hit     int     // prompt blocks cached on arrival at the pod
-	Blocks  int     // full prompt blocks
-	Output  int     // output tokens
+	Pod       int
+	Scheduled float64 // when the client meant to send it
+	Arrival   float64 // when the client sent it: time to first token runs from here
+	First     float64 // first token; 0 when it never came
+	Finish    float64 // last token; 0 when it never came
+	TimedOut  bool    // the client canceled it (Client.Timeout)
+	Hit       int     // prompt blocks cached on arrival at the pod
+	Blocks    int     // full prompt blocks
+	Output    int     // output tokens
 }
 
 // Result is a whole run.
 type Result struct {
 	Outcomes    []Outcome // by request ID
+	LevelStarts []float64 // by level: when its schedule started
 	Dropped     int       // requests too large for a pod's cache
+	TimedOut    int       // requests the client canceled
 	Preemptions int
-	End         float64 // when the last request finished
+	End         float64 // when the last request ended
 }
 
 // Sim is one run in progress: the fleet, the clock, the event queue.
@@ -66,8 +70,12 @@ type Sim struct {
 	events  eventHeap
 	nextSeq uint64
 	open    int // requests arrived and not finished
+	next    int // the next request to come due
+	dropped int
 	metrics []Metrics
 	policy  Policy
+	client  *client
+	done    []int // requests a step finished
 }
 
 type event struct {
@@ -75,6 +83,8 @@ type event struct {
 	order uint64
 	kind  uint8
 	pod   int
+	req   int // evTimeout
+	level int // evLevel
 	kv    []kvEvent
 }
 
@@ -82,6 +92,8 @@ const (
 	evStep uint8 = iota
 	evKV
 	evScrape
+	evTimeout // the client cancels a request
+	evLevel   // a draining client starts a level's schedule
 )
 
 type eventHeap []event
@@ -105,10 +117,14 @@ func Run(cfg Config, w *Workload, newPolicy NewPolicy) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	c, err := newClient(cfg.Client, w)
+	if err != nil {
+		return nil, err
+	}
 	if w.BlockSize != cfg.BlockSize {
 		return nil, fmt.Errorf("fleetsim: workload hashed with block size %d, fleet uses %d", w.BlockSize, cfg.BlockSize)
 	}
-	s := &Sim{cfg: cfg, w: w, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), metrics: make([]Metrics, cfg.Pods)}
+	s := &Sim{cfg: cfg, w: w, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), metrics: make([]Metrics, cfg.Pods), client: c}
 	for range cfg.Pods {
 		s.pods = append(s.pods, newPod(&s.cfg))
 	}
@@ -143,17 +159,17 @@ func (s *Sim) push(e event) {
 }
 
 func (s *Sim) loop() *Result {
-	res := &Result{Outcomes: make([]Outcome, len(s.w.Requests))}
 	s.push(event{at: 0, kind: evScrape})
-	next := 0
-	for next < len(s.w.Requests) || s.events.Len() > 0 {
-		if next < len(s.w.Requests) && (s.events.Len() == 0 || s.w.Requests[next].Arrival <= s.events[0].at) {
-			r := &s.w.Requests[next]
-			next++
-			s.now = max(s.now, r.Arrival)
-			if !s.arrive(r) {
-				res.Dropped++
-			}
+	c := s.client
+	if c.cfg.DrainStages && len(s.w.Levels) > 0 {
+		s.startLevel(0)
+	}
+	for s.next < c.released || s.events.Len() > 0 {
+		if s.next < c.released && (s.events.Len() == 0 || c.sched[s.next] <= s.events[0].at) {
+			i := s.next
+			s.next++
+			s.now = max(s.now, c.sched[i])
+			s.offer(i)
 			continue
 		}
 		e := heap.Pop(&s.events).(event)
@@ -167,21 +183,36 @@ func (s *Sim) loop() *Result {
 			}
 		case evScrape:
 			s.scrape()
-			if s.open > 0 || next < len(s.w.Requests) {
+			if s.open > 0 || c.pending(s.next) {
 				s.push(event{at: s.now + s.cfg.ScrapeInterval.Seconds(), kind: evScrape})
 			}
+		case evTimeout:
+			s.timeout(e.req)
+		case evLevel:
+			s.startLevel(e.level)
 		}
 	}
+	return s.result()
+}
+
+// result collects the run's outcomes.
+func (s *Sim) result() *Result {
+	res := &Result{Outcomes: make([]Outcome, len(s.w.Requests)), Dropped: s.dropped, LevelStarts: s.client.started}
 	for i := range s.seqs {
 		q := &s.seqs[i]
 		if q.req == nil { // dropped
 			continue
 		}
-		res.Outcomes[i] = Outcome{
-			Pod: q.pod, Arrival: q.req.Arrival, First: q.first, Finish: q.finish,
-			Hit: q.hit, Blocks: len(q.req.Hashes), Output: q.req.Output,
+		o := Outcome{
+			Pod: q.pod, Scheduled: s.client.sched[i], Arrival: q.sent, First: max(q.first, 0), Finish: q.finish,
+			TimedOut: q.aborted, Hit: max(q.hit, 0), Blocks: len(q.req.Hashes), Output: q.req.Output,
 		}
-		res.End = max(res.End, q.finish)
+		if q.aborted {
+			o.Output = q.out
+			res.TimedOut++
+		}
+		res.Outcomes[i] = o
+		res.End = max(res.End, q.ended)
 	}
 	for _, p := range s.pods {
 		res.Preemptions += p.preempt
@@ -196,7 +227,7 @@ func (s *Sim) arrive(r *Request) bool {
 	}
 	i := s.policy.Pick(r)
 	q := &s.seqs[r.ID]
-	*q = seq{req: r, pod: i, target: r.Prompt, hit: -1, first: -1}
+	*q = seq{req: r, pod: i, sent: s.now, target: r.Prompt, hit: -1, first: -1}
 	p := s.pods[i]
 	p.waiting = append(p.waiting, q)
 	s.open++
@@ -220,16 +251,22 @@ func (s *Sim) startStep(i int) {
 // starts the next step.
 func (s *Sim) endStep(i int) {
 	p := s.pods[i]
+	done := s.done[:0]
 	p.finishStep(s.now, func(q *seq) { s.policy.Started(q.req) }, func(q *seq) {
-		q.finish = s.now
+		q.finish, q.ended = s.now, s.now
 		s.open--
 		s.policy.Finished(q.req)
+		done = append(done, q.req.ID)
 	})
 	if ev := p.cache.drain(); len(ev) > 0 {
 		if _, ok := s.policy.(eventListener); ok {
 			s.push(event{at: s.now + s.cfg.EventDelay.Seconds(), kind: evKV, pod: i, kv: ev})
 		}
 	}
+	for _, id := range done { // the freed slots send queued requests, this pod's after its step
+		s.ended(id)
+	}
+	s.done = done
 	s.startStep(i)
 }
 

@@ -9,9 +9,11 @@ import (
 type Stats struct {
 	Level         string
 	QPS           float64 // offered, simulated
-	Requests      int
-	P50, P90, P99 float64 // time to first token, seconds
+	Requests      int     // requests that finished
+	TimedOut      int     // requests the client canceled: in no other figure, as a benchmark counts failures
+	P50, P90, P99 float64 // time to first token (from the send), seconds
 	Mean          float64
+	WaitP90       float64 // the client's queue wait before the send, seconds
 	OutputTPS     float64 // output tokens of the level's requests per second of serving them
 	HitRatio      float64 // prompt blocks found cached / full prompt blocks
 	BoundRatio    float64 // the same under one pooled LRU of the fleet's capacity
@@ -31,20 +33,33 @@ func (s Stats) FracOfBound() float64 {
 func Summarize(w *Workload, res *Result, bound []int) []Stats {
 	var out []Stats
 	all := make([]int, 0, len(w.Requests))
+	timedOut := 0
 	for li, l := range w.Levels {
 		var ids []int
+		n := 0
 		for i := range w.Requests {
-			if w.Requests[i].Level == li && res.Outcomes[i].First > 0 {
+			if w.Requests[i].Level != li {
+				continue
+			}
+			switch o := res.Outcomes[i]; {
+			case o.TimedOut:
+				n++
+			case o.Finish > 0:
 				ids = append(ids, i)
 			}
 		}
 		all = append(all, ids...)
-		st := summarize(res, bound, ids, l.Start)
-		st.Level, st.QPS = l.Name, l.QPS
+		timedOut += n
+		start := l.Start
+		if li < len(res.LevelStarts) {
+			start = res.LevelStarts[li]
+		}
+		st := summarize(res, bound, ids, start)
+		st.Level, st.QPS, st.TimedOut = l.Name, l.QPS, n
 		out = append(out, st)
 	}
 	st := summarize(res, bound, all, 0)
-	st.Level = "all"
+	st.Level, st.TimedOut = "all", timedOut
 	if n := len(w.Requests); n > 0 {
 		st.QPS = float64(n) / (w.Levels[len(w.Levels)-1].End - w.Levels[0].Start)
 	}
@@ -57,6 +72,7 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 		return st
 	}
 	ttft := make([]float64, 0, len(ids))
+	wait := make([]float64, 0, len(ids))
 	var sum float64
 	var out, hit, blocks, bhit int
 	end := start
@@ -64,6 +80,7 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 		o := res.Outcomes[i]
 		t := o.First - o.Arrival
 		ttft = append(ttft, t)
+		wait = append(wait, o.Arrival-o.Scheduled)
 		sum += t
 		out += o.Output
 		hit += o.Hit
@@ -72,6 +89,8 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 		end = max(end, o.Finish)
 	}
 	slices.Sort(ttft)
+	slices.Sort(wait)
+	st.WaitP90 = quantile(wait, 0.9)
 	st.P50, st.P90, st.P99 = quantile(ttft, 0.5), quantile(ttft, 0.9), quantile(ttft, 0.99)
 	st.Mean = sum / float64(len(ids))
 	if end > start {

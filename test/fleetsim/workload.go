@@ -167,26 +167,35 @@ type SharedPrefix struct {
 	WarmupQPS    float64   // 15
 	Warmup       float64   // seconds; 50
 	Stages       []float64 // QPS of each stage
-	StageSeconds float64   // 50
-	QPSScale     float64   // simulated QPS per published QPS
+	Durations    []float64 // seconds of each stage; StageSeconds where missing
+	StageSeconds float64
+	QPSScale     float64 // simulated QPS per published QPS
 	Seed         uint64
 }
 
-// PublishedSharedPrefix returns the published parameters, unscaled.
+// PublishedSharedPrefix returns the published parameters, unscaled: the
+// stages and durations of the published run's load configuration (about
+// 750 requests, one pass over the prompts, per stage from 20 QPS; two
+// from 40 QPS).
 func PublishedSharedPrefix() SharedPrefix {
 	return SharedPrefix{
 		Groups: 150, PerGroup: 5, System: 6000, Question: 1200, Output: 1000,
 		WarmupQPS: 15, Warmup: 50, StageSeconds: 50, QPSScale: 1, Seed: 1,
-		Stages: []float64{3, 10, 15, 20, 22, 25, 30, 35, 40, 43, 46, 49, 52, 55, 57, 60},
+		Stages:    []float64{3, 10, 15, 20, 22, 25, 30, 35, 40, 43, 46, 49, 52, 55, 57, 60},
+		Durations: []float64{20, 20, 20, 38, 34, 30, 25, 21, 38, 36, 33, 30, 29, 27, 26, 25},
 	}
 }
 
 // WorkingSet is the tokens of every distinct prompt.
 func (p SharedPrefix) WorkingSet() int { return p.Groups * (p.System + p.PerGroup*p.Question) }
 
-// Generate builds the workload: the fixed prompts shuffled once and cycled
-// in order, Poisson arrivals at each stage's scaled rate. Levels are
-// named by the published QPS.
+// Generate builds the workload as inference-perf's shared_prefix data
+// and Poisson load generators do: the fixed prompts shuffled once; each
+// stage sends int(rate × seconds) requests at the stage's scaled rate, the
+// nth of them with prompt n of the shuffled list (cycled), each second of
+// the schedule drawing a Poisson number of requests spread over it at
+// exponential gaps. Levels are named by the published QPS; a level ends
+// at its nominal end or its last arrival, whichever is later.
 func (p SharedPrefix) Generate(name string, h *kvindex.Hasher) *Workload {
 	rng := rand.New(rand.NewPCG(p.Seed, 0x5a5))
 	w := &Workload{Name: name, BlockSize: h.BlockSize(), Hash: h.Config()}
@@ -204,17 +213,17 @@ func (p SharedPrefix) Generate(name string, h *kvindex.Hasher) *Workload {
 		}
 	}
 	rng.Shuffle(len(prompts), func(i, j int) { prompts[i], prompts[j] = prompts[j], prompts[i] })
-	t, next := 0.0, 0
+	t := 0.0
 	stage := func(label string, qps, seconds float64) {
 		rate := qps * p.QPSScale
 		l := Level{Name: label, Start: t, End: t + seconds, QPS: rate}
-		for at := t + rng.ExpFloat64()/rate; at < l.End; at += rng.ExpFloat64() / rate {
-			pr := prompts[next%len(prompts)]
-			next++
+		for n, at := range poissonSchedule(rng, rate, int(rate*seconds)) {
+			pr := prompts[n%len(prompts)]
 			w.Requests = append(w.Requests, Request{
-				ID: len(w.Requests), Arrival: at, Level: len(w.Levels),
+				ID: len(w.Requests), Arrival: t + at, Level: len(w.Levels),
 				Prompt: p.System + p.Question, Output: max(p.Output, 1), Hashes: pr.hashes, segs: pr.segs,
 			})
+			l.End = max(l.End, math.Nextafter(t+at, math.Inf(1)))
 		}
 		w.Levels = append(w.Levels, l)
 		t = l.End
@@ -222,8 +231,43 @@ func (p SharedPrefix) Generate(name string, h *kvindex.Hasher) *Workload {
 	if p.Warmup > 0 {
 		stage(fmt.Sprintf("warm-up %g", p.WarmupQPS), p.WarmupQPS, p.Warmup)
 	}
-	for _, q := range p.Stages {
-		stage(fmt.Sprintf("%g", q), q, p.StageSeconds)
+	for i, q := range p.Stages {
+		seconds := p.StageSeconds
+		if i < len(p.Durations) {
+			seconds = p.Durations[i]
+		}
+		stage(fmt.Sprintf("%g", q), q, seconds)
 	}
 	return w
+}
+
+// poissonSchedule returns n send times (seconds from the start) at rate
+// per second the way inference-perf's Poisson timer makes them: each
+// second draws a Poisson number k of requests and spreads them over that
+// second at exponential gaps scaled to sum to it.
+func poissonSchedule(rng *rand.Rand, rate float64, n int) []float64 {
+	out := make([]float64, 0, n)
+	gaps := make([]float64, 0, int(rate)+8)
+	for sec := 0.0; len(out) < n; sec++ {
+		k := 0 // Poisson(rate): unit-rate exponential arrivals within rate
+		for sum := rng.ExpFloat64(); sum < rate; sum += rng.ExpFloat64() {
+			k++
+		}
+		gaps = gaps[:0]
+		total := 0.0
+		for range k {
+			g := rng.ExpFloat64()
+			gaps = append(gaps, g)
+			total += g
+		}
+		at := sec
+		for _, g := range gaps {
+			if len(out) == n {
+				break
+			}
+			at += g / total
+			out = append(out, at)
+		}
+	}
+	return out
 }
