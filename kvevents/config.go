@@ -35,6 +35,12 @@ type Config struct {
 	// PollInterval is how often an otherwise idle connection checks for
 	// shutdown. Default 500ms.
 	PollInterval time.Duration
+	// BatchWindow is how long a connection lets batches accumulate after
+	// reading some before it reads again: the socket is then read, and the
+	// index written, in runs of many batches instead of one wake-up per
+	// batch. It delays the index by at most that much. Default 1ms; 0 reads
+	// every batch as it arrives.
+	BatchWindow time.Duration
 	// HeartbeatInterval is the ZMTP heartbeat period that detects a silent
 	// peer; the connection drops after three missed heartbeats. Default 5s; 0
 	// disables heartbeats.
@@ -63,6 +69,10 @@ type realClock struct{}
 
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
+// maxBatchWindow bounds Config.BatchWindow: a longer one would leave the
+// index that stale.
+const maxBatchWindow = 100 * time.Millisecond
+
 // DefaultConfig returns the defaults documented on Config's fields, with
 // kvindex.DefaultHashConfig for verification.
 func DefaultConfig() Config {
@@ -75,6 +85,7 @@ func DefaultConfig() Config {
 		BackoffMin:        time.Second,
 		BackoffMax:        30 * time.Second,
 		PollInterval:      500 * time.Millisecond,
+		BatchWindow:       time.Millisecond,
 		HeartbeatInterval: 5 * time.Second,
 		Hash:              kvindex.DefaultHashConfig(),
 		VerifyWindow:      64,
@@ -105,6 +116,9 @@ func (c Config) Validate() error {
 	positive("poll interval", int64(c.PollInterval))
 	if c.BackoffMax < c.BackoffMin {
 		errs = append(errs, fmt.Errorf("backoff max %v < backoff min %v", c.BackoffMax, c.BackoffMin))
+	}
+	if c.BatchWindow < 0 || c.BatchWindow > maxBatchWindow {
+		errs = append(errs, fmt.Errorf("batch window = %v, want in [0, %v]", c.BatchWindow, maxBatchWindow))
 	}
 	if c.HeartbeatInterval < 0 {
 		errs = append(errs, fmt.Errorf("heartbeat interval = %v, want >= 0", c.HeartbeatInterval))

@@ -65,6 +65,10 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 	poller := zmq.NewPoller()
 	poller.Add(sub, zmq.POLLIN)
 	poller.Add(mon, zmq.POLLIN)
+	window := newBatchWindow(st.cfg.BatchWindow)
+	defer window.stop()
+	recv := newReader(sub)
+	defer recv.close()
 	for ctx.Err() == nil {
 		polled, err := poller.Poll(st.cfg.PollInterval)
 		if err != nil {
@@ -89,16 +93,50 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 				}
 				continue
 			}
-			for range maxDrain {
-				frames, err := sub.RecvMessageBytes(zmq.DONTWAIT)
-				if err != nil {
-					break
-				}
-				st.onMessage(ctx, frames)
+			if _, err := recv.drain(maxDrain, func(frames [][]byte) { st.onMessage(ctx, frames) }); err != nil {
+				return connected, err
 			}
+			window.wait(ctx)
 		}
 	}
 	return connected, nil
+}
+
+// batchWindow lets batches accumulate between two reads of a busy socket
+// (Config.BatchWindow): each read then takes a run of batches, and the
+// applier, which runs while the stream waits, applies them in one go. One
+// wake-up per batch costs more than decoding and applying it.
+type batchWindow struct {
+	d     time.Duration
+	timer *time.Timer
+}
+
+func newBatchWindow(d time.Duration) *batchWindow {
+	w := &batchWindow{d: d}
+	if d > 0 {
+		w.timer = time.NewTimer(d)
+		w.timer.Stop()
+	}
+	return w
+}
+
+// wait returns after the window or when ctx is done.
+func (w *batchWindow) wait(ctx context.Context) {
+	if w.timer == nil {
+		return
+	}
+	w.timer.Reset(w.d)
+	select {
+	case <-w.timer.C:
+	case <-ctx.Done():
+		w.timer.Stop()
+	}
+}
+
+func (w *batchWindow) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 }
 
 // dial creates the SUB socket with its monitor and connects it. libzmq's
