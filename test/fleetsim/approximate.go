@@ -12,13 +12,14 @@ type Approximate struct {
 	// matched. Default 256.
 	MaxBlocks int
 	// Weights of the prefix, queue and KV-utilization scorers. Defaults
-	// 3, 2, 2 (llm-d's inference scheduling profile).
+	// 1, 1, 1: the published llm-d run's "estimated" scheduler, the
+	// inference gateway's default configuration.
 	PrefixWeight, QueueWeight, KVWeight float64
 }
 
 // DefaultApproximate returns the defaults documented on Approximate.
 func DefaultApproximate() Approximate {
-	return Approximate{LRUBlocks: 31_250, ReferenceBlocks: 19_208, MaxBlocks: 256, PrefixWeight: 3, QueueWeight: 2, KVWeight: 2}
+	return Approximate{LRUBlocks: 31_250, ReferenceBlocks: 19_208, MaxBlocks: 256, PrefixWeight: 1, QueueWeight: 1, KVWeight: 1}
 }
 
 // approximate guesses where prefixes are cached from its own decisions

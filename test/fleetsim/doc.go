@@ -24,8 +24,12 @@
 // prefix scorer that learns only from its own decisions, kvrouter's real
 // router over the real kvindex, and an oracle that reads every pod's cache
 // and queue. Workloads (workload.go) are the Mooncake traces and the llm-d
-// shared-prefix benchmark; Run returns per-request results that Summarize
-// turns into per-level percentiles.
+// shared-prefix benchmark. A Client (client.go) sends them: open loop at
+// each request's arrival time, or as a benchmark tool does, with bounded
+// concurrency (a request's wait in the client is not part of its time to
+// first token), a request timeout that aborts the request on its pod, and
+// stages that start only once the previous one has drained. Run returns
+// per-request results that Summarize turns into per-level percentiles.
 //
 // # Concurrency
 //
@@ -36,5 +40,5 @@
 // # Lifecycle
 //
 // Build a Workload, then call Run with a Config and a policy constructor;
-// Run returns when every request has finished.
+// Run returns when every request has finished or timed out.
 package fleetsim

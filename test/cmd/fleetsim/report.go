@@ -28,6 +28,9 @@ func plotSets(jobs []*job) []*plotSet {
 	byName := map[string]*plotSet{}
 	for _, j := range jobs {
 		sc := j.sc
+		if sc.only != nil {
+			continue // repeats under other seeds: acceptance only
+		}
 		switch sc.group {
 		case "b", "c":
 			ps := byName[sc.w.Name]
@@ -115,8 +118,9 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	var b strings.Builder
 	policies := policyOrder(jobs)
 	fmt.Fprintf(&b, "# kvrouter fleet simulation\n\n")
-	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
-		o.seed, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick], wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
+	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %d -shared-qps-scale %g` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
+		o.seed, o.client, o.concurrency, o.timeout, o.output, o.qpsScale, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
+		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
 	fmt.Fprintf(&b, "\nPlot colors: ")
 	for i, p := range policies {
@@ -129,9 +133,10 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	for _, line := range acceptance(jobs) {
 		fmt.Fprintf(&b, "- %s\n", line)
 	}
+	writePublished(&b, jobs)
 	var last *scenario
 	for _, j := range jobs {
-		if j.sc != last {
+		if j.sc != last && j.sc.only == nil {
 			last = j.sc
 			writeScenario(&b, jobs, j.sc, policies)
 		}
@@ -149,8 +154,8 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 func writeScenario(b *strings.Builder, jobs []*job, sc *scenario, policies []string) {
 	fmt.Fprintf(b, "\n## %s\n\n%d pods × %d blocks of %d tokens, %d requests, event delay %v.\n\n",
 		sc.w.Name, sc.cfg.Pods, sc.cfg.Blocks, sc.cfg.BlockSize, len(sc.w.Requests), sc.cfg.EventDelay)
-	b.WriteString("| level | sim QPS | policy | TTFT p50 | p90 | p99 | mean | output tok/s | hit ratio | global-LRU bound | fraction of bound | preemptions |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| level | sim QPS | policy | TTFT p50 | p90 | p99 | mean | client wait p90 | timed out | output tok/s | hit ratio | global-LRU bound | fraction of bound | preemptions |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	byPolicy := map[string]*job{}
 	for _, j := range jobs {
 		if j.sc == sc {
@@ -165,8 +170,8 @@ func writeScenario(b *strings.Builder, jobs []*job, sc *scenario, policies []str
 			if st.Level == "all" {
 				pre = strconv.Itoa(j.res.Preemptions)
 			}
-			fmt.Fprintf(b, "| %s | %.1f | %s | %s | %s | %s | %s | %.0f | %.1f%% | %.1f%% | %.2f | %s |\n",
-				st.Level, st.QPS, p, secs(st.P50), secs(st.P90), secs(st.P99), secs(st.Mean),
+			fmt.Fprintf(b, "| %s | %.1f | %s | %s | %s | %s | %s | %s | %d | %.0f | %.1f%% | %.1f%% | %.2f | %s |\n",
+				st.Level, st.QPS, p, secs(st.P50), secs(st.P90), secs(st.P99), secs(st.Mean), secs(st.WaitP90), st.TimedOut,
 				st.OutputTPS, 100*st.HitRatio, 100*st.BoundRatio, st.FracOfBound(), pre)
 		}
 	}
@@ -214,10 +219,11 @@ func acceptance(jobs []*job) []string {
 			out = append(out, fmt.Sprintf("%s: kvrouter TTFT p90 %s vs oracle %s (×%.2f, want ≤ 1.2): %s",
 				name, secs(pooled(kv).P90), secs(pooled(or).P90), r, mark(r <= 1.2)))
 		}
-		switch j.sc.group {
-		case "b":
+		switch {
+		case j.sc.only != nil:
+		case j.sc.group == "b":
 			out = append(out, sharedShape(name, by, mark)...)
-		case "c":
+		case j.sc.group == "c":
 			lo, hi, lot, hit := math.Inf(1), 0.0, math.Inf(1), 0.0
 			for _, k := range by {
 				lo, hi = min(lo, pooled(k).P90), max(hi, pooled(k).P90)
@@ -234,23 +240,6 @@ func acceptance(jobs []*job) []string {
 // kvrouter sub-second at every stage, approximate collapsing at high load,
 // random and least-loaded collapsing near 20 QPS.
 func sharedShape(name string, by map[string]*job, mark func(bool) string) []string {
-	stages := func(j *job) []fleetsim.Stats {
-		var out []fleetsim.Stats
-		for _, st := range j.stats {
-			if _, err := strconv.ParseFloat(st.Level, 64); err == nil {
-				out = append(out, st)
-			}
-		}
-		return out
-	}
-	first := func(j *job) string {
-		for _, st := range stages(j) {
-			if collapsed(st) {
-				return st.Level
-			}
-		}
-		return "none"
-	}
 	var out []string
 	worst := 0.0
 	for _, st := range stages(by["kvrouter"]) {
@@ -259,7 +248,7 @@ func sharedShape(name string, by map[string]*job, mark func(bool) string) []stri
 	out = append(out, fmt.Sprintf("%s: kvrouter's worst stage TTFT p90 %s (want < 1 s): %s", name, secs(worst), mark(worst < 1)))
 	for _, p := range []string{"approximate", "random", "least-loaded"} {
 		if j := by[p]; j != nil {
-			at := first(j)
+			at := firstCollapse(j)
 			q, _ := strconv.ParseFloat(at, 64)
 			want, ok := "collapse at high load (published: 40)", at != "none" && q >= 30
 			if p != "approximate" {
@@ -270,64 +259,3 @@ func sharedShape(name string, by map[string]*job, mark func(bool) string) []stri
 	}
 	return out
 }
-
-const setupText = `Discrete-event simulation (test/fleetsim) of vLLM pods: Llama-3.1-8B on one
-H100 cost model (prefill 25k tokens/s, +1.83e-5 per token of context for
-attention; steps of 5.5 ms + 6 µs per decoding sequence + Σ context × 128 KiB
-/ 2.3 TB/s; chunked prefill in 8,192-token steps; up to 256 running), vLLM's
-prefix cache (full blocks of 16 hashed with vLLM's hash; freed blocks cached
-until evicted LRU, tail first; preemption by recomputation), KV events to the
-router 50 ms after each step, metrics scraped every 100 ms. kvrouter is the
-real router package (Router.Route) over the real kvindex, with the default
-config except PrefillSecondsPerToken = 1/25,000 (the pods' speed): its
-speculative index entries live while their request waits for prefill (at
-most 60 s) and 2 s after its first token (Decision.Prefilled, as extproc
-calls it on the first response byte). The oracle reads every pod's cache,
-queue and decode batch exactly and scores like kvrouter.
-
-Scaling (so that the whole matrix runs in minutes on 2 cores):
-
-- (b) llm-d shared prefix: 4 pods instead of 8 and 75 groups instead of 150, so
-  the working set is still 73% of the fleet's KV capacity (pods of 19,263
-  blocks, as the published pods' 307,328 tokens); the published 1,000 output
-  tokens; stage rates × 0.58 (sim QPS = 0.58 × published QPS), the ratio of
-  the two fleets' decode capacity: with 1,000-token outputs at ~7.7k context
-  a step's KV reads dominate, 0.45 ms per running sequence on both pods
-  (128 KiB per token per GPU at 2.3 TB/s: Llama-3.1-8B on one H100 here,
-  Qwen3-32B's 256 KiB split over TP2 there), plus 5.5 ms here and ~14 ms
-  there (32.8 GB of weights per GPU); with equal KV capacity both run ~110
-  sequences, so a simulated pod decodes ~1.16× as fast and 4 of them offer
-  0.58× the published fleet's capacity.
-- (c) overload: the same fleet and stages with groups raised until the working
-  set is 1.25× the fleet's KV capacity.
-- (a) Mooncake: 8 pods of 28,000 blocks, the first 20 minutes of each trace,
-  arrivals compressed 1×, 2× and 3×.
-- Approximate prefix: per-pod LRU of 31,250 × blocks/19,208 (the GIE default
-  scaled to the simulated pod), 256 leading blocks matched, weights prefix 3,
-  queue 2, KV use 2. Least-loaded: queue + KV use, weights 1 and 1.
-- Hit ratio: prompt blocks found cached when the request was first admitted,
-  over full prompt blocks. Global-LRU bound: the same requests replayed in
-  arrival order through one LRU of the whole fleet's blocks (no concurrency).
-- Output tok/s of a level: its requests' output tokens over the time from the
-  level's start to its last request's end. "all" pools every level.
-
-What the model leaves out: network and router latency, tokenization, CPU
-offload tiers, prefill/decode disaggregation, and any limit on the waiting
-queue or on the client's concurrency (arrivals are open-loop Poisson: once
-the offered load passes the fleet's decode capacity every policy's TTFT
-grows without bound, where a real load generator caps its concurrency or
-times out).
-
-Reading (b) and (c): with 1,000 output tokens a pod's decode capacity is
-~2,000 output tok/s whatever the routing (a step reads every running
-sequence's KV, shared prefix or not), so above ~20 published QPS at this
-scaling even the oracle's queue grows without bound, and random,
-round-robin and least-loaded, which recompute most prefixes, already fall
-behind in the 15-QPS warm-up. The published precise
-scheduler's sub-second p90 at 60 QPS (8,730 output tok/s pooled, far below
-the 60,000 tok/s that stage offers) cannot come from an open-loop fleet; it
-needs a client that bounds its concurrency, which this model leaves out.
-Routing still decides how early a policy collapses and how much it
-delivers: prefix-aware routing shares each group's 375 prefix blocks on one
-pod, so more sequences run per pod and preempted ones recompute cheaply.
-`

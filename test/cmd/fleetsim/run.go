@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,9 @@ type scenario struct {
 	cfg   fleetsim.Config
 	w     *fleetsim.Workload
 	bound []int
+	// only, when set, are the policies to run: a repeat of a scenario
+	// under another seed, for the acceptance lines only.
+	only []string
 }
 
 // job is one scenario under one policy.
@@ -41,6 +45,9 @@ type options struct {
 	qpsScale                         float64
 	parallel                         int
 	quick                            bool
+	client                           string
+	concurrency                      int
+	timeout                          time.Duration
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -55,8 +62,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.output, "shared-output", sharedOutput, "output tokens per request of the shared-prefix workloads")
 	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
 	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")
+	fs.StringVar(&o.client, "shared-client", "inference-perf", "load generator of the shared-prefix workloads: inference-perf (bounded concurrency, timeouts, each stage after the previous one drained) or open (open-loop arrivals)")
+	fs.IntVar(&o.concurrency, "client-concurrency", -1, "inference-perf client's requests in flight (0: unbounded; default: the published client's, scaled like the stage rates)")
+	fs.DurationVar(&o.timeout, "client-timeout", ipTimeout, "inference-perf client's request timeout (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.client != "inference-perf" && o.client != "open" {
+		return fmt.Errorf("-shared-client %q: want inference-perf or open", o.client)
+	}
+	if o.concurrency < 0 {
+		o.concurrency = defaultConcurrency(o.qpsScale)
 	}
 	start := time.Now()
 	hasher, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
@@ -73,7 +89,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			continue
 		}
 		for _, p := range strings.Split(o.policies, ",") {
-			jobs = append(jobs, &job{sc: sc, policy: p})
+			if sc.only == nil || slices.Contains(sc.only, p) {
+				jobs = append(jobs, &job{sc: sc, policy: p})
+			}
 		}
 	}
 	runJobs(ctx, jobs, o.parallel, stdout)
