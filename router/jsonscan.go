@@ -2,8 +2,10 @@ package router
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -211,6 +213,10 @@ func skipString(data []byte, i int) (int, error) {
 		return 0, fmt.Errorf("%w: want a string at offset %d", errSyntax, i)
 	}
 	for i++; i < len(data); i++ {
+		i = skipPlain(data, i)
+		if i >= len(data) {
+			break
+		}
 		switch c := data[i]; {
 		case c == '"':
 			return i + 1, nil
@@ -234,6 +240,27 @@ func skipString(data []byte, i int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: unterminated string", errSyntax)
+}
+
+// skipPlain returns the offset of the first quote, backslash or control
+// character at or after i, reading eight bytes at a time (long strings,
+// prompts and messages, are almost all plain bytes); when none is found it
+// returns where the input's last partial word starts, for the caller's byte
+// loop to finish.
+func skipPlain(data []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(data); i += 8 {
+		w := binary.LittleEndian.Uint64(data[i:])
+		q, b := w^(ones*'"'), w^(ones*'\\')
+		// The lowest high bit set in special is exactly the first byte below
+		// 0x20 or equal to '"' or '\\' (a zero byte of q or b): a borrow only
+		// carries upward from such a byte.
+		special := ((w-ones*0x20)&^w | (q-ones)&^q | (b-ones)&^b) & highs
+		if special != 0 {
+			return i + bits.TrailingZeros64(special)/8
+		}
+	}
+	return i
 }
 
 func isHex4(b []byte) bool {

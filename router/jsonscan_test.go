@@ -23,6 +23,21 @@ func TestScanMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// Strings of every length up to three words with a special byte (quote,
+// backslash, control character, high byte) at every offset: the word-wise
+// skip must stop exactly where the byte loop would.
+func TestScanStringWordBoundaries(t *testing.T) {
+	for n := range 26 {
+		for at := range n {
+			for _, c := range []string{`\"`, `\\`, `\n`, "\x01", "\x1f", " ", "\x7f", "\xc3\xa9", "\xff", `\u00e9`} {
+				b := []byte(`{"k":"` + strings.Repeat("a", at) + c + strings.Repeat("b", n-at) + `"}`)
+				checkScan(t, b)
+				checkScan(t, b[:len(b)-2]) // unterminated
+			}
+		}
+	}
+}
+
 func FuzzScanObject(f *testing.F) {
 	for _, s := range jsonSeeds {
 		f.Add([]byte(s))

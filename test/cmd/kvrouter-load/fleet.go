@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -263,4 +264,44 @@ func (k *kvr) hold(ctx context.Context, body []byte, holders int) (int, error) {
 		}
 	}
 	return rep.Tokens, k.applied(ctx, n)
+}
+
+// profile starts a CPU profile of kvrouter over the next d and returns a
+// function that waits for it and writes it, with the allocations made
+// meanwhile and the heap after, to dir/name-{profile,allocs,heap}.pprof. An empty dir
+// profiles nothing.
+func (k *kvr) profile(dir, name string, d time.Duration) func() error {
+	if dir == "" {
+		return func() error { return nil }
+	}
+	secs := max(1, int(d.Seconds()))
+	done := make(chan error, 2)
+	for _, kind := range []string{"profile", "allocs"} {
+		go func() {
+			done <- k.savePprof(fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs),
+				filepath.Join(dir, name+"-"+kind+".pprof"))
+		}()
+	}
+	return func() error {
+		return errors.Join(<-done, <-done, k.savePprof("/debug/pprof/heap", filepath.Join(dir, name+"-heap.pprof")))
+	}
+}
+
+func (k *kvr) savePprof(path, file string) error {
+	resp, err := http.Get("http://" + k.admin + path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
 }

@@ -27,6 +27,7 @@ type options struct {
 	fill             int // index entries before measuring
 	holders          int // pods that hold the measured prompt's blocks
 	markdown         bool
+	pprofDir         string // write kvrouter's CPU and allocation profiles of each stage here
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -44,6 +45,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.fill, "fill", 0, "index entries to publish before measuring (e.g. 10000000)")
 	fs.IntVar(&o.holders, "holders", 2, "pods that hold the measured prompt's blocks")
 	fs.BoolVar(&o.markdown, "markdown", false, "print one markdown table row per stage")
+	fs.StringVar(&o.pprofDir, "pprof", "", "write kvrouter's CPU profile and allocations of each stage to this directory (go tool pprof)")
 	var so soakOptions
 	fs.DurationVar(&so.d, "soak", 0, "soak instead: -pods pods churn their caches while requests arrive at -rates for this long")
 	fs.Float64Var(&so.batchesPerSec, "soak-batches", 20, "soak: event batches per second per pod")
@@ -123,7 +125,11 @@ func fleet(ctx context.Context, o options, n int, stdout io.Writer) error {
 		for _, rate := range rates {
 			cpu0 := cpuSeconds(k.cmd.Process.Pid)
 			t := time.Now()
+			prof := k.profile(o.pprofDir, fmt.Sprintf("%s-%d-%dpods-%d", o.kind, size, n, rate), o.stage)
 			lat, failed, firstFailure := drive(ctx, k.client, []envoyclient.Request{req}, rate, o.workers, o.stage)
+			if err := prof(); err != nil {
+				return err
+			}
 			st := stage{
 				kind: o.kind, tokens: prompt, pods: n, entries: k.entries(), rate: rate, workers: o.workers,
 				elapsed: time.Since(t), lat: lat, failed: failed, firstFailure: firstFailure,
