@@ -11,7 +11,7 @@ import (
 type bpe struct {
 	// vocab maps a token's text to its id. For byte-level models the key is
 	// the raw bytes the token stands for, not its byte-level spelling.
-	vocab map[string]uint32
+	vocab *strTable
 	// merges maps a pair (left<<32 | right) to rank<<32 | merged id.
 	merges map[uint64]uint64
 	// byteLevel: words are raw bytes and start as one symbol per byte.
@@ -70,22 +70,26 @@ func newBPE(f *fileJSON, byteLevel bool) (*bpe, error) {
 }
 
 func (b *bpe) buildVocab(f *fileJSON) error {
-	b.vocab = f.Vocab
+	vocab := f.Vocab
 	if b.byteLevel {
-		b.vocab = make(map[string]uint32, len(f.Vocab))
+		vocab = make(map[string]uint32, len(f.Vocab))
 	}
 	for tok, id := range f.Vocab {
 		b.size = max(b.size, int(id)+1)
 		if b.byteLevel {
 			if raw, ok := fromByteLevel(tok); ok {
-				b.vocab[raw] = id
+				vocab[raw] = id
 			} // else only reachable as an added token
 		}
+	}
+	var ok bool
+	if b.vocab, ok = newStrTable(vocab); !ok {
+		return fmt.Errorf("tokenizer: vocabulary of %d tokens too large", len(vocab))
 	}
 	for i := range b.byteID {
 		b.byteID[i] = -1
 		if b.byteLevel {
-			id, ok := b.vocab[string([]byte{byte(i)})]
+			id, ok := vocab[string([]byte{byte(i)})]
 			if !ok {
 				return fmt.Errorf("tokenizer: byte-level vocabulary lacks byte %#02x", i)
 			}
@@ -155,7 +159,7 @@ func (b *bpe) symbols(word string, syms []uint32) ([]uint32, error) {
 		_, n := utf8.DecodeRuneInString(word[i:])
 		ch := word[i : i+n]
 		i += n
-		if id, ok := b.vocab[ch]; ok {
+		if id, ok := b.vocab.get(ch); ok {
 			syms = append(syms, id)
 			lastUnk = false
 			continue

@@ -99,7 +99,7 @@ func (e *encoder) word(w string) {
 func (t *Tokenizer) encodeWord(dst []uint32, w string) ([]uint32, error) {
 	m := t.model
 	if m.ignoreMerges {
-		if id, ok := m.vocab[w]; ok {
+		if id, ok := m.vocab.get(w); ok {
 			return append(dst, id), nil
 		}
 	}
