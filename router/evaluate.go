@@ -102,7 +102,8 @@ func (r *Router) hash(t *target, p *Parsed, sc *scratch, st *Stages) (Reason, in
 	tokens := p.PromptTokens
 	if tokens == nil {
 		var err error
-		tokens, err = r.tok.Tokens(t.base, p)
+		sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.base, p)
+		tokens = sc.tokens
 		st.Tokenize = time.Since(t0)
 		if err != nil {
 			if errors.Is(err, ErrNoTokenizer) {

@@ -18,9 +18,11 @@ var ErrNoTokenizer = errors.New("router: no tokenizer for the model")
 
 // Tokenizers gives the token ids vLLM computes for a request's prompt.
 type Tokenizers interface {
-	// Tokens returns the ids of p's prompt under base model's tokenizer and
-	// chat template, or an error wrapping ErrNoTokenizer.
-	Tokens(base string, p *Parsed) ([]uint32, error)
+	// AppendTokens appends the ids of p's prompt under base model's
+	// tokenizer and chat template to dst and returns the extended slice,
+	// or an error wrapping ErrNoTokenizer. The router reuses dst's memory
+	// for later requests; nothing may keep it.
+	AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error)
 }
 
 // Request is what the router reads of an HTTP request.
@@ -123,6 +125,7 @@ func (d *Decision) Done() {
 
 // scratch is per-request working memory.
 type scratch struct {
+	tokens  []uint32 // the prompt's ids while it is hashed
 	hashes  []uint64
 	ids     []kvindex.PodID
 	members []*member
@@ -139,7 +142,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	if sc == nil {
 		sc = &scratch{}
 	}
-	defer r.scratch.Put(sc)
+	defer r.putScratch(sc)
 	ev, err := r.evaluate(req, sc)
 	if err != nil {
 		r.metrics.refused(err)
@@ -178,6 +181,17 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	d.Elapsed = time.Since(start)
 	r.observe(d)
 	return d, nil
+}
+
+// maxKeptTokens bounds the token buffer a pooled scratch keeps (1 MiB):
+// an exceptional prompt's buffer is left to the collector.
+const maxKeptTokens = 1 << 18
+
+func (r *Router) putScratch(sc *scratch) {
+	if cap(sc.tokens) > maxKeptTokens {
+		sc.tokens = nil
+	}
+	r.scratch.Put(sc)
 }
 
 // settle shortens a decision's speculative entries to the index's grace

@@ -18,19 +18,18 @@ import (
 // bytes of its raw messages; model "qwen" has no tokenizer.
 type byteTokens struct{}
 
-func (byteTokens) Tokens(base string, p *Parsed) ([]uint32, error) {
+func (byteTokens) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error) {
 	if base == "qwen" {
-		return nil, fmt.Errorf("tokenizers: %q: %w", base, ErrNoTokenizer)
+		return dst, fmt.Errorf("tokenizers: %q: %w", base, ErrNoTokenizer)
 	}
 	text := p.Prompt
 	if p.Chat != nil {
 		text = string(p.Chat.Messages)
 	}
-	ids := make([]uint32, len(text))
 	for i := range len(text) {
-		ids[i] = uint32(text[i])
+		dst = append(dst, uint32(text[i]))
 	}
-	return ids, nil
+	return dst, nil
 }
 
 type testRouter struct {
@@ -74,7 +73,7 @@ func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
 // store records that pod holds the blocks of prompt (under lora and salt).
 func (tr *testRouter) store(pod, prompt, lora, salt string) {
 	tr.t.Helper()
-	ids, _ := byteTokens{}.Tokens("llama", &Parsed{Prompt: prompt})
+	ids, _ := byteTokens{}.AppendTokens(nil, "llama", &Parsed{Prompt: prompt})
 	hs := tr.hasher.AppendHashes(nil, ids, kvindex.Extra{LoRA: lora, CacheSalt: salt})
 	id, ok := tr.index.Pod(pod)
 	if !ok {

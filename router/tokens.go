@@ -17,27 +17,37 @@ var errNoChat = errors.New("router: no chat renderer configured")
 // add_special_tokens=false (unless the request asks).
 type RegistryTokenizers struct {
 	Registry *tokenizer.Registry
-	Chats    *tokenizer.Chats // nil: chat requests are routed by load
+	Chats    *tokenizer.Chats // nil: chat requests are routed by load; else over Registry
 }
 
-// Tokens implements Tokenizers.
-func (t RegistryTokenizers) Tokens(base string, p *Parsed) ([]uint32, error) {
+// AppendTokens implements Tokenizers.
+func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error) {
 	tk, err := t.Registry.For(base)
 	if errors.Is(err, tokenizer.ErrUnknownModel) {
-		return nil, fmt.Errorf("%w: %s", ErrNoTokenizer, base)
+		return dst, fmt.Errorf("%w: %s", ErrNoTokenizer, base)
 	}
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	if p.Chat == nil {
-		return tk.Encode(p.Prompt, true)
+		return tk.AppendEncode(dst, p.Prompt, true)
 	}
 	if t.Chats == nil {
-		return nil, errNoChat
+		return dst, errNoChat
 	}
 	req, err := tokenizer.ParseChatRequest(p.Body)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return t.Chats.Encode(base, req)
+	// Chats.Encode, appending: render with the model's chat template, then
+	// encode with the tokenizer the registry gives for the model.
+	chat, err := t.Chats.For(base)
+	if err != nil {
+		return dst, err
+	}
+	text, err := chat.Render(req)
+	if err != nil {
+		return dst, err
+	}
+	return tk.AppendEncode(dst, text, req.AddSpecialTokens)
 }

@@ -51,12 +51,12 @@ const promptPrefix = "fleetsim request "
 // simTokenizer gives a simulated prompt's token ids.
 type simTokenizer struct{ w *Workload }
 
-func (t simTokenizer) Tokens(_ string, p *router.Parsed) ([]uint32, error) {
+func (t simTokenizer) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]uint32, error) {
 	id, err := strconv.Atoi(strings.TrimPrefix(p.Prompt, promptPrefix))
 	if err != nil || id < 0 || id >= len(t.w.Requests) {
-		return nil, fmt.Errorf("fleetsim: prompt %q names no request", p.Prompt)
+		return dst, fmt.Errorf("fleetsim: prompt %q names no request", p.Prompt)
 	}
-	return t.w.Requests[id].AppendTokens(nil), nil
+	return t.w.Requests[id].AppendTokens(dst), nil
 }
 
 // newKVRouter builds the policy: the index's default config (speculative
