@@ -30,6 +30,17 @@
 // gRPC runs each stream on its own goroutine; a stream's state is owned by
 // that goroutine alone. The Router must be safe for concurrent use.
 //
+// # Memory
+//
+// A body that arrives in chunks is gathered in a buffer reserved from its
+// content-length (at most 1 MiB up front, whatever the header claims) and
+// recycled across streams once the request is answered: the Router must
+// keep nothing of req.Body, and nothing else refers to it by then (the
+// re-sent pieces are marshaled when Send returns). A body that arrives in
+// one message is used as received. Answers are marshaled into pooled
+// buffers sized to them rather than gRPC's default 1 MiB for anything over
+// 32 KiB.
+//
 // # Lifecycle
 //
 // New validates the Config and starts nothing. Run serves on a listener

@@ -22,6 +22,8 @@ import (
 
 // Router decides where a request goes.
 type Router interface {
+	// Route decides for req. It must keep no reference to req.Body (nor
+	// to a slice of it) once it returns: the server recycles the buffer.
 	Route(ctx context.Context, req router.Request) (*router.Decision, error)
 }
 
@@ -36,6 +38,8 @@ type Server struct {
 	logger  *slog.Logger
 	metrics *metrics
 	health  *health.Server
+	codec   codec
+	bodies  bodyPool
 }
 
 // New returns a server that routes with r. reg receives its metrics.
@@ -47,7 +51,11 @@ func New(cfg Config, r Router, logger *slog.Logger, reg prometheus.Registerer) (
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, router: r, logger: logger, metrics: m, health: health.NewServer()}
+	c, err := newCodec()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, router: r, logger: logger, metrics: m, health: health.NewServer(), codec: c}
 	s.SetReady(false)
 	return s, nil
 }
@@ -70,7 +78,8 @@ func (s *Server) SetReady(ready bool) {
 // Run serves on lis until ctx is done, then reports not ready and drains:
 // open streams get Config.DrainTimeout to finish before they are cut.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgBytes()), grpc.MaxSendMsgSize(s.cfg.maxRecvMsgBytes()))
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgBytes()), grpc.MaxSendMsgSize(s.cfg.maxRecvMsgBytes()),
+		grpc.ForceServerCodecV2(s.codec))
 	extprocv3.RegisterExternalProcessorServer(gs, s)
 	healthpb.RegisterHealthServer(gs, s.health)
 	errc := make(chan error, 1)
@@ -105,17 +114,22 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	defer st.end()
 	for {
 		req, err := srv.Recv()
-		switch {
-		case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
-			return nil // Envoy closed or reset the stream: a normal end
-		case err != nil:
+		if err != nil {
+			st.releaseBody()
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil // Envoy closed or reset the stream: a normal end
+			}
 			return err
 		}
 		done, err := st.handle(srv.Context(), req)
 		if err != nil {
+			// The body is left to the collector: err may refer to it.
 			s.metrics.streamErrors.Inc()
 			s.logger.Warn("ext_proc stream failed", "request_id", st.req.ID, "error", err)
 			return status.Error(codes.Internal, err.Error())
+		}
+		if st.answered || done {
+			st.releaseBody() // routed or refused: the body is needed no more
 		}
 		if done {
 			return nil

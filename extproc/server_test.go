@@ -29,7 +29,9 @@ var errBoom = errors.New("boom")
 
 func (f *fakeRouter) Route(_ context.Context, req router.Request) (*router.Decision, error) {
 	f.mu.Lock()
-	f.seen = append(f.seen, req)
+	seen := req
+	seen.Body = bytes.Clone(req.Body) // the server recycles req.Body
+	f.seen = append(f.seen, seen)
 	f.mu.Unlock()
 	switch {
 	case bytes.Contains(req.Body, []byte(`"model":"missing"`)):
@@ -63,6 +65,17 @@ func start(t *testing.T, cfg Config) *harness {
 		t.Fatal(err)
 	}
 	h.srv = srv
+	h.conn, h.client = serve(t, srv)
+	if cfg.BodyMode == Buffered {
+		h.client.Mode = envoyclient.Buffered
+	}
+	return h
+}
+
+// serve runs srv on loopback until the test ends and returns an
+// Envoy-faithful client of it.
+func serve(t *testing.T, srv *Server) (*grpc.ClientConn, *envoyclient.Client) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,16 +89,12 @@ func start(t *testing.T, cfg Config) *harness {
 			t.Errorf("Run = %v", err)
 		}
 	})
-	h.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = h.conn.Close() })
-	h.client = envoyclient.New(h.conn)
-	if cfg.BodyMode == Buffered {
-		h.client.Mode = envoyclient.Buffered
-	}
-	return h
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, envoyclient.New(conn)
 }
 
 const body = `{"model":"qwen","prompt":"héllo wörld, a prompt long enough to split in many places"}`

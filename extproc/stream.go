@@ -20,8 +20,10 @@ type stream struct {
 	respFDS  bool // response bodies arrive FULL_DUPLEX_STREAMED: echo them
 	req      router.Request
 	body     []byte
-	sawBody  bool // a request_body message arrived
-	answered bool // the request path is answered: the destination is sent
+	buf      *[]byte // the pooled buffer body grew from; nil when body is not ours to recycle
+	hint     int     // bytes to reserve for the body (from content-length)
+	sawBody  bool    // a request_body message arrived
+	answered bool    // the request path is answered: the destination is sent
 	decision *router.Decision
 }
 
@@ -87,6 +89,8 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 			st.req.Path = headerValue(hv)
 		case "x-request-id":
 			st.req.ID = headerValue(hv)
+		case "content-length":
+			st.hint = bodyHint(headerValue(hv), st.srv.cfg.MaxBodyBytes)
 		}
 	}
 	st.req.Subset = subsetHint(md)
@@ -126,14 +130,46 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) (bool,
 		st.srv.metrics.refused(413)
 		return true, st.send(immediate(router.TooLarge(st.srv.cfg.MaxBodyBytes)))
 	}
-	st.body = append(st.body, b.GetBody()...)
-	st.sawBody = true
 	// BUFFERED sends the whole body in one message, its end_of_stream false
 	// only when trailers follow; every body message needs an answer.
-	if st.mode != Buffered && !b.GetEndOfStream() {
+	last := st.mode == Buffered || b.GetEndOfStream()
+	st.appendBody(b.GetBody(), last)
+	st.sawBody = true
+	if !last {
 		return false, nil
 	}
 	return st.finish(ctx, false)
+}
+
+// appendBody adds a chunk to the body. A body that arrives in one message
+// is used as received; a longer one is gathered in a pooled buffer sized
+// from content-length.
+func (st *stream) appendBody(chunk []byte, last bool) {
+	switch {
+	case st.sawBody:
+		st.body = append(st.body, chunk...)
+	case last:
+		st.body = chunk
+	default:
+		if n := max(len(chunk), st.hint); n <= maxBodyHint {
+			st.buf = st.srv.bodies.get(n)
+			st.body = append(*st.buf, chunk...)
+		} else {
+			st.body = append([]byte(nil), chunk...)
+		}
+	}
+}
+
+// releaseBody recycles the body's buffer. Call it only once nothing can
+// reference the body: the router has returned (Router must not keep
+// req.Body), its re-sent chunks are marshaled (Send copies them), and no
+// error that might quote it is pending.
+func (st *stream) releaseBody() {
+	if st.buf != nil {
+		*st.buf = st.body
+		st.srv.bodies.put(st.buf)
+	}
+	st.buf, st.body, st.req.Body = nil, nil, nil
 }
 
 func (st *stream) requestTrailers(ctx context.Context) (bool, error) {
