@@ -165,6 +165,9 @@ func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, er
 	if err != nil {
 		return "", err
 	}
+	if opt.SizeHint == 0 {
+		opt.SizeHint = renderSize(in.ctx)
+	}
 	out, err := in.tmpl.RenderWith(in.ctx, opt)
 	if err != nil {
 		return "", fmt.Errorf("tokenizer: chat template: %w", err)
@@ -283,6 +286,45 @@ func (c *Chat) context(p renderParams, conv []jinja.Value) map[string]jinja.Valu
 	ctx["documents"] = p.documents
 	ctx["add_generation_prompt"] = p.gen
 	return ctx
+}
+
+// renderSize estimates the length of a chat render from its context: the
+// strings in it (message texts, tools, documents, kwargs) with room for
+// the template's markup around each, tools and documents twice (templates
+// print them as indented JSON or as code), plus 1 KiB of the template's
+// own text, so that the render allocates its output once. When a template
+// writes more, the output grows once.
+func renderSize(ctx map[string]jinja.Value) int {
+	n := 1024
+	for k, v := range ctx {
+		n += textSize(v)
+		if k == "tools" || k == "documents" {
+			n += textSize(v)
+		}
+	}
+	return n
+}
+
+// textSize is the bytes of the strings in v, 8 more for each string and
+// 8 for each other scalar.
+func textSize(v jinja.Value) int {
+	switch x := v.(type) {
+	case string:
+		return len(x) + 8
+	case *jinja.List:
+		n := 0
+		for _, it := range x.Items {
+			n += textSize(it)
+		}
+		return n
+	case *jinja.Dict:
+		n := 0
+		for i, k := range x.Keys() {
+			n += textSize(k) + textSize(x.Values()[i])
+		}
+		return n
+	}
+	return 8
 }
 
 // continueFinal cuts the render after the final message's text, as

@@ -55,6 +55,41 @@ func BenchmarkChatRenderQwen3(b *testing.B) {
 	}
 }
 
+// chat8kRequest is kvrouter-load's 8k-token chat request: 10 messages of
+// about 4,000 bytes each, alternating user and assistant.
+func chat8kRequest(b testing.TB) *ChatRequest {
+	words := strings.Fields("routing every request to the pod that already caches its prefix saves the prefill and lowers the time to first token")
+	var msgs []string
+	for i := range 10 {
+		var sb strings.Builder
+		for j := 0; sb.Len() < 4000; j++ {
+			sb.WriteString(words[(i+j*7)%len(words)] + " ")
+		}
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, [2]string{"user", "assistant"}[i%2], sb.String()))
+	}
+	req, err := ParseChatRequest([]byte(`{"model":"qwen3","messages":[` + strings.Join(msgs, ",") + `]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return req
+}
+
+// BenchmarkChatRender8kQwen3 renders chat8kRequest (40 KB of content)
+// with qwen3's template: the chat render of every 8k-token chat decision.
+func BenchmarkChatRender8kQwen3(b *testing.B) {
+	c, err := LoadChat(modelDir(b, "qwen3"), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := chat8kRequest(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Render(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkChatEncodeQwen3 is BenchmarkChatRenderQwen3 plus encoding the
 // prompt (the token ids kvrouter hashes).
 func BenchmarkChatEncodeQwen3(b *testing.B) {

@@ -27,6 +27,10 @@ type (
 		cond      expr // nil: none
 		body, els []stmt
 		recursive bool
+		// closes is set when the body defines a macro or a call block,
+		// whose closure keeps its iteration's scope: every iteration
+		// then gets a new scope instead of the cleared previous one.
+		closes bool
 	}
 	setStmt struct {
 		target target
@@ -109,6 +113,7 @@ type (
 		op   string
 		l, r expr
 	}
+	addExpr     struct{ parts []expr } // a + b + ...: at least two parts
 	concatExpr  struct{ parts []expr }
 	andExpr     struct{ l, r expr }
 	orExpr      struct{ l, r expr }

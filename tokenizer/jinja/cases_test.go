@@ -178,6 +178,21 @@ var featureCases = []featureCase{
 	{"date concat", "{{ 'Current date: ' + strftime_now('%Y-%m-%d') + '\\n' }}", ""},
 	{"enum join default", "{{ '\"' + e|join('\" | \"') + '\"' }} {{ ', // default: ' + d|tojson }} {{ ', // default: ' + s }}", `{"e": ["a", "b"], "d": 1.5, "s": "EUR"}`},
 	{"concat default number", "{{ '// default: ' + d }}", `{"d": 3}`},
+	// + and ~ chains (joined once, printed piece by piece)
+	{"plus chain strings", "{{ 'a' + b + '' + c + 'd' }}|{{ '' + b + '' }}|{{ '' + '' }}|{% set x = 'a' + b + c %}{{ x }}|{{ ('a' + b) + (c + 'd') }}|{{ 'a' + ('b' ~ 1) + c }}|{{ 'a' ~ b ~ c ~ 'd' }}|{% set y = b ~ c ~ 1 %}{{ y }}", `{"b": "B", "c": "ç"}`},
+	{"plus chain numbers lists", "{{ 1 + 2 + 3 }} {{ 1 + 2.5 + 3 }} {{ ([1] + [2] + [3])|join(',') }} {{ 1 - 2 + 3 }} {{ 10 - 1 - 2 }} {{ 2 * 3 + 4 * 5 + 1 }} {% set n = 1 + 2 + 3 %}{{ n }}", ""},
+	{"plus chain tuples", "{{ (1,) + (2,) + () }} {{ true + 1 + true }}", ""},
+	{"plus chain string then number", "{{ 'a' + b + 1 }}", `{"b": "B"}`},
+	{"plus chain string then none", "{{ 'a' + 'b' + none + 'c' }}", ""},
+	{"plus chain string then undefined", "{{ 'a' + 'b' + nope + 'c' }}", ""},
+	{"plus chain string then list", "{% set x = 'a' + 'b' + [1] %}", ""},
+	{"plus chain number then string", "{{ 1 + 2 + 'a' }}", ""},
+	{"plus chain list then string", "{{ [1] + [2] + 'a' }}", ""},
+	{"plus chain list then tuple", "{{ [1] + [2] + (3,) }}", ""},
+	{"plus chain minus string", "{{ 'a' + 'b' - 'c' }}", ""},
+	{"plus chain in loop", "{% set ns = namespace(s='') %}{% for m in ms %}{{ '<' + m.role + '>' + m.content + '</' + m.role + '>\n' }}{% set ns.s = ns.s + m.role + ',' %}{% endfor %}{{ ns.s }}", `{"ms": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}`},
+	{"plus chain in capture", "{% set s %}[{{ 'a' + b + 'c' }}]{% endset %}{{ s + s }}{% macro m(x) %}{{ x + '!' + x }}{% endmacro %}{{ m('y') + m('z') }}", `{"b": "B"}`},
+	{"loop scope cleared between iterations", "{% for i in [1, 2, 3] %}[{{ v is defined }}{% if i == 1 %}{% set v = 'x' %}{% endif %}{{ v|default('-') }}]{% endfor %}{% for k in [1, 2] if k > 0 %}{{ k }}{% endfor %}", ""},
 }
 
 // limitCases must fail with ErrLimit (jinja2 would run out of memory or
@@ -192,6 +207,10 @@ var limitCases = []string{
 	"{{ " + strings.Repeat("(", 500) + "1" + strings.Repeat(")", 500) + " }}",
 	strings.Repeat("{% if 1 %}", 500) + strings.Repeat("{% endif %}", 500),
 	"{{ 2 ** 64 }}",
+	"{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s + 'y' %}{% endfor %}",
+	"{% set s = 'x' * 2 ** 23 %}{{ s + s + s }}",
+	"{% set s = 'x' * 2 ** 23 %}{{ s ~ s ~ s }}",
+	"{% set s = 'x' * 2 ** 23 %}{{ s + 'y' }}{{ s + 'y' }}",
 }
 
 // shareCases build values that share parts and print exponentially long.

@@ -89,6 +89,21 @@ func isName(e expr, name string) bool {
 	return ok && n.name == name
 }
 
+// markClosures sets closes on the loops whose bodies define macros or
+// call blocks.
+func markClosures(body []stmt) {
+	walk(body, func(s stmt) {
+		if f, ok := s.(*forStmt); ok {
+			walk(f.body, func(s stmt) {
+				switch s.(type) {
+				case *macroStmt, *callStmt:
+					f.closes = true
+				}
+			})
+		}
+	})
+}
+
 // walk calls fn on every statement, nested ones included.
 func walk(body []stmt, fn func(stmt)) {
 	for _, s := range body {

@@ -3,7 +3,6 @@ package jinja
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 func (c *constExpr) eval(*renderer, *scope) (Value, error) { return c.v, nil }
@@ -143,21 +142,6 @@ func (b *binExpr) eval(r *renderer, s *scope) (Value, error) {
 		return nil, err
 	}
 	return binaryOp(r, b.op, l, rv)
-}
-
-func (c *concatExpr) eval(r *renderer, s *scope) (Value, error) {
-	var b strings.Builder
-	for _, p := range c.parts {
-		v, err := p.eval(r, s)
-		if err != nil {
-			return nil, err
-		}
-		b.WriteString(str(v))
-		if err := r.checkLen(b.Len()); err != nil {
-			return nil, err
-		}
-	}
-	return b.String(), nil
 }
 
 func (a *andExpr) eval(r *renderer, s *scope) (Value, error) {

@@ -24,6 +24,30 @@ func (r *renderer) execBody(body []stmt, s *scope) error {
 func (t *textStmt) exec(r *renderer, _ *scope) error { return r.write(t.text) }
 
 func (p *printStmt) exec(r *renderer, s *scope) error {
+	if !p.folded {
+		var buf [8]string
+		var strs []string
+		var n int
+		var v Value
+		var err error
+		switch e := p.e.(type) {
+		case *addExpr:
+			strs, n, v, err = e.pieces(r, s, buf[:0])
+		case *concatExpr:
+			strs, n, err = e.pieces(r, s, buf[:0])
+		default:
+			return p.print(r, s)
+		}
+		if err != nil || strs == nil {
+			return r.printValue(v, err)
+		}
+		return r.writePieces(strs, n)
+	}
+	return p.print(r, s)
+}
+
+// print evaluates the output expression and writes its value.
+func (p *printStmt) print(r *renderer, s *scope) error {
 	var v Value
 	err := errors.New("not folded")
 	if p.folded {
@@ -35,9 +59,16 @@ func (p *printStmt) exec(r *renderer, s *scope) error {
 		r.folding = false
 	}
 	if err != nil {
-		if v, err = p.e.eval(r, s); err != nil {
-			return err
-		}
+		v, err = p.e.eval(r, s)
+	}
+	return r.printValue(v, err)
+}
+
+// printValue writes the value of an output expression (unless its
+// evaluation failed with err).
+func (r *renderer) printValue(v Value, err error) error {
+	if err != nil {
+		return err
 	}
 	if x, ok := v.(string); ok {
 		return r.write(x)

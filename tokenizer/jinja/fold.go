@@ -20,6 +20,8 @@ func isConst(e expr) bool {
 		return allConst(x.l, x.r)
 	case *orExpr:
 		return allConst(x.l, x.r)
+	case *addExpr:
+		return allConst(x.parts...)
 	case *concatExpr:
 		return allConst(x.parts...)
 	case *compareExpr:

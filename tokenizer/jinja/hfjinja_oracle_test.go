@@ -32,7 +32,7 @@ var hfFeatureDeviations = []struct {
 	}},
 	{"does not parse exponent literals, tuples without brackets or with trailing commas, `is` tests with arguments, {%+, raw, with, recursive loops or set blocks", []string{
 		"print ints floats", "float repr edge", "print tuple", "printf more", "trailing commas literals", "tests", "tests more",
-		"lstrip plus", "raw", "raw trim", "with", "recursive loop", "set block",
+		"lstrip plus", "raw", "raw trim", "with", "recursive loop", "set block", "plus chain tuples",
 	}},
 	{"lacks operators jinja2 has: bool arithmetic, string * int, % formatting, ordering of strings", []string{
 		"bool arithmetic", "string ops", "percent format", "compare values",
@@ -51,10 +51,11 @@ var hfFeatureDeviations = []struct {
 	{"renders where jinja2 raises: str + int concatenates, x/0 is Infinity, undefined attributes and tojson of undefined pass, no sandbox, no generator length check, continue outside a loop accepted", []string{
 		"error int plus str", "concat precedence error", "concat default number", "error division by zero", "error modulo zero",
 		"tojson undefined", "generator length error", "sandbox dunder", "undefined attribute error", "undefined attr in if",
-		"continue in macro in loop",
+		"continue in macro in loop", "plus chain string then number", "plus chain string then list", "plus chain number then string",
+		"plus chain list then string",
 	}},
 	{"`set` inside a for loop or if block leaks out of the loop iteration, unlike jinja2's scoping", []string{
-		"set scoping", "set in loop reads outer", "set inside if in loop",
+		"set scoping", "set in loop reads outer", "set inside if in loop", "loop scope cleared between iterations",
 	}},
 	{"% follows JavaScript's sign rule (-7 % 3 is -1, Python gives 2)", []string{"int float arithmetic"}},
 	{"an empty selectattr result is false (jinja2's generator is always true)", []string{"generator truthy"}},

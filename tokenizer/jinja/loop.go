@@ -61,12 +61,17 @@ func (st *forStmt) run(r *renderer, s *scope, v Value, depth int) error {
 	}
 	loop := &loopState{items: items, depth: depth, st: st, outer: s}
 	completed := false // jinja2 runs else unless an iteration ran to its end
+	var inner *scope
 	for i, it := range items {
 		if err := r.iterate(); err != nil {
 			return err
 		}
 		loop.i = i
-		inner := s.child()
+		if inner == nil || st.closes {
+			inner = s.child()
+		} else {
+			clear(inner.vars) // nothing outlives an iteration
+		}
 		if err := assign(inner, st.target, it); err != nil {
 			return err
 		}
@@ -88,11 +93,12 @@ func (st *forStmt) run(r *renderer, s *scope, v Value, depth int) error {
 
 func (st *forStmt) filter(r *renderer, s *scope, items []Value) ([]Value, error) {
 	var kept []Value
+	inner := s.child() // an expression keeps no scope: one for all items
 	for _, it := range items {
 		if err := r.iterate(); err != nil {
 			return nil, err
 		}
-		inner := s.child()
+		clear(inner.vars)
 		if err := assign(inner, st.target, it); err != nil {
 			return nil, err
 		}

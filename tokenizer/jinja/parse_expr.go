@@ -153,15 +153,23 @@ func (p *parser) parseBinary(level int) (expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		if t.val == "~" {
+		switch t.val {
+		case "~":
 			if c, ok := l.(*concatExpr); ok {
 				c.parts = append(c.parts, r)
 				continue
 			}
 			l = &concatExpr{parts: []expr{l, r}}
-			continue
+		case "+":
+			// (a + b) + c is a + b + c: the same left fold.
+			if a, ok := l.(*addExpr); ok {
+				a.parts = append(a.parts, r)
+				continue
+			}
+			l = &addExpr{parts: []expr{l, r}}
+		default:
+			l = &binExpr{op: t.val, l: l, r: r}
 		}
-		l = &binExpr{op: t.val, l: l, r: r}
 	}
 }
 

@@ -67,6 +67,7 @@ func CompileWithLimits(src string, lim Limits) (t *Template, err error) {
 	if err != nil {
 		return nil, err
 	}
+	markClosures(body)
 	return &Template{body: body, limits: lim, loopsContent: loopsOverContent(body)}, nil
 }
 
@@ -74,6 +75,10 @@ func CompileWithLimits(src string, lim Limits) (t *Template, err error) {
 type RenderOptions struct {
 	// Now is the clock strftime_now reads; nil: time.Now.
 	Now func() time.Time
+	// SizeHint is the expected output length in bytes: the output buffer
+	// starts that large (at most Limits.MaxOutput), so that a render the
+	// caller sized well allocates its output once. 0: 1 KiB.
+	SizeHint int
 }
 
 // Render evaluates the template with the variables of ctx.
@@ -96,7 +101,7 @@ func (t *Template) RenderWith(ctx map[string]Value, opt RenderOptions) (out stri
 			out, err = "", fmt.Errorf("%w: %v", errInternal, p)
 		}
 	}()
-	r.out.Grow(1024)
+	r.out.Grow(min(max(opt.SizeHint, 1024), t.limits.MaxOutput))
 	if err := r.execBody(t.body, root); err != nil {
 		if errors.Is(err, errBreak) || errors.Is(err, errContinue) {
 			return "", fmt.Errorf("%w: break or continue outside a loop", ErrSyntax)
@@ -162,10 +167,29 @@ type renderer struct {
 }
 
 func (r *renderer) write(s string) error {
-	if r.base+r.out.Len()+len(s) > r.limits.MaxOutput {
-		return fmt.Errorf("%w: output longer than %d bytes", ErrLimit, r.limits.MaxOutput)
+	if err := r.room(len(s)); err != nil {
+		return err
 	}
 	r.out.WriteString(s)
+	return nil
+}
+
+// writePieces writes the concatenation of strs, n bytes, as write does.
+func (r *renderer) writePieces(strs []string, n int) error {
+	if err := r.room(n); err != nil {
+		return err
+	}
+	for _, x := range strs {
+		r.out.WriteString(x)
+	}
+	return nil
+}
+
+// room fails when n more bytes would make the output too long.
+func (r *renderer) room(n int) error {
+	if r.base+r.out.Len()+n > r.limits.MaxOutput {
+		return fmt.Errorf("%w: output longer than %d bytes", ErrLimit, r.limits.MaxOutput)
+	}
 	return nil
 }
 
