@@ -77,8 +77,11 @@ type macroDef struct {
 
 type (
 	constExpr struct{ v Value }
-	nameExpr  struct{ name string }
-	listExpr  struct {
+	nameExpr  struct {
+		name  string
+		undef Value // Undefined{Name: 'name'}, made once
+	}
+	listExpr struct {
 		items []expr
 		tuple bool
 	}

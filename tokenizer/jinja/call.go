@@ -3,6 +3,7 @@ package jinja
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // callable is anything a template can call.
@@ -106,7 +107,24 @@ func (c *callExpr) eval(r *renderer, s *scope) (Value, error) { return c.evalWit
 // evalWith calls with an extra caller keyword (a call block) when caller is
 // not nil.
 func (c *callExpr) evalWith(r *renderer, s *scope, caller *macro) (Value, error) {
-	fn, err := c.fn.eval(r, s)
+	var fn Value
+	var err error
+	if a, ok := c.fn.(*attrExpr); ok && caller == nil {
+		if fn, err = a.obj.eval(r, s); err != nil {
+			return nil, err
+		}
+		if x, ok := fn.(string); ok && !strings.HasPrefix(a.name, "_") && stringMethods[a.name] != nil {
+			// x.method(...): a string method is called without binding it.
+			args, kw, err := c.args.eval(r, s)
+			if err != nil {
+				return nil, err
+			}
+			return stringMethods[a.name](r, x, args, kw)
+		}
+		fn, err = getattr(fn, a.name)
+	} else {
+		fn, err = c.fn.eval(r, s)
+	}
 	if err != nil {
 		return nil, err
 	}

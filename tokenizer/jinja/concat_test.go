@@ -9,10 +9,11 @@ import (
 	"github.com/kvrouter/kvrouter/tokenizer/internal/pyoracle"
 )
 
-// concatErrorCases fail inside a + or ~ chain. jinja2 folds a + b + c as
-// (a + b) + c: the first failing step raises and later operands are never
-// evaluated (raise_exception there would change the error).
-var concatErrorCases = []string{
+// errorCases fail inside a + or ~ chain or a method call. jinja2 folds
+// a + b + c as (a + b) + c: the first failing step raises and later
+// operands are never evaluated (raise_exception there would change the
+// error).
+var errorCases = []string{
 	"{{ 'a' + 1 + raise_exception('late') }}",
 	"{{ 'a' + 'b' + none + raise_exception('late') }}",
 	"{{ 'a' + nope + raise_exception('late') }}",
@@ -25,22 +26,29 @@ var concatErrorCases = []string{
 	"{{ 'a' ~ raise_exception('mid') ~ nope.x }}",
 	"{% set x = 'a' ~ 'b' ~ raise_exception('mid') %}",
 	"{{ 'a' + ('b' ~ raise_exception('inner')) + 1 }}",
+	"{{ nope.strip(raise_exception('late')) }}",
+	"{{ nope.x.strip() }}",
+	"{{ 'a'.strip(raise_exception('arg')) }}",
+	"{{ 'a'.nope(raise_exception('late')) }}",
+	"{{ 'a'.__class__(raise_exception('late')) }}",
+	"{{ 'a'.split(1) }}",
+	"{{ 'a'.startswith(raise_exception('arg'), nope.x) }}",
 }
 
-// TestConcatErrorsAgainstJinja2 checks that a failing chain fails with
-// jinja2's exception and message, so at the same operand.
-func TestConcatErrorsAgainstJinja2(t *testing.T) {
+// TestErrorsAgainstJinja2 checks that the errorCases fail with jinja2's
+// exception and message, so at the same operand.
+func TestErrorsAgainstJinja2(t *testing.T) {
 	o := pyoracle.Get(t)
-	reqs := make([]any, len(concatErrorCases))
-	for i, c := range concatErrorCases {
+	reqs := make([]any, len(errorCases))
+	for i, c := range errorCases {
 		reqs[i] = map[string]any{"template": c, "context": map[string]any{}, "now": oracleNow.Format("2006-01-02T15:04:05")}
 	}
 	res, err := o.Query(reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sentinels := map[string]error{"TypeError": ErrType, "UndefinedError": ErrUndefined, "TemplateError": ErrRaised}
-	for i, c := range concatErrorCases {
+	sentinels := map[string]error{"TypeError": ErrType, "UndefinedError": ErrUndefined, "TemplateError": ErrRaised, "SecurityError": ErrSecurity}
+	for i, c := range errorCases {
 		class, msg, _ := strings.Cut(res[i].Error, ": ")
 		want, known := sentinels[class]
 		if res[i].Out != nil || !known {

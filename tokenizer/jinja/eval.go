@@ -11,7 +11,7 @@ func (n *nameExpr) eval(_ *renderer, s *scope) (Value, error) {
 	if v, ok := s.lookup(n.name); ok {
 		return v, nil
 	}
-	return Undefined{Name: "'" + n.name + "'"}, nil
+	return n.undef, nil
 }
 
 func (l *listExpr) eval(r *renderer, s *scope) (Value, error) {

@@ -12,6 +12,9 @@ var (
 	errContinue = errors.New("jinja: continue")
 )
 
+// errNotFolded marks an output not evaluated at compile time.
+var errNotFolded = errors.New("jinja: not folded")
+
 func (r *renderer) execBody(body []stmt, s *scope) error {
 	for _, st := range body {
 		if err := st.exec(r, s); err != nil {
@@ -49,7 +52,7 @@ func (p *printStmt) exec(r *renderer, s *scope) error {
 // print evaluates the output expression and writes its value.
 func (p *printStmt) print(r *renderer, s *scope) error {
 	var v Value
-	err := errors.New("not folded")
+	err := errNotFolded
 	if p.folded {
 		// jinja2 evaluates a constant output at compile time, where a
 		// failed slice is undefined; if that fails it evaluates at render

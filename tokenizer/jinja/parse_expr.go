@@ -220,7 +220,7 @@ func (p *parser) parsePrimary() (expr, error) {
 		case "none", "None":
 			return &constExpr{nil}, nil
 		}
-		return &nameExpr{t.val}, nil
+		return &nameExpr{name: t.val, undef: Undefined{Name: "'" + t.val + "'"}}, nil
 	case tokString:
 		var b strings.Builder
 		b.WriteString(t.val)

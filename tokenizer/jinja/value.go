@@ -3,6 +3,7 @@ package jinja
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Value is a template value: nil (None), bool, int64, float64, string,
@@ -50,13 +51,15 @@ func NewList(items ...Value) *List { return &List{Items: items} }
 
 // Dict is a Python dict: keys keep their insertion order.
 type Dict struct {
-	keys  []Value
-	vals  []Value
+	keys []Value
+	vals []Value
+	// index maps hashKey of each key to its position once the dict has
+	// more than smallDict keys; smaller dicts are scanned.
 	index map[Value]int
 }
 
 // NewDict returns an empty dict.
-func NewDict() *Dict { return &Dict{index: map[Value]int{}} }
+func NewDict() *Dict { return &Dict{} }
 
 // hashKey maps a key to its Go map key as Python hashes it: True == 1 ==
 // 1.0. It reports false for unhashable keys.
@@ -88,14 +91,44 @@ func (d *Dict) Set(k, v Value) error {
 	if !ok {
 		return fmt.Errorf("%w: unhashable type: '%s'", ErrType, typeName(k))
 	}
-	if i, ok := d.index[h]; ok {
+	if i, ok := d.find(h); ok {
 		d.vals[i] = v
 		return nil
 	}
-	d.index[h] = len(d.keys)
+	if d.keys == nil {
+		d.keys, d.vals = make([]Value, 0, 4), make([]Value, 0, 4)
+	}
 	d.keys = append(d.keys, k)
 	d.vals = append(d.vals, v)
+	switch {
+	case d.index != nil:
+		d.index[h] = len(d.keys) - 1
+	case len(d.keys) > smallDict:
+		d.index = make(map[Value]int, 2*len(d.keys))
+		for i, key := range d.keys {
+			kh, _ := hashKey(key)
+			d.index[kh] = i
+		}
+	}
 	return nil
+}
+
+// find returns the position of the key whose hashKey is h.
+func (d *Dict) find(h Value) (int, bool) {
+	if d.index != nil {
+		i, ok := d.index[h]
+		return i, ok
+	}
+	hs, _ := h.(string)
+	for i, key := range d.keys {
+		if _, tuple := key.(*List); tuple && !strings.HasPrefix(hs, "\x00tuple") {
+			continue // a tuple key hashes to "\x00tuple" and its repr
+		}
+		if kh, _ := hashKey(key); kh == h {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // SetString stores v under the string key k.
@@ -120,7 +153,7 @@ func (d *Dict) Get(k Value) (Value, bool) {
 	if !ok {
 		return nil, false
 	}
-	i, ok := d.index[h]
+	i, ok := d.find(h)
 	if !ok {
 		return nil, false
 	}
