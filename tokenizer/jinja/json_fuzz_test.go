@@ -95,6 +95,13 @@ func FuzzFromJSON(f *testing.F) {
 	})
 }
 
+// BenchmarkFromJSON decodes a chat request of 10 messages (36 KB).
+//
+// Dicts of up to eight keys without a hash index (old and new run
+// alternately twice, load ≈ 5, 2026-11-22):
+//
+//	BenchmarkFromJSON-2  old 48128 B/op  228 allocs/op
+//	                     new 44544 B/op  166 allocs/op
 func BenchmarkFromJSON(b *testing.B) {
 	var msgs []string
 	for i := range 10 {
