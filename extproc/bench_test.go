@@ -29,6 +29,12 @@ import (
 // Before, most of the time was gRPC clearing a 1 MiB send buffer for the
 // re-sent body. The gRPC receive path and proto decoding, not measured
 // here, copy the received chunks once more.
+//
+// Then, with one message per stream for the pieces it re-sends and pooled
+// buffers for small answers too (same run, before and after):
+//
+//	body=35KB/chunks=16KiB        4.6 KB/op   85 allocs     3.9 KB/op  66 allocs
+//	ProcessStreamedReply (500)    288 KB/op 5071 allocs    11.9 KB/op 561 allocs  1.9–2.0 ms → 1.1 ms
 
 // memStream is an ext_proc stream in memory: Recv replays Envoy's
 // messages, Send marshals each answer as the gRPC server does and frees it.
@@ -66,8 +72,9 @@ func (f fixedRouter) Route(context.Context, router.Request) (*router.Decision, e
 }
 
 // exchange is what Envoy sends for one FULL_DUPLEX_STREAMED request with
-// body in pieces of chunk bytes (0: one message) and a one-piece reply.
-func exchange(body []byte, chunk int) []*extprocv3.ProcessingRequest {
+// body in pieces of chunk bytes (0: one message) and the pod's reply in
+// the given pieces.
+func exchange(body []byte, chunk int, reply ...[]byte) []*extprocv3.ProcessingRequest {
 	hv := func(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
 	msgs := []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
@@ -85,12 +92,24 @@ func exchange(body []byte, chunk int) []*extprocv3.ProcessingRequest {
 			RequestBody: &extprocv3.HttpBody{Body: piece, EndOfStream: len(rest) == 0},
 		}})
 	}
-	return append(msgs,
-		&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":status", "200")}},
-		}}},
-		&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: true}}},
-	)
+	msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":status", "200")}},
+	}}})
+	for i, piece := range reply {
+		msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: piece, EndOfStream: i == len(reply)-1},
+		}})
+	}
+	return msgs
+}
+
+// sseReply is a streamed chat reply of n server-sent events.
+func sseReply(n int) [][]byte {
+	reply := make([][]byte, n)
+	for i := range reply {
+		reply[i] = fmt.Appendf(nil, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" word%d"}}]}`+"\n\n", i)
+	}
+	return reply
 }
 
 // BenchmarkProcess is the ext_proc server's part of one decision for an
@@ -109,7 +128,7 @@ func BenchmarkProcess(b *testing.B) {
 		if chunk == 0 {
 			name = fmt.Sprintf("body=%dKB/one-message", len(body)/1000)
 		}
-		in := exchange(body, chunk)
+		in := exchange(body, chunk, []byte("{}"))
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
@@ -119,5 +138,24 @@ func BenchmarkProcess(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkProcessStreamedReply is the server's part of echoing a streamed
+// chat reply of 500 events (FULL_DUPLEX_STREAMED response bodies), per
+// request, after a 1 KB request body.
+func BenchmarkProcessStreamedReply(b *testing.B) {
+	d := &router.Decision{Pod: "pod-3", Address: "10.0.0.4:8000", Matched: 10, Total: 12, Reason: router.ReasonPrefix}
+	srv, err := New(DefaultConfig(), fixedRouter{d}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"model":"qwen3","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("the router reads ", 60) + `"}]}`)
+	in := exchange(body, 0, sseReply(500)...)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := srv.Process(&memStream{in: in, codec: srv.codec}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -10,14 +10,18 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 )
 
-// sendBufferExponents are the capacities (powers of two, 1 KiB to 8 MiB)
+// sendBufferExponents are the capacities (powers of two, 2 KiB to 8 MiB)
 // of the buffers messages to Envoy are marshaled into. gRPC's default
 // pool jumps from 32 KiB to 1 MiB, so every re-sent body chunk (up to
 // Config.ChunkBytes, 62,000 bytes by default) took a 1 MiB buffer that
 // gRPC clears on each use and allocates again whenever a collection
 // emptied the pool: most of a decision's garbage. Here a chunk takes at
 // most twice its size.
-var sendBufferExponents = []uint8{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+var sendBufferExponents = []uint8{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+
+// minSendBuffer is the smallest buffer gRPC returns to its pool after
+// writing (it keeps none of 1 KiB or less).
+const minSendBuffer = 1<<10 + 1
 
 // codec is gRPC's proto codec with send buffers sized for kvrouter's
 // messages; it unmarshals exactly as gRPC's own.
@@ -54,14 +58,9 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	// message is not changed in between.
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true}
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, err := opts.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	buf := c.pool.Get(size)
+	// Small messages too (a streamed reply is thousands of them) take a
+	// pooled buffer: one big enough that gRPC gives it back.
+	buf := c.pool.Get(max(size, minSendBuffer))
 	b, err := opts.MarshalAppend((*buf)[:0], m)
 	if err != nil {
 		c.pool.Put(buf)

@@ -39,7 +39,8 @@
 // re-sent pieces are marshaled when Send returns). A body that arrives in
 // one message is used as received. Answers are marshaled into pooled
 // buffers sized to them rather than gRPC's default 1 MiB for anything over
-// 32 KiB.
+// 32 KiB, and a stream re-sends every body piece (a streamed reply is
+// thousands) with one message it keeps.
 //
 // # Lifecycle
 //

@@ -80,11 +80,36 @@ func bodyResponse(request bool, c *extprocv3.CommonResponse) *extprocv3.Processi
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
-// streamedChunk re-sends one piece of a body in FULL_DUPLEX_STREAMED mode.
-func streamedChunk(request bool, body []byte, eos bool) *extprocv3.ProcessingResponse {
-	return bodyResponse(request, &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: eos}},
-	}})
+// chunkMessage is the answer that re-sends one piece of a body in
+// FULL_DUPLEX_STREAMED mode, kept by a stream for every piece it sends (a
+// streamed reply is thousands): Send has marshaled it when it returns.
+type chunkMessage struct {
+	resp     extprocv3.ProcessingResponse
+	request  extprocv3.ProcessingResponse_RequestBody
+	response extprocv3.ProcessingResponse_ResponseBody
+	body     extprocv3.BodyResponse
+	common   extprocv3.CommonResponse
+	mutation extprocv3.BodyMutation
+	streamed extprocv3.BodyMutation_StreamedResponse
+	piece    extprocv3.StreamedBodyResponse
+}
+
+// set makes the message re-send body, of the request or the response, and
+// returns it.
+func (c *chunkMessage) set(request bool, body []byte, eos bool) *extprocv3.ProcessingResponse {
+	c.piece.Body, c.piece.EndOfStream = body, eos
+	c.streamed.StreamedResponse = &c.piece
+	c.mutation.Mutation = &c.streamed
+	c.common.BodyMutation = &c.mutation
+	c.body.Response = &c.common
+	if request {
+		c.request.RequestBody = &c.body
+		c.resp.Response = &c.request
+	} else {
+		c.response.ResponseBody = &c.body
+		c.resp.Response = &c.response
+	}
+	return &c.resp
 }
 
 func trailersResponse(request bool) *extprocv3.ProcessingResponse {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -260,4 +261,23 @@ func TestClientAbortAndHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRouted(t, res, []byte(body))
+}
+
+func TestStreamedReplyEchoed(t *testing.T) {
+	h := start(t, DefaultConfig())
+	var pieces [][]byte
+	for i := range 200 {
+		pieces = append(pieces, fmt.Appendf(nil, "data: {\"n\":%d}\n\n", i))
+	}
+	pieces = append(pieces, bytes.Repeat([]byte("z"), 70_000), []byte("data: [DONE]\n\n")) // one over a chunk
+	res, err := h.client.Do(context.Background(), envoyclient.Request{
+		Path: "/v1/completions", Body: []byte(body), Chunks: []int{9},
+		Reply: &envoyclient.Reply{Status: 200, Headers: [][2]string{{"content-type", "text/event-stream"}}, Chunks: pieces},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := bytes.Join(pieces, nil); res.Status != 200 || !bytes.Equal(res.ClientBody, want) {
+		t.Fatalf("client got %d with %d bytes, want 200 with the pod's %d bytes in order", res.Status, len(res.ClientBody), len(want))
+	}
 }

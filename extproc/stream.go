@@ -25,6 +25,7 @@ type stream struct {
 	sawBody  bool    // a request_body message arrived
 	answered bool    // the request path is answered: the destination is sent
 	decision *router.Decision
+	chunk    chunkMessage // re-sends body pieces
 }
 
 func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
@@ -219,10 +220,11 @@ func (st *stream) finish(ctx context.Context, trailers bool) (bool, error) {
 // carries eos. An empty body is one empty piece.
 func (st *stream) sendChunks(request bool, body []byte, eos bool) error {
 	n := st.srv.cfg.ChunkBytes
+	defer func() { st.chunk.piece.Body = nil }() // the message keeps no body between calls
 	for {
 		piece := body[:min(n, len(body))]
 		body = body[len(piece):]
-		if err := st.send(streamedChunk(request, piece, eos && len(body) == 0)); err != nil {
+		if err := st.send(st.chunk.set(request, piece, eos && len(body) == 0)); err != nil {
 			return err
 		}
 		if len(body) == 0 {
