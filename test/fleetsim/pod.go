@@ -37,8 +37,9 @@ type pod struct {
 	running []*seq
 	step    []*seq // scheduled in the step under way
 	busy    bool
-	preempt int // preemptions so far
-	aborts  int // requests canceled since the last purge
+	preempt int      // preemptions so far
+	hashes  []uint64 // hashesOf's scratch
+	aborts  int      // requests canceled since the last purge
 }
 
 func newPod(cfg *Config) *pod {
@@ -95,8 +96,7 @@ func (p *pod) admit(budget int) float64 {
 	bs := p.cfg.BlockSize
 	for len(p.waiting) > 0 && len(p.running) < p.cfg.MaxRunning && budget > 0 {
 		s := p.waiting[0]
-		maxHit := min(len(s.req.Hashes), (s.target-1)/bs) // vLLM recomputes at least the last token
-		hs := s.req.Hashes[:maxHit]
+		hs := p.hashesOf(s)
 		h := p.cache.hits(hs)
 		n := min(s.target-h*bs, budget)
 		need := p.blocksFor(h*bs+n) - h
@@ -122,6 +122,22 @@ func (p *pod) admit(budget int) float64 {
 		budget -= n
 	}
 	return cost
+}
+
+// hashesOf is the hashes of s's full blocks that a cache hit may cover:
+// vLLM hashes a request's blocks as they fill, output tokens too, so a
+// preempted request finds its cached prompt and output blocks when it is
+// admitted again; it recomputes at least the last token.
+func (p *pod) hashesOf(s *seq) []uint64 {
+	n := (s.target - 1) / p.cfg.BlockSize
+	if n <= len(s.req.Hashes) {
+		return s.req.Hashes[:n]
+	}
+	p.hashes = append(p.hashes[:0], s.req.Hashes...)
+	for k := len(s.req.Hashes); k < n; k++ {
+		p.hashes = append(p.hashes, s.hashAt(k))
+	}
+	return p.hashes
 }
 
 // purge drops canceled requests, freeing their blocks, as vLLM's

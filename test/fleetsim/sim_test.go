@@ -145,3 +145,28 @@ func TestSharedPrefixBlocksCountOnce(t *testing.T) {
 		t.Fatalf("C: hit %d, first token %v; want 0 hits, after A (%v) and B (%v) released their blocks", c.Hit, c.First, a.Finish, b.Finish)
 	}
 }
+
+// TestPreemptedRequestHitsItsOwnBlocks: vLLM hashes output blocks as they
+// fill, and a preempted request's freed blocks stay cached, so when it is
+// admitted again it recomputes only what was evicted: here its 3 prompt
+// and 2 output blocks are hits, and it prefills the rest of its tokens.
+func TestPreemptedRequestHitsItsOwnBlocks(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Blocks = 16
+	p := newPod(&cfg)
+	s := &seq{req: &Request{Prompt: 48, Output: 100, Hashes: []uint64{1, 2, 3}}, target: 48, hit: -1, first: -1}
+	p.waiting = append(p.waiting, s)
+	for step := 0; s.out < 40; step++ {
+		if _, ok := p.schedule(); !ok || step > 100 {
+			t.Fatalf("step %d: nothing scheduled, %d tokens out", step, s.out)
+		}
+		p.finishStep(0, func(*seq) {}, func(*seq) {})
+	}
+	p.preemptLast() // 87 tokens computed: 5 full blocks, cached and freed
+	if _, ok := p.schedule(); !ok {
+		t.Fatal("preempted request not admitted again")
+	}
+	if s.computed != 5*16 || s.sched != 48+40-80 || s.hit != 0 {
+		t.Fatalf("readmitted: %d tokens cached, %d scheduled, first hit %d; want 80 (3 prompt and 2 output blocks), 8, 0 (its first admission's)", s.computed, s.sched, s.hit)
+	}
+}
