@@ -256,6 +256,10 @@ func (d *Decoder) tokenList(s *span) error {
 			toks[k], pos = uint32(p[pos]), pos+1
 			continue
 		}
+		if pos+1 < len(p) && p[pos] == msgpcode.Uint8 {
+			toks[k], pos = uint32(p[pos+1]), pos+2
+			continue
+		}
 		if pos+2 < len(p) && p[pos] == msgpcode.Uint16 {
 			toks[k], pos = uint32(binary.BigEndian.Uint16(p[pos+1:])), pos+3
 			continue

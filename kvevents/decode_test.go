@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"runtime"
 	"strings"
@@ -74,6 +75,17 @@ var decodeCases = []decodeCase{
 		want: Batch{TS: 2, Events: []Event{{
 			Type: BlockStored, Hashes: []uint64{5, 300, 70000, 1 << 40}, Parent: 9, HasParent: true,
 			Tokens: u32s(100000, 4), BlockSize: 1, Medium: "CPU",
+		}}},
+	},
+	{
+		name: "token ids of every compact width",
+		payload: []any{3.0, []any{
+			[]any{"BlockStored", []any{1, 2, 3}, nil, []any{0, 127, 128, 255, 256, 65535, 65536, uint32(math.MaxUint32)}, 3},
+		}},
+		compact: true,
+		want: Batch{TS: 3, Events: []Event{{
+			Type: BlockStored, Hashes: []uint64{1, 2, 3},
+			Tokens: []uint32{0, 127, 128, 255, 256, 65535, 65536, math.MaxUint32}, BlockSize: 3,
 		}}},
 	},
 	{
