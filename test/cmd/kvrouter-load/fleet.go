@@ -177,6 +177,36 @@ func (k *kvr) metric(name string) float64 {
 	return sum
 }
 
+// histogram reads the cumulative buckets of a histogram in kvrouter's
+// /metrics: upper bound → count (nil when it cannot be read).
+func (k *kvr) histogram(name string) map[float64]float64 {
+	resp, err := http.Get("http://" + k.admin + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out := map[float64]float64{}
+	prefix := name + `_bucket{le="`
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		le, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		bound, err1 := strconv.ParseFloat(le, 64)
+		n, err2 := strconv.ParseFloat(val, 64)
+		if err1 == nil && err2 == nil {
+			out[bound] = n
+		}
+	}
+	return out
+}
+
 func (k *kvr) entries() int { return int(k.metric("kvrouter_kvindex_entries")) }
 
 // fill publishes distinct 16-block chains round-robin over the pods, in

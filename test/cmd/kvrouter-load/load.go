@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -124,6 +126,7 @@ func fleet(ctx context.Context, o options, n int, stdout io.Writer) error {
 		}
 		for _, rate := range rates {
 			cpu0 := cpuSeconds(k.cmd.Process.Pid)
+			inside0 := k.histogram(decisionHistogram)
 			t := time.Now()
 			prof := k.profile(o.pprofDir, fmt.Sprintf("%s-%d-%dpods-%d", o.kind, size, n, rate), o.stage)
 			lat, failed, firstFailure := drive(ctx, k.client, []envoyclient.Request{req}, rate, o.workers, o.stage)
@@ -135,6 +138,7 @@ func fleet(ctx context.Context, o options, n int, stdout io.Writer) error {
 				elapsed: time.Since(t), lat: lat, failed: failed, firstFailure: firstFailure,
 				cpu: cpuSeconds(k.cmd.Process.Pid) - cpu0, rssKB: rss(k.cmd.Process.Pid, "VmRSS:"),
 				peakKB: rss(k.cmd.Process.Pid, "VmHWM:"),
+				inside: bucketDelta(inside0, k.histogram(decisionHistogram)),
 			}
 			st.print(stdout, o.markdown)
 			if ctx.Err() != nil {
@@ -254,6 +258,44 @@ type stage struct {
 	firstFailure  string
 	cpu           float64
 	rssKB, peakKB int
+	inside        []bucket // kvrouter's own decision times over the stage
+}
+
+// decisionHistogram is kvrouter's time from a complete request to its
+// decision (parse, tokenize, hash, match, score), without gRPC and the
+// client: set against the client's latency it shows where time goes.
+const decisionHistogram = "kvrouter_router_decision_duration_seconds"
+
+// bucket is one histogram bucket: decisions that took at most le seconds.
+type bucket struct{ le, n float64 }
+
+// bucketDelta is after - before, cumulative buckets in rising order.
+func bucketDelta(before, after map[float64]float64) []bucket {
+	out := make([]bucket, 0, len(after))
+	for le, n := range after {
+		out = append(out, bucket{le, n - before[le]})
+	}
+	slices.SortFunc(out, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	return out
+}
+
+// insideQuantile is the upper bound of the bucket holding quantile q of
+// kvrouter's decision times ("-" when there are none).
+func (s *stage) insideQuantile(q float64) string {
+	if len(s.inside) == 0 || s.inside[len(s.inside)-1].n == 0 {
+		return "-"
+	}
+	total := s.inside[len(s.inside)-1].n
+	for i, b := range s.inside {
+		if b.n < q*total {
+			continue
+		}
+		if math.IsInf(b.le, 1) && i > 0 {
+			return "inf (over " + ms(time.Duration(s.inside[i-1].le*float64(time.Second))) + ")"
+		}
+		return ms(time.Duration(b.le * float64(time.Second)))
+	}
+	return "-"
 }
 
 func (s *stage) print(w io.Writer, markdown bool) {
@@ -277,6 +319,8 @@ func (s *stage) print(w io.Writer, markdown bool) {
 		fmt.Fprintf(w, "kind=%s prompt_tokens=%d pods=%d index_entries=%d rate=%s duration=%s\n", s.kind, s.tokens, s.pods, s.entries, rate, s.elapsed.Round(time.Millisecond))
 		fmt.Fprintf(w, "  decisions=%d failed=%d decisions/s=%.0f latency p50=%s p99=%s max=%s\n", len(s.lat), s.failed, perSec, pct(0.5), pct(0.99), pct(1))
 		fmt.Fprintf(w, "  kvrouter cpu=%.2f cores rss=%d MiB peak_rss=%d MiB\n", cores, s.rssKB/1024, s.peakKB/1024)
+		fmt.Fprintf(w, "  inside kvrouter (parse, tokenize, hash, match, score; histogram bucket bounds): p50<=%s p99<=%s\n",
+			s.insideQuantile(0.5), s.insideQuantile(0.99))
 	}
 	if s.failed > 0 {
 		fmt.Fprintf(os.Stderr, "kvrouter-load: %d failed decisions; the first: %.300s\n", s.failed, s.firstFailure)
