@@ -25,13 +25,23 @@ var publishedShared = []published{
 	{"random", "random", 92.551, 45.281, 4429, "20"},
 }
 
-// writePublished sets the simulated (b) next to the published run: pooled
-// TTFT, output tokens/s as a multiple of random's (the fleets differ in
-// size), and the first collapsed stage.
+// writePublished sets each simulated (b) next to the published run:
+// pooled TTFT, output tokens/s as a multiple of random's (the fleets
+// differ in size), and the first collapsed stage.
 func writePublished(b *strings.Builder, jobs []*job) {
+	var last *scenario
+	for _, j := range jobs {
+		if j.sc.group == "b" && j.sc.only == nil && j.sc != last {
+			last = j.sc
+			writePublishedScenario(b, jobs, j.sc)
+		}
+	}
+}
+
+func writePublishedScenario(b *strings.Builder, jobs []*job, sc *scenario) {
 	by := map[string]*job{}
 	for _, j := range jobs {
-		if j.sc.group == "b" && j.sc.only == nil {
+		if j.sc == sc {
 			by[j.policy] = j
 		}
 	}
@@ -39,7 +49,7 @@ func writePublished(b *strings.Builder, jobs []*job) {
 	if rnd == nil {
 		return
 	}
-	b.WriteString("\n### (b) next to the published run\n\n")
+	fmt.Fprintf(b, "\n### %s next to the published run\n\n", sc.w.Name)
 	b.WriteString("| policy (published scheduler) | TTFT p90 published / sim | mean published / sim | output tok/s ÷ random's, published / sim | first stage with p90 > 5 s, published / sim |\n")
 	b.WriteString("|---|---:|---:|---:|---:|\n")
 	rndAll := rnd.stats[len(rnd.stats)-1]

@@ -35,7 +35,7 @@ func plotSets(jobs []*job) []*plotSet {
 		case "b", "c":
 			ps := byName[sc.w.Name]
 			if ps == nil {
-				ps = &plotSet{file: "shared-" + sc.group, title: sc.w.Name, xLabel: "published QPS of the stage", stats: map[string][]fleetsim.Stats{}}
+				ps = &plotSet{file: fmt.Sprintf("shared-%s-%d", sc.group, sc.output), title: sc.w.Name, xLabel: "published QPS of the stage", stats: map[string][]fleetsim.Stats{}}
 				for _, l := range sc.w.Levels {
 					if x, err := strconv.ParseFloat(l.Name, 64); err == nil {
 						ps.xs = append(ps.xs, x)
@@ -118,8 +118,8 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	var b strings.Builder
 	policies := policyOrder(jobs)
 	fmt.Fprintf(&b, "# kvrouter fleet simulation\n\n")
-	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %d -shared-qps-scale %g` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
-		o.seed, o.client, o.concurrency, o.timeout, o.output, o.qpsScale, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
+	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
+		o.seed, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
 	fmt.Fprintf(&b, "\nPlot colors: ")

@@ -19,10 +19,11 @@ import (
 
 // scenario is one workload at one load level on one fleet.
 type scenario struct {
-	group string // report section
-	cfg   fleetsim.Config
-	w     *fleetsim.Workload
-	bound []int
+	group  string // report section
+	output int    // output tokens per request of (b) and (c)
+	cfg    fleetsim.Config
+	w      *fleetsim.Workload
+	bound  []int
 	// only, when set, are the policies to run: a repeat of a scenario
 	// under another seed, for the acceptance lines only.
 	only []string
@@ -41,7 +42,7 @@ type job struct {
 type options struct {
 	traces, out, policies, workloads string
 	seed                             uint64
-	output                           int
+	outputs                          string
 	qpsScale                         float64
 	parallel                         int
 	quick                            bool
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
 	fs.StringVar(&o.workloads, "workloads", "a,b,c", "workloads to run: a (Mooncake), b (shared prefix), c (its overload)")
-	fs.IntVar(&o.output, "shared-output", sharedOutput, "output tokens per request of the shared-prefix workloads")
+	fs.StringVar(&o.outputs, "shared-output", sharedOutputs, "output tokens per request of the shared-prefix workloads: each value (comma separated) runs them once")
 	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
 	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")
 	fs.StringVar(&o.client, "shared-client", "inference-perf", "load generator of the shared-prefix workloads: inference-perf (bounded concurrency, timeouts, each stage after the previous one drained) or open (open-loop arrivals)")

@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -13,11 +15,11 @@ import (
 
 // The scaling of the published runs to what 2 cores simulate in minutes.
 const (
-	sharedPods      = 4    // the llm-d run had 8
-	sharedGroups    = 75   // of 150: the working set halves with the fleet
-	sharedOutput    = 1000 // as published
-	sharedQPSScale  = 0.58 // simulated QPS per published QPS: the fleets' decode capacity ratio, see the report
-	capacityShare   = 0.73 // working set / fleet KV capacity
+	sharedPods      = 4          // the llm-d run had 8
+	sharedGroups    = 75         // of 150: the working set halves with the fleet
+	sharedOutputs   = "1000,230" // as configured, and as the configuration's comment observed live
+	sharedQPSScale  = 0.5        // simulated QPS per published QPS: half the fleet of the same pods
+	capacityShare   = 0.73       // working set / fleet KV capacity, published
 	overloadShare   = 1.25
 	mooncakePods    = 8
 	mooncakeMinutes = 20 // of each trace's arrivals
@@ -53,25 +55,13 @@ func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
 	base := fleetsim.DefaultConfig()
 	base.Seed = o.seed
 
-	sp := fleetsim.PublishedSharedPrefix()
-	sp.Groups, sp.Output, sp.QPSScale, sp.Seed = sharedGroups, o.output, o.qpsScale, o.seed
-	if o.quick {
-		sp.Groups, sp.Durations, sp.StageSeconds, sp.Warmup = 15, nil, 10, 10
+	outputs, err := parseOutputs(o.outputs)
+	if err != nil {
+		return nil, err
 	}
-	cfg := base
-	cfg.Client = sharedClient(o)
-	cfg.Pods = sharedPods
-	cfg.Blocks = int(float64(sp.WorkingSet()) / capacityShare / float64(cfg.Pods*cfg.BlockSize))
-	out = append(out, &scenario{group: "b", cfg: cfg, w: sp.Generate("(b) shared prefix 73%", h)})
-	for _, seed := range []uint64{o.seed + 1, o.seed + 2} { // the p90 sits on a cliff: repeat kvrouter and the oracle
-		rs, rc := sp, cfg
-		rs.Seed, rc.Seed = seed, seed
-		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%, seed %d", seed), h)
-		out = append(out, &scenario{group: "b", cfg: rc, w: w, only: []string{"kvrouter", "oracle"}})
+	for _, output := range outputs {
+		out = append(out, sharedScenarios(o, h, base, output)...)
 	}
-	over := sp
-	over.Groups = int(overloadShare*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
-	out = append(out, &scenario{group: "c", cfg: cfg, w: over.Generate("(c) shared prefix 125%", h)})
 
 	for _, name := range []string{"conversation", "synthetic"} {
 		minutes := float64(mooncakeMinutes)
@@ -100,3 +90,63 @@ func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
 	}
 	return out, nil
 }
+
+// sharedScenarios is (b), its repeats under the next two seeds for
+// kvrouter and the oracle (the p90 sits on a cliff), and (c), with
+// requests of output tokens each, on a fleet of the published pods.
+func sharedScenarios(o options, h *kvindex.Hasher, base fleetsim.Config, output int) []*scenario {
+	sp := fleetsim.PublishedSharedPrefix()
+	sp.Groups, sp.Output, sp.QPSScale, sp.Seed = sharedGroups, output, o.qpsScale, o.seed
+	if o.quick {
+		sp.Groups, sp.Durations, sp.StageSeconds, sp.Warmup = 15, nil, 10, 10
+	}
+	tag := fmt.Sprintf(", %d output tokens", output)
+	cfg := base
+	publishedPod(&cfg)
+	cfg.Client = sharedClient(o)
+	cfg.Pods = sharedPods
+	if o.quick { // pods as small as the workload, its working set still 73% of them
+		cfg.Blocks = int(float64(sp.WorkingSet()) / capacityShare / float64(cfg.Pods*cfg.BlockSize))
+	}
+	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h)}}
+	for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
+		rs, rc := sp, cfg
+		rs.Seed, rc.Seed = seed, seed
+		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
+		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"kvrouter", "oracle"}})
+	}
+	over := sp
+	over.Groups = int(overloadShare*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
+	return append(out, &scenario{group: "c", output: output, cfg: cfg, w: over.Generate("(c) shared prefix 125%"+tag, h)})
+}
+
+// parseOutputs reads -shared-output: output tokens per request, a comma
+// separated list.
+func parseOutputs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-shared-output %q: want positive token counts separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// publishedPod gives cfg the published run's pods, Qwen3-32B (32.8B
+// parameters) on two H100s with tensor parallelism, from the constants of
+// Llama-3.1-8B (8.03B) on one: prefill is compute-bound, at the same rate
+// per GPU, 25,000 × 8.03/32.8 × 2 GPUs = 12,241 tokens/s; a step's fixed
+// cost is its weight reads, 32.8 GB per GPU against 16.06 GB, 5.5 ms ×
+// 2.04 = 11.2 ms; a token's KV (64 layers × 8 KV heads × 128 × 2 × 2
+// bytes, 256 KiB) splits over the two GPUs, 128 KiB each, as the 8B
+// model's on one; and the pod's KV cache is the published 307,328 tokens.
+func publishedPod(cfg *fleetsim.Config) {
+	cfg.PrefillTokensPerSecond = 25_000 * 8.03 / 32.8 * 2
+	cfg.StepOverhead = 5500 * time.Microsecond * 3280 / 1606
+	cfg.Blocks = publishedPodTokens / cfg.BlockSize
+}
+
+// publishedPodTokens is the KV cache of one published pod.
+const publishedPodTokens = 307_328

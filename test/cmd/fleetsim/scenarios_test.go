@@ -1,0 +1,76 @@
+package main
+
+import (
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/test/fleetsim"
+)
+
+func TestParseOutputs(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []int
+		wantErr bool
+	}{
+		{"1000,230", []int{1000, 230}, false},
+		{" 230 ", []int{230}, false},
+		{"", nil, true},
+		{"1000,", nil, true},
+		{"0", nil, true},
+		{"ten", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := parseOutputs(tt.in)
+		if (err != nil) != tt.wantErr || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("parseOutputs(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// TestSharedFleetIsHalfThePublished: (b) runs half the published fleet of
+// the published pods (Qwen3-32B on two H100s, derived from the 8B
+// constants) under half its load, each output length as its own (b), its
+// seed repeats and (c); the working set stays 73% of the fleet's KV and
+// (c)'s is 1.25×.
+func TestSharedFleetIsHalfThePublished(t *testing.T) {
+	h, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{outputs: "1000,230", qpsScale: sharedQPSScale, seed: 1, client: "inference-perf", concurrency: defaultConcurrency(sharedQPSScale), timeout: ipTimeout}
+	var scs []*scenario
+	for _, output := range []int{1000, 230} {
+		scs = append(scs, sharedScenarios(o, h, fleetsim.DefaultConfig(), output)...)
+	}
+	if len(scs) != 8 {
+		t.Fatalf("%d scenarios, want (b), 2 repeats and (c) for each of 2 output lengths", len(scs))
+	}
+	for _, sc := range scs {
+		c := sc.cfg
+		if c.Pods != 4 || c.Blocks != 19_208 || math.Abs(c.PrefillTokensPerSecond-12_241) > 1 || c.StepOverhead.Round(100*time.Microsecond) != 11200*time.Microsecond {
+			t.Fatalf("%s: %d pods of %d blocks, prefill %.0f tokens/s, step %v; want 4 of 19,208, 12,241, 11.2ms",
+				sc.w.Name, c.Pods, c.Blocks, c.PrefillTokensPerSecond, c.StepOverhead)
+		}
+		capacity := float64(c.Pods * c.Blocks * c.BlockSize)
+		want := map[string]float64{"b": 0.73, "c": 1.25}[sc.group]
+		var tokens float64
+		seen := map[uint64]bool{}
+		for _, r := range sc.w.Requests {
+			if !seen[r.Hashes[len(r.Hashes)-1]] {
+				seen[r.Hashes[len(r.Hashes)-1]] = true
+				tokens += float64(r.Prompt)
+			}
+			if r.Output != sc.output {
+				t.Fatalf("%s: a request of %d output tokens, want %d", sc.w.Name, r.Output, sc.output)
+			}
+		}
+		share := (tokens - float64(len(seen)/5)*6000*4) / capacity // distinct prompts share their group's system prompt
+		if math.Abs(share-want) > 0.02 {
+			t.Errorf("%s: working set %.2f of the fleet's KV, want %.2f", sc.w.Name, share, want)
+		}
+	}
+}
