@@ -78,6 +78,7 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 			return connected, fmt.Errorf("kvevents: poll: %w", err)
 		}
 		if connected && len(polled) == 0 {
+			st.detachLast()
 			st.catchUp(ctx)
 		}
 		for _, p := range polled {

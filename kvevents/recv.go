@@ -18,7 +18,7 @@ package kvevents
 // of the frames kept to sizes[i*KV_FRAMES ...]. It returns the messages
 // received and sets *err to the errno that stopped it, 0 when max were read.
 static int kv_recv(uintptr_t sock, zmq_msg_t *msgs, int max, int32_t *frames,
-                   int32_t *sizes, int *err) {
+                   int64_t *sizes, int *err) {
 	void *s = (void *)sock;
 	zmq_msg_t extra;
 	int n = 0;
@@ -38,7 +38,7 @@ static int kv_recv(uintptr_t sock, zmq_msg_t *msgs, int max, int32_t *frames,
 			}
 			more = zmq_msg_more(m);
 			if (f < KV_FRAMES) {
-				sizes[n * KV_FRAMES + f] = (int32_t)zmq_msg_size(m);
+				sizes[n * KV_FRAMES + f] = (int64_t)zmq_msg_size(m);
 			} else {
 				zmq_msg_close(m);
 			}
@@ -99,7 +99,7 @@ type reader struct {
 	raw    C.uintptr_t
 	msgs   *C.zmq_msg_t
 	frames []int32
-	sizes  []int32
+	sizes  []int64
 	views  [recvFrames][]byte
 }
 
@@ -115,7 +115,7 @@ func newReader(sock *zmq.Socket) *reader {
 		h, _ := socketHandle(sock)
 		r.raw = C.uintptr_t(h)
 		r.frames = make([]int32, recvBatch)
-		r.sizes = make([]int32, recvBatch*recvFrames)
+		r.sizes = make([]int64, recvBatch*recvFrames)
 	}
 	return r
 }
@@ -158,7 +158,7 @@ func (r *reader) drain(limit int, fn func(frames [][]byte)) (int, error) {
 		var cerr C.int
 		want := min(recvBatch, limit-total)
 		n := int(C.kv_recv(r.raw, r.msgs, C.int(want), (*C.int32_t)(unsafe.Pointer(&r.frames[0])),
-			(*C.int32_t)(unsafe.Pointer(&r.sizes[0])), &cerr))
+			(*C.int64_t)(unsafe.Pointer(&r.sizes[0])), &cerr))
 		if n > 0 {
 			r.deliver(n, fn)
 			total += n

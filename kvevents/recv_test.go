@@ -164,3 +164,19 @@ func TestReaderDrainMax(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// A live batch shares its run's buffer; once the connection idles, the
+// stream keeps a copy of the last batch only, not the run.
+func TestDetachLastCopiesOutOfTheRun(t *testing.T) {
+	run := []byte("aaaaBATCHbbbb")
+	st := &stream{last: run[4:9], lastShared: true}
+	st.detachLast()
+	if string(st.last) != "BATCH" || st.lastShared || &st.last[0] == &run[4] {
+		t.Fatalf("after detachLast: last %q shared %v, same memory %v", st.last, st.lastShared, &st.last[0] == &run[4])
+	}
+	kept := &st.last[0]
+	st.detachLast()
+	if &st.last[0] != kept {
+		t.Fatal("a second detachLast copied again")
+	}
+}

@@ -36,6 +36,7 @@ type stream struct {
 	sessionStart uint64 // the replay start of the current connection
 	recheck      bool   // replay once idle: a batch may have been missed
 	last         []byte // the last batch queued (received frames are never reused)
+	lastShared   bool   // last lies in the buffer of a whole run of live batches
 	probe        probe
 }
 
@@ -123,7 +124,16 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	} else if !st.queue(ctx, item{payload: payload, seq: seq, rank: st.state}, live) {
 		return // dropped: the next live batch finds the gap and replays it
 	}
-	st.next, st.hasState, st.last = seq+1, true, payload
+	st.next, st.hasState, st.last, st.lastShared = seq+1, true, payload, live
+}
+
+// detachLast copies the last batch taken out of the buffer of the run it
+// was read in (see reader), so that an idle connection keeps one batch for
+// its restart probe rather than the whole run.
+func (st *stream) detachLast() {
+	if st.lastShared {
+		st.last, st.lastShared = bytes.Clone(st.last), false
+	}
 }
 
 // queue sends it to the applier: a live batch only if there is room (the
