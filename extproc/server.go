@@ -78,6 +78,9 @@ func (s *Server) SetReady(ready bool) {
 // Run serves on lis until ctx is done, then reports not ready and drains:
 // open streams get Config.DrainTimeout to finish before they are cut.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
+	// No stats handler or interceptor: streams reuse their body-chunk
+	// message and recycle the request body once Send has marshalled it,
+	// which a handler that reads sent messages later would see changed.
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgBytes()), grpc.MaxSendMsgSize(s.cfg.maxRecvMsgBytes()),
 		grpc.ForceServerCodecV2(s.codec))
 	extprocv3.RegisterExternalProcessorServer(gs, s)
