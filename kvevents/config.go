@@ -35,11 +35,11 @@ type Config struct {
 	// PollInterval is how often an otherwise idle connection checks for
 	// shutdown. Default 500ms.
 	PollInterval time.Duration
-	// BatchWindow is how long a connection lets batches accumulate after
-	// reading some before it reads again: the socket is then read, and the
-	// index written, in runs of many batches instead of one wake-up per
-	// batch. It delays the index by at most that much. Default 1ms; 0 reads
-	// every batch as it arrives.
+	// BatchWindow is how long a busy connection (one read found 64 batches
+	// or more waiting) lets batches accumulate before it reads again: the
+	// socket is then read, and the index written, in runs of many batches
+	// instead of one wake-up per batch. It delays the index by at most that
+	// much. Default 1ms; 0 never waits.
 	BatchWindow time.Duration
 	// HeartbeatInterval is the ZMTP heartbeat period that detects a silent
 	// peer; the connection drops after three missed heartbeats. Default 5s; 0

@@ -28,10 +28,10 @@
 // goes backwards means the pod restarted, and its entries are cleared and
 // the new process replayed from 0. An idle connection replays once more
 // after connecting, for batches published while its subscription was on
-// its way. A busy SUB socket is read in runs: after each read the stream
-// waits Config.BatchWindow (1ms) so that the next read takes many batches in
-// two calls into libzmq and the applier applies them in one go, instead of
-// one wake-up per batch. Batches reach the index through a bounded queue; a
+// its way. The SUB socket is read in runs: every batch waiting is taken in
+// two calls into libzmq. When a read finds 64 batches or more, the stream
+// waits Config.BatchWindow (1ms) before the next, so that a pod publishing
+// faster than one read per batch is read, and applied, in long runs. Batches reach the index through a bounded queue; a
 // full queue drops the live batch (counted) and the gap is replayed. Data-parallel
 // ranks share the pod's index handle (the router picks pods, not ranks), so
 // a restart or an AllBlocksCleared seen on one rank clears the whole pod; a
