@@ -79,7 +79,7 @@ func (s *Server) SetReady(ready bool) {
 // open streams get Config.DrainTimeout to finish before they are cut.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	// No stats handler or interceptor: streams reuse their body-chunk
-	// message and recycle the request body once Send has marshalled it,
+	// message and recycle the request body once Send has marshaled it,
 	// which a handler that reads sent messages later would see changed.
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgBytes()), grpc.MaxSendMsgSize(s.cfg.maxRecvMsgBytes()),
 		grpc.ForceServerCodecV2(s.codec))
