@@ -39,15 +39,5 @@ func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) (
 	if err != nil {
 		return dst, err
 	}
-	// Chats.Encode, appending: render with the model's chat template, then
-	// encode with the tokenizer the registry gives for the model.
-	chat, err := t.Chats.For(base)
-	if err != nil {
-		return dst, err
-	}
-	text, err := chat.Render(req)
-	if err != nil {
-		return dst, err
-	}
-	return tk.AppendEncode(dst, text, req.AddSpecialTokens)
+	return t.Chats.AppendEncode(dst, base, req)
 }

@@ -153,11 +153,16 @@ func (c *Chat) Render(req *ChatRequest) (string, error) {
 // Encode renders a chat request and encodes the prompt with tok, adding
 // special tokens only when the request asks (vLLM's default is not to).
 func (c *Chat) Encode(tok *Tokenizer, req *ChatRequest) ([]uint32, error) {
+	return c.AppendEncode(nil, tok, req)
+}
+
+// AppendEncode is Encode appending the ids to dst.
+func (c *Chat) AppendEncode(dst []uint32, tok *Tokenizer, req *ChatRequest) ([]uint32, error) {
 	text, err := c.Render(req)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return tok.Encode(text, req.AddSpecialTokens)
+	return tok.AppendEncode(dst, text, req.AddSpecialTokens)
 }
 
 func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, error) {

@@ -62,13 +62,18 @@ func (c *Chats) For(model string) (*Chat, error) {
 // Encode renders a chat request for a model and returns the token ids vLLM
 // computes for it.
 func (c *Chats) Encode(model string, req *ChatRequest) ([]uint32, error) {
+	return c.AppendEncode(nil, model, req)
+}
+
+// AppendEncode is Encode appending the ids to dst.
+func (c *Chats) AppendEncode(dst []uint32, model string, req *ChatRequest) ([]uint32, error) {
 	ch, err := c.For(model)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	tok, err := c.reg.For(model)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return ch.Encode(tok, req)
+	return ch.AppendEncode(dst, tok, req)
 }
