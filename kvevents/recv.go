@@ -108,12 +108,10 @@ type reader struct {
 // socket's String, it falls back to RecvMessageBytes.
 func newReader(sock *zmq.Socket) *reader {
 	r := &reader{sock: sock}
-	if _, ok := socketHandle(sock); ok {
-		r.msgs = C.kv_alloc(recvBatch)
+	if h, ok := socketHandle(sock); ok {
+		r.raw, r.msgs = C.uintptr_t(h), C.kv_alloc(recvBatch)
 	}
 	if r.msgs != nil {
-		h, _ := socketHandle(sock)
-		r.raw = C.uintptr_t(h)
 		r.frames = make([]int32, recvBatch)
 		r.sizes = make([]int64, recvBatch*recvFrames)
 	}
