@@ -153,26 +153,36 @@ func (k *kvr) get(path string) error {
 	return nil
 }
 
-// metric sums every series of an untyped/counter/gauge metric in kvrouter's
-// /metrics (-1 when it cannot be read).
-func (k *kvr) metric(name string) float64 {
+// eachMetricLine calls fn with every line of kvrouter's /metrics; false
+// when they cannot be read.
+func (k *kvr) eachMetricLine(fn func(line string)) bool {
 	resp, err := http.Get("http://" + k.admin + "/metrics")
 	if err != nil {
-		return -1
+		return false
 	}
 	defer func() { _ = resp.Body.Close() }()
-	sum := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
+		fn(sc.Text())
+	}
+	return true
+}
+
+// metric sums every series of an untyped/counter/gauge metric in kvrouter's
+// /metrics (-1 when it cannot be read).
+func (k *kvr) metric(name string) float64 {
+	sum := 0.0
+	ok := k.eachMetricLine(func(line string) {
 		if !strings.HasPrefix(line, name) || len(line) <= len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
+			return
 		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
 			sum += v
 		}
+	})
+	if !ok {
+		return -1
 	}
 	return sum
 }
@@ -180,29 +190,25 @@ func (k *kvr) metric(name string) float64 {
 // histogram reads the cumulative buckets of a histogram in kvrouter's
 // /metrics: upper bound → count (nil when it cannot be read).
 func (k *kvr) histogram(name string) map[float64]float64 {
-	resp, err := http.Get("http://" + k.admin + "/metrics")
-	if err != nil {
-		return nil
-	}
-	defer func() { _ = resp.Body.Close() }()
 	out := map[float64]float64{}
 	prefix := name + `_bucket{le="`
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+	ok := k.eachMetricLine(func(line string) {
+		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
-			continue
+			return
 		}
 		le, val, ok := strings.Cut(rest, `"} `)
 		if !ok {
-			continue
+			return
 		}
 		bound, err1 := strconv.ParseFloat(le, 64)
 		n, err2 := strconv.ParseFloat(val, 64)
 		if err1 == nil && err2 == nil {
 			out[bound] = n
 		}
+	})
+	if !ok {
+		return nil
 	}
 	return out
 }
