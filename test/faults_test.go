@@ -157,6 +157,9 @@ func TestFaultLostBatchesReplayed(t *testing.T) {
 	sim := f.sims["sim-0"]
 	f.post(t, "sim-0", prompt("tides", "Why two a day?"))
 	f.awaitExact(t, "sim-0", sim.Cached)
+	// The connection's replays so far (from 0, then the recheck once idle)
+	// are done: the lost batches can only be found through the gap.
+	f.awaitMetric(t, "replays_total", "sim-0", 2, "result", "ok")
 	gaps := metric(t, f.reg, "gaps_total", "sim-0")
 
 	sim.LoseNext(3)

@@ -35,9 +35,9 @@ type Config struct {
 	TopicInReplay bool
 	// HWM is the PUB send high-water mark. Default 100000.
 	HWM int
-	// PollInterval bounds how long Run waits for a replay request before it
-	// sends newly published batches. Default 1ms; processes holding many
-	// publishers raise it so idle ones do not wake a thousand times a second.
+	// PollInterval is how often Run reads replay requests. Default 1ms;
+	// processes holding many publishers raise it so idle ones do not wake
+	// a thousand times a second.
 	PollInterval time.Duration
 	// DropReply, when set, is asked before each replayed batch is sent;
 	// true drops it, as a ROUTER drops what its full pipe cannot take.
@@ -159,57 +159,42 @@ func (p *Publisher) enqueue(ctx context.Context, r request) error {
 
 // Run sends queued batches and answers replay requests until ctx is done,
 // then closes the sockets.
+//
+// It never blocks inside libzmq: a goroutine waiting in a cgo call keeps
+// its P until the runtime's monitor takes it back (up to 10 ms when the
+// process is otherwise idle), so a process holding many publishers that
+// waited in zmq_poll would delay its own other goroutines, the load tools'
+// gRPC clients among them. Batches are sent as soon as they are published;
+// the ROUTER is read without waiting every PollInterval.
 func (p *Publisher) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, p.Close()) }()
-	poller := zmq.NewPoller()
+	var replay <-chan time.Time
 	if p.router != nil {
-		poller.Add(p.router, zmq.POLLIN)
+		t := time.NewTicker(cmp.Or(p.cfg.PollInterval, time.Millisecond))
+		defer t.Stop()
+		replay = t.C
 	}
-	for ctx.Err() == nil {
-		if err := p.drain(ctx); err != nil {
-			return err
-		}
-		if p.router == nil {
-			continue
-		}
-		if _, err := poller.Poll(cmp.Or(p.cfg.PollInterval, time.Millisecond)); err != nil && zmq.AsErrno(err) != zmq.Errno(4) {
-			return fmt.Errorf("vllmpub: poll: %w", err)
-		}
-		if err := p.serveReplay(); err != nil {
-			return err
-		}
-	}
-	for { // send what was queued before ctx ended
+	for {
 		select {
 		case r := <-p.in:
 			if err := p.send(r); err != nil {
 				return err
 			}
-		default:
-			return nil
-		}
-	}
-}
-
-// drain sends what is queued; without replay it waits for the next batch.
-func (p *Publisher) drain(ctx context.Context) error {
-	for {
-		var r request
-		if p.router == nil {
-			select {
-			case r = <-p.in:
-			case <-ctx.Done():
-				return nil
+		case <-replay:
+			if err := p.serveReplay(); err != nil {
+				return err
 			}
-		} else {
-			select {
-			case r = <-p.in:
-			default:
-				return nil
+		case <-ctx.Done():
+			for { // send what was queued before ctx ended
+				select {
+				case r := <-p.in:
+					if err := p.send(r); err != nil {
+						return err
+					}
+				default:
+					return nil
+				}
 			}
-		}
-		if err := p.send(r); err != nil {
-			return err
 		}
 	}
 }
