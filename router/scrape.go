@@ -9,16 +9,43 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Scraper reads each ready pod's vLLM /metrics about every Interval and
+// Scraper reads each ready pod's vLLM /metrics about every interval and
 // keeps the queue the pod reports in its Load.
+//
+// A round's scrapes are spread over the interval in scrapePhases slots, so
+// a large fleet's answers do not all arrive, and parse, in one burst beside
+// the routing decisions. Each scrape runs on its own goroutine: a slow pod
+// delays only itself (it is skipped while its last scrape is running), and
+// a pod whose scrape fails is tried again after a backoff that doubles from
+// one interval up to maxScrapeBackoff.
 type Scraper struct {
 	fleet    *Fleet
 	client   *http.Client
 	interval time.Duration
 	logger   *slog.Logger
+	pods     map[*Load]*scrapeState // Run's goroutine only
+	next     int                    // the phase the next new pod gets
+	wg       sync.WaitGroup
+}
+
+// scrapePhases is the number of slots a round's scrapes are spread over.
+const scrapePhases = 10
+
+// maxScrapeBackoff bounds the wait before a failing pod is scraped again.
+const maxScrapeBackoff = 5 * time.Second
+
+// scrapeState is one pod's scraping: its slot in the round, whether a
+// scrape is running, and the backoff after failures.
+type scrapeState struct {
+	phase    int
+	seen     bool // in the fleet at the last pruning
+	busy     atomic.Bool
+	failures atomic.Int32 // consecutive
+	retryAt  atomic.Int64 // unix nanoseconds; 0: scrape in its slot
 }
 
 // NewScraper returns a scraper of fleet's pods; interval 0 means 100ms.
@@ -29,16 +56,18 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 	if client == nil {
 		client = &http.Client{Timeout: 2 * time.Second}
 	}
-	return &Scraper{fleet: fleet, client: client, interval: interval, logger: logger}
+	return &Scraper{fleet: fleet, client: client, interval: interval, logger: logger, pods: map[*Load]*scrapeState{}}
 }
 
-// Run scrapes until ctx is done. A pod whose scrape fails keeps its last
-// figures; failures are logged at Debug (vLLM restarts are routine).
+// Run scrapes until ctx is done and returns once every scrape it started
+// has returned. A pod whose scrape fails keeps its last figures; failures
+// are logged at Debug (vLLM restarts are routine).
 func (s *Scraper) Run(ctx context.Context) error {
-	t := time.NewTicker(s.interval)
+	defer s.wg.Wait()
+	t := time.NewTicker(max(s.interval/scrapePhases, time.Microsecond))
 	defer t.Stop()
-	for {
-		s.scrapeAll(ctx)
+	for phase := 0; ; phase = (phase + 1) % scrapePhases {
+		s.scrapePhase(ctx, phase, time.Now())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -47,20 +76,55 @@ func (s *Scraper) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Scraper) scrapeAll(ctx context.Context) {
+// scrapePhase starts the scrapes of the ready pods in slot phase that are
+// neither running nor backing off. Phase 0 forgets pods that left.
+func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 	snap := s.fleet.snap.Load()
-	var wg sync.WaitGroup
+	if phase == 0 {
+		s.prune()
+	}
 	for _, m := range snap.pods {
-		if !m.Ready {
+		st := s.pods[m.load]
+		if st == nil {
+			st = &scrapeState{phase: s.next}
+			s.next = (s.next + 1) % scrapePhases
+			s.pods[m.load] = st
+		}
+		st.seen = true
+		if !m.Ready || st.phase != phase || st.retryAt.Load() > now.UnixNano() || !st.busy.CompareAndSwap(false, true) {
 			continue
 		}
-		wg.Go(func() {
-			if err := s.scrape(ctx, m); err != nil && s.logger.Enabled(ctx, slog.LevelDebug) {
-				s.logger.Debug("metrics scrape failed", "pod", m.Name, "error", err)
+		s.wg.Go(func() {
+			defer st.busy.Store(false)
+			err := s.scrape(ctx, m)
+			st.record(err, s.interval)
+			if err != nil && s.logger.Enabled(ctx, slog.LevelDebug) {
+				s.logger.Debug("metrics scrape failed", "pod", m.Name, "error", err, "failures", st.failures.Load())
 			}
 		})
 	}
-	wg.Wait()
+}
+
+// prune forgets the pods not seen since the last pruning.
+func (s *Scraper) prune() {
+	for l, st := range s.pods {
+		if !st.seen {
+			delete(s.pods, l)
+		}
+		st.seen = false
+	}
+}
+
+// record ends a scrape: success clears the backoff; a failure doubles it.
+func (st *scrapeState) record(err error, interval time.Duration) {
+	if err == nil {
+		st.failures.Store(0)
+		st.retryAt.Store(0)
+		return
+	}
+	f := min(st.failures.Add(1), 16)
+	wait := min(interval<<(f-1), maxScrapeBackoff)
+	st.retryAt.Store(time.Now().Add(wait).UnixNano())
 }
 
 func (s *Scraper) scrape(ctx context.Context, m *member) error {

@@ -2,13 +2,20 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
 )
 
 const vllmMetrics = `# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -72,4 +79,175 @@ func TestScraperFeedsLoad(t *testing.T) {
 			t.Fatalf("pod a queue cost = %v, want at least 7 waiting requests' worth", s.Queue)
 		}
 	}
+}
+
+// fakePods answers scrapes in memory: each pod's answer comes from fn, and
+// every request is counted by host and by the instant it started.
+type fakePods struct {
+	mu     sync.Mutex
+	byHost map[string]int
+	starts map[time.Time]int
+	fn     func(req *http.Request) (*http.Response, error)
+}
+
+func (f *fakePods) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	f.byHost[req.URL.Host]++
+	f.starts[time.Now()]++
+	f.mu.Unlock()
+	return f.fn(req)
+}
+
+func (f *fakePods) count(host string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byHost[host]
+}
+
+func metricsResponse(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(vllmMetrics)), Request: req}, nil
+}
+
+// scrapeFleet is n ready pods at 10.1.0.i:8000 and a scraper of them
+// through pods, every 100ms.
+func scrapeFleet(t *testing.T, n int, pods *fakePods) (*Fleet, *Scraper) {
+	t.Helper()
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := NewFleet(index)
+	for i := range n {
+		fleet.Upsert(Pod{Name: fmt.Sprintf("p%d", i), Address: fmt.Sprintf("10.1.0.%d:8000", i), Model: "llama", Ready: true})
+	}
+	pods.byHost, pods.starts = map[string]int{}, map[time.Time]int{}
+	return fleet, NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+}
+
+// runFor runs s for d of the bubble's fake time and waits for it to return.
+func runFor(t *testing.T, s *Scraper, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestScraperSpreadsRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pods := &fakePods{fn: metricsResponse}
+		_, s := scrapeFleet(t, 40, pods)
+		runFor(t, s, time.Second+time.Millisecond)
+		for i := range 40 {
+			host := fmt.Sprintf("10.1.0.%d:8000", i)
+			if n := pods.count(host); n < 10 || n > 11 {
+				t.Errorf("scrapes of %s in 1s at a 100ms interval = %d, want 10 or 11", host, n)
+			}
+		}
+		for at, n := range pods.starts {
+			if n > 40/scrapePhases {
+				t.Errorf("scrapes started at %s = %d, want at most %d (a round spread over %d slots)", at, n, 40/scrapePhases, scrapePhases)
+			}
+		}
+	})
+}
+
+func TestScraperSlowPodDelaysOnlyItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight, most atomic.Int32
+		pods := &fakePods{fn: func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host != "10.1.0.0:8000" {
+				return metricsResponse(req)
+			}
+			most.Store(max(most.Load(), inFlight.Add(1)))
+			defer inFlight.Add(-1)
+			select { // hangs until the scrape's own deadline
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			case <-time.After(time.Hour):
+				return metricsResponse(req)
+			}
+		}}
+		_, s := scrapeFleet(t, 4, pods)
+		runFor(t, s, 3*time.Second)
+		for i := 1; i < 4; i++ {
+			if n := pods.count(fmt.Sprintf("10.1.0.%d:8000", i)); n < 29 {
+				t.Errorf("scrapes of a healthy pod beside a hung one in 3s = %d, want >= 29", n)
+			}
+		}
+		if most.Load() != 1 {
+			t.Errorf("concurrent scrapes of the hung pod = %d, want 1", most.Load())
+		}
+	})
+}
+
+func TestScraperBacksOffFailingPod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var down atomic.Bool
+		down.Store(true)
+		pods := &fakePods{fn: func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "10.1.0.0:8000" && down.Load() {
+				return nil, errors.New("connection refused")
+			}
+			return metricsResponse(req)
+		}}
+		fleet, s := scrapeFleet(t, 2, pods)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		// Waits of 0.1, 0.2, 0.4 … 3.2 s, then 5 s: about 10 tries in 20 s.
+		if n := pods.count("10.1.0.0:8000"); n < 6 || n > 12 {
+			t.Errorf("scrapes of a refusing pod in 20s = %d, want 6..12 (backing off to %s)", n, maxScrapeBackoff)
+		}
+		if fleet.Load("p0").Waiting.Load() != 0 {
+			t.Errorf("refusing pod's waiting = %d, want 0 (never scraped)", fleet.Load("p0").Waiting.Load())
+		}
+		down.Store(false)
+		time.Sleep(maxScrapeBackoff + 200*time.Millisecond)
+		synctest.Wait()
+		if got := fleet.Load("p0").Waiting.Load(); got != 7 {
+			t.Errorf("waiting of a pod back up %s later = %d, want 7", maxScrapeBackoff, got)
+		}
+		before := pods.count("10.1.0.0:8000")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := pods.count("10.1.0.0:8000") - before; n < 9 {
+			t.Errorf("scrapes of a recovered pod in 1s = %d, want >= 9 (backoff cleared)", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestScraperForgetsPodsThatLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pods := &fakePods{fn: metricsResponse}
+		fleet, s := scrapeFleet(t, 5, pods)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		time.Sleep(150 * time.Millisecond)
+		for i := range 4 {
+			fleet.Remove(fmt.Sprintf("p%d", i))
+		}
+		time.Sleep(250 * time.Millisecond)
+		synctest.Wait()
+		before := pods.count("10.1.0.0:8000")
+		time.Sleep(time.Second)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := pods.count("10.1.0.0:8000") - before; n != 0 {
+			t.Errorf("scrapes of a removed pod = %d, want 0", n)
+		}
+		if len(s.pods) != 1 {
+			t.Errorf("pods the scraper tracks after 4 of 5 left = %d, want 1", len(s.pods))
+		}
+	})
 }
