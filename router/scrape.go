@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Scraper reads each ready pod's vLLM /metrics about every interval and
@@ -30,6 +33,8 @@ type Scraper struct {
 	pods     map[*Load]*scrapeState // Run's goroutine only
 	next     int                    // the phase the next new pod gets
 	wg       sync.WaitGroup
+	scrapes  *prometheus.CounterVec // by result
+	failing  prometheus.Gauge
 }
 
 // scrapePhases is the number of slots a round's scrapes are spread over.
@@ -48,15 +53,34 @@ type scrapeState struct {
 	retryAt  atomic.Int64 // unix nanoseconds; 0: scrape in its slot
 }
 
-// NewScraper returns a scraper of fleet's pods; interval 0 means 100ms.
-func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logger *slog.Logger) *Scraper {
+// NewScraper returns a scraper of fleet's pods; interval 0 means 100ms. Its
+// metrics are registered in reg (nil: none).
+func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Scraper, error) {
 	if interval <= 0 {
 		interval = 100 * time.Millisecond
 	}
 	if client == nil {
 		client = &http.Client{Timeout: 2 * time.Second}
 	}
-	return &Scraper{fleet: fleet, client: client, interval: interval, logger: logger, pods: map[*Load]*scrapeState{}}
+	s := &Scraper{
+		fleet: fleet, client: client, interval: interval, logger: logger, pods: map[*Load]*scrapeState{},
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "metrics_scrapes_total",
+			Help: "Scrapes of the pods' vLLM /metrics, by result (ok, failed).",
+		}, []string{"result"}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "metrics_failing_pods",
+			Help: "Pods whose last metrics scrape failed: routing uses their last figures while they back off.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.scrapes, s.failing} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("router: scraper metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
 }
 
 // Run scrapes until ctx is done and returns once every scrape it started
@@ -98,6 +122,11 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 			defer st.busy.Store(false)
 			err := s.scrape(ctx, m)
 			st.record(err, s.interval)
+			if err != nil {
+				s.scrapes.WithLabelValues("failed").Inc()
+			} else {
+				s.scrapes.WithLabelValues("ok").Inc()
+			}
 			if err != nil && s.logger.Enabled(ctx, slog.LevelDebug) {
 				s.logger.Debug("metrics scrape failed", "pod", m.Name, "error", err, "failures", st.failures.Load())
 			}
@@ -105,14 +134,21 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 	}
 }
 
-// prune forgets the pods not seen since the last pruning.
+// prune forgets the pods not seen since the last pruning and counts the
+// failing ones.
 func (s *Scraper) prune() {
+	failing := 0
 	for l, st := range s.pods {
 		if !st.seen {
 			delete(s.pods, l)
+			continue
 		}
 		st.seen = false
+		if st.failures.Load() > 0 {
+			failing++
+		}
 	}
+	s.failing.Set(float64(failing))
 }
 
 // record ends a scrape: success clears the backoff; a failure doubles it.

@@ -15,6 +15,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
@@ -56,7 +59,11 @@ func TestScraperFeedsLoad(t *testing.T) {
 	tr.fleet.Upsert(Pod{Name: "a", Address: strings.TrimPrefix(pod.URL, "http://"), Model: "llama", Ready: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- NewScraper(tr.fleet, nil, time.Millisecond, slog.New(slog.DiscardHandler)).Run(ctx) }()
+	s, err := NewScraper(tr.fleet, nil, time.Millisecond, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- s.Run(ctx) }()
 	l := tr.fleet.Load("a")
 	deadline := time.Now().Add(10 * time.Second) // a hang guard, not a performance bound
 	for l.Waiting.Load() != 7 && time.Now().Before(deadline) {
@@ -121,7 +128,11 @@ func scrapeFleet(t *testing.T, n int, pods *fakePods) (*Fleet, *Scraper) {
 		fleet.Upsert(Pod{Name: fmt.Sprintf("p%d", i), Address: fmt.Sprintf("10.1.0.%d:8000", i), Model: "llama", Ready: true})
 	}
 	pods.byHost, pods.starts = map[string]int{}, map[time.Time]int{}
-	return fleet, NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	s, err := NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleet, s
 }
 
 // runFor runs s for d of the bubble's fake time and waits for it to return.
@@ -205,6 +216,12 @@ func TestScraperBacksOffFailingPod(t *testing.T) {
 		if fleet.Load("p0").Waiting.Load() != 0 {
 			t.Errorf("refusing pod's waiting = %d, want 0 (never scraped)", fleet.Load("p0").Waiting.Load())
 		}
+		if got, want := testutil.ToFloat64(s.scrapes.WithLabelValues("failed")), float64(pods.count("10.1.0.0:8000")); got != want {
+			t.Errorf("metrics_scrapes_total{failed} = %g, want %g (every scrape of the refusing pod)", got, want)
+		}
+		if got := testutil.ToFloat64(s.failing); got != 1 {
+			t.Errorf("metrics_failing_pods while one pod refuses = %g, want 1", got)
+		}
 		down.Store(false)
 		time.Sleep(maxScrapeBackoff + 200*time.Millisecond)
 		synctest.Wait()
@@ -216,6 +233,9 @@ func TestScraperBacksOffFailingPod(t *testing.T) {
 		synctest.Wait()
 		if n := pods.count("10.1.0.0:8000") - before; n < 9 {
 			t.Errorf("scrapes of a recovered pod in 1s = %d, want >= 9 (backoff cleared)", n)
+		}
+		if got := testutil.ToFloat64(s.failing); got != 0 {
+			t.Errorf("metrics_failing_pods after the pod recovered = %g, want 0", got)
 		}
 		cancel()
 		if err := <-done; err != nil {

@@ -97,7 +97,9 @@ func (a *app) build(s settings) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.proxy = router.NewProxy(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
-	a.scraper = router.NewScraper(a.fleet, nil, 0, a.logger)
+	if a.scraper, err = router.NewScraper(a.fleet, nil, 0, a.logger, a.reg); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	return nil
 }
 
