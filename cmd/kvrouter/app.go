@@ -21,10 +21,17 @@ import (
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
+// registry is where every part registers its metrics and what /metrics
+// serves.
+type registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
 // app is kvrouter's parts, wired.
 type app struct {
 	logger  *slog.Logger
-	reg     *prometheus.Registry
+	reg     registry
 	ready   atomic.Bool
 	index   *kvindex.Index
 	fleet   *router.Fleet
@@ -40,7 +47,12 @@ type app struct {
 // newApp builds every part from validated settings. A tokenizer or pods
 // file that fails to load is a configuration problem.
 func newApp(s settings, logger *slog.Logger) (*app, error) {
-	a := &app{logger: logger, reg: prometheus.NewRegistry()}
+	return newAppOn(s, logger, prometheus.NewRegistry())
+}
+
+// newAppOn is newApp with the parts' metrics registered on reg.
+func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
+	a := &app{logger: logger, reg: reg}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfo())
 	if err := a.build(s); err != nil {
 		return nil, err
