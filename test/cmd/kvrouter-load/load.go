@@ -300,12 +300,7 @@ func (s *stage) insideQuantile(q float64) string {
 
 func (s *stage) print(w io.Writer, markdown bool) {
 	slices.Sort(s.lat)
-	pct := func(p float64) time.Duration {
-		if len(s.lat) == 0 {
-			return 0
-		}
-		return s.lat[min(len(s.lat)-1, int(p*float64(len(s.lat))))].Round(time.Microsecond)
-	}
+	pct := func(p float64) time.Duration { return quantile(s.lat, p) }
 	rate := strconv.Itoa(s.rate)
 	if s.rate == 0 {
 		rate = fmt.Sprintf("max (%d workers)", s.workers)
@@ -325,6 +320,14 @@ func (s *stage) print(w io.Writer, markdown bool) {
 	if s.failed > 0 {
 		fmt.Fprintf(os.Stderr, "kvrouter-load: %d failed decisions; the first: %.300s\n", s.failed, s.firstFailure)
 	}
+}
+
+// quantile is quantile p of sorted latencies, 0 for none.
+func quantile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))].Round(time.Microsecond)
 }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(d.Seconds()*1000, 'f', 2, 64) + " ms" }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -127,8 +128,9 @@ func soak(ctx context.Context, o options, so soakOptions, stdout io.Writer) erro
 		problems = append(problems, fmt.Errorf("peak RSS %d MiB over the bound %d MiB (%d MiB at start + %d entries × 96 B)",
 			rss(k.cmd.Process.Pid, "VmHWM:")/1024, bound/1024, baseKB/1024, so.maxEntries))
 	}
-	fmt.Fprintf(stdout, "soak: %d decisions (%d failed), %.0f batches applied, final index %d entries\n",
-		decided, failed, k.metric("kvrouter_kvevents_batches_total"), k.entries())
+	slices.Sort(lat)
+	fmt.Fprintf(stdout, "soak: %d decisions (%d failed, latency p50 %s, p99 %s, max %s), %.0f batches applied, final index %d entries\n",
+		decided, failed, ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1)), k.metric("kvrouter_kvevents_batches_total"), k.entries())
 	return errors.Join(problems...)
 }
 
