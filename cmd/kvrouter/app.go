@@ -109,7 +109,7 @@ func (a *app) build(s settings) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.proxy = router.NewProxy(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
-	if a.scraper, err = router.NewScraper(a.fleet, nil, 0, a.logger, a.reg); err != nil {
+	if a.scraper, err = router.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

@@ -87,6 +87,8 @@ type podsConfig struct {
 	Static       []podEntry `yaml:"static"`        // --pod
 	File         string     `yaml:"file"`          // --pods-file
 	FileInterval duration   `yaml:"file_interval"` // --pods-file-interval
+	// MetricsInterval is how often each ready pod's vLLM /metrics is read.
+	MetricsInterval duration `yaml:"metrics_interval"` // --pods-metrics-interval
 }
 
 // discoverySection is Kubernetes pod discovery.
@@ -108,7 +110,7 @@ func defaultConfig() config {
 		Hash:      hashConfig{Algorithm: string(kvindex.SHA256), Seed: kvindex.DefaultSeed, BlockSize: kvindex.DefaultBlockSize},
 		Index:     indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
 		ExtProc:   extprocConfig{BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes},
-		Pods:      podsConfig{FileInterval: duration(time.Second)},
+		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
 		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
 	}
 }
@@ -128,6 +130,7 @@ func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT] (repeatable)")
 	fs.StringVar(&c.Pods.File, "pods-file", c.Pods.File, "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.FileInterval), "pods-file-interval", time.Duration(c.Pods.FileInterval), "how often the pods file is checked for changes")
+	fs.DurationVar((*time.Duration)(&c.Pods.MetricsInterval), "pods-metrics-interval", time.Duration(c.Pods.MetricsInterval), "how often each ready pod's vLLM /metrics is read for its queue and KV use")
 	fs.Var(&replaceList{dst: &c.modelFlags}, "model", "a model's tokenizer directory (tokenizer.json, tokenizer_config.json): NAME=DIR (repeatable)")
 	fs.StringVar(&c.Tokenizers.HFCache, "hf-cache", c.Tokenizers.HFCache, "a Hugging Face hub cache directory searched for tokenizers of other models")
 	fs.StringVar(&c.Pods.DefaultModel, "default-model", c.Pods.DefaultModel, "the model of pods that do not name one")

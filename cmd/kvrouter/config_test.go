@@ -41,6 +41,7 @@ pods:
   static: [{name: a, address: "10.0.0.1:80", model: m, aliases: [x], loras: [l], event_port: 7, replay_port: 8, dp_size: 2}]
   file: /pods.yaml
   file_interval: 2s
+  metrics_interval: 250ms
 discovery: {kubeconfig: off, namespaces: [n1, n2], selector: app=x}
 `
 
@@ -58,7 +59,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf"},
 		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100},
 		Pods: podsConfig{
-			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second),
+			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second), MetricsInterval: duration(250 * time.Millisecond),
 			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
 		},
 		Discovery: discoverySection{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x"},
@@ -74,8 +75,9 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		{"flags over file", []string{
 			"--config", file, "--admin-addr", ":7", "--log-level", "warn", "--drain-delay", "0s", "--hash-seed", "s",
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
-			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc",
+			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
 		}, func(c *config) {
+			c.Pods.MetricsInterval = duration(time.Second)
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -125,7 +127,7 @@ hash: {algorithm: md5, block_size: 0}
 index: {max_entries: 0, shards: 4}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
-pods: {file: `+pods+`, file_interval: 0s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
+pods: {file: `+pods+`, file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
 discovery: {namespaces: [""]}
 `)
 	c, err := loadConfig([]string{"--config", file, "--hash-seed", "\xff"}, io.Discard)
@@ -153,6 +155,7 @@ discovery: {namespaces: [""]}
 		"pods.static[0] (s): model: empty",
 		"pods.static[0] (s): dp_size: 2000",
 		"pods.file_interval: 0s",
+		"pods.metrics_interval: -1s",
 		`pods[0] (a): address: "nowhere" is not ip:port`,
 		`pods[1]: pod name "a" used twice`,
 		`unknown field "flavor"`,

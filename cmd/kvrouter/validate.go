@@ -63,6 +63,9 @@ func (c config) validate(serviceHost string) (settings, error) {
 		p.add("extproc.max_body_bytes: %d, want > 0", c.ExtProc.MaxBodyBytes)
 	}
 	s.static = podsFrom("pods.static", c.Pods.Static, c.Pods.DefaultModel, p)
+	if c.Pods.MetricsInterval <= 0 {
+		p.add("pods.metrics_interval: %v, want > 0", c.Pods.MetricsInterval)
+	}
 	if c.Pods.File != "" {
 		if c.Pods.FileInterval <= 0 {
 			p.add("pods.file_interval: %v, want > 0", c.Pods.FileInterval)
