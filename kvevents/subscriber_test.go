@@ -77,7 +77,15 @@ func startPubWith(t *testing.T, eventPort, replayPort, buffer int, drop func(uin
 	cfg := vllmpub.DefaultConfig()
 	cfg.Endpoint, cfg.ReplayEndpoint, cfg.BufferSteps = ep(eventPort), ep(replayPort), buffer
 	cfg.DropReply = drop
-	p, err := vllmpub.New(cfg)
+	// A publisher coming back on its predecessor's ports may find them still
+	// bound for a moment: libzmq releases a closed socket's listener on its
+	// I/O thread, after Close returns.
+	var p *vllmpub.Publisher
+	var err error
+	eventually(t, "the publisher's ports", func() bool {
+		p, err = vllmpub.New(cfg)
+		return err == nil || !strings.Contains(err.Error(), "address already in use")
+	}, func() string { return fmt.Sprint(err) })
 	if err != nil {
 		t.Fatal(err)
 	}
