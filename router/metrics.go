@@ -38,14 +38,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Full prompt blocks of routed requests.",
 		}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.refusals, m.duration, m.matched, m.total} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers cs on reg; a nil reg registers nothing.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *metrics) decided(d *Decision) {

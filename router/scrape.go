@@ -75,12 +75,8 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 		}),
 	}
 	s.ok, s.fail = s.scrapes.WithLabelValues("ok"), s.scrapes.WithLabelValues("failed")
-	if reg != nil {
-		for _, c := range []prometheus.Collector{s.scrapes, s.failing} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("router: scraper metrics: %w", err)
-			}
-		}
+	if err := register(reg, s.scrapes, s.failing); err != nil {
+		return nil, fmt.Errorf("router: scraper metrics: %w", err)
 	}
 	return s, nil
 }
