@@ -42,17 +42,7 @@ func qwen3Request(b *testing.B) *ChatRequest {
 //	BenchmarkChatRenderQwen3-2   old 62632-97992 ns/op  22792 B/op  476 allocs/op
 //	                             new 53151-55900 ns/op  22373 B/op  452 allocs/op
 func BenchmarkChatRenderQwen3(b *testing.B) {
-	c, err := LoadChat(modelDir(b, "qwen3"), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := qwen3Request(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Render(req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchRender(b, loadQwen3Chat(b), qwen3Request(b))
 }
 
 // chat8kRequest is kvrouter-load's 8k-token chat request: 10 messages of
@@ -92,26 +82,13 @@ func chat8kRequest(b testing.TB) *ChatRequest {
 //
 // 48 KB of the 8k render's 55 KB is its 40 KB output, allocated once.
 func BenchmarkChatRender8kQwen3(b *testing.B) {
-	c, err := LoadChat(modelDir(b, "qwen3"), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := chat8kRequest(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Render(req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchRender(b, loadQwen3Chat(b), chat8kRequest(b))
 }
 
 // BenchmarkChatEncodeQwen3 is BenchmarkChatRenderQwen3 plus encoding the
 // prompt (the token ids kvrouter hashes).
 func BenchmarkChatEncodeQwen3(b *testing.B) {
-	c, err := LoadChat(modelDir(b, "qwen3"), "")
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := loadQwen3Chat(b)
 	tok := loadModel(b, "qwen3")
 	req := qwen3Request(b)
 	b.ReportAllocs()
@@ -161,6 +138,20 @@ func BenchmarkChatRenderGPTOSS(b *testing.B) {
 	if req.Tools == nil {
 		b.Fatal(`conversation "tool schema typescript" not found`)
 	}
+	benchRender(b, c, req)
+}
+
+// loadQwen3Chat is qwen3's chat template from its model directory.
+func loadQwen3Chat(b *testing.B) *Chat {
+	c, err := LoadChat(modelDir(b, "qwen3"), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// benchRender renders req with c once per iteration.
+func benchRender(b *testing.B, c *Chat, req *ChatRequest) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.Render(req); err != nil {
