@@ -23,6 +23,17 @@ type Config struct {
 	// running (vllm:num_requests_running) or waiting on a pod adds: its
 	// decode share of the steps ahead. Default 0.002.
 	RunningSecondsPerRequest float64
+	// KVPressure weighs how full the pods' KV caches are against prompt
+	// tokens a pod does not cache. With u the candidates' mean
+	// vllm:kv_cache_usage_perc (at most MaxKVUsage), an uncached token costs
+	// its prefill times 1 + KVPressure × u/(1−u): a fleet whose caches are
+	// full cannot take a prompt's new blocks without evicting other cached
+	// prefixes or preempting running requests, so a cache hit behind a
+	// queue then beats a copy of the prefix on a less busy pod. The mean,
+	// not each pod's own usage: scrapes are up to an interval old, and a
+	// per-pod term would send every request of an interval to the emptiest
+	// pod. Default 1; 0 turns it off.
+	KVPressure float64
 	// TierWeights is how much a cached block saves in each tier, relative to
 	// GPU: a CPU block still has to be copied back. Default GPU 1.0, CPU 0.8,
 	// disk 0.5, other 0.5.
@@ -48,6 +59,7 @@ func DefaultConfig() Config {
 		PrefillSecondsPerToken:   0.0001,
 		WaitingSecondsPerRequest: 0.05,
 		RunningSecondsPerRequest: 0.002,
+		KVPressure:               1,
 		TierWeights:              [kvindex.NumTiers]float64{1.0, 0.8, 0.5, 0.5},
 		Tolerance:                0.05,
 		ToleranceSeconds:         0.001,
@@ -66,6 +78,7 @@ func (c Config) Validate() error {
 	nonNeg("prefill seconds per token", c.PrefillSecondsPerToken)
 	nonNeg("waiting seconds per request", c.WaitingSecondsPerRequest)
 	nonNeg("running seconds per request", c.RunningSecondsPerRequest)
+	nonNeg("KV pressure", c.KVPressure)
 	nonNeg("tolerance", c.Tolerance)
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
 	for t, w := range c.TierWeights {

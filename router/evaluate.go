@@ -135,12 +135,13 @@ func modelOf(body []byte) string {
 // Report is what POST /v1/score answers: how every candidate would score,
 // without routing.
 type Report struct {
-	Model  string   `json:"model"`
-	Reason Reason   `json:"reason"`
-	Tokens int      `json:"prompt_tokens"`
-	Blocks []string `json:"block_hashes"` // decimal, as vLLM's events print them
-	Pods   []Score  `json:"pods"`
-	Stages Stages   `json:"stage_ns"`
+	Model      string   `json:"model"`
+	Reason     Reason   `json:"reason"`
+	Tokens     int      `json:"prompt_tokens"`
+	Blocks     []string `json:"block_hashes"` // decimal, as vLLM's events print them
+	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs (Config.KVPressure)
+	Pods       []Score  `json:"pods"`
+	Stages     Stages   `json:"stage_ns"`
 }
 
 // Score evaluates req against every candidate pod and reports the scores,
@@ -151,7 +152,7 @@ func (r *Router) Score(req Request) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, Pods: sc.scores, Stages: ev.stages}
+	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: r.kvPressure(sc.members), Pods: sc.scores, Stages: ev.stages}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {
 		rep.Blocks[i] = strconv.FormatUint(h, 10)

@@ -15,7 +15,7 @@ type Score struct {
 	Spec    int     `json:"speculative_blocks"`
 	Queue   float64 `json:"queue_seconds"`
 	Prefill float64 `json:"prefill_seconds"`
-	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (1 + requests queued on the pod)
+	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + requests queued on the pod)
 
 	uncached int64 // prompt tokens the pod does not cache: its charge to the pod's prefill queue
 }
@@ -35,11 +35,14 @@ type Tiers struct {
 // Under light load that is nothing and the fastest pod wins; under heavy
 // load a miss costs the pod its whole queue again, so requests stay with
 // the pod caching their prefix instead of spreading misses that thrash
-// every cache and cut the fleet's throughput.
+// every cache and cut the fleet's throughput. The prefill counts more as
+// the fleet's KV caches fill (Config.KVPressure): new blocks then evict
+// cached prefixes or wait for running requests to end.
 func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	spt := r.cfg.PrefillSecondsPerToken
+	pressure := r.kvPressure(members)
 	for i, m := range ms {
 		mem := members[i]
 		saved := float64(m.Speculative) * bs // a speculative block is on the GPU soon
@@ -55,11 +58,30 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out
 			Tiers:    Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
 			Queue:    queue,
 			Prefill:  prefill,
-			Cost:     queue + prefill*(1+behind),
+			Cost:     queue + prefill*(pressure+behind),
 			uncached: int64(uncached),
 		})
 	}
 	return out
+}
+
+// MaxKVUsage bounds the KV usage the pressure term reads, so that it stays
+// finite and a queue can still outweigh it: at 0.9 an uncached token costs
+// at most 1 + 9 × Config.KVPressure prefills.
+const MaxKVUsage = 0.9
+
+// kvPressure is how many prefills an uncached prompt token costs on
+// candidates whose mean KV usage is u: 1 + KVPressure × u/(1−u).
+func (r *Router) kvPressure(members []*member) float64 {
+	if r.cfg.KVPressure == 0 || len(members) == 0 {
+		return 1
+	}
+	var permille int64
+	for _, m := range members {
+		permille += m.load.KVUsagePermille.Load()
+	}
+	u := min(max(float64(permille)/1000/float64(len(members)), 0), MaxKVUsage)
+	return 1 + r.cfg.KVPressure*u/(1-u)
 }
 
 // queue predicts the work queued on a pod ahead of a new request, in

@@ -118,3 +118,70 @@ func TestQueueCountsOwnRequestsByWork(t *testing.T) {
 		t.Fatalf("queue of a with 2 own requests of 30 tokens, 10 foreign waiting, 4 running = %v, want %v", got, want)
 	}
 }
+
+// TestFullFleetKeepsRequestsOnTheirPrefix: a caches a prefix and has three
+// misses queued. With the fleet's KV caches empty the next request of the
+// prefix prefills it again on an idle pod; with them 80% full that copy
+// costs five prefills (Config.KVPressure) and the request waits on a.
+func TestFullFleetKeepsRequestsOnTheirPrefix(t *testing.T) {
+	system := strings.Repeat("Summarize the ticket. ", 91)[:2000] // 500 blocks of 4
+	for _, tt := range []struct {
+		kvPermille int64
+		wantOnA    bool
+	}{{0, false}, {500, false}, {800, true}} {
+		t.Run(fmt.Sprint(tt.kvPermille), func(t *testing.T) {
+			tr := newTestRouter(t)
+			tr.store("a", system, "", "")
+			for i := range 3 {
+				if _, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%d %s", i, system), ""), "10.0.0.1:8000"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr.loads(nil, nil, tt.kvPermille)
+			rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", system+"question?", ""))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := float64(tt.kvPermille) / 1000; math.Abs(rep.KVPressure-1/(1-u)) > 1e-9 {
+				t.Fatalf("KV usage %d‰: /v1/score reports pressure %v, want %v", tt.kvPermille, rep.KVPressure, 1/(1-u))
+			}
+			d, err := tr.route("/v1/completions", completion("llama", system+"question?", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (d.Pod == "a") != tt.wantOnA {
+				t.Fatalf("KV usage %d‰: the prefix's request went to %s (matched %d/%d blocks), want a: %v", tt.kvPermille, d.Pod, d.Matched, d.Total, tt.wantOnA)
+			}
+		})
+	}
+}
+
+// TestKVPressure: an uncached token costs 1 + KVPressure × u/(1−u)
+// prefills, u the candidates' mean KV usage up to MaxKVUsage.
+func TestKVPressure(t *testing.T) {
+	for _, tt := range []struct {
+		weight   float64
+		permille []int64
+		want     float64
+	}{
+		{1, []int64{0, 0, 0}, 1},
+		{1, []int64{500, 500, 500}, 2},
+		{1, []int64{900, 600, 0}, 2},       // the mean, 0.5
+		{1, []int64{1000, 1000, 1000}, 10}, // capped at 0.9
+		{2, []int64{750, 750, 750}, 7},
+		{0, []int64{1000, 1000, 1000}, 1},
+	} {
+		cfg := DefaultConfig()
+		cfg.KVPressure = tt.weight
+		r := &Router{cfg: cfg}
+		var members []*member
+		for _, p := range tt.permille {
+			m := &member{load: &Load{}}
+			m.load.KVUsagePermille.Store(p)
+			members = append(members, m)
+		}
+		if got := r.kvPressure(members); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("KVPressure %v, usage %v‰: pressure %v, want %v", tt.weight, tt.permille, got, tt.want)
+		}
+	}
+}
