@@ -1,13 +1,18 @@
 package fleetsim
 
-import "math"
+import (
+	"math"
+
+	"github.com/kvrouter/kvrouter/router"
+)
 
 // oracle reads every pod's real cache and queue: it predicts each pod's
 // time to first token for the request from the blocks the pod holds or
 // will hold for requests queued there, the uncached prefill queued ahead,
 // and the decode load sharing those steps, adds the delay the request's
-// prefill imposes on as many requests as are queued there (as kvrouter's
-// scoring does), and picks the cheapest.
+// prefill imposes on as many requests as are queued there and weighs the
+// prefill by the fleet's KV usage (as kvrouter's scoring does, from exact
+// usage rather than scrapes), and picks the cheapest.
 type oracle struct {
 	s       *Sim
 	queued  []int              // per pod: uncached prompt tokens routed there, not started
@@ -31,6 +36,7 @@ func (o *oracle) Pick(r *Request) int {
 	maxHit := min(len(r.Hashes), (r.Prompt-1)/bs)
 	o.scores = o.scores[:0]
 	uncached := make([]int, len(o.s.pods))
+	pressure := o.pressure()
 	for i, p := range o.s.pods {
 		hit := 0
 		for hit < maxHit && (p.cache.has(r.Hashes[hit]) || o.pending[i][r.Hashes[hit]] > 0) {
@@ -41,7 +47,7 @@ func (o *oracle) Pick(r *Request) int {
 		seqs, ctx := p.pendingDecode()
 		steps := math.Ceil(float64(tokens) / float64(cfg.StepTokens))
 		own := cfg.prefillSeconds(hit*bs, uncached[i])
-		est := own*float64(1+o.waiting[i]) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
+		est := own*(pressure+float64(o.waiting[i])) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
 			steps*(cfg.StepOverhead.Seconds()+cfg.decodeSeconds(seqs, ctx))
 		o.scores = append(o.scores, -est)
 	}
@@ -53,6 +59,16 @@ func (o *oracle) Pick(r *Request) int {
 		o.pending[i][h]++
 	}
 	return i
+}
+
+// pressure is kvrouter's KV pressure over the pods' exact KV usage.
+func (o *oracle) pressure() float64 {
+	u := 0.0
+	for _, p := range o.s.pods {
+		u += p.cache.usage()
+	}
+	u = min(u/float64(len(o.s.pods)), router.MaxKVUsage)
+	return 1 + router.DefaultConfig().KVPressure*u/(1-u)
 }
 
 func (o *oracle) Started(r *Request) {

@@ -16,8 +16,10 @@ is the real router package (Router.Route) over the real kvindex, with the
 default config except PrefillSecondsPerToken = 1 / the pods' prefill
 speed: its speculative index entries live while their request waits for
 prefill (at most 60 s) and 2 s after its first token (Decision.Prefilled,
-as extproc calls it on the first response byte). The oracle reads every
-pod's cache, queue and decode batch exactly and scores like kvrouter.
+as extproc calls it on the first response byte); an uncached prompt token
+costs 1 + u/(1−u) prefills, u the pods' mean scraped KV usage up to 0.9
+(KVPressure 1). The oracle reads every pod's cache, queue, decode batch
+and KV usage exactly and scores like kvrouter.
 
 Scaling (so that the whole matrix runs in minutes on 2 cores):
 
@@ -90,9 +92,16 @@ A stage's TTFT p90 sits on a cliff: when more than a tenth of its requests
 find their pod's cache full they wait for a running request's decode (with
 1,000 output tokens ~1,000 steps, tens of seconds), so a handful of
 requests more or less on one pod moves the p90 from ~0.2 s to ~40 s.
-kvrouter and the oracle therefore run (b) again under the next two seeds
-(other prompt shuffles and arrival times); those repeats appear only in
-the acceptance lines.
+Copies of a group's system prompt on several pods are what fill the
+caches first: before the KV pressure term, kvrouter and the oracle priced
+a copy at its prefill alone, copied prefixes away from queue bursts (100
+copies of 75 groups' prompts in a 40-QPS stage, 83 for the oracle), and
+fell off the cliff at 1,000 output tokens in 4 (kvrouter) and 2 (oracle)
+of seeds 1–6. kvrouter and the oracle therefore run (b) again under the
+next two seeds (other prompt shuffles and arrival times), and the Mooncake
+replays at 3×, which overload the fleet (their p90 is a queue of tens of
+seconds that moves by ±15% with the ties kvrouter breaks at random), under
+the next two seeds too; those repeats appear only in the acceptance lines.
 
 What the model leaves out: network and router latency, tokenization, CPU
 offload tiers, prefill/decode disaggregation, and any limit on a pod's
