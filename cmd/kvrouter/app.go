@@ -99,7 +99,7 @@ func (a *app) build(s settings) error {
 	}
 	a.fleet = router.NewFleet(a.index)
 	tokens := router.RegistryTokenizers{Registry: toks, Chats: tokenizer.NewChats(toks, nil)}
-	if a.router, err = router.New(router.DefaultConfig(), a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
+	if a.router, err = router.New(s.router, a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if a.events, err = kvevents.NewManager(s.events, a.index, a.reg, a.logger); err != nil {

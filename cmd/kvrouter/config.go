@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router"
 )
 
 // config is everything `kvrouter serve` can be told: the YAML config file
@@ -29,6 +30,7 @@ type config struct {
 	Shutdown   shutdownConfig   `yaml:"shutdown"`
 	Hash       hashConfig       `yaml:"hash"`
 	Index      indexConfig      `yaml:"index"`
+	Routing    routingConfig    `yaml:"routing"`
 	Tokenizers tokenizersConfig `yaml:"tokenizers"`
 	ExtProc    extprocConfig    `yaml:"extproc"`
 	Pods       podsConfig       `yaml:"pods"`
@@ -70,6 +72,16 @@ type indexConfig struct {
 	MaxEntries int `yaml:"max_entries"` // --max-index-entries
 }
 
+// routingConfig is how the router weighs a pod's cached prefix against its
+// load (router.Config).
+type routingConfig struct {
+	// PrefillTokensPerSecond is one pod's prefill speed: what an uncached
+	// prompt token costs it.
+	PrefillTokensPerSecond float64 `yaml:"prefill_tokens_per_second"` // --prefill-tokens-per-second
+	KVPressure             float64 `yaml:"kv_pressure"`               // --kv-pressure
+	Tolerance              float64 `yaml:"tolerance"`                 // --routing-tolerance
+}
+
 type tokenizersConfig struct {
 	Models  map[string]string `yaml:"models"`   // --model NAME=DIR
 	HFCache string            `yaml:"hf_cache"` // --hf-cache
@@ -109,10 +121,17 @@ func defaultConfig() config {
 		Shutdown:  shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:      hashConfig{Algorithm: string(kvindex.SHA256), Seed: kvindex.DefaultSeed, BlockSize: kvindex.DefaultBlockSize},
 		Index:     indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
+		Routing:   routingDefaults(),
 		ExtProc:   extprocConfig{BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes},
 		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
 		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
 	}
+}
+
+// routingDefaults is the router's own defaults.
+func routingDefaults() routingConfig {
+	r := router.DefaultConfig()
+	return routingConfig{PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, KVPressure: r.KVPressure, Tolerance: r.Tolerance}
 }
 
 func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
@@ -138,6 +157,9 @@ func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Hash.Seed, "hash-seed", c.Hash.Seed, "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset)")
 	fs.IntVar(&c.Hash.BlockSize, "block-size", c.Hash.BlockSize, "the pods' KV cache block size in tokens")
 	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
+	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
+	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
+	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	return fs

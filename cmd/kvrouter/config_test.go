@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/router"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -34,6 +37,7 @@ log: {level: debug}
 shutdown: {drain_delay: 5s, timeout: 1m}
 hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index: {max_entries: 1000}
+routing: {prefill_tokens_per_second: 25000, kv_pressure: 0.5, tolerance: 0.1}
 tokenizers: {models: {m: /m}, hf_cache: /hf}
 extproc: {body_mode: BUFFERED, max_body_bytes: 100}
 pods:
@@ -56,6 +60,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index:      indexConfig{MaxEntries: 1000},
+		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1},
 		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf"},
 		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100},
 		Pods: podsConfig{
@@ -76,8 +81,10 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--config", file, "--admin-addr", ":7", "--log-level", "warn", "--drain-delay", "0s", "--hash-seed", "s",
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
 			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
+			"--prefill-tokens-per-second", "8000", "--kv-pressure", "0", "--routing-tolerance", "0",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
+			c.Routing = routingConfig{PrefillTokensPerSecond: 8000}
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -125,6 +132,7 @@ log: {level: loud}
 shutdown: {drain_delay: 5, timeout: -1s}
 hash: {algorithm: md5, block_size: 0}
 index: {max_entries: 0, shards: 4}
+routing: {prefill_tokens_per_second: 0, kv_pressure: -1, tolerance: 2}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
 pods: {file: `+pods+`, file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
@@ -141,7 +149,7 @@ discovery: {namespaces: [""]}
 	want := []string{
 		`line 6: unknown field "shards"`,
 		`line 4: "5" is not a duration`,
-		"line 7: cannot unmarshal !!str `many` into int",
+		"line 8: cannot unmarshal !!str `many` into int",
 		"listen.admin: empty",
 		`listen.grpc: "localhost"`,
 		`log.level: "loud"`,
@@ -150,6 +158,9 @@ discovery: {namespaces: [""]}
 		`hash.seed: "\xff" is not valid UTF-8`,
 		"hash.block_size: 0",
 		"index.max_entries: 0",
+		"routing.prefill_tokens_per_second: 0",
+		"routing.kv_pressure: -1",
+		"routing.tolerance: 2",
 		`extproc.body_mode: "STREAMED"`,
 		"tokenizers.models.m: stat /does/not/exist",
 		"pods.static[0] (s): model: empty",
@@ -324,5 +335,33 @@ func TestConfigExitStatus(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "config: 2 problems:\n  - hash.block_size") {
 		t.Fatalf("serve with a bad config = exit %d %q, want exit 2 listing both problems", code, out)
+	}
+}
+
+// TestRoutingReachesTheRouter: the routing section becomes the router's
+// config; left out, the router's defaults.
+func TestRoutingReachesTheRouter(t *testing.T) {
+	file := writeFile(t, "kvrouter.yaml", "routing: {prefill_tokens_per_second: 25000, kv_pressure: 0.5, tolerance: 0.1}\n")
+	for _, tt := range []struct {
+		args []string
+		want func(*router.Config)
+	}{
+		{nil, func(*router.Config) {}},
+		{[]string{"--config", file}, func(r *router.Config) { r.PrefillSecondsPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0.5, 0.1 }},
+		{[]string{"--config", file, "--kv-pressure", "2"}, func(r *router.Config) { r.PrefillSecondsPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 2, 0.1 }},
+	} {
+		c, err := loadConfig(tt.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.validate("")
+		if err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		want := router.DefaultConfig()
+		tt.want(&want)
+		if math.Abs(s.router.PrefillSecondsPerToken-want.PrefillSecondsPerToken) > 1e-15 || s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance {
+			t.Errorf("%q: router config %+v, want %+v", tt.args, s.router, want)
+		}
 	}
 }

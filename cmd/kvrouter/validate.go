@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -23,6 +25,7 @@ type settings struct {
 	level  slog.Level
 	hash   kvindex.HashConfig
 	index  kvindex.Config
+	router router.Config
 	ext    extproc.Config
 	events kvevents.Config
 	tok    tokenizer.Config
@@ -49,6 +52,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 	if n := c.Index.MaxEntries; n < s.index.Shards || n > 1<<31 {
 		p.add("index.max_entries: %d, want in [%d, 2^31]", n, s.index.Shards)
 	}
+	s.router = c.routerConfig(p)
 	s.tok = tokenizer.DefaultConfig()
 	s.tok.Models, s.tok.HFCache = c.Tokenizers.Models, c.Tokenizers.HFCache
 	for name, dir := range c.Tokenizers.Models {
@@ -90,6 +94,29 @@ func (c config) validate(serviceHost string) (settings, error) {
 	return s, p.err()
 }
 
+// routerConfig is the router's configuration with the routing section's
+// values, each checked.
+func (c config) routerConfig(p *problems) router.Config {
+	r := router.DefaultConfig()
+	rc := c.Routing
+	if v := rc.PrefillTokensPerSecond; v > 0 && !math.IsInf(v, 0) {
+		r.PrefillSecondsPerToken = 1 / v
+	} else {
+		p.add("routing.prefill_tokens_per_second: %v, want > 0", v)
+	}
+	if v := rc.KVPressure; v >= 0 && !math.IsInf(v, 0) {
+		r.KVPressure = v
+	} else {
+		p.add("routing.kv_pressure: %v, want >= 0", v)
+	}
+	if v := rc.Tolerance; v >= 0 && v <= 1 {
+		r.Tolerance = v
+	} else {
+		p.add("routing.tolerance: %v, want in [0, 1]", v)
+	}
+	return r
+}
+
 // backstop runs the parts' own validation, in case it is stricter than the
 // checks above.
 func (s settings) backstop(p *problems) {
@@ -99,6 +126,7 @@ func (s settings) backstop(p *problems) {
 	}{
 		{"hash", s.hash.Validate()},
 		{"index", s.index.Validate()},
+		{"routing", s.router.Validate()},
 		{"extproc", s.ext.Validate()},
 		{"tokenizers", s.tok.Validate()},
 		{"hash", s.events.Validate()},
