@@ -11,10 +11,11 @@ import (
 
 // evaluation is what evaluate learned of a request besides the scores.
 type evaluation struct {
-	model  string
-	tokens int
-	reason Reason
-	stages Stages
+	model    string
+	tokens   int
+	reason   Reason
+	pressure float64 // the candidates' KV pressure
+	stages   Stages
 }
 
 // Stages is how long each step of a decision took.
@@ -70,7 +71,8 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	}
 	sc.matches = r.index.Match(ns, sc.hashes, sc.ids, sc.matches)
 	t2 := time.Now()
-	sc.scores = r.score(sc.matches, sc.members, ev.tokens, sc.scores)
+	ev.pressure = r.kvPressure(sc.members)
+	sc.scores = r.score(sc.matches, sc.members, ev.tokens, ev.pressure, sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil
 }
@@ -152,7 +154,7 @@ func (r *Router) Score(req Request) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: r.kvPressure(sc.members), Pods: sc.scores, Stages: ev.stages}
+	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Pods: sc.scores, Stages: ev.stages}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {
 		rep.Blocks[i] = strconv.FormatUint(h, 10)

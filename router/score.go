@@ -38,11 +38,10 @@ type Tiers struct {
 // every cache and cut the fleet's throughput. The prefill counts more as
 // the fleet's KV caches fill (Config.KVPressure): new blocks then evict
 // cached prefixes or wait for running requests to end.
-func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out []Score) []Score {
+func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, pressure float64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	spt := r.cfg.PrefillSecondsPerToken
-	pressure := r.kvPressure(members)
 	for i, m := range ms {
 		mem := members[i]
 		saved := float64(m.Speculative) * bs // a speculative block is on the GPU soon
@@ -70,8 +69,15 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, out
 // at most 1 + 9 × Config.KVPressure prefills.
 const MaxKVUsage = 0.9
 
-// kvPressure is how many prefills an uncached prompt token costs on
-// candidates whose mean KV usage is u: 1 + KVPressure × u/(1−u).
+// KVPressure is how many prefills an uncached prompt token costs with
+// weight Config.KVPressure on pods whose mean KV usage is u (a fraction):
+// 1 + weight × u/(1−u), u at most MaxKVUsage.
+func KVPressure(weight, u float64) float64 {
+	u = min(max(u, 0), MaxKVUsage)
+	return 1 + weight*u/(1-u)
+}
+
+// kvPressure is KVPressure on the candidates' scraped KV usage.
 func (r *Router) kvPressure(members []*member) float64 {
 	if r.cfg.KVPressure == 0 || len(members) == 0 {
 		return 1
@@ -80,8 +86,7 @@ func (r *Router) kvPressure(members []*member) float64 {
 	for _, m := range members {
 		permille += m.load.KVUsagePermille.Load()
 	}
-	u := min(max(float64(permille)/1000/float64(len(members)), 0), MaxKVUsage)
-	return 1 + r.cfg.KVPressure*u/(1-u)
+	return KVPressure(r.cfg.KVPressure, float64(permille)/1000/float64(len(members)))
 }
 
 // queue predicts the work queued on a pod ahead of a new request, in

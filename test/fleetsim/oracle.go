@@ -67,8 +67,7 @@ func (o *oracle) pressure() float64 {
 	for _, p := range o.s.pods {
 		u += p.cache.usage()
 	}
-	u = min(u/float64(len(o.s.pods)), router.MaxKVUsage)
-	return 1 + router.DefaultConfig().KVPressure*u/(1-u)
+	return router.KVPressure(router.DefaultConfig().KVPressure, u/float64(len(o.s.pods)))
 }
 
 func (o *oracle) Started(r *Request) {
