@@ -51,7 +51,7 @@ type target struct {
 // reports in its metrics.
 type Load struct {
 	InFlight        atomic.Int64 // requests routed here and not finished
-	PrefillTokens   atomic.Int64 // uncached prompt tokens routed here, not yet prefilled
+	PrefillTokens   atomic.Int64 // prefill routed here, not yet done: uncached prompt tokens weighed by their context (Config.PrefillAttentionPerToken)
 	Prefilling      atomic.Int64 // requests routed here, not yet prefilled
 	Waiting         atomic.Int64 // vllm:num_requests_waiting
 	Running         atomic.Int64 // vllm:num_requests_running

@@ -86,7 +86,7 @@ type Decision struct {
 	Stages    Stages // where Elapsed went
 
 	load      *Load
-	prefill   int64 // uncached tokens charged to the pod's prefill queue
+	prefill   int64 // prefill work charged to the pod's queue, in tokens at no context
 	router    *Router
 	pod       kvindex.PodID
 	spec      *hashBuf // the block hashes speculated on pod; nil when none
@@ -158,7 +158,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	if d.Reason == ReasonLoad && d.Matched > 0 {
 		d.Reason = ReasonPrefix
 	}
-	d.prefill = sc.scores[i].uncached
+	d.prefill = sc.scores[i].work
 	m.load.InFlight.Add(1)
 	m.load.PrefillTokens.Add(d.prefill)
 	m.load.Prefilling.Add(1)

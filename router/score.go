@@ -17,7 +17,7 @@ type Score struct {
 	Prefill float64 `json:"prefill_seconds"`
 	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + requests queued on the pod)
 
-	uncached int64 // prompt tokens the pod does not cache: its charge to the pod's prefill queue
+	work int64 // the prefill of the prompt tokens the pod does not cache, in tokens at no context: its charge to the pod's queue
 }
 
 // Tiers is a match per cache tier.
@@ -49,16 +49,17 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, pre
 			saved += float64(n) * bs * r.cfg.TierWeights[t]
 		}
 		uncached := max(float64(tokens)-saved, 0)
+		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.PrefillAttentionPerToken)
 		l := mem.load
 		queue, behind := r.queue(l)
-		prefill := uncached * spt
+		prefill := work * spt
 		out = append(out, Score{
 			Pod: mem.Name, Address: mem.Address, Matched: m.Blocks, Spec: m.Speculative,
-			Tiers:    Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
-			Queue:    queue,
-			Prefill:  prefill,
-			Cost:     queue + prefill*(pressure+behind),
-			uncached: int64(uncached),
+			Tiers:   Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
+			Queue:   queue,
+			Prefill: prefill,
+			Cost:    queue + prefill*(pressure+behind),
+			work:    int64(work),
 		})
 	}
 	return out
@@ -92,8 +93,8 @@ func (r *Router) kvPressure(members []*member) float64 {
 // queue predicts the work queued on a pod ahead of a new request, in
 // seconds of the pod's time, and how many requests wait there.
 //
-// The router's own unprefilled requests count by the uncached tokens it
-// charged them: a queue of cache hits is short however long it is.
+// The router's own unprefilled requests count by the prefill it charged
+// them: a queue of cache hits is short however long it is.
 // (Counting every waiting request at a flat price made a pod caching a
 // group's prefix, with many hits queued, look busier than a pod with none,
 // and a decode-saturated fleet spread its groups, prefilling each prefix

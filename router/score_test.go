@@ -185,3 +185,29 @@ func TestKVPressure(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillGrowsWithContext: a prompt token prefilled after c others
+// costs PrefillSecondsPerToken × (1 + c × PrefillAttentionPerToken), so
+// the uncached half of a long prompt costs more than its first half would.
+func TestPrefillGrowsWithContext(t *testing.T) {
+	tr := newTestRouter(t)
+	cfg := DefaultConfig()
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 445)[:20000] // 5,000 blocks of 4
+	tr.store("a", prompt[:10000], "", "")
+	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", prompt, ""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"a": 10000 * (1 + 15000*cfg.PrefillAttentionPerToken) * cfg.PrefillSecondsPerToken, // the second half, after 10,000 cached
+		"b": 20000 * (1 + 10000*cfg.PrefillAttentionPerToken) * cfg.PrefillSecondsPerToken,
+	}
+	for _, s := range rep.Pods {
+		if w, ok := want[s.Pod]; ok && math.Abs(s.Prefill-w) > 1e-3*w {
+			t.Errorf("pod %s: prefill %.4f s, want %.4f s", s.Pod, s.Prefill, w)
+		}
+	}
+	if cfg.PrefillAttentionPerToken <= 0 {
+		t.Fatalf("default PrefillAttentionPerToken %v, want > 0", cfg.PrefillAttentionPerToken)
+	}
+}

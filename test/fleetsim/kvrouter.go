@@ -17,11 +17,13 @@ import (
 const simModel = "sim"
 
 // RouterConfig is the router configuration the kvrouter policy runs with:
-// the defaults, with the prefill cost set to the fleet's prefill speed (as
-// an operator sets it) and ties broken by the sim's seeded source.
+// the defaults, with the prefill cost set to the fleet's prefill speed and
+// attention surcharge (as an operator sets them from measurements) and
+// ties broken by the sim's seeded source.
 func RouterConfig(s *Sim) router.Config {
 	c := router.DefaultConfig()
 	c.PrefillSecondsPerToken = 1 / s.Config().PrefillTokensPerSecond
+	c.PrefillAttentionPerToken = s.Config().AttentionPerToken
 	c.IntN = s.Rand().IntN
 	return c
 }
