@@ -77,9 +77,10 @@ type indexConfig struct {
 type routingConfig struct {
 	// PrefillTokensPerSecond is one pod's prefill speed: what an uncached
 	// prompt token costs it.
-	PrefillTokensPerSecond float64 `yaml:"prefill_tokens_per_second"` // --prefill-tokens-per-second
-	KVPressure             float64 `yaml:"kv_pressure"`               // --kv-pressure
-	Tolerance              float64 `yaml:"tolerance"`                 // --routing-tolerance
+	PrefillTokensPerSecond   float64 `yaml:"prefill_tokens_per_second"`   // --prefill-tokens-per-second
+	PrefillAttentionPerToken float64 `yaml:"prefill_attention_per_token"` // --prefill-attention-per-token
+	KVPressure               float64 `yaml:"kv_pressure"`                 // --kv-pressure
+	Tolerance                float64 `yaml:"tolerance"`                   // --routing-tolerance
 }
 
 type tokenizersConfig struct {
@@ -131,7 +132,10 @@ func defaultConfig() config {
 // routingDefaults is the router's own defaults.
 func routingDefaults() routingConfig {
 	r := router.DefaultConfig()
-	return routingConfig{PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, KVPressure: r.KVPressure, Tolerance: r.Tolerance}
+	return routingConfig{
+		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken,
+		KVPressure: r.KVPressure, Tolerance: r.Tolerance,
+	}
 }
 
 func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
@@ -158,6 +162,7 @@ func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.Hash.BlockSize, "block-size", c.Hash.BlockSize, "the pods' KV cache block size in tokens")
 	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
 	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
+	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")

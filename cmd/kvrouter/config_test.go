@@ -37,7 +37,7 @@ log: {level: debug}
 shutdown: {drain_delay: 5s, timeout: 1m}
 hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index: {max_entries: 1000}
-routing: {prefill_tokens_per_second: 25000, kv_pressure: 0.5, tolerance: 0.1}
+routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1}
 tokenizers: {models: {m: /m}, hf_cache: /hf}
 extproc: {body_mode: BUFFERED, max_body_bytes: 100}
 pods:
@@ -81,10 +81,10 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--config", file, "--admin-addr", ":7", "--log-level", "warn", "--drain-delay", "0s", "--hash-seed", "s",
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
 			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
-			"--prefill-tokens-per-second", "8000", "--kv-pressure", "0", "--routing-tolerance", "0",
+			"--prefill-tokens-per-second", "8000", "--kv-pressure", "0", "--routing-tolerance", "0", "--prefill-attention-per-token", "1e-5",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
-			c.Routing = routingConfig{PrefillTokensPerSecond: 8000}
+			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5}
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -132,7 +132,7 @@ log: {level: loud}
 shutdown: {drain_delay: 5, timeout: -1s}
 hash: {algorithm: md5, block_size: 0}
 index: {max_entries: 0, shards: 4}
-routing: {prefill_tokens_per_second: 0, kv_pressure: -1, tolerance: 2}
+routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
 pods: {file: `+pods+`, file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
@@ -159,6 +159,7 @@ discovery: {namespaces: [""]}
 		"hash.block_size: 0",
 		"index.max_entries: 0",
 		"routing.prefill_tokens_per_second: 0",
+		"routing.prefill_attention_per_token: -1",
 		"routing.kv_pressure: -1",
 		"routing.tolerance: 2",
 		`extproc.body_mode: "STREAMED"`,
@@ -341,14 +342,18 @@ func TestConfigExitStatus(t *testing.T) {
 // TestRoutingReachesTheRouter: the routing section becomes the router's
 // config; left out, the router's defaults.
 func TestRoutingReachesTheRouter(t *testing.T) {
-	file := writeFile(t, "kvrouter.yaml", "routing: {prefill_tokens_per_second: 25000, kv_pressure: 0.5, tolerance: 0.1}\n")
+	file := writeFile(t, "kvrouter.yaml", "routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1}\n")
 	for _, tt := range []struct {
 		args []string
 		want func(*router.Config)
 	}{
 		{nil, func(*router.Config) {}},
-		{[]string{"--config", file}, func(r *router.Config) { r.PrefillSecondsPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0.5, 0.1 }},
-		{[]string{"--config", file, "--kv-pressure", "2"}, func(r *router.Config) { r.PrefillSecondsPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 2, 0.1 }},
+		{[]string{"--config", file}, func(r *router.Config) {
+			r.PrefillSecondsPerToken, r.PrefillAttentionPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0, 0.5, 0.1
+		}},
+		{[]string{"--config", file, "--kv-pressure", "2"}, func(r *router.Config) {
+			r.PrefillSecondsPerToken, r.PrefillAttentionPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0, 2, 0.1
+		}},
 	} {
 		c, err := loadConfig(tt.args, io.Discard)
 		if err != nil {
@@ -360,7 +365,8 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 		}
 		want := router.DefaultConfig()
 		tt.want(&want)
-		if math.Abs(s.router.PrefillSecondsPerToken-want.PrefillSecondsPerToken) > 1e-15 || s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance {
+		if math.Abs(s.router.PrefillSecondsPerToken-want.PrefillSecondsPerToken) > 1e-15 || s.router.PrefillAttentionPerToken != want.PrefillAttentionPerToken ||
+			s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance {
 			t.Errorf("%q: router config %+v, want %+v", tt.args, s.router, want)
 		}
 	}

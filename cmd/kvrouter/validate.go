@@ -104,6 +104,11 @@ func (c config) routerConfig(p *problems) router.Config {
 	} else {
 		p.add("routing.prefill_tokens_per_second: %v, want > 0", v)
 	}
+	if v := rc.PrefillAttentionPerToken; v >= 0 && v < 1 {
+		r.PrefillAttentionPerToken = v
+	} else {
+		p.add("routing.prefill_attention_per_token: %v, want in [0, 1)", v)
+	}
 	if v := rc.KVPressure; v >= 0 && !math.IsInf(v, 0) {
 		r.KVPressure = v
 	} else {
