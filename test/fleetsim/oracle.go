@@ -12,7 +12,8 @@ import (
 // and the decode load sharing those steps, adds the delay the request's
 // prefill imposes on as many requests as are queued there and weighs the
 // prefill by the fleet's KV usage (as kvrouter's scoring does, from exact
-// usage rather than scrapes), and picks the cheapest.
+// usage rather than scrapes), and picks the cheapest, at random among
+// those within oracleTies of it.
 type oracle struct {
 	s       *Sim
 	queued  []int              // per pod: uncached prompt tokens routed there, not started
@@ -49,9 +50,9 @@ func (o *oracle) Pick(r *Request) int {
 		own := cfg.prefillSeconds(hit*bs, uncached[i])
 		est := own*(pressure+float64(o.waiting[i])) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
 			steps*(cfg.StepOverhead.Seconds()+cfg.decodeSeconds(seqs, ctx))
-		o.scores = append(o.scores, -est)
+		o.scores = append(o.scores, est)
 	}
-	i := argmax(o.s, o.scores)
+	i := cheapest(o.s, o.scores, oracleTies)
 	o.queued[i] += uncached[i]
 	o.waiting[i]++
 	o.charged[r.ID] = uncached[i]
@@ -69,6 +70,13 @@ func (o *oracle) pressure() float64 {
 	}
 	return router.KVPressure(router.DefaultConfig().KVPressure, u/float64(len(o.s.pods)))
 }
+
+// oracleTies is how close to the cheapest pod's cost another pod's is
+// equal to it. Under overload a run's TTFT p90 is a queue that moves by
+// ±15% with any different decision, so an oracle that broke only exact
+// ties would trace one trajectory of many; breaking the ties of 0.1% at
+// random draws one per seed, as kvrouter's tolerance does.
+const oracleTies = 0.001
 
 func (o *oracle) Started(r *Request) {
 	i := o.s.seqs[r.ID].pod

@@ -71,6 +71,28 @@ func argmax(s *Sim, scores []float64) int {
 	return best
 }
 
+// cheapest returns the index of the lowest cost, uniformly at random among
+// those within the fraction tie of it.
+func cheapest(s *Sim, costs []float64, tie float64) int {
+	best := 0
+	for i, c := range costs {
+		if c < costs[best] {
+			best = i
+		}
+	}
+	limit := costs[best] * (1 + tie)
+	chosen, n := best, 0
+	for i, c := range costs {
+		if c <= limit {
+			n++
+			if s.Rand().IntN(n) == 0 {
+				chosen = i
+			}
+		}
+	}
+	return chosen
+}
+
 // loadScores adds the Gateway API Inference Extension's queue scorer
 // (waiting requests, min-max normalized, fewer is better) and KV-cache
 // utilization scorer (1 − usage), with their weights, to scores.

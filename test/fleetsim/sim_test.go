@@ -170,3 +170,31 @@ func TestPreemptedRequestHitsItsOwnBlocks(t *testing.T) {
 		t.Fatalf("readmitted: %d tokens cached, %d scheduled, first hit %d; want 80 (3 prompt and 2 output blocks), 8, 0 (its first admission's)", s.computed, s.sched, s.hit)
 	}
 }
+
+// TestPooledTTFT: the quantile is over every finished request of every
+// run; timed-out and unfinished requests are left out.
+func TestPooledTTFT(t *testing.T) {
+	run := func(ttfts ...float64) *Result {
+		r := &Result{}
+		for _, x := range ttfts {
+			r.Outcomes = append(r.Outcomes, Outcome{Arrival: 10, First: 10 + x, Finish: 20 + x})
+		}
+		r.Outcomes = append(r.Outcomes, Outcome{Arrival: 10, First: 500, Finish: 600, TimedOut: true}, Outcome{Arrival: 10})
+		return r
+	}
+	a, b := run(1, 2, 3, 4, 5), run(6, 7, 8, 9, 10)
+	for _, tt := range []struct {
+		q    float64
+		rs   []*Result
+		want float64
+	}{
+		{0.9, []*Result{a, b}, 9},
+		{0.5, []*Result{a, b}, 5},
+		{0.9, []*Result{a}, 5},
+		{0.9, nil, 0},
+	} {
+		if got := PooledTTFT(tt.q, tt.rs...); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("PooledTTFT(%v, %d runs) = %v, want %v", tt.q, len(tt.rs), got, tt.want)
+		}
+	}
+}

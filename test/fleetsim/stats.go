@@ -103,6 +103,25 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 	return st
 }
 
+// PooledTTFT is the q-quantile of the time to first token of every
+// request that finished in any of rs: runs of one workload under several
+// seeds, pooled into one sample.
+func PooledTTFT(q float64, rs ...*Result) float64 {
+	var ttft []float64
+	for _, r := range rs {
+		for _, o := range r.Outcomes {
+			if !o.TimedOut && o.Finish > 0 {
+				ttft = append(ttft, o.First-o.Arrival)
+			}
+		}
+	}
+	if len(ttft) == 0 {
+		return 0
+	}
+	slices.Sort(ttft)
+	return quantile(ttft, q)
+}
+
 // quantile is the q-quantile of sorted xs, nearest rank.
 func quantile(xs []float64, q float64) float64 {
 	i := int(math.Ceil(q*float64(len(xs)))) - 1

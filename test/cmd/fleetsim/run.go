@@ -27,6 +27,8 @@ type scenario struct {
 	// only, when set, are the policies to run: a repeat of a scenario
 	// under another seed, for the acceptance lines only.
 	only []string
+	// base is the scenario a repeat repeats; nil for the original.
+	base *scenario
 }
 
 // job is one scenario under one policy.

@@ -87,13 +87,13 @@ func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
 		// The fastest replay overloads the fleet: its p90 is a queue that
 		// moves with every tie broken otherwise, so kvrouter and the
 		// oracle replay it under the next two seeds too.
-		c := mooncakeCompressions[len(mooncakeCompressions)-1]
+		c, orig := mooncakeCompressions[len(mooncakeCompressions)-1], out[len(out)-1]
 		for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
 			rc := mc
 			rc.Seed = seed
 			cw := w.Compress(c)
 			cw.Name = fmt.Sprintf("%s %gx, seed %d", w.Name, c, seed)
-			out = append(out, &scenario{group: "a", cfg: rc, w: cw, only: []string{"kvrouter", "oracle"}})
+			out = append(out, &scenario{group: "a", cfg: rc, w: cw, only: []string{"kvrouter", "oracle"}, base: orig})
 		}
 	}
 	for _, sc := range out {
@@ -124,7 +124,7 @@ func sharedScenarios(o options, h *kvindex.Hasher, base fleetsim.Config, output 
 		rs, rc := sp, cfg
 		rs.Seed, rc.Seed = seed, seed
 		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
-		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"kvrouter", "oracle"}})
+		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"kvrouter", "oracle"}, base: out[0]})
 	}
 	over := sp
 	over.Groups = int(overloadShare*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
