@@ -86,17 +86,20 @@ func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
 		}
 		// The fastest replay overloads the fleet: its p90 is a queue that
 		// moves with every tie broken otherwise, so kvrouter and the
-		// oracle replay it under the next two seeds too.
-		c, orig := mooncakeCompressions[len(mooncakeCompressions)-1], out[len(out)-1]
+		// oracle replay it under the next two seeds too, the very same
+		// requests under another name.
+		orig := out[len(out)-1]
 		for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
-			rc := mc
-			rc.Seed = seed
-			cw := w.Compress(c)
-			cw.Name = fmt.Sprintf("%s %gx, seed %d", w.Name, c, seed)
-			out = append(out, &scenario{group: "a", cfg: rc, w: cw, only: []string{"kvrouter", "oracle"}, base: orig})
+			rc, rw := mc, *orig.w
+			rc.Seed, rw.Name = seed, fmt.Sprintf("%s, seed %d", orig.w.Name, seed)
+			out = append(out, &scenario{group: "a", cfg: rc, w: &rw, only: []string{"kvrouter", "oracle"}, base: orig})
 		}
 	}
 	for _, sc := range out {
+		if b := sc.base; b != nil && sc.group == "a" { // its base's requests: its base's bound
+			sc.bound = b.bound
+			continue
+		}
 		sc.bound = fleetsim.BoundHits(sc.w, sc.cfg.Pods*sc.cfg.Blocks)
 	}
 	return out, nil
