@@ -16,6 +16,7 @@ import (
 // those within oracleTies of it.
 type oracle struct {
 	s       *Sim
+	weight  float64            // kvrouter's KVPressure
 	queued  []int              // per pod: uncached prompt tokens routed there, not started
 	waiting []int              // per pod: requests routed there, not started
 	charged []int              // per request: its share of queued
@@ -24,7 +25,7 @@ type oracle struct {
 }
 
 func newOracle(s *Sim) *oracle {
-	o := &oracle{s: s, queued: make([]int, s.Pods()), waiting: make([]int, s.Pods()), charged: make([]int, len(s.w.Requests))}
+	o := &oracle{s: s, weight: router.DefaultConfig().KVPressure, queued: make([]int, s.Pods()), waiting: make([]int, s.Pods()), charged: make([]int, len(s.w.Requests))}
 	for range s.Pods() {
 		o.pending = append(o.pending, map[uint64]int32{})
 	}
@@ -68,7 +69,7 @@ func (o *oracle) pressure() float64 {
 	for _, p := range o.s.pods {
 		u += p.cache.usage()
 	}
-	return router.KVPressure(router.DefaultConfig().KVPressure, u/float64(len(o.s.pods)))
+	return router.KVPressure(o.weight, u/float64(len(o.s.pods)))
 }
 
 // oracleTies is how close to the cheapest pod's cost another pod's is

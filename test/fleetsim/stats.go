@@ -44,7 +44,7 @@ func Summarize(w *Workload, res *Result, bound []int) []Stats {
 			switch o := res.Outcomes[i]; {
 			case o.TimedOut:
 				n++
-			case o.Finish > 0:
+			case o.answered():
 				ids = append(ids, i)
 			}
 		}
@@ -103,6 +103,9 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 	return st
 }
 
+// answered says o's request got its whole answer: the statistics' sample.
+func (o Outcome) answered() bool { return !o.TimedOut && o.Finish > 0 }
+
 // PooledTTFT is the q-quantile of the time to first token of every
 // request that finished in any of rs: runs of one workload under several
 // seeds, pooled into one sample.
@@ -110,7 +113,7 @@ func PooledTTFT(q float64, rs ...*Result) float64 {
 	var ttft []float64
 	for _, r := range rs {
 		for _, o := range r.Outcomes {
-			if !o.TimedOut && o.Finish > 0 {
+			if o.answered() {
 				ttft = append(ttft, o.First-o.Arrival)
 			}
 		}
