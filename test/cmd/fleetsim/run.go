@@ -29,6 +29,13 @@ type scenario struct {
 	only []string
 	// base is the scenario a repeat repeats; nil for the original.
 	base *scenario
+	// share is the working set of (b) and (c) over the fleet's KV, of
+	// groups groups.
+	share  float64
+	groups int
+	// sweep marks a (c) of a larger working set: it appears in the sweep
+	// table only.
+	sweep bool
 }
 
 // job is one scenario under one policy.

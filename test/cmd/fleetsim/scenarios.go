@@ -50,6 +50,10 @@ func defaultConcurrency(qpsScale float64) int {
 
 var mooncakeCompressions = []float64{1, 2, 3}
 
+// overloadSweep is the working sets, over the fleet's KV, that (c) runs at
+// beyond overloadShare, to show where the policies come together.
+var overloadSweep = []float64{2.5, 5, 10}
+
 func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
 	var out []*scenario
 	base := fleetsim.DefaultConfig()
@@ -122,16 +126,20 @@ func sharedScenarios(o options, h *kvindex.Hasher, base fleetsim.Config, output 
 	if o.quick { // pods as small as the workload, its working set still 73% of them
 		cfg.Blocks = int(float64(sp.WorkingSet()) / capacityShare / float64(cfg.Pods*cfg.BlockSize))
 	}
-	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h)}}
+	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h), share: capacityShare, groups: sp.Groups}}
 	for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
 		rs, rc := sp, cfg
 		rs.Seed, rc.Seed = seed, seed
 		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
-		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"kvrouter", "oracle"}, base: out[0]})
+		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups})
 	}
-	over := sp
-	over.Groups = int(overloadShare*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
-	return append(out, &scenario{group: "c", output: output, cfg: cfg, w: over.Generate("(c) shared prefix 125%"+tag, h)})
+	for i, share := range append([]float64{overloadShare}, overloadSweep...) {
+		over := sp
+		over.Groups = int(share*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
+		name := fmt.Sprintf("(c) shared prefix %g%%%s", 100*share, tag)
+		out = append(out, &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0})
+	}
+	return out
 }
 
 // parseOutputs reads -shared-output: output tokens per request, a comma

@@ -34,8 +34,8 @@ func TestParseOutputs(t *testing.T) {
 // TestSharedFleetIsHalfThePublished: (b) runs half the published fleet of
 // the published pods (Qwen3-32B on two H100s, derived from the 8B
 // constants) under half its load, each output length as its own (b), its
-// seed repeats and (c); the working set stays 73% of the fleet's KV and
-// (c)'s is 1.25×.
+// seed repeats, (c) and (c) at larger working sets; the working set
+// stays 73% of the fleet's KV, (c)'s is 1.25× and its sweep's as named.
 func TestSharedFleetIsHalfThePublished(t *testing.T) {
 	h, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
 	if err != nil {
@@ -46,8 +46,8 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 	for _, output := range []int{1000, 230} {
 		scs = append(scs, sharedScenarios(o, h, fleetsim.DefaultConfig(), output)...)
 	}
-	if len(scs) != 8 {
-		t.Fatalf("%d scenarios, want (b), 2 repeats and (c) for each of 2 output lengths", len(scs))
+	if want := 2 * (4 + len(overloadSweep)); len(scs) != want {
+		t.Fatalf("%d scenarios, want (b), 2 repeats, (c) and its sweep for each of 2 output lengths: %d", len(scs), want)
 	}
 	for _, sc := range scs {
 		c := sc.cfg
@@ -57,6 +57,9 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 		}
 		capacity := float64(c.Pods * c.Blocks * c.BlockSize)
 		want := map[string]float64{"b": 0.73, "c": 1.25}[sc.group]
+		if !sc.sweep && sc.share != want {
+			t.Errorf("%s: share %v, want %v", sc.w.Name, sc.share, want)
+		}
 		var tokens float64
 		seen := map[uint64]bool{}
 		for _, r := range sc.w.Requests {
@@ -67,6 +70,15 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 			if r.Output != sc.output {
 				t.Fatalf("%s: a request of %d output tokens, want %d", sc.w.Name, r.Output, sc.output)
 			}
+		}
+		if sc.sweep { // the groups the share asks for; the client sends what its stages reach
+			if g := int(sc.share*capacity/12_000 + 0.5); sc.groups != g {
+				t.Errorf("%s: %d groups, want %d", sc.w.Name, sc.groups, g)
+			}
+			if s := sentShare(sc); s < 1.25 || s > sc.share {
+				t.Errorf("%s: sends a working set of %.2f of the fleet's KV, want 1.25 to %v", sc.w.Name, s, sc.share)
+			}
+			continue
 		}
 		share := (tokens - float64(len(seen)/5)*6000*4) / capacity // distinct prompts share their group's system prompt
 		if math.Abs(share-want) > 0.02 {

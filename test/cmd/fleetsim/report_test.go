@@ -1,0 +1,60 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/test/fleetsim"
+)
+
+// sweepJobs is (c) and two larger working sets of it, under kvrouter and
+// the oracle, with the pooled TTFT p90 and output tok/s given per
+// scenario: kvrouter's, then the oracle's.
+func sweepJobs(p90s, tps [][2]float64) []*job {
+	var jobs []*job
+	for i := range p90s {
+		sc := &scenario{
+			group: "c", output: 230, share: []float64{1.25, 2.5, 5}[i], groups: []int{128, 256, 512}[i], sweep: i > 0,
+			cfg: fleetsim.Config{Pods: 1, Blocks: 4, BlockSize: 16}, w: &fleetsim.Workload{Name: "(c) test"},
+		}
+		for k, p := range []string{"kvrouter", "oracle"} {
+			jobs = append(jobs, &job{sc: sc, policy: p, stats: []fleetsim.Stats{{Level: "all", P90: p90s[i][k], OutputTPS: tps[i][k], HitRatio: 0.1, BoundRatio: 0.5}}})
+		}
+	}
+	return jobs
+}
+
+// TestSweepReport: (c)'s acceptance line keeps its verdict and lists the
+// sweep's spreads; the sweep's table has a row per working set, in order,
+// with each policy's p90 and the spreads.
+func TestSweepReport(t *testing.T) {
+	jobs := sweepJobs([][2]float64{{80, 40}, {90, 60}, {100, 90}}, [][2]float64{{1000, 2000}, {1000, 1500}, {1000, 1100}})
+	lines := acceptance(jobs)
+	if len(lines) != 1 {
+		t.Fatalf("acceptance: %q, want one line for (c)", lines)
+	}
+	for _, want := range []string{"spread ×2.00", "**FAILS**", "×1.50 at 256 groups, ×1.11 at 512 groups"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("acceptance line %q lacks %q", lines[0], want)
+		}
+	}
+	var b strings.Builder
+	writeSweep(&b, jobs, []string{"kvrouter", "oracle"})
+	got := b.String()
+	rows := []string{
+		"| 128 | 1.25, 0.00 | 50.0% | 80.0 s (10.0%) | 40.0 s (10.0%) | ×2.00, ×2.00 |",
+		"| 256 | 2.50, 0.00 | 50.0% | 90.0 s (10.0%) | 60.0 s (10.0%) | ×1.50, ×1.50 |",
+		"| 512 | 5.00, 0.00 | 50.0% | 100.0 s (10.0%) | 90.0 s (10.0%) | ×1.11, ×1.10 |",
+	}
+	at := 0
+	for _, r := range rows {
+		i := strings.Index(got[at:], r)
+		if i < 0 {
+			t.Fatalf("sweep table lacks, in order, %q:\n%s", r, got)
+		}
+		at += i
+	}
+	if strings.Count(got, "## (c) as the working set grows") != 1 {
+		t.Errorf("want one sweep section for one output length:\n%s", got)
+	}
+}
