@@ -232,7 +232,7 @@ func acceptance(jobs []*job) []string {
 		case j.sc.group == "c" && !j.sc.sweep:
 			sp := spreadOf(by)
 			var more []string
-			for _, sw := range sweepOf(jobs, j.sc) {
+			for _, sw := range sweepOf(jobs, j.sc)[1:] {
 				more = append(more, fmt.Sprintf("×%.2f at %d groups", spreadOf(sw.by).p90(), sw.sc.groups))
 			}
 			also := ""
@@ -329,12 +329,16 @@ type sweepRun struct {
 	by map[string]*job
 }
 
-// sweepOf is (c) base and its sweep with the same output length, in
+// sweepOf is (c) base, then its sweep with the same output length, in
 // order of working set.
 func sweepOf(jobs []*job, base *scenario) []sweepRun {
-	var out []sweepRun
+	out := []sweepRun{{sc: base, by: map[string]*job{}}}
 	for _, j := range jobs {
 		sc := j.sc
+		if sc == base {
+			out[0].by[j.policy] = j
+			continue
+		}
 		if !sc.sweep || sc.output != base.output {
 			continue
 		}
@@ -356,14 +360,9 @@ func writeSweep(b *strings.Builder, jobs []*job, policies []string) {
 		if base.group != "c" || base.sweep || j.policy != policies[0] {
 			continue
 		}
-		runs := append([]sweepRun{{sc: base, by: map[string]*job{}}}, sweepOf(jobs, base)...)
+		runs := sweepOf(jobs, base)
 		if len(runs) == 1 {
 			continue
-		}
-		for _, k := range jobs {
-			if k.sc == base {
-				runs[0].by[k.policy] = k
-			}
 		}
 		fmt.Fprintf(b, "\n## (c) as the working set grows, %d output tokens\n\n", base.output)
 		b.WriteString(text)
