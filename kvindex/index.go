@@ -238,8 +238,11 @@ func (x *Index) Removed(pod PodID, tier Tier, hashes []uint64) error {
 // block hashes to pod: they count in matches (reported apart) until the
 // pod's own event confirms them, until Settle shortens their life once the
 // request is prefilled, or at most Config.SpeculativeTTL. Blocks the pod
-// already holds speculatively, for another request, get the new deadline;
-// blocks it holds for real are left alone.
+// already holds speculatively, for another request, get the new deadline.
+// Blocks it holds for real get a speculative entry too, which matches
+// count only once the real one is gone: a pod that evicts a block while
+// the request waits computes it again for the request, and a request
+// routed behind it still finds it there.
 func (x *Index) Speculate(pod PodID, hashes []uint64) error {
 	if err := x.checkPod(pod); err != nil {
 		return err

@@ -63,14 +63,13 @@ func (m *model) removedOp(pod PodID, tier Tier, hs []uint64) {
 	}
 }
 
-// speculate gives pod a speculative entry of every block it does not hold
-// for real, expiring ttl from now, whether or not it had one.
+// speculate gives pod a speculative entry of every block, held for real
+// or not, expiring ttl from now, whether or not it had one.
 func (m *model) speculate(pod PodID, hs []uint64) {
 	for _, h := range hs {
-		if k := (modelKey{h, pod, TierGPU}); !m.holdsReal(h, pod) {
-			m.spec[k] = m.now + m.ttl
-			delete(m.settled, k)
-		}
+		k := modelKey{h, pod, TierGPU}
+		m.spec[k] = m.now + m.ttl
+		delete(m.settled, k)
 	}
 }
 

@@ -209,26 +209,16 @@ func (s *shard) removeLocked(h uint64, pod uint32, tier Tier, n *opCounts) {
 	n.cleared++
 }
 
-// speculateLocked records that pod will soon hold h on its GPU, unless it
-// already holds it for real. A speculative holder it already has becomes
-// pending again with the new deadline.
+// speculateLocked records that pod will soon hold h on its GPU. A block the
+// pod holds for real gets a speculative holder too: should the pod evict
+// it before the request runs, the request computes it again, and the block
+// still counts for the pod until then. A speculative holder it already has
+// becomes pending again with the new deadline.
 func (s *shard) speculateLocked(h uint64, pod uint32, limit int, now, deadline uint32, n *opCounts) {
 	s.expirePodLocked(pod, now)
 	pos, nr := s.lookupLocked(h)
-	if _, ok := s.slotOfLocked(pod); ok && nr != 0 {
-		nd := s.nodeLocked(nr)
-		v := s.vectorLocked(nr)
-		spec := ref(0)
-		for i := range v {
-			switch {
-			case v[i].slot() != pod:
-			case !v[i].spec():
-				return
-			default:
-				spec = holderRef(nd.class, nd.vec+uint32(i))
-			}
-		}
-		if spec != 0 {
+	if sl, ok := s.slotOfLocked(pod); ok && nr != 0 {
+		if spec := s.findLocked(nr, sl, TierGPU, true); spec != 0 {
 			s.relistLocked(spec, listPending, deadline)
 			n.renewed++
 			return
