@@ -413,3 +413,53 @@ func TestSpeculationLastsUntilPrefilled(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedRequestKeepsEvictedPrefix: a request routed to the pod caching
+// its prefix still waits there when the pod evicts those blocks; the pod
+// will compute them again before the request's first token, so the next
+// request with the prefix follows it there, until the first is prefilled
+// and the index's grace period has passed without the pod storing them.
+func TestQueuedRequestKeepsEvictedPrefix(t *testing.T) {
+	now := time.Unix(0, 0)
+	icfg := kvindex.DefaultConfig()
+	icfg.Now = func() time.Time { return now }
+	tr := newTestRouterIndex(t, icfg)
+	body := completion("llama", prompt, "")
+	tr.store("a", prompt, "", "")
+	first, err := tr.route("/v1/completions", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Pod != "a" || first.Matched != 7 {
+		t.Fatalf("Route with the prefix cached on a = %s (%d blocks), want a (7)", first.Pod, first.Matched)
+	}
+	ids, _ := byteTokens{}.AppendTokens(nil, "llama", &Parsed{Prompt: prompt})
+	id, _ := tr.index.Pod("a")
+	if err := tr.index.Removed(id, kvindex.TierGPU, tr.hasher.AppendHashes(nil, ids, kvindex.Extra{})); err != nil {
+		t.Fatal(err)
+	}
+	onA := func(when string) Score {
+		t.Helper()
+		rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range rep.Pods {
+			if s.Pod == "a" {
+				return s
+			}
+		}
+		t.Fatalf("%s: pod a not scored", when)
+		return Score{}
+	}
+	now = now.Add(10 * time.Second)
+	if s := onA("evicted, first request queued"); s.Matched != 7 || s.Spec != 7 {
+		t.Fatalf("a after evicting the blocks its queued request needs: %d blocks, %d speculative, want 7 and 7", s.Matched, s.Spec)
+	}
+	first.Prefilled()
+	now = now.Add(icfg.SpeculativeGrace)
+	if s := onA("prefilled, grace over"); s.Matched != 0 {
+		t.Fatalf("a after the request's prefill and the grace period, no store: %d blocks, want 0", s.Matched)
+	}
+	first.Done()
+}
