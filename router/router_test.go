@@ -73,15 +73,46 @@ func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
 // store records that pod holds the blocks of prompt (under lora and salt).
 func (tr *testRouter) store(pod, prompt, lora, salt string) {
 	tr.t.Helper()
+	id, hs := tr.blocks(pod, prompt, lora, salt)
+	if err := tr.index.Stored(id, kvindex.TierGPU, hs); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+// evict records that pod removed the blocks of prompt from its GPU.
+func (tr *testRouter) evict(pod, prompt string) {
+	tr.t.Helper()
+	id, hs := tr.blocks(pod, prompt, "", "")
+	if err := tr.index.Removed(id, kvindex.TierGPU, hs); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+// blocks returns pod's index handle and the block hashes of prompt.
+func (tr *testRouter) blocks(pod, prompt, lora, salt string) (kvindex.PodID, []uint64) {
+	tr.t.Helper()
 	ids, _ := byteTokens{}.AppendTokens(nil, "llama", &Parsed{Prompt: prompt})
-	hs := tr.hasher.AppendHashes(nil, ids, kvindex.Extra{LoRA: lora, CacheSalt: salt})
 	id, ok := tr.index.Pod(pod)
 	if !ok {
 		tr.t.Fatalf("pod %s not in the index", pod)
 	}
-	if err := tr.index.Stored(id, kvindex.TierGPU, hs); err != nil {
+	return id, tr.hasher.AppendHashes(nil, ids, kvindex.Extra{LoRA: lora, CacheSalt: salt})
+}
+
+// scoreOn scores a completion body and returns pod's score.
+func (tr *testRouter) scoreOn(body, pod, when string) Score {
+	tr.t.Helper()
+	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(body)})
+	if err != nil {
 		tr.t.Fatal(err)
 	}
+	for _, s := range rep.Pods {
+		if s.Pod == pod {
+			return s
+		}
+	}
+	tr.t.Fatalf("%s: pod %s not scored", when, pod)
+	return Score{}
 }
 
 func (tr *testRouter) route(path, body string, subset ...string) (*Decision, error) {
@@ -374,17 +405,7 @@ func TestSpeculationLastsUntilPrefilled(t *testing.T) {
 			}
 			spec := func(when string) int {
 				t.Helper()
-				rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(body)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, s := range rep.Pods {
-					if s.Pod == d.Pod {
-						return s.Spec
-					}
-				}
-				t.Fatalf("%s: pod %s not scored", when, d.Pod)
-				return 0
+				return tr.scoreOn(body, d.Pod, when).Spec
 			}
 			wait := icfg.SpeculativeTTL / 2 // queued far beyond the grace period
 			now = now.Add(wait)
@@ -433,32 +454,14 @@ func TestQueuedRequestKeepsEvictedPrefix(t *testing.T) {
 	if first.Pod != "a" || first.Matched != 7 {
 		t.Fatalf("Route with the prefix cached on a = %s (%d blocks), want a (7)", first.Pod, first.Matched)
 	}
-	ids, _ := byteTokens{}.AppendTokens(nil, "llama", &Parsed{Prompt: prompt})
-	id, _ := tr.index.Pod("a")
-	if err := tr.index.Removed(id, kvindex.TierGPU, tr.hasher.AppendHashes(nil, ids, kvindex.Extra{})); err != nil {
-		t.Fatal(err)
-	}
-	onA := func(when string) Score {
-		t.Helper()
-		rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(body)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range rep.Pods {
-			if s.Pod == "a" {
-				return s
-			}
-		}
-		t.Fatalf("%s: pod a not scored", when)
-		return Score{}
-	}
+	tr.evict("a", prompt)
 	now = now.Add(10 * time.Second)
-	if s := onA("evicted, first request queued"); s.Matched != 7 || s.Spec != 7 {
+	if s := tr.scoreOn(body, "a", "evicted, first request queued"); s.Matched != 7 || s.Spec != 7 {
 		t.Fatalf("a after evicting the blocks its queued request needs: %d blocks, %d speculative, want 7 and 7", s.Matched, s.Spec)
 	}
 	first.Prefilled()
 	now = now.Add(icfg.SpeculativeGrace)
-	if s := onA("prefilled, grace over"); s.Matched != 0 {
+	if s := tr.scoreOn(body, "a", "prefilled, grace over"); s.Matched != 0 {
 		t.Fatalf("a after the request's prefill and the grace period, no store: %d blocks, want 0", s.Matched)
 	}
 	first.Done()
