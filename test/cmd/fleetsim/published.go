@@ -52,13 +52,13 @@ func writePublishedScenario(b *strings.Builder, jobs []*job, sc *scenario) {
 	fmt.Fprintf(b, "\n### %s next to the published run\n\n", sc.w.Name)
 	b.WriteString("| policy (published scheduler) | TTFT p90 published / sim | mean published / sim | output tok/s ÷ random's, published / sim | first stage with p90 > 5 s, published / sim |\n")
 	b.WriteString("|---|---:|---:|---:|---:|\n")
-	rndAll := rnd.stats[len(rnd.stats)-1]
+	rndAll := rnd.all()
 	for _, p := range publishedShared {
 		j := by[p.policy]
 		if j == nil {
 			continue
 		}
-		all := j.stats[len(j.stats)-1]
+		all := j.all()
 		fmt.Fprintf(b, "| %s (%s) | %s / %s | %s / %s | %.2f / %.2f | %s / %s |\n",
 			p.policy, p.scheduler, secs(p.p90), secs(all.P90), secs(p.mean), secs(all.Mean),
 			p.tps/publishedShared[len(publishedShared)-1].tps, all.OutputTPS/rndAll.OutputTPS, p.collapse, firstCollapse(j))

@@ -61,7 +61,7 @@ func plotSets(jobs []*job) []*plotSet {
 			if len(ps.xs) == 0 || ps.xs[len(ps.xs)-1] != x {
 				ps.xs = append(ps.xs, x)
 			}
-			ps.stats[j.policy] = append(ps.stats[j.policy], j.stats[len(j.stats)-1])
+			ps.stats[j.policy] = append(ps.stats[j.policy], j.all())
 		}
 	}
 	return sets
@@ -192,7 +192,6 @@ func collapsed(st fleetsim.Stats) bool { return st.P90 > 5 }
 func acceptance(jobs []*job) []string {
 	var out []string
 	mark := func(ok bool) string { return map[bool]string{true: "**holds**", false: "**FAILS**"}[ok] }
-	pooled := func(j *job) fleetsim.Stats { return j.stats[len(j.stats)-1] }
 	var last *scenario
 	for _, j := range jobs {
 		if j.sc == last {
@@ -211,14 +210,14 @@ func acceptance(jobs []*job) []string {
 		}
 		name := j.sc.w.Name
 		if ll != nil {
-			r := pooled(kv).P90 / pooled(ll).P90
+			r := kv.all().P90 / ll.all().P90
 			out = append(out, fmt.Sprintf("%s: kvrouter TTFT p90 %s vs least-loaded %s (×%.2f, want ≤ 1.05): %s",
-				name, secs(pooled(kv).P90), secs(pooled(ll).P90), r, mark(r <= 1.05)))
+				name, secs(kv.all().P90), secs(ll.all().P90), r, mark(r <= 1.05)))
 		}
 		if or != nil && j.sc.group != "c" {
-			r := pooled(kv).P90 / pooled(or).P90
+			r := kv.all().P90 / or.all().P90
 			out = append(out, fmt.Sprintf("%s: kvrouter TTFT p90 %s vs oracle %s (×%.2f, want ≤ 1.2): %s",
-				name, secs(pooled(kv).P90), secs(pooled(or).P90), r, mark(r <= 1.2)))
+				name, secs(kv.all().P90), secs(or.all().P90), r, mark(r <= 1.2)))
 		}
 		if b := j.sc.base; b != nil && lastRepeat(jobs, j.sc) {
 			if line, ok := pooledLine(jobs, b, mark); ok {
@@ -316,7 +315,7 @@ func (s spread) p90() float64 { return s.hi / s.lo }
 func spreadOf(by map[string]*job) spread {
 	s := spread{lo: math.Inf(1), loTPS: math.Inf(1)}
 	for _, k := range by {
-		all := k.stats[len(k.stats)-1]
+		all := k.all()
 		s.lo, s.hi = min(s.lo, all.P90), max(s.hi, all.P90)
 		s.loTPS, s.hiTPS = min(s.loTPS, all.OutputTPS), max(s.hiTPS, all.OutputTPS)
 	}
@@ -342,7 +341,7 @@ func sweepOf(jobs []*job, base *scenario) []sweepRun {
 		if !sc.sweep || sc.output != base.output {
 			continue
 		}
-		if len(out) == 0 || out[len(out)-1].sc != sc {
+		if out[len(out)-1].sc != sc {
 			out = append(out, sweepRun{sc: sc, by: map[string]*job{}})
 		}
 		out[len(out)-1].by[j.policy] = j
@@ -376,7 +375,7 @@ func writeSweep(b *strings.Builder, jobs []*job, policies []string) {
 		for _, r := range runs {
 			var bound float64
 			for _, k := range r.by {
-				bound = k.stats[len(k.stats)-1].BoundRatio
+				bound = k.all().BoundRatio
 			}
 			fmt.Fprintf(b, "| %d | %.2f, %.2f | %.1f%% |", r.sc.groups, r.sc.share, sentShare(r.sc), 100*bound)
 			for _, p := range policies {
@@ -385,7 +384,7 @@ func writeSweep(b *strings.Builder, jobs []*job, policies []string) {
 					b.WriteString(" |")
 					continue
 				}
-				all := k.stats[len(k.stats)-1]
+				all := k.all()
 				fmt.Fprintf(b, " %s (%.1f%%) |", secs(all.P90), 100*all.HitRatio)
 			}
 			sp := spreadOf(r.by)

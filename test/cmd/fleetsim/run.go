@@ -48,6 +48,9 @@ type job struct {
 	err    error
 }
 
+// all is the job's statistics over every level of its run.
+func (j *job) all() fleetsim.Stats { return j.stats[len(j.stats)-1] }
+
 type options struct {
 	traces, out, policies, workloads string
 	seed                             uint64
@@ -145,7 +148,7 @@ func runJobs(ctx context.Context, jobs []*job, parallel int, stdout io.Writer) {
 				}
 				mu.Lock()
 				if err == nil {
-					all := j.stats[len(j.stats)-1]
+					all := j.all()
 					fmt.Fprintf(stdout, "%-28s %-13s p90 %8.2fs mean %8.2fs hit %5.1f%% %7.0f tok/s  (%v)\n",
 						j.sc.w.Name, j.policy, all.P90, all.Mean, 100*all.HitRatio, all.OutputTPS, j.wall.Round(time.Millisecond))
 				}
