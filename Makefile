@@ -53,7 +53,7 @@ soak: deps build ## 10 minutes: 100 pods churning their caches + 50 requests/s; 
 	$(GO) run ./test/cmd/kvrouter-load -soak $${SOAK:-10m} -pods 100 -rates 50
 
 sim: ## fleet simulator: every routing policy on the Mooncake traces and the llm-d shared-prefix workloads; report and plots in results/sim
-	$(GO) run ./test/cmd/fleetsim -traces $${TRACES:-../shared/traces} -out results/sim
+	$(GO) run ./test/cmd/fleetsim -traces $${TRACES:-testdata/traces} -out results/sim
 
 lint: deps-lint ## golangci-lint (pinned version) with gofumpt
 	$(GOLANGCI_LINT) run ./...

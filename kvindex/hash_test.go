@@ -92,7 +92,7 @@ func TestEncodings(t *testing.T) {
 }
 
 // vllmCapture is a KV event captured from a real vLLM (see
-// ../shared/testdata/vllm/README.md).
+// testdata/vllm/README.md at the module root).
 type vllmCapture struct {
 	TokenIDs        []uint32 `json:"token_ids"`
 	BlockHashes     []uint64 `json:"block_hashes"`
@@ -102,8 +102,8 @@ type vllmCapture struct {
 	LoRAName        *string  `json:"lora_name"`
 }
 
-// sharedDir returns ../shared next to the module root; CI always has it.
-func sharedDir(t *testing.T) string {
+// moduleRoot returns the directory of go.mod above the test's directory.
+func moduleRoot(t *testing.T) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -111,7 +111,7 @@ func sharedDir(t *testing.T) string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -119,17 +119,12 @@ func sharedDir(t *testing.T) string {
 		}
 		dir = parent
 	}
-	shared := filepath.Join(filepath.Dir(dir), "shared")
-	if _, err := os.Stat(shared); err != nil {
-		t.Fatalf("the shared design folder must sit next to the repository: %v", err)
-	}
-	return shared
 }
 
 // TestVLLMCaptures hashes the token ids of two real vLLM events and expects
 // exactly the hashes vLLM published (seed "42", sha256_cbor).
 func TestVLLMCaptures(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "testdata", "vllm")
+	dir := filepath.Join(moduleRoot(t), "testdata", "vllm")
 	for _, name := range []string{"kv_event_base.json", "kv_event_lora.json"} {
 		t.Run(name, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(dir, name))

@@ -2,7 +2,7 @@
 // and the llm-d shared-prefix benchmark with every routing policy, and
 // writes a markdown report and PNG plots.
 //
-//	go run ./test/cmd/fleetsim -traces ../shared/traces -out results/sim
+//	go run ./test/cmd/fleetsim -traces testdata/traces -out results/sim
 package main
 
 import (

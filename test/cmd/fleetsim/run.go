@@ -66,7 +66,7 @@ type options struct {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
-	fs.StringVar(&o.traces, "traces", "../shared/traces", "folder of the Mooncake traces")
+	fs.StringVar(&o.traces, "traces", "testdata/traces", "folder of the Mooncake traces")
 	fs.StringVar(&o.out, "out", "results/sim", "folder for report.md and the plots")
 	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
