@@ -19,7 +19,7 @@ help: ## list the targets
 run: ## the local demo: 3 simulated vLLM pods + kvrouter, a scripted workload, then keeps serving (Ctrl-C stops)
 	test/deps.sh system oracle
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kvrouter ./cmd/kvrouter
-	$(GO) build -o bin/kvrouter-demo ./test/cmd/kvrouter-demo
+	$(GO) build -o bin/kvrouter-demo ./cmd/kvrouter-demo
 	./bin/kvrouter-demo --kvrouter ./bin/kvrouter
 
 test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint, race tests, short fuzz runs

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router"
-	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 )
 
 func TestBodyPoolClasses(t *testing.T) {

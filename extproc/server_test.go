@@ -17,7 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvrouter/kvrouter/router"
-	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 )
 
 // fakeRouter routes every request to one pod, or refuses it by model.

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 )
 
 type fleet struct {

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvrouter/kvrouter/test/kubeapi"
+	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
 )
 
 // runPod creates a ready vLLM pod at 127.0.0.1 serving qwen3, as the

@@ -15,7 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router"
-	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
-	"github.com/kvrouter/kvrouter/test/vllmsim"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 

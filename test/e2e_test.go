@@ -23,9 +23,9 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router"
-	"github.com/kvrouter/kvrouter/test/envoyclient"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
-	"github.com/kvrouter/kvrouter/test/vllmsim"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 )
 
 // fastEvents makes subscribers notice a lost connection and come back

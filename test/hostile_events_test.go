@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 )
 
 // rawPublisher is a hostile pod: a PUB socket that sends whatever frames a

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 )
 
 // hostileRequest is one request a client may send to break the router, and

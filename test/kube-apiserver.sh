@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver once per machine for the tests against a real API server
-# (test/kubeapi runs it; its Version names this default) and prints its path.
+# (internal/fixture/kubeapi runs it; its Version names this default) and prints its path.
 # Kubernetes publishes no kube-apiserver module binary, so this builds it from
 # k8s.io/kubernetes with a wrapper module whose replace lines pin every staging
 # module (k8s.io/api, …) to the matching v0.x.

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvrouter/kvrouter/test/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 )
 
 // buildKVRouter builds the kvrouter binary into a temporary directory.

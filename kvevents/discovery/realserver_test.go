@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvrouter/kvrouter/test/kubeapi"
+	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
 )
 
 const testNamespace = "kvrouter"

@@ -39,7 +39,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/test/envoyclient"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 )
 
 // soakOptions shape a soak run: o.pods[0] pods each publishing

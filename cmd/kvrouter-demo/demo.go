@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/test/vllmpub"
-	"github.com/kvrouter/kvrouter/test/vllmsim"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
