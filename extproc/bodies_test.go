@@ -12,9 +12,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router"
 )
 
 func TestBodyPoolClasses(t *testing.T) {
@@ -180,7 +181,7 @@ func newKeeper(t *testing.T) *keeper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hasher, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	hasher, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/router"
 )
 
 // fakeRouter routes every request to one pod, or refuses it by model.

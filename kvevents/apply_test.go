@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // Known vectors of specs/VLLM.md: sha256_cbor, seed "0", block size 16,
@@ -35,9 +36,9 @@ func newApplyFixture(t *testing.T) *applyFixture {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
-	cfg.Hash = kvindex.HashConfig{Algorithm: kvindex.SHA256CBOR, Seed: "0", BlockSize: 16}
+	cfg.Hash = blockhash.Config{Algorithm: blockhash.SHA256CBOR, Seed: "0", BlockSize: 16}
 	cfg.VerifyMinFailures = 3
-	h, err := kvindex.NewHasher(cfg.Hash)
+	h, err := blockhash.NewHasher(cfg.Hash)
 	if err != nil {
 		t.Fatal(err)
 	}

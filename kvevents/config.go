@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // Config configures a Manager and its subscribers.
@@ -47,7 +47,7 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Hash is the hash configuration the pods are expected to use, for
 	// verifying their events. A zero Algorithm disables verification.
-	Hash kvindex.HashConfig
+	Hash blockhash.Config
 	// VerifyWindow is the number of recent chain checks a pod's verification
 	// state is judged over: "mismatch" needs at least VerifyMinFailures
 	// failures and no success in the window. Defaults 64 and 8.
@@ -74,7 +74,7 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 const maxBatchWindow = 100 * time.Millisecond
 
 // DefaultConfig returns the defaults documented on Config's fields, with
-// kvindex.DefaultHashConfig for verification.
+// blockhash.DefaultConfig for verification.
 func DefaultConfig() Config {
 	return Config{
 		EventPort:         5557,
@@ -87,7 +87,7 @@ func DefaultConfig() Config {
 		PollInterval:      500 * time.Millisecond,
 		BatchWindow:       time.Millisecond,
 		HeartbeatInterval: 5 * time.Second,
-		Hash:              kvindex.DefaultHashConfig(),
+		Hash:              blockhash.DefaultConfig(),
 		VerifyWindow:      64,
 		VerifyMinFailures: 8,
 		VerifySample:      64,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -13,13 +13,13 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 	off := DefaultConfig()
-	off.Hash, off.VerifyWindow = kvindex.HashConfig{}, 0 // verification off: its settings do not matter
+	off.Hash, off.VerifyWindow = blockhash.Config{}, 0 // verification off: its settings do not matter
 	if err := off.Validate(); err != nil {
 		t.Errorf("Validate() without verification = %v", err)
 	}
 	bad := Config{
 		EventPort: 70000, ReplayPort: -1, BackoffMin: time.Second, BackoffMax: time.Millisecond,
-		HeartbeatInterval: -1, Hash: kvindex.HashConfig{Algorithm: "md5"}, VerifyMinFailures: 9,
+		HeartbeatInterval: -1, Hash: blockhash.Config{Algorithm: "md5"}, VerifyMinFailures: 9,
 	}
 	err := bad.Validate()
 	for _, want := range []string{

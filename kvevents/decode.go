@@ -8,7 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // ErrMalformed is wrapped by every error of Decode about the payload's shape
@@ -34,7 +34,7 @@ type Decoder struct {
 	batch  Batch
 	spans  []span // one per event of batch.Events
 	hashes []uint64
-	digs   []kvindex.Digest
+	digs   []blockhash.Digest
 	tokens []uint32
 	extras []extraSpan
 	blocks []BlockExtra

@@ -9,7 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // field names one event field the decoder understands.
@@ -168,7 +168,7 @@ func (d *Decoder) field(e *Event, s *span, f field) error {
 // hash decodes one block hash: an unsigned integer of any width, or raw
 // digest bytes reduced to their last 8 bytes big-endian. full is the digest
 // when the bytes were exactly 32.
-func (d *Decoder) hash() (v uint64, full *kvindex.Digest, err error) {
+func (d *Decoder) hash() (v uint64, full *blockhash.Digest, err error) {
 	c, err := d.d.PeekCode()
 	if err != nil {
 		return 0, nil, err
@@ -179,8 +179,8 @@ func (d *Decoder) hash() (v uint64, full *kvindex.Digest, err error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if len(b) == len(kvindex.Digest{}) {
-			dg := kvindex.Digest(b)
+		if len(b) == len(blockhash.Digest{}) {
+			dg := blockhash.Digest(b)
 			return dg.Value(), &dg, nil
 		}
 		var tail [8]byte

@@ -12,6 +12,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // enc encodes v as msgpack; compact picks the shortest integer encodings, as
@@ -134,8 +135,8 @@ var decodeCases = []decodeCase{
 		}, nil},
 		want: Batch{TS: 5, Events: []Event{{
 			Type: BlockStored, Hashes: []uint64{0xaaaaaaaaaaaaaa01, 0xbbbbbbbbbbbbbb01},
-			Digests: []kvindex.Digest{kvindex.Digest(digest(0xaa)), kvindex.Digest(digest(0xbb))},
-			Parent:  0xcccccccccccccc01, HasParent: true, ParentDigest: kvindex.Digest(digest(0xcc)), HasParentDigest: true,
+			Digests: []blockhash.Digest{blockhash.Digest(digest(0xaa)), blockhash.Digest(digest(0xbb))},
+			Parent:  0xcccccccccccccc01, HasParent: true, ParentDigest: blockhash.Digest(digest(0xcc)), HasParentDigest: true,
 			Medium: "CPU",
 		}}},
 	},

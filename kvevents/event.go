@@ -1,6 +1,9 @@
 package kvevents
 
-import "github.com/kvrouter/kvrouter/kvindex"
+import (
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+)
 
 // EventType is the kind of one KV-cache event.
 type EventType uint8
@@ -53,14 +56,14 @@ type Event struct {
 	Hashes []uint64
 	// Digests holds the full digests when every hash was sent as 32 raw
 	// bytes; nil otherwise.
-	Digests []kvindex.Digest
+	Digests []blockhash.Digest
 	// Parent is the hash of the block before Hashes[0]; HasParent is false
 	// when the chain starts at the root (parent_block_hash nil).
 	Parent    uint64
 	HasParent bool
 	// ParentDigest is the parent's full digest when it was sent as 32 raw
 	// bytes (HasParentDigest).
-	ParentDigest    kvindex.Digest
+	ParentDigest    blockhash.Digest
 	HasParentDigest bool
 	// Tokens are the token ids of exactly these blocks, BlockSize per block
 	// for full-attention groups; often empty for offloaded tiers.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 const debianPython = "/usr/bin/python3"
@@ -130,7 +130,7 @@ func TestInteropPythonPublisher(t *testing.T) {
 			round0 := py.round(t)
 			cfg := testConfig()
 			cfg.Topic = tc.topic
-			cfg.Hash = kvindex.HashConfig{Algorithm: kvindex.SHA256, Seed: "42", BlockSize: 16}
+			cfg.Hash = blockhash.Config{Algorithm: blockhash.SHA256, Seed: "42", BlockSize: 16}
 			cfg.VerifySample = 1 // check every event
 			f := newFleet(t, cfg)
 			f.follow("pod-a", &pub{eventPort: py.ports.Event, replayPort: py.ports.Replay})

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // PodIndex is the part of kvindex.Index the Manager uses: registering pods
@@ -28,7 +29,7 @@ type PodIndex interface {
 type Manager struct {
 	cfg     Config
 	idx     PodIndex
-	hasher  *kvindex.Hasher
+	hasher  *blockhash.Hasher
 	log     *slog.Logger
 	metrics *metrics
 	wake    chan struct{}  // one pending reconcile
@@ -70,7 +71,7 @@ func NewManager(cfg Config, idx PodIndex, reg prometheus.Registerer, log *slog.L
 	}
 	m := &Manager{cfg: cfg, idx: idx, log: log, wake: make(chan struct{}, 1)}
 	if cfg.Hash.Algorithm != "" {
-		h, err := kvindex.NewHasher(cfg.Hash)
+		h, err := blockhash.NewHasher(cfg.Hash)
 		if err != nil {
 			return nil, fmt.Errorf("kvevents: hasher: %w", err)
 		}

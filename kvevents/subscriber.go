@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // Pod is a vLLM pod to subscribe to.
@@ -68,7 +69,7 @@ type Subscriber struct {
 // newSubscriber returns a subscriber that applies pod's events to idx under
 // handle id. hasher verifies the events' hashes (nil: no verification); m
 // holds the pod's metrics. It starts nothing: call Run.
-func newSubscriber(cfg Config, pod Pod, idx Index, id kvindex.PodID, hasher *kvindex.Hasher,
+func newSubscriber(cfg Config, pod Pod, idx Index, id kvindex.PodID, hasher *blockhash.Hasher,
 	log *slog.Logger, m *podMetrics,
 ) *Subscriber {
 	s := &Subscriber{cfg: cfg, pod: pod, log: log, queue: make(chan item, cfg.QueueSize)}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/kvindex"
 )
 
 // BenchmarkLoopbackThroughput measures receive → decode → apply of batches

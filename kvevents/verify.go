@@ -3,7 +3,7 @@ package kvevents
 import (
 	"log/slog"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // Verification is a pod's hash verification state: whether the hashes in its
@@ -38,8 +38,8 @@ const maxKnownDigests = 4096
 // verifier recomputes the hash chains of one pod's BlockStored events. It is
 // owned by the pod's applier goroutine.
 type verifier struct {
-	h          *kvindex.Hasher // nil: verification disabled
-	window     []int8          // ring of recent results: 1 ok, -1 mismatch
+	h          *blockhash.Hasher // nil: verification disabled
+	window     []int8            // ring of recent results: 1 ok, -1 mismatch
 	next       int
 	ok, failed int
 	minFailed  int
@@ -48,17 +48,17 @@ type verifier struct {
 	state      Verification
 	// known maps the value of a verified block to its full digest, so a
 	// later event whose parent is that block can be checked too.
-	known    map[uint64]kvindex.Digest
+	known    map[uint64]blockhash.Digest
 	pod      string
 	log      *slog.Logger
 	m        *podMetrics
 	onChange func(Verification) // nil: nobody listens
 }
 
-func newVerifier(cfg *Config, h *kvindex.Hasher, pod string, log *slog.Logger, m *podMetrics) *verifier {
+func newVerifier(cfg *Config, h *blockhash.Hasher, pod string, log *slog.Logger, m *podMetrics) *verifier {
 	return &verifier{
 		h: h, window: make([]int8, max(cfg.VerifyWindow, 1)), minFailed: cfg.VerifyMinFailures,
-		sample: max(cfg.VerifySample, 1), known: make(map[uint64]kvindex.Digest),
+		sample: max(cfg.VerifySample, 1), known: make(map[uint64]blockhash.Digest),
 		pod: pod, log: log, m: m,
 	}
 }
@@ -121,8 +121,8 @@ func (v *verifier) check(e *Event) int {
 
 // blockExtra returns the extra keys block i of e was hashed with, and false
 // when they cannot be reproduced.
-func blockExtra(e *Event, i int, first bool) (kvindex.Extra, bool) {
-	x := kvindex.Extra{LoRA: e.LoRAName}
+func blockExtra(e *Event, i int, first bool) (blockhash.Extra, bool) {
+	x := blockhash.Extra{LoRA: e.LoRAName}
 	if e.ExtraKeys == nil {
 		return x, true
 	}

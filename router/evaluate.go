@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // evaluation is what evaluate learned of a request besides the scores.
@@ -116,7 +116,7 @@ func (r *Router) hash(t *target, p *Parsed, sc *scratch, st *Stages) (Reason, in
 		}
 	}
 	t1 := time.Now()
-	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, kvindex.Extra{LoRA: t.lora, CacheSalt: p.CacheSalt})
+	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, blockhash.Extra{LoRA: t.lora, CacheSalt: p.CacheSalt})
 	st.Hash = time.Since(t1)
 	return ReasonLoad, len(tokens)
 }

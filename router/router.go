@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -50,7 +51,7 @@ type Router struct {
 	cfg     Config
 	fleet   *Fleet
 	index   *kvindex.Index
-	hasher  *kvindex.Hasher
+	hasher  *blockhash.Hasher
 	tok     Tokenizers
 	logger  *slog.Logger
 	metrics *metrics
@@ -60,7 +61,7 @@ type Router struct {
 
 // New returns a router over fleet (whose pods are registered in index),
 // hashing with hasher and tokenizing with tok. reg receives its metrics.
-func New(cfg Config, fleet *Fleet, index *kvindex.Index, hasher *kvindex.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
+func New(cfg Config, fleet *Fleet, index *kvindex.Index, hasher *blockhash.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -59,7 +60,7 @@ func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
 	} {
 		fleet.Upsert(p)
 	}
-	hasher, err := kvindex.NewHasher(kvindex.HashConfig{Algorithm: kvindex.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
+	hasher, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func (tr *testRouter) blocks(pod, prompt, lora, salt string) (kvindex.PodID, []u
 	if !ok {
 		tr.t.Fatalf("pod %s not in the index", pod)
 	}
-	return id, tr.hasher.AppendHashes(nil, ids, kvindex.Extra{LoRA: lora, CacheSalt: salt})
+	return id, tr.hasher.AppendHashes(nil, ids, blockhash.Extra{LoRA: lora, CacheSalt: salt})
 }
 
 // scoreOn scores a completion body and returns pod's score.

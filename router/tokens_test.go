@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // scribbler tokenizes as byteTokens and remembers the buffer it filled, so
@@ -51,7 +51,7 @@ func TestRouterKeepsNoTokenBuffer(t *testing.T) {
 	}
 	s.scribble()
 	ids, _ := byteTokens{}.AppendTokens(nil, "llama", &Parsed{Prompt: prompt})
-	want := tr.hasher.AppendHashes(nil, ids, kvindex.Extra{})
+	want := tr.hasher.AppendHashes(nil, ids, blockhash.Extra{})
 	if len(rep.Blocks) != len(want) {
 		t.Fatalf("Score reports %d blocks, want %d", len(rep.Blocks), len(want))
 	}

@@ -13,9 +13,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvrouter/kvrouter/extproc"
-	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -60,7 +61,7 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hasher, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	hasher, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 		b.Fatal(err)
 	}
 	pod, _ := index.Pod("pod-3")
-	if err := index.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, ids, kvindex.Extra{})); err != nil {
+	if err := index.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, ids, blockhash.Extra{})); err != nil {
 		b.Fatal(err)
 	}
 	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, slog.New(slog.DiscardHandler), nil)

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvevents"
-	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -49,7 +49,7 @@ func runSimChild(stdin io.Reader, stdout io.Writer) error {
 	}
 	pub := vllmpub.DefaultConfig()
 	pub.Endpoint, pub.ReplayEndpoint = os.Getenv("SIM_EVENTS"), os.Getenv("SIM_REPLAY")
-	pod, err := vllmsim.New(vllmsim.Config{Name: "proc", Model: "qwen3", Tokenizer: tok, Hash: kvindex.DefaultHashConfig(), Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+	pod, err := vllmsim.New(vllmsim.Config{Name: "proc", Model: "qwen3", Tokenizer: tok, Hash: blockhash.DefaultConfig(), Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 	if err != nil {
 		return err
 	}

@@ -20,12 +20,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvrouter/kvrouter/extproc"
-	"github.com/kvrouter/kvrouter/kvevents"
-	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -88,7 +89,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hashCfg := kvindex.DefaultHashConfig()
+	hashCfg := blockhash.DefaultConfig()
 	f := &fleet{pods: map[string]string{}, sims: map[string]*vllmsim.Pod{}, reg: prometheus.NewRegistry()}
 	idxCfg := kvindex.DefaultConfig()
 	idxCfg.Now = func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }
@@ -131,7 +132,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		}
 	}
 	go func() { _ = f.events.Run(ctx) }()
-	hasher, err := kvindex.NewHasher(hashCfg)
+	hasher, err := blockhash.NewHasher(hashCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 )
 
 // fastEvents makes subscribers notice a lost connection and come back

@@ -11,9 +11,9 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvrouter/kvrouter/kvevents"
-	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // rawPublisher is a hostile pod: a PUB socket that sends whatever frames a
@@ -152,7 +152,7 @@ func TestHostileEventPayloads(t *testing.T) {
 	if err := f.events.Ensure(kvevents.Pod{Name: "hostile", IP: "127.0.0.1", EventPort: raw.events, ReplayPort: raw.replays, Model: "qwen3"}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestHostileEventPayloads(t *testing.T) {
 			tokens[i] = uint32(next*len(tokens) + i)
 		}
 		next++
-		hashes := h.AppendHashes(nil, tokens, kvindex.Extra{})
+		hashes := h.AppendHashes(nil, tokens, blockhash.Extra{})
 		want = append(want, hashes...)
 		payload, err := vllmpub.Encode(vllmpub.Batch{TS: 1, Events: []vllmpub.Event{{Type: "BlockStored", BlockHashes: hashes, TokenIDs: tokens, BlockSize: h.BlockSize()}}}, vllmpub.Form{})
 		if err != nil {

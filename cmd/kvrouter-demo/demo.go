@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -75,7 +75,7 @@ func startPods(ctx context.Context, n int, tok *tokenizer.Tokenizer, out io.Writ
 		name := fmt.Sprintf("vllm-%d", i)
 		pub := vllmpub.DefaultConfig()
 		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Hash: kvindex.DefaultHashConfig(), Events: pub, CacheBlocks: 512})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Hash: blockhash.DefaultConfig(), Events: pub, CacheBlocks: 512})
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
@@ -78,7 +79,7 @@ func (a *app) build(s settings) error {
 	if a.index, err = kvindex.New(s.index, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	hasher, err := kvindex.NewHasher(s.hash)
+	hasher, err := blockhash.NewHasher(s.hash)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

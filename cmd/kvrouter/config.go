@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 )
 
@@ -120,7 +121,7 @@ func defaultConfig() config {
 		Listen:    listenConfig{Admin: ":9090", GRPC: ":9002"},
 		Log:       logConfig{Level: "info"},
 		Shutdown:  shutdownConfig{Timeout: duration(10 * time.Second)},
-		Hash:      hashConfig{Algorithm: string(kvindex.SHA256), Seed: kvindex.DefaultSeed, BlockSize: kvindex.DefaultBlockSize},
+		Hash:      hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
 		Index:     indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
 		Routing:   routingDefaults(),
 		ExtProc:   extprocConfig{BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes},

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // maxHashInput bounds what `kvrouter hash` reads from stdin.
@@ -23,9 +23,9 @@ func runHash(_ context.Context, args []string, stdout, stderr io.Writer) error {
 // JSON array of token ids from stdin and writes the JSON array of the 64-bit
 // hashes of every full block, as vLLM publishes them in KV events.
 func hashTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cfg := kvindex.DefaultHashConfig()
+	cfg := blockhash.DefaultConfig()
 	var algo string
-	var extra kvindex.Extra
+	var extra blockhash.Extra
 	fs := newFlagSet("hash", "--algo sha256|sha256_cbor --seed S --block-size N [--lora NAME] [--salt SALT] < tokens.json", stderr)
 	fs.StringVar(&algo, "algo", string(cfg.Algorithm), "vLLM's --prefix-caching-hash-algo: sha256 or sha256_cbor")
 	fs.StringVar(&cfg.Seed, "seed", cfg.Seed, "vLLM's PYTHONHASHSEED (the empty string is a seed too)")
@@ -35,8 +35,8 @@ func hashTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	cfg.Algorithm = kvindex.Algorithm(algo)
-	h, err := kvindex.NewHasher(cfg)
+	cfg.Algorithm = blockhash.Algorithm(algo)
+	h, err := blockhash.NewHasher(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvrouter hash: %v\n", err)
 		fs.Usage()

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
@@ -23,7 +24,7 @@ import (
 type settings struct {
 	config
 	level  slog.Level
-	hash   kvindex.HashConfig
+	hash   blockhash.Config
 	index  kvindex.Config
 	router router.Config
 	ext    extproc.Config
@@ -85,7 +86,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 			p.add("discovery.namespaces[%d]: empty", i)
 		}
 	}
-	s.hash = kvindex.HashConfig{Algorithm: kvindex.Algorithm(c.Hash.Algorithm), Seed: c.Hash.Seed, BlockSize: c.Hash.BlockSize}
+	s.hash = blockhash.Config{Algorithm: blockhash.Algorithm(c.Hash.Algorithm), Seed: c.Hash.Seed, BlockSize: c.Hash.BlockSize}
 	s.events = kvevents.DefaultConfig()
 	s.events.Hash = s.hash
 	if len(p.list) == 0 {
@@ -194,8 +195,8 @@ func (c config) checkListen(p *problems) {
 }
 
 func (c config) checkHash(p *problems) {
-	if _, err := kvindex.ParseAlgorithm(c.Hash.Algorithm); err != nil {
-		p.add("hash.algorithm: %q, want %s or %s", c.Hash.Algorithm, kvindex.SHA256, kvindex.SHA256CBOR)
+	if _, err := blockhash.ParseAlgorithm(c.Hash.Algorithm); err != nil {
+		p.add("hash.algorithm: %q, want %s or %s", c.Hash.Algorithm, blockhash.SHA256, blockhash.SHA256CBOR)
 	}
 	if !utf8.ValidString(c.Hash.Seed) {
 		p.add("hash.seed: %q is not valid UTF-8", c.Hash.Seed)

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // tinySharedPrefix is the llm-d shared-prefix benchmark shrunk to run in
@@ -12,7 +12,7 @@ import (
 // long, stages of the given seconds.
 func tinySharedPrefix(t *testing.T, seed uint64, seconds float64) (Config, *Workload) {
 	t.Helper()
-	h, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

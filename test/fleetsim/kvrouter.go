@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -73,7 +74,7 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	hasher, err := kvindex.NewHasher(s.w.Hash)
+	hasher, err := blockhash.NewHasher(s.w.Hash)
 	if err != nil {
 		return nil, err
 	}

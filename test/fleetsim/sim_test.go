@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // firstPod sends everything to pod 0 and records the KV events it hears.
@@ -24,7 +24,7 @@ func (p *firstPod) KVEvents(pod int, ev []kvEvent) {
 
 // manual is a workload of the given requests, one level.
 func manual(reqs ...Request) *Workload {
-	w := &Workload{BlockSize: 16, Hash: kvindex.DefaultHashConfig(), Levels: []Level{{Name: "x", End: 1e9}}}
+	w := &Workload{BlockSize: 16, Hash: blockhash.DefaultConfig(), Levels: []Level{{Name: "x", End: 1e9}}}
 	for i, r := range reqs {
 		r.ID = i
 		w.Requests = append(w.Requests, r)

@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // Request is one request of a workload. Its prompt is a run of segments
@@ -44,7 +44,7 @@ type Level struct {
 type Workload struct {
 	Name      string
 	BlockSize int
-	Hash      kvindex.HashConfig // how Hashes were computed
+	Hash      blockhash.Config // how Hashes were computed
 	Levels    []Level
 	Requests  []Request
 }
@@ -88,11 +88,11 @@ const mooncakeBlock = 512
 // hashing prompts with h. Only requests that arrive before limit seconds
 // (trace time; 0: all) are kept. Each 512-token hash id is its own token
 // stream, so equal ids give equal blocks, as in the trace.
-func ReadMooncake(name string, rd io.Reader, h *kvindex.Hasher, limit float64) (*Workload, error) {
+func ReadMooncake(name string, rd io.Reader, h *blockhash.Hasher, limit float64) (*Workload, error) {
 	w := &Workload{Name: name, BlockSize: h.BlockSize(), Hash: h.Config()}
 	type chain struct {
 		hashes []uint64
-		last   kvindex.Digest
+		last   blockhash.Digest
 	}
 	memo := map[uint64]chain{}
 	var toks []uint32
@@ -119,14 +119,14 @@ func ReadMooncake(name string, rd io.Reader, h *kvindex.Hasher, limit float64) (
 			if n == mooncakeBlock {
 				c, ok := memo[id]
 				if !ok {
-					c.hashes, c.last = h.Extend(nil, parent, first, toks, kvindex.Extra{})
+					c.hashes, c.last = h.Extend(nil, parent, first, toks, blockhash.Extra{})
 					memo[id] = c
 				}
 				r.Hashes = append(r.Hashes, c.hashes...)
 				parent, first = c.last, false
 				continue
 			}
-			r.Hashes, _ = h.Extend(r.Hashes, parent, first, toks, kvindex.Extra{})
+			r.Hashes, _ = h.Extend(r.Hashes, parent, first, toks, blockhash.Extra{})
 		}
 		w.Requests = append(w.Requests, r)
 	}
@@ -196,7 +196,7 @@ func (p SharedPrefix) WorkingSet() int { return p.Groups * (p.System + p.PerGrou
 // the schedule drawing a Poisson number of requests spread over it at
 // exponential gaps. Levels are named by the published QPS; a level ends
 // at its nominal end or its last arrival, whichever is later.
-func (p SharedPrefix) Generate(name string, h *kvindex.Hasher) *Workload {
+func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 	rng := rand.New(rand.NewPCG(p.Seed, 0x5a5))
 	w := &Workload{Name: name, BlockSize: h.BlockSize(), Hash: h.Config()}
 	type prompt struct {
@@ -209,7 +209,7 @@ func (p SharedPrefix) Generate(name string, h *kvindex.Hasher) *Workload {
 		for q := range p.PerGroup {
 			r := Request{segs: []segment{{1<<40 | uint64(g), p.System}, {2<<40 | uint64(g*p.PerGroup+q), p.Question}}}
 			toks = r.AppendTokens(toks[:0])
-			prompts = append(prompts, prompt{segs: r.segs, hashes: h.AppendHashes(nil, toks, kvindex.Extra{})})
+			prompts = append(prompts, prompt{segs: r.segs, hashes: h.AppendHashes(nil, toks, blockhash.Extra{})})
 		}
 	}
 	rng.Shuffle(len(prompts), func(i, j int) { prompts[i], prompts[j] = prompts[j], prompts[i] })

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/test/fleetsim"
 )
 
@@ -88,7 +88,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		o.concurrency = defaultConcurrency(o.qpsScale)
 	}
 	start := time.Now()
-	hasher, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	hasher, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/test/fleetsim"
 )
 
@@ -54,7 +54,7 @@ var mooncakeCompressions = []float64{1, 2, 3}
 // beyond overloadShare, to show where the policies come together.
 var overloadSweep = []float64{2.5, 5, 10}
 
-func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
+func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 	var out []*scenario
 	base := fleetsim.DefaultConfig()
 	base.Seed = o.seed
@@ -112,7 +112,7 @@ func scenarios(o options, h *kvindex.Hasher) ([]*scenario, error) {
 // sharedScenarios is (b), its repeats under the next two seeds for
 // kvrouter and the oracle (the p90 sits on a cliff), and (c), with
 // requests of output tokens each, on a fleet of the published pods.
-func sharedScenarios(o options, h *kvindex.Hasher, base fleetsim.Config, output int) []*scenario {
+func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, output int) []*scenario {
 	sp := fleetsim.PublishedSharedPrefix()
 	sp.Groups, sp.Output, sp.QPSScale, sp.Seed = sharedGroups, output, o.qpsScale, o.seed
 	if o.quick {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/test/fleetsim"
 )
 
@@ -37,7 +37,7 @@ func TestParseOutputs(t *testing.T) {
 // seed repeats, (c) and (c) at larger working sets; the working set
 // stays 73% of the fleet's KV, (c)'s is 1.25× and its sweep's as named.
 func TestSharedFleetIsHalfThePublished(t *testing.T) {
-	h, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,9 +37,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 func main() {
@@ -171,7 +172,7 @@ func command(ctx context.Context, cpu int, self string, args ...string) *exec.Cm
 // stdin, publishes o.count batches at o.rate, and keeps serving replays
 // until stdin closes.
 func publisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o options) error {
-	h, err := kvindex.NewHasher(kvindex.DefaultHashConfig())
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func publisher(ctx context.Context, stdin io.Reader, stdout io.Writer, o options
 		for j := range tokens {
 			tokens[j] = uint32(i*len(tokens)+j) % 150000
 		}
-		hashes := h.AppendHashes(nil, tokens, kvindex.Extra{})
+		hashes := h.AppendHashes(nil, tokens, blockhash.Extra{})
 		payloads[i], err = vllmpub.Encode(vllmpub.Batch{TS: 1.7e9, Events: []vllmpub.Event{{
 			Type: "BlockStored", BlockHashes: hashes, TokenIDs: tokens, BlockSize: h.BlockSize(),
 		}}}, vllmpub.Form{MapEvents: o.mapEvents})

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // kvr is a running kvrouter with one publisher per static pod.
@@ -243,7 +243,7 @@ func (k *kvr) fill(ctx context.Context, entries int) error {
 // publish sends one BlockStored batch of hashes from pod i.
 func (k *kvr) publish(ctx context.Context, i int, hashes []uint64) error {
 	payload, err := vllmpub.Encode(vllmpub.Batch{TS: 1.7e9, Events: []vllmpub.Event{{
-		Type: "BlockStored", BlockHashes: hashes, BlockSize: kvindex.DefaultBlockSize,
+		Type: "BlockStored", BlockHashes: hashes, BlockSize: blockhash.DefaultBlockSize,
 	}}}, vllmpub.Form{})
 	if err != nil {
 		return err

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 // soakOptions shape a soak run: o.pods[0] pods each publishing
@@ -150,7 +150,7 @@ func (k *kvr) churn(ctx context.Context, i int, c *podCache, so soakOptions, mu 
 		for j := range chain {
 			chain[j] = rng.Uint64()
 		}
-		events := []vllmpub.Event{{Type: "BlockStored", BlockHashes: chain, BlockSize: kvindex.DefaultBlockSize}}
+		events := []vllmpub.Event{{Type: "BlockStored", BlockHashes: chain, BlockSize: blockhash.DefaultBlockSize}}
 		c.chains = append(c.chains, chain)
 		c.blocks += len(chain)
 		for c.blocks > so.cacheBlocks {

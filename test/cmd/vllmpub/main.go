@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
 func main() {
@@ -41,9 +41,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.ReplayEndpoint, "replay-endpoint", cfg.ReplayEndpoint, `replay ROUTER bind address ("" disables replay)`)
 	fs.StringVar(&cfg.Topic, "topic", cfg.Topic, "topic frame")
 	fs.IntVar(&cfg.BufferSteps, "buffer", cfg.BufferSteps, "batches kept for replay")
-	algo := fs.String("algo", string(kvindex.SHA256), "hash algorithm: sha256 or sha256_cbor")
-	seed := fs.String("seed", kvindex.DefaultSeed, "PYTHONHASHSEED string")
-	blockSize := fs.Int("block-size", kvindex.DefaultBlockSize, "tokens per block")
+	algo := fs.String("algo", string(blockhash.SHA256), "hash algorithm: sha256 or sha256_cbor")
+	seed := fs.String("seed", blockhash.DefaultSeed, "PYTHONHASHSEED string")
+	blockSize := fs.Int("block-size", blockhash.DefaultBlockSize, "tokens per block")
 	blocks := fs.Int("blocks", 16, "blocks per BlockStored event")
 	rate := fs.Float64("rate", 10, "batches per second (0: as fast as possible)")
 	count := fs.Int("count", 0, "batches to publish (0: until interrupted)")
@@ -52,7 +52,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	h, err := kvindex.NewHasher(kvindex.HashConfig{Algorithm: kvindex.Algorithm(*algo), Seed: *seed, BlockSize: *blockSize})
+	h, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.Algorithm(*algo), Seed: *seed, BlockSize: *blockSize})
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 
 // publish sends count batches (0: unbounded), each one root chain of blocks
 // blocks over fresh tokens.
-func publish(ctx context.Context, p *vllmpub.Publisher, h *kvindex.Hasher, blocks int, rate float64, count int, form vllmpub.Form) error {
+func publish(ctx context.Context, p *vllmpub.Publisher, h *blockhash.Hasher, blocks int, rate float64, count int, form vllmpub.Form) error {
 	var tick <-chan time.Time
 	if rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -85,7 +85,7 @@ func publish(ctx context.Context, p *vllmpub.Publisher, h *kvindex.Hasher, block
 			tokens[j] = uint32(i*len(tokens)+j) % 150000
 		}
 		ev := vllmpub.Event{
-			Type: "BlockStored", BlockHashes: h.AppendHashes(nil, tokens, kvindex.Extra{}),
+			Type: "BlockStored", BlockHashes: h.AppendHashes(nil, tokens, blockhash.Extra{}),
 			TokenIDs: tokens, BlockSize: h.BlockSize(),
 		}
 		payload, err := vllmpub.Encode(vllmpub.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: []vllmpub.Event{ev}}, form)

@@ -1,4 +1,4 @@
-package kvindex
+package blockhash
 
 import (
 	"crypto/sha256"
@@ -13,7 +13,7 @@ import (
 // Measured 2026-11-21, Go 1.26.8, Intel Xeon with SHA-NI, nproc = 2 (shared
 // with other builds, so runs vary by about 10%):
 //
-//	go test -run '^$' -bench Hash -benchmem -count 3 ./kvindex/
+//	go test -run '^$' -bench Hash -benchmem -count 3 ./kvindex/blockhash/
 //	BenchmarkHash/sha256-2                  101696 106801 102170 ns/op  0 B/op  0 allocs/op
 //	BenchmarkHash/sha256/sha256-only-2       86613  89638  90262 ns/op  0 B/op  0 allocs/op
 //	BenchmarkHash/sha256_cbor-2             108787 108852 106168 ns/op  0 B/op  0 allocs/op

@@ -1,4 +1,4 @@
-package kvindex
+package blockhash
 
 import (
 	"encoding/hex"
@@ -22,7 +22,7 @@ func iota32(n int) []uint32 {
 
 func mustHasher(t testing.TB, algo Algorithm, seed string, blockSize int) *Hasher {
 	t.Helper()
-	h, err := NewHasher(HashConfig{Algorithm: algo, Seed: seed, BlockSize: blockSize})
+	h, err := NewHasher(Config{Algorithm: algo, Seed: seed, BlockSize: blockSize})
 	if err != nil {
 		t.Fatalf("NewHasher(%s, %q, %d) = %v", algo, seed, blockSize, err)
 	}
@@ -176,14 +176,14 @@ func at[T any](s []T, i int) string {
 
 func TestBadConfig(t *testing.T) {
 	tests := []struct {
-		cfg  HashConfig
+		cfg  Config
 		want []string // substrings of the error
 	}{
-		{HashConfig{Algorithm: SHA256, BlockSize: 0}, []string{"block size 0"}},
-		{HashConfig{Algorithm: SHA256CBOR, BlockSize: -16}, []string{"block size -16"}},
-		{HashConfig{Algorithm: "xxhash", BlockSize: 16}, []string{`unknown hash algorithm "xxhash"`}},
-		{HashConfig{Algorithm: "", BlockSize: 16}, []string{`unknown hash algorithm ""`}},
-		{HashConfig{Algorithm: "md5", Seed: "\xff", BlockSize: -1}, []string{"unknown hash algorithm", "not valid UTF-8", "block size -1"}},
+		{Config{Algorithm: SHA256, BlockSize: 0}, []string{"block size 0"}},
+		{Config{Algorithm: SHA256CBOR, BlockSize: -16}, []string{"block size -16"}},
+		{Config{Algorithm: "xxhash", BlockSize: 16}, []string{`unknown hash algorithm "xxhash"`}},
+		{Config{Algorithm: "", BlockSize: 16}, []string{`unknown hash algorithm ""`}},
+		{Config{Algorithm: "md5", Seed: "\xff", BlockSize: -1}, []string{"unknown hash algorithm", "not valid UTF-8", "block size -1"}},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()
@@ -200,8 +200,8 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("NewHasher(%+v) = %v, %v, want nil, %v", tt.cfg, h, err2, err)
 		}
 	}
-	if err := DefaultHashConfig().Validate(); err != nil {
-		t.Errorf("DefaultHashConfig().Validate() = %v, want nil", err)
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v, want nil", err)
 	}
 }
 

@@ -1,5 +1,5 @@
 //go:build !race
 
-package kvindex
+package blockhash
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package kvindex
+package blockhash
 
 import (
 	"crypto/sha256"
@@ -32,7 +32,7 @@ const DefaultBlockSize = 16
 
 // ErrUnknownAlgorithm is returned for an algorithm name kvrouter does not
 // implement.
-var ErrUnknownAlgorithm = errors.New("kvindex: unknown hash algorithm")
+var ErrUnknownAlgorithm = errors.New("blockhash: unknown hash algorithm")
 
 // ParseAlgorithm returns the Algorithm named s ("sha256" or "sha256_cbor"),
 // for command-line flags and configuration files.
@@ -45,10 +45,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	}
 }
 
-// HashConfig says how a vLLM pod hashes its prefix-cache blocks. Every field
+// Config says how a vLLM pod hashes its prefix-cache blocks. Every field
 // must equal the pod's own setting, or no hash kvrouter computes will ever
 // match an event from that pod.
-type HashConfig struct {
+type Config struct {
 	// Algorithm is the pod's --prefix-caching-hash-algo: SHA256 (vLLM's
 	// default) or SHA256CBOR.
 	Algorithm Algorithm
@@ -63,23 +63,23 @@ type HashConfig struct {
 	BlockSize int
 }
 
-// DefaultHashConfig returns the configuration of a vLLM ≥ v0.30 pod started
+// DefaultConfig returns the configuration of a vLLM ≥ v0.30 pod started
 // without --prefix-caching-hash-algo, PYTHONHASHSEED or --block-size.
-func DefaultHashConfig() HashConfig {
-	return HashConfig{Algorithm: SHA256, Seed: DefaultSeed, BlockSize: DefaultBlockSize}
+func DefaultConfig() Config {
+	return Config{Algorithm: SHA256, Seed: DefaultSeed, BlockSize: DefaultBlockSize}
 }
 
 // Validate reports every problem of c at once.
-func (c HashConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if _, err := ParseAlgorithm(string(c.Algorithm)); err != nil {
 		errs = append(errs, err)
 	}
 	if !utf8.ValidString(c.Seed) {
-		errs = append(errs, fmt.Errorf("kvindex: hash seed %q is not valid UTF-8", c.Seed))
+		errs = append(errs, fmt.Errorf("blockhash: hash seed %q is not valid UTF-8", c.Seed))
 	}
 	if c.BlockSize <= 0 {
-		errs = append(errs, fmt.Errorf("kvindex: block size %d: must be > 0", c.BlockSize))
+		errs = append(errs, fmt.Errorf("blockhash: block size %d: must be > 0", c.BlockSize))
 	}
 	return errors.Join(errs...)
 }
@@ -93,7 +93,7 @@ type Digest [32]byte
 func (d Digest) Value() uint64 { return binary.BigEndian.Uint64(d[len(d)-8:]) }
 
 // ErrDigestLength is returned for a digest that is not 32 bytes long.
-var ErrDigestLength = errors.New("kvindex: digest is not 32 bytes")
+var ErrDigestLength = errors.New("blockhash: digest is not 32 bytes")
 
 // DigestFromBytes returns the Digest held in b, such as a raw block hash of a
 // KV event sent with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0. It refuses any
@@ -117,7 +117,7 @@ type Extra struct {
 	CacheSalt string
 }
 
-// Hasher computes vLLM's prefix-cache block hashes for one HashConfig:
+// Hasher computes vLLM's prefix-cache block hashes for one Config:
 // block i of a token sequence hashes the tuple (parent digest, tokens of the
 // block, extra keys), where the parent of block 0 is Root.
 //
@@ -125,7 +125,7 @@ type Extra struct {
 // configuration. Its methods allocate nothing in steady state beyond growing
 // the caller's slice: each call borrows a scratch encoding buffer from a pool.
 type Hasher struct {
-	cfg  HashConfig
+	cfg  Config
 	root Digest
 	pool sync.Pool // of *scratch
 }
@@ -134,7 +134,7 @@ type Hasher struct {
 type scratch struct{ buf []byte }
 
 // NewHasher returns a Hasher for cfg, or cfg's validation error.
-func NewHasher(cfg HashConfig) (*Hasher, error) {
+func NewHasher(cfg Config) (*Hasher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func NewHasher(cfg HashConfig) (*Hasher, error) {
 }
 
 // Config returns the configuration h was built with.
-func (h *Hasher) Config() HashConfig { return h.cfg }
+func (h *Hasher) Config() Config { return h.cfg }
 
 // BlockSize returns the number of tokens per block.
 func (h *Hasher) BlockSize() int { return h.cfg.BlockSize }

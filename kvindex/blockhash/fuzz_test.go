@@ -1,4 +1,4 @@
-package kvindex
+package blockhash
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ func FuzzHasher(f *testing.F) {
 		if useCBOR {
 			algo = SHA256CBOR
 		}
-		h, err := NewHasher(HashConfig{Algorithm: algo, Seed: seed, BlockSize: int(blockSize)})
+		h, err := NewHasher(Config{Algorithm: algo, Seed: seed, BlockSize: int(blockSize)})
 		if err != nil {
 			return // block size 0 or a seed that is not UTF-8: refused, no panic
 		}

@@ -1,4 +1,4 @@
-package kvindex
+package blockhash
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package kvindex
+package blockhash
 
 import (
 	"bytes"
@@ -194,7 +194,7 @@ func TestHashesMatchPython(t *testing.T) {
 // compareCase reports the first difference between Go and the oracle: in
 // the encoded bytes first, when the case asks for them, then in the digests.
 func compareCase(c hashCase, want oracleResult) error {
-	h, err := NewHasher(HashConfig{Algorithm: c.Algo, Seed: c.Seed, BlockSize: c.BlockSize})
+	h, err := NewHasher(Config{Algorithm: c.Algo, Seed: c.Seed, BlockSize: c.BlockSize})
 	if err != nil {
 		return err
 	}
