@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kvrouter/kvrouter/kvevents/wire"
+
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
@@ -20,13 +22,13 @@ type Index interface {
 type applier struct {
 	idx    Index
 	id     kvindex.PodID
-	dec    *Decoder
+	dec    *wire.Decoder
 	verify *verifier
 	m      *podMetrics
 }
 
 func newApplier(idx Index, id kvindex.PodID, v *verifier, m *podMetrics) *applier {
-	return &applier{idx: idx, id: id, dec: NewDecoder(), verify: v, m: m}
+	return &applier{idx: idx, id: id, dec: wire.NewDecoder(), verify: v, m: m}
 }
 
 // applyPayload decodes and applies one batch.
@@ -47,7 +49,7 @@ func (a *applier) applyPayload(payload []byte) error {
 }
 
 // apply applies the events of b in order.
-func (a *applier) apply(b *Batch) error {
+func (a *applier) apply(b *wire.Batch) error {
 	for i := range b.Events {
 		e := &b.Events[i]
 		if !e.PrefixReuse() {
@@ -56,15 +58,15 @@ func (a *applier) apply(b *Batch) error {
 		}
 		var err error
 		switch e.Type {
-		case BlockStored:
+		case wire.BlockStored:
 			if (len(e.Tokens) > 0 || e.BlockSize > 0) && !e.TokensMatch() {
 				a.m.tokenMismatch.Inc()
 			}
 			err = a.idx.Stored(a.id, e.Tier(), e.Hashes)
 			a.verify.observe(e)
-		case BlockRemoved:
+		case wire.BlockRemoved:
 			err = a.idx.Removed(a.id, e.Tier(), e.Hashes)
-		case AllBlocksCleared:
+		case wire.AllBlocksCleared:
 			err = a.idx.ClearPod(a.id)
 			a.m.clearEvent.Inc()
 		}

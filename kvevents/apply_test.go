@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/kvevents/wire"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -52,8 +54,8 @@ func newApplyFixture(t *testing.T) *applyFixture {
 	return f
 }
 
-func stored(hashes []uint64, parent *uint64, tok []uint32, bs int) Event {
-	e := Event{Type: BlockStored, Hashes: hashes, Tokens: tok, BlockSize: bs}
+func stored(hashes []uint64, parent *uint64, tok []uint32, bs int) wire.Event {
+	e := wire.Event{Type: wire.BlockStored, Hashes: hashes, Tokens: tok, BlockSize: bs}
 	if parent != nil {
 		e.Parent, e.HasParent = *parent, true
 	}
@@ -63,38 +65,38 @@ func stored(hashes []uint64, parent *uint64, tok []uint32, bs int) Event {
 func TestApplyVerifies(t *testing.T) {
 	tests := []struct {
 		name   string
-		events []Event
+		events []wire.Event
 		want   Verification
 	}{
-		{"root chain", []Event{stored(vecPlain, nil, u32s(0, 48), 16)}, Verified},
-		{"chain continued from a verified event", []Event{
+		{"root chain", []wire.Event{stored(vecPlain, nil, u32s(0, 48), 16)}, Verified},
+		{"chain continued from a verified event", []wire.Event{
 			stored(vecPlain[:1], nil, u32s(0, 16), 16),
 			stored(vecPlain[1:], &vecPlain[0], u32s(16, 32), 16),
 		}, Verified},
-		{"lora name on every block", []Event{func() Event {
+		{"lora name on every block", []wire.Event{func() wire.Event {
 			e := stored(vecLoRA, nil, u32s(0, 48), 16)
 			e.LoRAName = "my-lora"
 			return e
 		}()}, Verified},
-		{"cache salt from extra keys", []Event{func() Event {
+		{"cache salt from extra keys", []wire.Event{func() wire.Event {
 			e := stored(vecSalt, nil, u32s(0, 48), 16)
-			e.ExtraKeys = []BlockExtra{{Keys: []string{"salt"}}, {}, {}}
+			e.ExtraKeys = []wire.BlockExtra{{Keys: []string{"salt"}}, {}, {}}
 			return e
 		}()}, Verified},
-		{"unknown parent is unverifiable", []Event{stored(vecPlain[1:], &vecPlain[0], u32s(16, 32), 16)}, VerifyUnknown},
-		{"opaque extra keys are unverifiable", []Event{func() Event {
+		{"unknown parent is unverifiable", []wire.Event{stored(vecPlain[1:], &vecPlain[0], u32s(16, 32), 16)}, VerifyUnknown},
+		{"opaque extra keys are unverifiable", []wire.Event{func() wire.Event {
 			e := stored(vecPlain, nil, u32s(0, 48), 16)
-			e.ExtraKeys = []BlockExtra{{Opaque: true}, {}, {}}
+			e.ExtraKeys = []wire.BlockExtra{{Opaque: true}, {}, {}}
 			return e
 		}()}, VerifyUnknown},
-		{"a few failures prove nothing", []Event{
+		{"a few failures prove nothing", []wire.Event{
 			stored(vecSalt, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
 		}, VerifyUnknown},
-		{"failures with no success", []Event{
+		{"failures with no success", []wire.Event{
 			stored(vecSalt, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
 			stored(vecSalt, nil, u32s(0, 48), 16),
 		}, VerifyMismatch},
-		{"one success in the window outweighs failures", []Event{
+		{"one success in the window outweighs failures", []wire.Event{
 			stored(vecSalt, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
 			stored(vecPlain, nil, u32s(0, 48), 16), stored(vecSalt, nil, u32s(0, 48), 16),
 			stored(vecSalt, nil, u32s(0, 48), 16),
@@ -103,7 +105,7 @@ func TestApplyVerifies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newApplyFixture(t)
-			if err := f.a.apply(&Batch{Events: tc.events}); err != nil {
+			if err := f.a.apply(&wire.Batch{Events: tc.events}); err != nil {
 				t.Fatal(err)
 			}
 			if got := f.a.verify.state; got != tc.want {
@@ -128,19 +130,19 @@ func TestApplyEvents(t *testing.T) {
 	sliding.SpecKind = "sliding_window"
 	short := stored([]uint64{300, 301}, nil, u32s(0, 17), 16)
 	steps := []struct {
-		events []Event
+		events []wire.Event
 		want   int
 	}{
-		{[]Event{stored(vecPlain, nil, u32s(0, 48), 16)}, 3},
-		{[]Event{cpu, sliding}, 5},
-		{[]Event{short}, 7},
-		{[]Event{{Type: BlockRemoved, Hashes: vecPlain[:2]}}, 5},
-		{[]Event{{Type: BlockRemoved, Hashes: []uint64{100}}}, 5}, // GPU tier: absent, ignored
-		{[]Event{{Type: BlockRemoved, Hashes: []uint64{100}, Medium: "CPU"}}, 4},
-		{[]Event{{Type: AllBlocksCleared}}, 0},
+		{[]wire.Event{stored(vecPlain, nil, u32s(0, 48), 16)}, 3},
+		{[]wire.Event{cpu, sliding}, 5},
+		{[]wire.Event{short}, 7},
+		{[]wire.Event{{Type: wire.BlockRemoved, Hashes: vecPlain[:2]}}, 5},
+		{[]wire.Event{{Type: wire.BlockRemoved, Hashes: []uint64{100}}}, 5}, // GPU tier: absent, ignored
+		{[]wire.Event{{Type: wire.BlockRemoved, Hashes: []uint64{100}, Medium: "CPU"}}, 4},
+		{[]wire.Event{{Type: wire.AllBlocksCleared}}, 0},
 	}
 	for i, s := range steps {
-		if err := f.a.apply(&Batch{Events: s.events}); err != nil {
+		if err := f.a.apply(&wire.Batch{Events: s.events}); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.idx.PodEntries(f.id); got != s.want {
@@ -152,7 +154,7 @@ func TestApplyEvents(t *testing.T) {
 		want float64
 	}{
 		"ignored": {f.m.ignored, 1}, "token mismatch": {f.m.tokenMismatch, 1},
-		"stored": {f.m.events[BlockStored], 3}, "removed": {f.m.events[BlockRemoved], 3},
+		"stored": {f.m.events[wire.BlockStored], 3}, "removed": {f.m.events[wire.BlockRemoved], 3},
 		"cleared": {f.m.clearEvent, 1},
 	} {
 		if got := testutil.ToFloat64(c.got); got != c.want {
@@ -165,7 +167,7 @@ func TestApplyEvents(t *testing.T) {
 	if err := f.idx.RemovePod(f.id); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.a.apply(&Batch{Events: []Event{{Type: AllBlocksCleared}}}); err == nil {
+	if err := f.a.apply(&wire.Batch{Events: []wire.Event{{Type: wire.AllBlocksCleared}}}); err == nil {
 		t.Error("apply to a removed pod succeeded, want ErrUnknownPod")
 	}
 }

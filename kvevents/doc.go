@@ -1,7 +1,7 @@
 // Package kvevents keeps the KV index current from the KV-cache events every
-// vLLM pod publishes over ZeroMQ: one subscriber per pod, msgpack batch
-// decoding, sequence tracking with replay on gaps, reconnects, and the pod
-// discovery that starts and stops subscribers.
+// vLLM pod publishes over ZeroMQ: one subscriber per pod, sequence tracking
+// with replay on gaps, reconnects, and applying each decoded batch (package
+// wire decodes them) to the index. Package discovery finds the pods.
 //
 // # Overview
 //
@@ -9,13 +9,8 @@
 // scheduler step on a PUB socket (tcp://*:5557, DP rank k on 5557+k) as the
 // three frames [topic, seq, payload], seq being an 8-byte big-endian counter
 // from 0 per process, and serves the last buffer_steps batches on a replay
-// ROUTER (:5558+k). Decoder turns a payload into a Batch of Events, accepting
-// every form vLLM's releases used: outer [ts, events], [ts, events, rank] or
-// a map; events as tag-first positional arrays of any length or as maps with
-// a "type" key and omitted defaults; block hashes as integers of any width
-// or as raw digest bytes (their last 8 bytes big-endian, the index key);
-// unknown tags and fields are skipped. It allocates nothing in steady state
-// and fails, never panics, on hostile input.
+// ROUTER (:5558+k). A wire.Decoder turns a payload into a wire.Batch of
+// events.
 //
 // A Manager follows the pods it is told about (Ensure, Remove) with one
 // Subscriber each. A subscriber has one stream per DP rank, which connects a
@@ -62,8 +57,7 @@
 // sockets (SUB, its monitor, and a DEALER per replay); libzmq sockets are not
 // safe for concurrent use. Each subscriber has one applier goroutine that
 // owns its Decoder and hash verifier, so a pod's batches are applied in
-// order while pods proceed in parallel. A Decoder is not safe for concurrent
-// use; the Batch it returns is valid until its next Decode.
+// order while pods proceed in parallel.
 //
 // # Lifecycle
 //

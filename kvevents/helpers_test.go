@@ -159,3 +159,12 @@ func runBackground(t *testing.T, fn func(ctx context.Context) error) {
 		}
 	})
 }
+
+// u32s returns the n token ids lo, lo+1, ….
+func u32s(lo, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(lo + i)
+	}
+	return out
+}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/kvrouter/kvrouter/kvevents/wire"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -86,7 +88,7 @@ func (m *metrics) forgetPod(pod string) {
 type podMetrics struct {
 	batches, decodeErrors, gaps, restarts, queueDrops prometheus.Counter
 	oversize, reconnects, tokenMismatch, ignored      prometheus.Counter
-	events                                            [len(eventTypeNames)]prometheus.Counter
+	events                                            [wire.NumEventTypes]prometheus.Counter
 	replayOK, replayFailed, replayExhausted           prometheus.Counter
 	replayRetried                                     prometheus.Counter
 	clearRestart, clearExhausted, clearEvent          prometheus.Counter
@@ -109,7 +111,7 @@ func (m *metrics) forPod(pod string) *podMetrics {
 	p.tokenMismatch = m.tokenMismatch.WithLabelValues(pod)
 	p.ignored = m.ignored.WithLabelValues(pod)
 	for t := range p.events {
-		p.events[t] = m.events.WithLabelValues(pod, EventType(t).String())
+		p.events[t] = m.events.WithLabelValues(pod, wire.EventType(t).String())
 	}
 	p.replayOK = m.replays.WithLabelValues(pod, "ok")
 	p.replayFailed = m.replays.WithLabelValues(pod, "failed")

@@ -3,6 +3,8 @@ package kvevents
 import (
 	"log/slog"
 
+	"github.com/kvrouter/kvrouter/kvevents/wire"
+
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -65,7 +67,7 @@ func newVerifier(cfg *Config, h *blockhash.Hasher, pod string, log *slog.Logger,
 
 // observe checks e when it is checkable and due (every event until the pod
 // is verified, then one in sample), and updates the state.
-func (v *verifier) observe(e *Event) {
+func (v *verifier) observe(e *wire.Event) {
 	if v.h == nil || !e.TokensMatch() {
 		return
 	}
@@ -88,7 +90,7 @@ func (v *verifier) observe(e *Event) {
 // check returns 1 when every block of e hashes to its published value, -1
 // when one does not, and 0 when e cannot be checked (unknown parent digest,
 // extra keys kvrouter cannot reproduce).
-func (v *verifier) check(e *Event) int {
+func (v *verifier) check(e *wire.Event) int {
 	parent, first := v.h.Root(), true
 	switch {
 	case !e.HasParent:
@@ -121,7 +123,7 @@ func (v *verifier) check(e *Event) int {
 
 // blockExtra returns the extra keys block i of e was hashed with, and false
 // when they cannot be reproduced.
-func blockExtra(e *Event, i int, first bool) (blockhash.Extra, bool) {
+func blockExtra(e *wire.Event, i int, first bool) (blockhash.Extra, bool) {
 	x := blockhash.Extra{LoRA: e.LoRAName}
 	if e.ExtraKeys == nil {
 		return x, true

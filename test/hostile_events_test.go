@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvevents/wire"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -178,7 +179,7 @@ func TestHostileEventPayloads(t *testing.T) {
 	template := valid()
 	want = want[:len(want)-4] // never sent whole
 	bad := hostilePayloads(template)
-	dec := kvevents.NewDecoder()
+	dec := wire.NewDecoder()
 	for i, p := range bad {
 		if _, err := dec.Decode(p); err == nil {
 			t.Fatalf("hostile payload %d (% x…) decoded without error", i, p[:min(len(p), 16)])

@@ -1,4 +1,4 @@
-package kvevents
+package wire
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 
 // ErrMalformed is wrapped by every error of Decode about the payload's shape
 // (as opposed to msgpack syntax or truncation, reported as they come).
-var ErrMalformed = errors.New("kvevents: malformed batch")
+var ErrMalformed = errors.New("wire: malformed batch")
 
 // maxDepth bounds the nesting of values the decoder skips, so hostile input
 // cannot exhaust the stack.
@@ -78,7 +78,7 @@ func (d *Decoder) Decode(payload []byte) (*Batch, error) {
 	d.hashes, d.digs, d.tokens = d.hashes[:0], d.digs[:0], d.tokens[:0]
 	d.extras, d.blocks, d.strs = d.extras[:0], d.blocks[:0], d.strs[:0]
 	if err := d.outer(); err != nil {
-		return nil, fmt.Errorf("kvevents: decode batch: %w", err)
+		return nil, fmt.Errorf("wire: decode batch: %w", err)
 	}
 	d.fixup()
 	return &d.batch, nil

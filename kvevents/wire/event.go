@@ -1,4 +1,4 @@
-package kvevents
+package wire
 
 import (
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -16,7 +16,11 @@ const (
 	AllBlocksCleared                      // the whole prefix cache was reset
 )
 
-var eventTypeNames = [...]string{"unknown", "block_stored", "block_removed", "all_blocks_cleared"}
+// NumEventTypes bounds the EventType values: every t < NumEventTypes has a
+// name, 0 being "unknown".
+const NumEventTypes = int(AllBlocksCleared) + 1
+
+var eventTypeNames = [NumEventTypes]string{"unknown", "block_stored", "block_removed", "all_blocks_cleared"}
 
 // String returns the snake_case name used in metric labels.
 func (t EventType) String() string {
