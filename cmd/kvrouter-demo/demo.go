@@ -42,9 +42,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("load the Qwen3 tokenizer (run `make deps`): %w", err)
 	}
+	chat, err := tokenizer.LoadChat(o.tokenizerDir, "")
+	if err != nil {
+		return fmt.Errorf("load the Qwen3 chat template: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	podFlags, err := startPods(ctx, o.pods, tok, out)
+	podFlags, err := startPods(ctx, o.pods, tok, chat, out)
 	if err != nil {
 		return err
 	}
@@ -60,22 +64,40 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := workload(ctx, "http://"+o.httpAddr, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nStill serving. In another terminal try:\n"+
-		"  curl -s -D- http://%s/v1/completions -H 'content-type: application/json' \\\n"+
-		"       -d '{\"model\":\"qwen3\",\"prompt\":\"%s Where is Lisbon?\"}'\n"+
-		"  curl -s http://%s/debug/pods\nCtrl-C stops everything.\n", o.httpAddr, shortSystem, o.adminAddr)
+	fmt.Fprint(out, examples(o.httpAddr, o.adminAddr))
 	<-ctx.Done()
 	return nil
 }
 
-// startPods starts the simulated pods and returns kvrouter's --pod flags.
-func startPods(ctx context.Context, n int, tok *tokenizer.Tokenizer, out io.Writer) ([]string, error) {
+// examples are the curl commands the demo suggests once its workload is
+// done: a completion, a chat, a streamed chat and the pods' state.
+func examples(httpAddr, adminAddr string) string {
+	const (
+		messages = `"messages":[{"role":"system","content":"` + shortSystem + `"},{"role":"user","content":"Where is Lisbon?"}]`
+		header   = `-H 'content-type: application/json'`
+	)
+	var b strings.Builder
+	b.WriteString("\nStill serving. In another terminal try (-D- shows the x-kvrouter-* headers;\n" +
+		"send one twice and the second goes where the first left its blocks):\n")
+	fmt.Fprintf(&b, "  curl -s -D- http://%s/v1/completions %s \\\n       -d '{\"model\":\"qwen3\",\"prompt\":\"%s Where is Lisbon?\"}'\n",
+		httpAddr, header, shortSystem)
+	fmt.Fprintf(&b, "  curl -s -D- http://%s/v1/chat/completions %s \\\n       -d '{\"model\":\"qwen3\",%s}'\n",
+		httpAddr, header, messages)
+	fmt.Fprintf(&b, "  curl -N -s -D- http://%s/v1/chat/completions %s \\\n       -d '{\"model\":\"qwen3\",\"stream\":true,%s}'\n",
+		httpAddr, header, messages)
+	fmt.Fprintf(&b, "  curl -s http://%s/debug/pods\nCtrl-C stops everything.\n", adminAddr)
+	return b.String()
+}
+
+// startPods starts the simulated pods, rendering chats with chat, and
+// returns kvrouter's --pod flags.
+func startPods(ctx context.Context, n int, tok *tokenizer.Tokenizer, chat *tokenizer.Chat, out io.Writer) ([]string, error) {
 	var flags []string
 	for i := range n {
 		name := fmt.Sprintf("vllm-%d", i)
 		pub := vllmpub.DefaultConfig()
 		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Hash: blockhash.DefaultConfig(), Events: pub, CacheBlocks: 512})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Chat: chat, Hash: blockhash.DefaultConfig(), Events: pub, CacheBlocks: 512})
 		if err != nil {
 			return nil, err
 		}
