@@ -1,6 +1,6 @@
 // Command fleetsim runs kvrouter's fleet simulator over the Mooncake traces
 // and the llm-d shared-prefix benchmark with every routing policy, and
-// writes a markdown report and PNG plots.
+// writes a markdown report and its plots, each a PNG and an SVG.
 //
 //	go run ./test/cmd/fleetsim -traces testdata/traces -out results/sim
 package main

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"os"
@@ -35,7 +34,7 @@ func plotSets(jobs []*job) []*plotSet {
 		case "b", "c":
 			ps := byName[sc.w.Name]
 			if ps == nil {
-				ps = &plotSet{file: fmt.Sprintf("shared-%s-%d", sc.group, sc.output), title: sc.w.Name, xLabel: "published QPS of the stage", stats: map[string][]fleetsim.Stats{}}
+				ps = &plotSet{file: fmt.Sprintf("shared-%s-%d", sc.group, sc.output), title: sc.w.Name, xLabel: "published QPS of the stage (requests/s)", stats: map[string][]fleetsim.Stats{}}
 				for _, l := range sc.w.Levels {
 					if x, err := strconv.ParseFloat(l.Name, 64); err == nil {
 						ps.xs = append(ps.xs, x)
@@ -53,7 +52,7 @@ func plotSets(jobs []*job) []*plotSet {
 			trace := strings.TrimSuffix(sc.w.Name, " "+sc.w.Levels[0].Name)
 			ps := byName[trace]
 			if ps == nil {
-				ps = &plotSet{file: "mooncake-" + trace[strings.LastIndex(trace, " ")+1:], title: trace, xLabel: "arrival-time compression", stats: map[string][]fleetsim.Stats{}}
+				ps = &plotSet{file: "mooncake-" + trace[strings.LastIndex(trace, " ")+1:], title: trace, xLabel: "arrival-time compression (×)", stats: map[string][]fleetsim.Stats{}}
 				byName[trace] = ps
 				sets = append(sets, ps)
 			}
@@ -67,39 +66,42 @@ func plotSets(jobs []*job) []*plotSet {
 	return sets
 }
 
+// plotMetrics are the metrics plotted for each plotSet: a file suffix,
+// the report's and the title's name of the metric, its axis with unit.
 var plotMetrics = []struct {
-	suffix, what string
-	logY         bool
-	value        func(fleetsim.Stats) float64
+	suffix, what, axis string
+	value              func(fleetsim.Stats) float64
 }{
-	{"ttft-p90", "TTFT p90, seconds (log scale)", true, func(s fleetsim.Stats) float64 { return s.P90 }},
-	{"output-tps", "output tokens/s", false, func(s fleetsim.Stats) float64 { return s.OutputTPS }},
-	{"hit-ratio", "prompt block hit ratio, %", false, func(s fleetsim.Stats) float64 { return 100 * s.HitRatio }},
+	{"ttft-p90", "TTFT p90", "TTFT p90 (s)", func(s fleetsim.Stats) float64 { return s.P90 }},
+	{"output-tps", "output throughput", "output throughput (tokens/s)", func(s fleetsim.Stats) float64 { return s.OutputTPS }},
+	{"hit-ratio", "prompt block hit ratio", "prompt block hit ratio (%)", func(s fleetsim.Stats) float64 { return 100 * s.HitRatio }},
 }
 
+// writePlots writes each plotSet's metrics to dir, a PNG and an SVG each,
+// named plotFile(ps, metric).
 func writePlots(dir string, jobs []*job) error {
 	policies := policyOrder(jobs)
 	for _, ps := range plotSets(jobs) {
 		for _, m := range plotMetrics {
-			c := &chart{xs: ps.xs, logY: m.logY}
-			for i, p := range policies {
-				s := series{name: p, color: palette[i%len(palette)].c}
+			c := &chart{title: ps.title + ": " + m.what, xLabel: ps.xLabel, yLabel: m.axis, xs: ps.xs}
+			for _, p := range policies {
+				s := series{name: p}
 				for _, st := range ps.stats[p] {
 					s.ys = append(s.ys, m.value(st))
 				}
 				c.series = append(c.series, s)
 			}
-			var b bytes.Buffer
-			if err := c.encode(&b); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, ps.file+"-"+m.suffix+".png"), b.Bytes(), 0o644); err != nil {
+			if err := c.save(filepath.Join(dir, plotFile(ps, m.suffix))); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
 }
+
+// plotFile is the base name, without extension, of ps's plot of the
+// metric of suffix.
+func plotFile(ps *plotSet, suffix string) string { return ps.file + "-" + suffix }
 
 // policyOrder is the policies of jobs in the order they were asked for.
 func policyOrder(jobs []*job) []string {
@@ -122,14 +124,7 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 		o.seed, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
-	fmt.Fprintf(&b, "\nPlot colors: ")
-	for i, p := range policies {
-		fmt.Fprintf(&b, "%s %s", p, palette[i%len(palette)].name)
-		if i < len(policies)-1 {
-			b.WriteString(", ")
-		}
-	}
-	b.WriteString(".\n\n## Acceptance\n\n")
+	b.WriteString("\n## Acceptance\n\n")
 	for _, line := range acceptance(jobs) {
 		fmt.Fprintf(&b, "- %s\n", line)
 	}
@@ -146,7 +141,8 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	for _, ps := range plotSets(jobs) {
 		fmt.Fprintf(&b, "### %s (x: %s)\n\n", ps.title, ps.xLabel)
 		for _, m := range plotMetrics {
-			fmt.Fprintf(&b, "%s: ![%s](%s-%s.png)\n\n", m.what, m.what, ps.file, m.suffix)
+			f := plotFile(ps, m.suffix)
+			fmt.Fprintf(&b, "%s ([SVG](%s.svg)): ![%s](%s.png)\n\n", m.what, f, m.what, f)
 		}
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
