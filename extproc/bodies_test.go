@@ -13,9 +13,11 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 func TestBodyPoolClasses(t *testing.T) {
@@ -185,11 +187,11 @@ func newKeeper(t *testing.T) *keeper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet := router.NewFleet(index)
+	fl := fleet.New(index)
 	for i := range 4 {
-		fleet.Upsert(router.Pod{Name: fmt.Sprintf("pod-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Model: "llama", Ready: true})
+		fl.Upsert(pod.Pod{Name: fmt.Sprintf("pod-%d", i), IP: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Model: "llama", Ready: true})
 	}
-	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, promptBytes{}, slog.New(slog.DiscardHandler), nil)
+	r, err := router.New(router.DefaultConfig(), fl, index, hasher, promptBytes{}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package extproc
 
 import (
-	"strconv"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -11,15 +9,13 @@ import (
 	"github.com/kvrouter/kvrouter/router"
 )
 
-// The headers and metadata kvrouter speaks.
+// The gateway headers and metadata kvrouter speaks; the routing headers
+// are router's.
 const (
 	headerDestination = "x-gateway-destination-endpoint"
 	headerSubset      = "x-gateway-destination-endpoint-subset"
 	namespaceLB       = "envoy.lb"
 	namespaceSubset   = "envoy.lb.subset_hint"
-	headerPod         = "x-kvrouter-pod"
-	headerCached      = "x-kvrouter-cached-blocks"
-	headerReason      = "x-kvrouter-reason"
 )
 
 // setHeaders builds a mutation that overwrites each key with its value,
@@ -34,13 +30,14 @@ func setHeaders(kv ...string) *extprocv3.HeaderMutation {
 	return hm
 }
 
-// routingHeaders are the x-kvrouter-* headers of a decision.
+// routingHeaders are the x-kvrouter-* headers of a decision, as key, value,
+// key, value….
 func routingHeaders(d *router.Decision) []string {
-	return []string{
-		headerPod, d.Pod,
-		headerCached, strconv.Itoa(d.Matched) + "/" + strconv.Itoa(d.Total),
-		headerReason, string(d.Reason),
+	kv := make([]string, 0, 2*len(d.Headers()))
+	for _, h := range d.Headers() {
+		kv = append(kv, h[0], h[1])
 	}
+	return kv
 }
 
 // destination is the common response that sends the request to d's pod:

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -32,29 +34,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestPodValidate(t *testing.T) {
-	tests := []struct {
-		pod  Pod
-		want string // "" = valid
-	}{
-		{Pod{Name: "a", IP: "10.0.0.1"}, ""},
-		{Pod{Name: "a", IP: "::1", EventPort: 5557, ReplayPort: 5558, DPSize: 8}, ""},
-		{Pod{IP: "10.0.0.1"}, "empty name"},
-		{Pod{Name: "a", IP: "pod.local"}, "not an IP"},
-		{Pod{Name: "a", IP: "10.0.0.1", EventPort: 65535, DPSize: 2}, "out of range"},
-		{Pod{Name: "a", IP: "10.0.0.1", DPSize: -1}, "DP size"},
-	}
-	for _, tc := range tests {
-		err := tc.pod.Validate()
-		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("%+v.Validate() = %v, want %q", tc.pod, err, tc.want)
-		}
-	}
+func TestManagerRejects(t *testing.T) {
 	m, err := NewManager(DefaultConfig(), newRecIndex(t), nil, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Ensure(Pod{Name: "a"}); err == nil {
+	if err := m.Ensure(pod.Pod{Name: "a"}); err == nil {
 		t.Error("Ensure(pod without IP) succeeded, want an error")
 	}
 	if _, err := NewManager(Config{}, newRecIndex(t), nil, testLogger(t)); err == nil {

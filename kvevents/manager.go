@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -37,13 +39,13 @@ type Manager struct {
 
 	mu struct {
 		sync.Mutex
-		want    map[string]Pod         // the pods to follow
+		want    map[string]pod.Pod     // the pods to follow
 		running map[string]*runningPod // owned by Run; read by Status
 	}
 }
 
 type runningPod struct {
-	pod    Pod
+	pod    pod.Pod
 	id     kvindex.PodID
 	sub    *Subscriber
 	cancel context.CancelFunc
@@ -82,7 +84,7 @@ func NewManager(cfg Config, idx PodIndex, reg prometheus.Registerer, log *slog.L
 		return nil, err
 	}
 	m.metrics = met
-	m.mu.want = make(map[string]Pod)
+	m.mu.want = make(map[string]pod.Pod)
 	m.mu.running = make(map[string]*runningPod)
 	return m, nil
 }
@@ -90,9 +92,9 @@ func NewManager(cfg Config, idx PodIndex, reg prometheus.Registerer, log *slog.L
 // Ensure follows pod, replacing a pod of the same name whose address,
 // ports, model or DP size differ (its entries are cleared). Ensuring the
 // same pod again does nothing.
-func (m *Manager) Ensure(pod Pod) error {
+func (m *Manager) Ensure(pod pod.Pod) error {
 	if err := pod.Validate(); err != nil {
-		return err
+		return fmt.Errorf("kvevents: %w", err)
 	}
 	m.mu.Lock()
 	m.mu.want[pod.Name] = pod
@@ -156,7 +158,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, r := range m.mu.running {
-		if want, ok := m.mu.want[name]; ok && want == r.pod {
+		if want, ok := m.mu.want[name]; ok && sameStream(want, r.pod) {
 			continue
 		}
 		m.stopLocked(r)
@@ -170,7 +172,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 }
 
-func (m *Manager) startLocked(ctx context.Context, pod Pod) *runningPod {
+func (m *Manager) startLocked(ctx context.Context, pod pod.Pod) *runningPod {
 	id := m.idx.AddPod(pod.Name, pod.Model)
 	sub := newSubscriber(m.cfg, pod, m.idx, id, m.hasher, m.log, m.metrics.forPod(pod.Name))
 	sctx, cancel := context.WithCancel(ctx)
@@ -192,4 +194,11 @@ func (m *Manager) stopLocked(r *runningPod) {
 	}
 	m.metrics.forgetPod(r.pod.Name)
 	m.log.Info("kvevents: stopped following pod", "pod", r.pod.Name)
+}
+
+// sameStream reports whether a and b publish the same KV events: the
+// subscriber of a can go on following b.
+func sameStream(a, b pod.Pod) bool {
+	return a.Name == b.Name && a.IP == b.IP && a.Model == b.Model && a.DPSize == b.DPSize &&
+		a.EventPort == b.EventPort && a.ReplayPort == b.ReplayPort
 }

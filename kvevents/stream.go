@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+
+	"github.com/kvrouter/kvrouter/internal/pod"
 )
 
 // item is one entry of a pod's queue from its streams to its applier: a
@@ -23,7 +25,7 @@ type item struct {
 // of batches on the pod's queue. Only its own goroutine touches it.
 type stream struct {
 	cfg   *Config
-	pod   Pod
+	pod   pod.Pod
 	rank  int
 	out   chan<- item
 	log   *slog.Logger

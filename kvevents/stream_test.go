@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -120,7 +122,7 @@ func TestDataParallelRanks(t *testing.T) {
 	r0.publish(t, 1)
 	r1.publish(t, 2)
 	f := newFleet(t, testConfig())
-	if err := f.mgr.Ensure(Pod{Name: "pod-a", IP: "127.0.0.1", EventPort: ev, ReplayPort: rp, Model: "m", DPSize: 2}); err != nil {
+	if err := f.mgr.Ensure(pod.Pod{Name: "pod-a", IP: "127.0.0.1", EventPort: ev, ReplayPort: rp, Model: "m", DPSize: 2}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitHashes("pod-a", 1, 2)

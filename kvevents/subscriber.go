@@ -2,62 +2,22 @@ package kvevents
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/internal/pod"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
-
-// Pod is a vLLM pod to subscribe to.
-type Pod struct {
-	// Name identifies the pod (its Kubernetes name); unique in a Manager.
-	Name string
-	// IP is the pod's address.
-	IP string
-	// EventPort and ReplayPort are the PUB and replay ROUTER ports of DP rank
-	// 0; 0 means Config.EventPort and Config.ReplayPort.
-	EventPort, ReplayPort int
-	// Model is the base model the pod serves, the index namespace of its
-	// blocks.
-	Model string
-	// DPSize is the pod's data-parallel size: rank k publishes on the ports
-	// + k. 0 means 1.
-	DPSize int
-}
-
-// Validate reports every problem of p at once.
-func (p Pod) Validate() error {
-	var errs []error
-	if p.Name == "" {
-		errs = append(errs, errors.New("empty name"))
-	}
-	if net.ParseIP(p.IP) == nil {
-		errs = append(errs, fmt.Errorf("IP %q is not an IP address", p.IP))
-	}
-	if p.EventPort < 0 || p.ReplayPort < 0 || p.EventPort+max(p.DPSize, 1) > 65536 ||
-		p.ReplayPort+max(p.DPSize, 1) > 65536 {
-		errs = append(errs, fmt.Errorf("ports %d/%d out of range for DP size %d", p.EventPort, p.ReplayPort, p.DPSize))
-	}
-	if p.DPSize < 0 || p.DPSize > 1024 {
-		errs = append(errs, fmt.Errorf("DP size %d, want in [0, 1024]", p.DPSize))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("kvevents: invalid pod %q: %w", p.Name, err)
-	}
-	return nil
-}
 
 // Subscriber follows one pod: one stream (SUB socket, replay DEALER) per DP
 // rank, all feeding one bounded queue drained by one applier, so the pod's
 // batches reach the index in order.
 type Subscriber struct {
 	cfg     Config
-	pod     Pod
+	pod     pod.Pod
 	log     *slog.Logger
 	applier *applier
 	streams []*stream
@@ -69,7 +29,7 @@ type Subscriber struct {
 // newSubscriber returns a subscriber that applies pod's events to idx under
 // handle id. hasher verifies the events' hashes (nil: no verification); m
 // holds the pod's metrics. It starts nothing: call Run.
-func newSubscriber(cfg Config, pod Pod, idx Index, id kvindex.PodID, hasher *blockhash.Hasher,
+func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher *blockhash.Hasher,
 	log *slog.Logger, m *podMetrics,
 ) *Subscriber {
 	s := &Subscriber{cfg: cfg, pod: pod, log: log, queue: make(chan item, cfg.QueueSize)}

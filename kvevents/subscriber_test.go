@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -131,7 +133,7 @@ func (p *pub) lose(t *testing.T, hashes ...uint64) {
 
 func (f *fleet) follow(name string, p *pub) {
 	f.t.Helper()
-	err := f.mgr.Ensure(Pod{Name: name, IP: "127.0.0.1", EventPort: p.eventPort, ReplayPort: p.replayPort, Model: "m"})
+	err := f.mgr.Ensure(pod.Pod{Name: name, IP: "127.0.0.1", EventPort: p.eventPort, ReplayPort: p.replayPort, Model: "m"})
 	if err != nil {
 		f.t.Fatal(err)
 	}

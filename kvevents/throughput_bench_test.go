@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
@@ -69,7 +71,7 @@ func BenchmarkLoopbackThroughput(b *testing.B) {
 	}
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Run(ctx) }()
-	if err := mgr.Ensure(Pod{Name: "bench", IP: "127.0.0.1", EventPort: port(b, p.Endpoint()), ReplayPort: port(b, p.ReplayEndpoint()), Model: "m"}); err != nil {
+	if err := mgr.Ensure(pod.Pod{Name: "bench", IP: "127.0.0.1", EventPort: port(b, p.Endpoint()), ReplayPort: port(b, p.ReplayEndpoint()), Model: "m"}); err != nil {
 		b.Fatal(err)
 	}
 	batches := mgr.metrics.batches.WithLabelValues("bench")

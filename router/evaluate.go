@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // evaluation is what evaluate learned of a request besides the scores.
@@ -33,22 +34,22 @@ type Stages struct {
 func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	sc.hashes, sc.members = sc.hashes[:0], sc.members[:0]
 	t0 := time.Now()
-	snap := r.fleet.snap.Load()
+	snap := r.fleet.Snapshot()
 	kind := KindOf(req.Path)
 	var ev evaluation
 	var p *Parsed
-	var t *target
+	var t *fleet.Target
 	if kind == KindOther {
 		ev.reason = ReasonOtherPath
 		ev.model = modelOf(req.Body)
-		t = snap.models[ev.model]
+		t = snap.Target(ev.model)
 	} else {
 		var err error
 		if p, err = Parse(kind, req.Body); err != nil {
 			return ev, err
 		}
 		ev.model = p.Model
-		if t = snap.models[p.Model]; t == nil {
+		if t = snap.Target(p.Model); t == nil {
 			return ev, notFound("model %q is served by no pod", p.Model)
 		}
 	}
@@ -63,11 +64,11 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	t1 := time.Now()
 	sc.ids = sc.ids[:0]
 	for _, m := range sc.members {
-		sc.ids = append(sc.ids, m.id)
+		sc.ids = append(sc.ids, m.ID)
 	}
 	ns := ""
 	if t != nil {
-		ns = t.base
+		ns = t.Base
 	}
 	sc.matches = r.index.Match(ns, sc.hashes, sc.ids, sc.matches)
 	t2 := time.Now()
@@ -79,32 +80,31 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 
 // candidates fills sc.members with the ready pods of t (every ready pod when
 // t is nil) allowed by the subset hint.
-func (r *Router) candidates(snap *fleetSnapshot, t *target, subset []string, sc *scratch) {
-	consider := func(m *member) {
-		if m.Ready && (subset == nil || slices.Contains(subset, m.Address)) {
+func (r *Router) candidates(snap *fleet.Snapshot, t *fleet.Target, subset []string, sc *scratch) {
+	consider := func(m *fleet.Member) {
+		if m.Pod.Ready && (subset == nil || slices.Contains(subset, m.Endpoint)) {
 			sc.members = append(sc.members, m)
 		}
 	}
 	if t != nil {
-		for _, m := range t.members {
+		for _, m := range t.Members {
 			consider(m)
 		}
 		return
 	}
-	for _, m := range snap.pods {
+	for _, m := range snap.Members() {
 		consider(m)
 	}
-	slices.SortFunc(sc.members, func(a, b *member) int { return compareStrings(a.Name, b.Name) })
 }
 
 // hash tokenizes p's prompt and appends its block hashes to sc.hashes. When
 // that is impossible the request is routed by load and the reason says why.
-func (r *Router) hash(t *target, p *Parsed, sc *scratch, st *Stages) (Reason, int) {
+func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reason, int) {
 	t0 := time.Now()
 	tokens := p.PromptTokens
 	if tokens == nil {
 		var err error
-		sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.base, p)
+		sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.Base, p)
 		tokens = sc.tokens
 		st.Tokenize = time.Since(t0)
 		if err != nil {
@@ -116,7 +116,7 @@ func (r *Router) hash(t *target, p *Parsed, sc *scratch, st *Stages) (Reason, in
 		}
 	}
 	t1 := time.Now()
-	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, blockhash.Extra{LoRA: t.lora, CacheSalt: p.CacheSalt})
+	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, blockhash.Extra{LoRA: t.LoRA, CacheSalt: p.CacheSalt})
 	st.Hash = time.Since(t1)
 	return ReasonLoad, len(tokens)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -49,7 +50,7 @@ const (
 // Router turns requests into routing decisions.
 type Router struct {
 	cfg     Config
-	fleet   *Fleet
+	fleet   *fleet.Fleet
 	index   *kvindex.Index
 	hasher  *blockhash.Hasher
 	tok     Tokenizers
@@ -61,7 +62,7 @@ type Router struct {
 
 // New returns a router over fleet (whose pods are registered in index),
 // hashing with hasher and tokenizing with tok. reg receives its metrics.
-func New(cfg Config, fleet *Fleet, index *kvindex.Index, hasher *blockhash.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
+func New(cfg Config, fleet *fleet.Fleet, index *kvindex.Index, hasher *blockhash.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ type Decision struct {
 	Elapsed   time.Duration
 	Stages    Stages // where Elapsed went
 
-	load      *Load
+	load      *fleet.Load
 	prefill   int64 // prefill work charged to the pod's queue, in tokens at no context
 	router    *Router
 	pod       kvindex.PodID
@@ -129,7 +130,7 @@ type scratch struct {
 	tokens  []uint32 // the prompt's ids while it is hashed
 	hashes  []uint64
 	ids     []kvindex.PodID
-	members []*member
+	members []*fleet.Member
 	matches []kvindex.PodMatch
 	scores  []Score
 }
@@ -152,19 +153,19 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	i := r.pick(sc.scores)
 	m := sc.members[i]
 	d := &Decision{
-		RequestID: req.ID, Model: ev.model, Pod: m.Name, Address: m.Address,
+		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint,
 		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
-		Stages: ev.stages, load: m.load, router: r, pod: m.id,
+		Stages: ev.stages, load: m.Load, router: r, pod: m.ID,
 	}
 	if d.Reason == ReasonLoad && d.Matched > 0 {
 		d.Reason = ReasonPrefix
 	}
 	d.prefill = sc.scores[i].work
-	m.load.InFlight.Add(1)
-	m.load.PrefillTokens.Add(d.prefill)
-	m.load.Prefilling.Add(1)
+	m.Load.InFlight.Add(1)
+	m.Load.PrefillTokens.Add(d.prefill)
+	m.Load.Prefilling.Add(1)
 	if len(sc.hashes) > 0 {
-		err := r.index.Speculate(m.id, sc.hashes)
+		err := r.index.Speculate(m.ID, sc.hashes)
 		switch {
 		case err == nil:
 			// The decision keeps the hashes for Prefilled; the scratch
@@ -176,7 +177,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 			b.h, sc.hashes = sc.hashes, b.h[:0]
 			d.spec = b
 		case !errors.Is(err, kvindex.ErrUnknownPod):
-			r.logger.Warn("speculative entries not recorded", "pod", m.Name, "error", err)
+			r.logger.Warn("speculative entries not recorded", "pod", m.Pod.Name, "error", err)
 		}
 	}
 	d.Elapsed = time.Since(start)

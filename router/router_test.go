@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -37,7 +41,7 @@ type testRouter struct {
 	*Router
 	t     *testing.T
 	index *kvindex.Index
-	fleet *Fleet
+	fleet *fleet.Fleet
 }
 
 func newTestRouter(t *testing.T) *testRouter {
@@ -51,24 +55,24 @@ func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet := NewFleet(index)
-	for _, p := range []Pod{
-		{Name: "a", Address: "10.0.0.1:8000", Model: "llama", LoRAs: []string{"alice"}, Ready: true},
-		{Name: "b", Address: "10.0.0.2:8000", Model: "llama", Aliases: []string{"llama-chat"}, Ready: true},
-		{Name: "c", Address: "10.0.0.3:8000", Model: "llama", Ready: true},
-		{Name: "d", Address: "10.0.0.4:8000", Model: "qwen", Ready: true},
+	fl := fleet.New(index)
+	for _, p := range []pod.Pod{
+		{Name: "a", IP: "10.0.0.1", Port: 8000, Model: "llama", LoRAs: []string{"alice"}, Ready: true},
+		{Name: "b", IP: "10.0.0.2", Port: 8000, Model: "llama", Aliases: []string{"llama-chat"}, Ready: true},
+		{Name: "c", IP: "10.0.0.3", Port: 8000, Model: "llama", Ready: true},
+		{Name: "d", IP: "10.0.0.4", Port: 8000, Model: "qwen", Ready: true},
 	} {
-		fleet.Upsert(p)
+		fl.Upsert(p)
 	}
 	hasher, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(DefaultConfig(), fleet, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := New(DefaultConfig(), fl, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testRouter{Router: r, t: t, index: index, fleet: fleet}
+	return &testRouter{Router: r, t: t, index: index, fleet: fl}
 }
 
 // store records that pod holds the blocks of prompt (under lora and salt).
@@ -241,7 +245,7 @@ func TestSharedPrefixSpreads(t *testing.T) {
 
 func TestRouteRefusals(t *testing.T) {
 	tr := newTestRouter(t)
-	tr.fleet.Upsert(Pod{Name: "e", Address: "10.0.0.5:8000", Model: "mistral", Ready: false})
+	tr.fleet.Upsert(pod.Pod{Name: "e", IP: "10.0.0.5", Port: 8000, Model: "mistral", Ready: false})
 	tests := []struct {
 		name, path, body string
 		subset           []string
@@ -296,7 +300,7 @@ func TestRouteConcurrently(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 50 {
-			tr.fleet.Upsert(Pod{Name: "c", Address: "10.0.0.3:8000", Model: "llama", Ready: i%2 == 0})
+			tr.fleet.Upsert(pod.Pod{Name: "c", IP: "10.0.0.3", Port: 8000, Model: "llama", Ready: i%2 == 0})
 		}
 	}()
 	errs := make(chan error, 8)
@@ -466,4 +470,34 @@ func TestQueuedRequestKeepsEvictedPrefix(t *testing.T) {
 		t.Fatalf("a after the request's prefill and the grace period, no store: %d blocks, want 0", s.Matched)
 	}
 	first.Done()
+}
+
+// podAt is a ready pod named name serving llama at hostport.
+func podAt(t *testing.T, name, hostport string) pod.Pod {
+	t.Helper()
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod.Pod{Name: name, IP: host, Port: n, Model: "llama", Ready: true}
+}
+
+// TestQueueCostsFromScrapedLoad: a pod whose metrics report a queue costs
+// more than its queue's worth.
+func TestQueueCostsFromScrapedLoad(t *testing.T) {
+	tr := newTestRouter(t)
+	tr.fleet.Load("a").Waiting.Store(7)
+	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", prompt, ""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Pods {
+		if s.Pod == "a" && s.Queue < 7*DefaultConfig().WaitingSecondsPerRequest {
+			t.Fatalf("pod a queue cost = %v, want at least 7 waiting requests' worth", s.Queue)
+		}
+	}
 }

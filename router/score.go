@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // Score is one candidate's predicted time to first token and its parts.
@@ -38,7 +39,7 @@ type Tiers struct {
 // every cache and cut the fleet's throughput. The prefill counts more as
 // the fleet's KV caches fill (Config.KVPressure): new blocks then evict
 // cached prefixes or wait for running requests to end.
-func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, pressure float64, out []Score) []Score {
+func (r *Router) score(ms []kvindex.PodMatch, members []*fleet.Member, tokens int, pressure float64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	spt := r.cfg.PrefillSecondsPerToken
@@ -50,11 +51,11 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*member, tokens int, pre
 		}
 		uncached := max(float64(tokens)-saved, 0)
 		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.PrefillAttentionPerToken)
-		l := mem.load
+		l := mem.Load
 		queue, behind := r.queue(l)
 		prefill := work * spt
 		out = append(out, Score{
-			Pod: mem.Name, Address: mem.Address, Matched: m.Blocks, Spec: m.Speculative,
+			Pod: mem.Pod.Name, Address: mem.Endpoint, Matched: m.Blocks, Spec: m.Speculative,
 			Tiers:   Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
 			Queue:   queue,
 			Prefill: prefill,
@@ -79,13 +80,13 @@ func KVPressure(weight, u float64) float64 {
 }
 
 // kvPressure is KVPressure on the candidates' scraped KV usage.
-func (r *Router) kvPressure(members []*member) float64 {
+func (r *Router) kvPressure(members []*fleet.Member) float64 {
 	if r.cfg.KVPressure == 0 || len(members) == 0 {
 		return 1
 	}
 	var permille int64
 	for _, m := range members {
-		permille += m.load.KVUsagePermille.Load()
+		permille += m.Load.KVUsagePermille.Load()
 	}
 	return KVPressure(r.cfg.KVPressure, float64(permille)/1000/float64(len(members)))
 }
@@ -106,7 +107,7 @@ func (r *Router) kvPressure(members []*member) float64 {
 // same traffic queue alike. Every request running or queued there will
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest.
-func (r *Router) queue(l *Load) (seconds, waiting float64) {
+func (r *Router) queue(l *fleet.Load) (seconds, waiting float64) {
 	spt := r.cfg.PrefillSecondsPerToken
 	own := float64(l.PrefillTokens.Load()) * spt
 	n := l.Prefilling.Load()

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // loads sets the scraped metrics of the llama pods a, b and c.
@@ -174,10 +176,10 @@ func TestKVPressure(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.KVPressure = tt.weight
 		r := &Router{cfg: cfg}
-		var members []*member
+		var members []*fleet.Member
 		for _, p := range tt.permille {
-			m := &member{load: &Load{}}
-			m.load.KVUsagePermille.Store(p)
+			m := &fleet.Member{Load: &fleet.Load{}}
+			m.Load.KVUsagePermille.Store(p)
 			members = append(members, m)
 		}
 		if got := r.kvPressure(members); math.Abs(got-tt.want) > 1e-9 {

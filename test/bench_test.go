@@ -14,9 +14,11 @@ import (
 
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
+	kvfleet "github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -65,9 +67,9 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fleet := router.NewFleet(index)
+	fleet := kvfleet.New(index)
 	for i := range 8 {
-		fleet.Upsert(router.Pod{Name: fmt.Sprintf("pod-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Model: "qwen3", Ready: true})
+		fleet.Upsert(kvpod.Pod{Name: fmt.Sprintf("pod-%d", i), IP: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Model: "qwen3", Ready: true})
 	}
 	tk, err := reg.For("qwen3")
 	if err != nil {

@@ -17,9 +17,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
-	"github.com/kvrouter/kvrouter/kvevents"
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -151,8 +150,8 @@ func (p *simProcess) cached(t *testing.T) func() []uint64 {
 func (f *fleet) addProcess(t *testing.T, name string, p *simProcess) {
 	t.Helper()
 	f.pods[name] = p.http
-	f.routes.Upsert(router.Pod{Name: name, Address: p.http, Model: "qwen3", Ready: true})
-	if err := f.events.Ensure(kvevents.Pod{Name: name, IP: "127.0.0.1", EventPort: port(t, p.eventEndpoint), ReplayPort: port(t, p.replayPoint), Model: "qwen3"}); err != nil {
+	f.routes.Upsert(readyPod(t, name, p.http, "qwen3"))
+	if err := f.events.Ensure(kvpod.Pod{Name: name, IP: "127.0.0.1", EventPort: port(t, p.eventEndpoint), ReplayPort: port(t, p.replayPoint), Model: "qwen3"}); err != nil {
 		t.Fatal(err)
 	}
 }

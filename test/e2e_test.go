@@ -10,10 +10,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
+	kvfleet "github.com/kvrouter/kvrouter/router/fleet"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -53,7 +57,7 @@ type fleet struct {
 	envoy  *envoyclient.Client
 	sims   map[string]*vllmsim.Pod
 	events *kvevents.Manager
-	routes *router.Fleet
+	routes *kvfleet.Fleet
 	reg    *prometheus.Registry // the subscribers' metrics
 	skew   atomic.Int64         // added to the index's clock, in ns
 }
@@ -105,7 +109,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if f.events, err = kvevents.NewManager(evCfg, f.index, f.reg, logger); err != nil {
 		t.Fatal(err)
 	}
-	f.routes = router.NewFleet(f.index)
+	f.routes = kvfleet.New(f.index)
 	for i := range o.pods {
 		name := fmt.Sprintf("sim-%d", i)
 		pub := vllmpub.DefaultConfig()
@@ -122,12 +126,14 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		t.Cleanup(srv.Close)
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name], f.sims[name] = addr, pod
-		f.routes.Upsert(router.Pod{Name: name, Address: addr, Model: "qwen3", LoRAs: []string{"alice"}, Ready: true})
+		rp := readyPod(t, name, addr, "qwen3")
+		rp.LoRAs = []string{"alice"}
+		f.routes.Upsert(rp)
 		events, replay := port(t, pod.Publisher().Endpoint()), port(t, pod.Publisher().ReplayEndpoint())
 		if o.ports != nil {
 			events, replay = o.ports(i, pod.Publisher())
 		}
-		if err := f.events.Ensure(kvevents.Pod{Name: name, IP: "127.0.0.1", EventPort: events, ReplayPort: replay, Model: "qwen3"}); err != nil {
+		if err := f.events.Ensure(kvpod.Pod{Name: name, IP: "127.0.0.1", EventPort: events, ReplayPort: replay, Model: "qwen3"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -290,4 +296,18 @@ func TestE2ELoRAStreamingAndErrors(t *testing.T) {
 			t.Errorf("%s = %+v, %v, want %d with an OpenAI error", body, res, err, want)
 		}
 	}
+}
+
+// readyPod is a ready pod named name serving model at addr (ip:port).
+func readyPod(t *testing.T, name, addr, model string) kvpod.Pod {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kvpod.Pod{Name: name, IP: host, Port: n, Model: model, Ready: true}
 }

@@ -12,6 +12,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/wire"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -150,7 +151,7 @@ func TestHostileEventPayloads(t *testing.T) {
 		c.MaxMessageSize = 1 << 20
 	}})
 	raw := newRawPublisher(t)
-	if err := f.events.Ensure(kvevents.Pod{Name: "hostile", IP: "127.0.0.1", EventPort: raw.events, ReplayPort: raw.replays, Model: "qwen3"}); err != nil {
+	if err := f.events.Ensure(kvpod.Pod{Name: "hostile", IP: "127.0.0.1", EventPort: raw.events, ReplayPort: raw.replays, Model: "qwen3"}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())

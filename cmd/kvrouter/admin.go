@@ -80,7 +80,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 	for _, p := range pods {
 		st := status[p.Name]
 		r := podReport{
-			Name: p.Name, Address: p.Address, Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
+			Name: p.Name, Address: p.Endpoint(), Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
 			Events: st.Ranks, Verification: st.Verification.String(),
 		}
 		if r.Events == nil {

@@ -14,11 +14,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/internal/proxy"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -35,12 +37,12 @@ type app struct {
 	reg     registry
 	ready   atomic.Bool
 	index   *kvindex.Index
-	fleet   *router.Fleet
+	fleet   *fleet.Fleet
 	router  *router.Router
 	events  *kvevents.Manager
 	ext     *extproc.Server
-	proxy   *router.Proxy
-	scraper *router.Scraper
+	proxy   *proxy.Proxy
+	scraper *fleet.Scraper
 	pods    *discovery.Discovery // nil without Kubernetes
 	static  *staticPods          // --pod, pods.static and the pods file
 }
@@ -98,7 +100,7 @@ func (a *app) build(s settings) error {
 	if err := bad.err(); err != nil {
 		return err
 	}
-	a.fleet = router.NewFleet(a.index)
+	a.fleet = fleet.New(a.index)
 	tokens := router.RegistryTokenizers{Registry: toks, Chats: tokenizer.NewChats(toks, nil)}
 	if a.router, err = router.New(s.router, a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -109,8 +111,8 @@ func (a *app) build(s settings) error {
 	if a.ext, err = extproc.New(s.ext, a.router, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	a.proxy = router.NewProxy(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
-	if a.scraper, err = router.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.logger, a.reg); err != nil {
+	a.proxy = proxy.New(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
+	if a.scraper, err = fleet.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

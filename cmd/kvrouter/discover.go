@@ -2,12 +2,11 @@ package main
 
 import (
 	"log/slog"
-	"net"
-	"strconv"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
-	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // kubeconfigOff as --kubeconfig turns discovery off.
@@ -32,23 +31,17 @@ func resolveKubeconfig(flag, serviceHost string) string {
 // event manager in step with the pods. A pod is routed to only while ready;
 // its events are followed from its first ready moment until it goes away.
 type fleetSink struct {
-	fleet  *router.Fleet
+	fleet  *fleet.Fleet
 	events *kvevents.Manager
 	log    *slog.Logger
 }
 
-func (s fleetSink) Upsert(p discovery.Pod) {
-	s.fleet.Upsert(router.Pod{
-		Name: p.Name, Address: net.JoinHostPort(p.IP, strconv.Itoa(p.Port)),
-		Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs, Ready: p.Ready,
-	})
+func (s fleetSink) Upsert(p pod.Pod) {
+	s.fleet.Upsert(p)
 	if !p.Ready {
 		return
 	}
-	err := s.events.Ensure(kvevents.Pod{
-		Name: p.Name, IP: p.IP, EventPort: p.EventPort, ReplayPort: p.ReplayPort, Model: p.Model, DPSize: p.DPSize,
-	})
-	if err != nil {
+	if err := s.events.Ensure(p); err != nil {
 		s.log.Warn("pod events not followed", "pod", p.Name, "err", err)
 	}
 }

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 func TestResolveKubeconfig(t *testing.T) {
@@ -46,9 +47,9 @@ func TestFleetSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet := router.NewFleet(idx)
+	fleet := fleet.New(idx)
 	s := fleetSink{fleet, events, log}
-	p := discovery.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", LoRAs: []string{"l"}, EventPort: 5557, ReplayPort: 5558, Ready: true}
+	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", LoRAs: []string{"l"}, EventPort: 5557, ReplayPort: 5558, Ready: true}
 	steps := []struct {
 		name string
 		do   func()
@@ -62,7 +63,7 @@ func TestFleetSink(t *testing.T) {
 		st.do()
 		var got []string
 		for _, q := range fleet.Pods() {
-			got = append(got, fmt.Sprintf("%s %s %s %v ready=%v", q.Name, q.Address, q.Model, q.LoRAs, q.Ready))
+			got = append(got, fmt.Sprintf("%s %s %s %v ready=%v", q.Name, q.Endpoint(), q.Model, q.LoRAs, q.Ready))
 		}
 		if strings.Join(got, ";") != st.want {
 			t.Errorf("%s: fleet = %q, want %q", st.name, got, st.want)

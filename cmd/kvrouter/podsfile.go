@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvrouter/kvrouter/kvevents/discovery"
 )
 
 // podEntry is one vLLM pod known without Kubernetes: an item of the config
@@ -37,9 +36,9 @@ type podsDoc struct {
 }
 
 // pod checks e and returns it as a ready pod.
-func (e podEntry) pod(defaultModel string) (discovery.Pod, []string) {
+func (e podEntry) pod(defaultModel string) (pod.Pod, []string) {
 	var errs []string
-	p := discovery.Pod{
+	p := pod.Pod{
 		Name: e.Name, Model: e.Model, Aliases: e.Aliases, LoRAs: e.LoRAs,
 		EventPort: e.EventPort, ReplayPort: e.ReplayPort, DPSize: e.DPSize, Ready: true,
 	}
@@ -78,13 +77,13 @@ func (e podEntry) pod(defaultModel string) (discovery.Pod, []string) {
 
 // parsePods decodes a pods file strictly and checks it together with the
 // static pods, which it must not rename. It returns both sets of pods.
-func parsePods(path string, data []byte, static []discovery.Pod, defaultModel string) ([]discovery.Pod, []string) {
+func parsePods(path string, data []byte, static []pod.Pod, defaultModel string) ([]pod.Pod, []string) {
 	var doc podsDoc
 	list := decodeYAML(path, data, &doc)
 	p := &problems{list: list}
 	pods := podsFrom(path+": pods", doc.Pods, defaultModel, p)
 	for _, q := range pods {
-		if slices.ContainsFunc(static, func(s discovery.Pod) bool { return s.Name == q.Name }) {
+		if slices.ContainsFunc(static, func(s pod.Pod) bool { return s.Name == q.Name }) {
 			p.add("%s: pod %q is also a static pod", path, q.Name)
 		}
 	}
@@ -93,7 +92,7 @@ func parsePods(path string, data []byte, static []discovery.Pod, defaultModel st
 
 // readPodsFile reads and checks a pods file: the static pods and the
 // file's, and its problems.
-func readPodsFile(path string, static []discovery.Pod, defaultModel string) ([]discovery.Pod, []string) {
+func readPodsFile(path string, static []pod.Pod, defaultModel string) ([]pod.Pod, []string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, []string{err.Error()}
@@ -103,7 +102,7 @@ func readPodsFile(path string, static []discovery.Pod, defaultModel string) ([]d
 
 // podSink is what the static pods drive: the fleet and the event manager.
 type podSink interface {
-	Upsert(discovery.Pod)
+	Upsert(pod.Pod)
 	Remove(name string)
 }
 
@@ -112,7 +111,7 @@ type podSink interface {
 // added, gone ones removed (their index entries cleared), changed ones
 // updated. A file that cannot be read or is broken keeps the last good pods.
 type staticPods struct {
-	static       []discovery.Pod
+	static       []pod.Pod
 	path         string // "" without a pods file
 	defaultModel string
 	sink         podSink
@@ -123,14 +122,14 @@ type staticPods struct {
 	count        prometheus.Gauge
 	mu           struct {
 		sync.Mutex
-		known   map[string]discovery.Pod
+		known   map[string]pod.Pod
 		read    bool              // the file was read once
 		sum     [sha256.Size]byte // of the content last read
 		readErr string            // the last read error, reported once
 	}
 }
 
-func newStaticPods(static []discovery.Pod, path, defaultModel string, interval time.Duration, sink podSink, reg prometheus.Registerer, log *slog.Logger) *staticPods {
+func newStaticPods(static []pod.Pod, path, defaultModel string, interval time.Duration, sink podSink, reg prometheus.Registerer, log *slog.Logger) *staticPods {
 	s := &staticPods{static: static, path: path, defaultModel: defaultModel, interval: interval, sink: sink, log: log}
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_podsfile_reloads_total",
@@ -140,7 +139,7 @@ func newStaticPods(static []discovery.Pod, path, defaultModel string, interval t
 		Name: "kvrouter_podsfile_pods",
 		Help: "Pods known without Kubernetes: static ones and those of the pods file.",
 	})
-	s.mu.known = map[string]discovery.Pod{}
+	s.mu.known = map[string]pod.Pod{}
 	if reg != nil {
 		reg.MustRegister(s.reloads, s.count)
 	}
@@ -208,8 +207,8 @@ func (s *staticPods) reload() error {
 // applyLocked drives the sink from the known pods to next: removals first,
 // then additions and changes in name order. A pod whose IP changed is
 // removed first, so its entries are cleared.
-func (s *staticPods) applyLocked(next []discovery.Pod) {
-	byName := make(map[string]discovery.Pod, len(next))
+func (s *staticPods) applyLocked(next []pod.Pod) {
+	byName := make(map[string]pod.Pod, len(next))
 	for _, p := range next {
 		byName[p.Name] = p
 	}
@@ -235,7 +234,7 @@ func (s *staticPods) applyLocked(next []discovery.Pod) {
 	s.count.Set(float64(len(byName)))
 }
 
-func samePod(a, b discovery.Pod) bool {
+func samePod(a, b pod.Pod) bool {
 	return a.Name == b.Name && a.IP == b.IP && a.Port == b.Port && a.Model == b.Model &&
 		slices.Equal(a.Aliases, b.Aliases) && slices.Equal(a.LoRAs, b.LoRAs) &&
 		a.EventPort == b.EventPort && a.ReplayPort == b.ReplayPort && a.DPSize == b.DPSize && a.Ready == b.Ready

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/kvrouter/kvrouter/kvevents/discovery"
 )
 
 // recordingSink records the calls the static pods make.
@@ -25,7 +24,7 @@ type recordingSink struct {
 	calls []string
 }
 
-func (r *recordingSink) Upsert(p discovery.Pod) {
+func (r *recordingSink) Upsert(p pod.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, fmt.Sprintf("upsert %s %s:%d %s %v %v %d/%d dp%d", p.Name, p.IP, p.Port, p.Model, p.Aliases, p.LoRAs, p.EventPort, p.ReplayPort, p.DPSize))
@@ -51,7 +50,7 @@ func (r *recordingSink) take() []string {
 // the last good pods, are reported once each, and are counted.
 func TestStaticPodsReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pods.yaml")
-	static := []discovery.Pod{{Name: "flag", IP: "10.0.0.9", Port: 80, Model: "m", Ready: true}}
+	static := []pod.Pod{{Name: "flag", IP: "10.0.0.9", Port: 80, Model: "m", Ready: true}}
 	sink := &recordingSink{}
 	reg := prometheus.NewRegistry()
 	s := newStaticPods(static, path, "dm", time.Second, sink, reg, slog.New(slog.DiscardHandler))
@@ -110,7 +109,7 @@ func TestStaticPodsReload(t *testing.T) {
 // nothing to watch.
 func TestStaticPodsWithoutFile(t *testing.T) {
 	sink := &recordingSink{}
-	s := newStaticPods([]discovery.Pod{{Name: "a", IP: "10.0.0.1", Port: 80, Model: "m", Ready: true}}, "", "", time.Second, sink, nil, slog.New(slog.DiscardHandler))
+	s := newStaticPods([]pod.Pod{{Name: "a", IP: "10.0.0.1", Port: 80, Model: "m", Ready: true}}, "", "", time.Second, sink, nil, slog.New(slog.DiscardHandler))
 	for range 2 {
 		if err := s.reload(); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -31,7 +32,7 @@ type settings struct {
 	events kvevents.Config
 	tok    tokenizer.Config
 	disc   discovery.Config // Kubeconfig "" means no discovery
-	static []discovery.Pod  // pods.static or --pod
+	static []pod.Pod        // pods.static or --pod
 }
 
 // validate checks every field of c and reports every problem at once, each
@@ -237,8 +238,8 @@ func (c config) discoveryConfig(serviceHost string) discovery.Config {
 
 // podsFrom checks a list of pods, where names it in problems, and returns
 // the good ones.
-func podsFrom(where string, entries []podEntry, defaultModel string, p *problems) []discovery.Pod {
-	out := make([]discovery.Pod, 0, len(entries))
+func podsFrom(where string, entries []podEntry, defaultModel string, p *problems) []pod.Pod {
+	out := make([]pod.Pod, 0, len(entries))
 	seen := map[string]bool{}
 	for i, e := range entries {
 		pod, errs := e.pod(defaultModel)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +21,7 @@ import (
 // block.
 type Consumer interface {
 	// Upsert adds a pod or replaces what is known of it.
-	Upsert(Pod)
+	Upsert(pod.Pod)
 	// Remove forgets the named pod (namespace/name).
 	Remove(name string)
 }
@@ -36,7 +38,7 @@ type Discovery struct {
 
 	mu struct {
 		sync.Mutex
-		known map[string]Pod // what the consumer was told, by name
+		known map[string]pod.Pod // what the consumer was told, by name
 	}
 }
 
@@ -64,7 +66,7 @@ func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, re
 		return nil, err
 	}
 	d := &Discovery{cfg: cfg, client: client, selector: sel, consumer: consumer, log: log, metrics: met, synced: make(chan struct{})}
-	d.mu.known = make(map[string]Pod)
+	d.mu.known = make(map[string]pod.Pod)
 	return d, nil
 }
 
@@ -143,7 +145,7 @@ func (d *Discovery) onDelete(obj any) {
 
 // update tells the consumer what changed for one pod: next nil means it is
 // gone. Holding the lock keeps the consumer's calls in order.
-func (d *Discovery) update(name string, next *Pod) {
+func (d *Discovery) update(name string, next *pod.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.countLocked()
@@ -156,7 +158,7 @@ func (d *Discovery) update(name string, next *Pod) {
 			d.consumer.Remove(name)
 		}
 		return
-	case had && prev.equal(*next):
+	case had && prev.Equal(*next):
 		return
 	case had && prev.IP != next.IP:
 		d.log.Info("pod address changed", "pod", name, "old_ip", prev.IP, "ip", next.IP)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +31,7 @@ type recorder struct {
 	seen  chan string // every call, when not nil
 }
 
-func (r *recorder) Upsert(p Pod) {
+func (r *recorder) Upsert(p pod.Pod) {
 	r.record(fmt.Sprintf("upsert %s %s:%d ready=%v", p.Name, p.IP, p.Port, p.Ready))
 }
 func (r *recorder) Remove(name string) { r.record("remove " + name) }

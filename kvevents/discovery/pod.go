@@ -2,9 +2,10 @@ package discovery
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/pod"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -24,35 +25,15 @@ const (
 	ServingPortName = "http"
 )
 
-// Pod is one vLLM pod as discovery reports it.
-type Pod struct {
-	Name    string   // namespace/name
-	IP      string   // the pod IP; never empty
-	Port    int      // the OpenAI server (and /metrics) port
-	Model   string   // the served base model
-	Aliases []string // other names of the base model
-	LoRAs   []string // LoRA adapters
-	// EventPort and ReplayPort are the KV event PUB and replay ports.
-	EventPort, ReplayPort int
-	DPSize                int  // data-parallel size; 0 means 1
-	Ready                 bool // Ready condition true and not being deleted
-}
-
-func (p Pod) equal(q Pod) bool {
-	return p.Name == q.Name && p.IP == q.IP && p.Port == q.Port && p.Model == q.Model &&
-		slices.Equal(p.Aliases, q.Aliases) && slices.Equal(p.LoRAs, q.LoRAs) &&
-		p.EventPort == q.EventPort && p.ReplayPort == q.ReplayPort && p.DPSize == q.DPSize && p.Ready == q.Ready
-}
-
 // podFrom reads a Kubernetes pod. ok is false when the pod is not to be
 // routed to at all: no IP yet, finished, or no model. problems lists
 // annotations that were ignored.
-func podFrom(k *corev1.Pod, cfg Config) (p Pod, ok bool, problems []error) {
+func podFrom(k *corev1.Pod, cfg Config) (p pod.Pod, ok bool, problems []error) {
 	if k.Status.PodIP == "" || k.Status.Phase == corev1.PodSucceeded || k.Status.Phase == corev1.PodFailed {
-		return Pod{}, false, nil
+		return pod.Pod{}, false, nil
 	}
 	a := k.Annotations
-	p = Pod{
+	p = pod.Pod{
 		Name:    k.Namespace + "/" + k.Name,
 		IP:      k.Status.PodIP,
 		Model:   firstOf(a[AnnotationModel], k.Labels[LabelModel], cfg.DefaultModel),
@@ -61,7 +42,7 @@ func podFrom(k *corev1.Pod, cfg Config) (p Pod, ok bool, problems []error) {
 		Ready:   k.DeletionTimestamp == nil && podReady(k),
 	}
 	if p.Model == "" {
-		return Pod{}, false, []error{fmt.Errorf("no %s annotation or label and no default model", AnnotationModel)}
+		return pod.Pod{}, false, []error{fmt.Errorf("no %s annotation or label and no default model", AnnotationModel)}
 	}
 	number := func(key string, def, hi int) int {
 		v, set := a[key]

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -33,14 +35,14 @@ func TestPodFrom(t *testing.T) {
 	tests := []struct {
 		name     string
 		edit     func(*corev1.Pod)
-		want     Pod
+		want     pod.Pod
 		ok       bool
 		problems int
 	}{
 		{
 			name: "defaults",
 			edit: func(*corev1.Pod) {},
-			want: Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
 			ok:   true,
 		},
 		{
@@ -52,7 +54,7 @@ func TestPodFrom(t *testing.T) {
 					AnnotationEventPort: "6000", AnnotationReplayPort: "6001", AnnotationDPSize: "2",
 				}
 			},
-			want: Pod{
+			want: pod.Pod{
 				Name: "llm/a", IP: "10.0.0.1", Port: 8080, Model: "meta-llama/Llama-3.1-8B",
 				Aliases: []string{"llama", "llama8b"}, LoRAs: []string{"sql-lora", "chat-lora"},
 				EventPort: 6000, ReplayPort: 6001, DPSize: 2, Ready: true,
@@ -65,7 +67,7 @@ func TestPodFrom(t *testing.T) {
 				k.Labels[LabelModel] = "gpt2"
 				k.Spec.Containers = []corev1.Container{{Ports: []corev1.ContainerPort{{Name: "zmq", ContainerPort: 5557}, {Name: "http", ContainerPort: 9000}}}}
 			},
-			want: Pod{Name: "llm/a", IP: "10.0.0.1", Port: 9000, Model: "gpt2", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 9000, Model: "gpt2", EventPort: 5557, ReplayPort: 5558, Ready: true},
 			ok:   true,
 		},
 		{
@@ -73,20 +75,20 @@ func TestPodFrom(t *testing.T) {
 			edit: func(k *corev1.Pod) {
 				k.Annotations = map[string]string{AnnotationEventPort: "x", AnnotationDPSize: "0", AnnotationPort: "70000"}
 			},
-			want:     Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want:     pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
 			ok:       true,
 			problems: 3,
 		},
 		{
 			name: "not ready",
 			edit: func(k *corev1.Pod) { k.Status.Conditions[0].Status = corev1.ConditionFalse },
-			want: Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
 			ok:   true,
 		},
 		{
 			name: "being deleted",
 			edit: func(k *corev1.Pod) { k.DeletionTimestamp = &deleting },
-			want: Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
 			ok:   true,
 		},
 		{name: "no IP", edit: func(k *corev1.Pod) { k.Status.PodIP = "" }},
@@ -97,7 +99,7 @@ func TestPodFrom(t *testing.T) {
 			k := kpod("a", "10.0.0.1")
 			tt.edit(k)
 			got, ok, problems := podFrom(k, testConfig())
-			if ok != tt.ok || !got.equal(tt.want) || len(problems) != tt.problems {
+			if ok != tt.ok || !got.Equal(tt.want) || len(problems) != tt.problems {
 				t.Errorf("podFrom() = %+v, %v, %v; want %+v, %v, %d problems", got, ok, problems, tt.want, tt.ok, tt.problems)
 			}
 		})

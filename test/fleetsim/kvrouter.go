@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -39,7 +41,7 @@ func RouterConfig(s *Sim) router.Config {
 type kvRouter struct {
 	s         *Sim
 	index     *kvindex.Index
-	fleet     *router.Fleet
+	fleet     *fleet.Fleet
 	r         *router.Router
 	pods      []kvindex.PodID
 	byName    map[string]int
@@ -78,10 +80,10 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &kvRouter{s: s, index: index, fleet: router.NewFleet(index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
+	p := &kvRouter{s: s, index: index, fleet: fleet.New(index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
 	for i := range s.Pods() {
 		name := fmt.Sprintf("pod-%03d", i)
-		p.fleet.Upsert(router.Pod{Name: name, Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1), Model: simModel, Ready: true})
+		p.fleet.Upsert(kvpod.Pod{Name: name, IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000, Model: simModel, Ready: true})
 		id, ok := index.Pod(name)
 		if !ok {
 			return nil, fmt.Errorf("fleetsim: pod %s not in the index", name)

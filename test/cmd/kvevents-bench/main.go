@@ -38,6 +38,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -324,7 +325,7 @@ func subscriber(ctx context.Context, stdout io.Writer, o options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Ensure(kvevents.Pod{Name: "bench", IP: "127.0.0.1", EventPort: evPort, ReplayPort: rpPort, Model: "m"}); err != nil {
+	if err := mgr.Ensure(kvpod.Pod{Name: "bench", IP: "127.0.0.1", EventPort: evPort, ReplayPort: rpPort, Model: "m"}); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(20 * time.Second)

@@ -1,4 +1,4 @@
-package router
+package fleet
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
@@ -51,20 +54,24 @@ func TestParseVLLMMetrics(t *testing.T) {
 }
 
 func TestScraperFeedsLoad(t *testing.T) {
-	tr := newTestRouter(t)
-	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := New(index)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, vllmMetrics)
 	}))
-	defer pod.Close()
-	tr.fleet.Upsert(Pod{Name: "a", Address: strings.TrimPrefix(pod.URL, "http://"), Model: "llama", Ready: true})
+	defer srv.Close()
+	fleet.Upsert(podAt(t, "a", strings.TrimPrefix(srv.URL, "http://")))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s, err := NewScraper(tr.fleet, nil, time.Millisecond, slog.New(slog.DiscardHandler), nil)
+	s, err := NewScraper(fleet, nil, time.Millisecond, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { done <- s.Run(ctx) }()
-	l := tr.fleet.Load("a")
+	l := fleet.Load("a")
 	deadline := time.Now().Add(10 * time.Second) // a hang guard, not a performance bound
 	for l.Waiting.Load() != 7 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond) // polling a real HTTP scrape
@@ -76,16 +83,20 @@ func TestScraperFeedsLoad(t *testing.T) {
 	if l.Waiting.Load() != 7 || l.Running.Load() != 5 || l.KVUsagePermille.Load() != 500 {
 		t.Fatalf("load after scraping = waiting %d running %d kv %d‰, want 7, 5, 500", l.Waiting.Load(), l.Running.Load(), l.KVUsagePermille.Load())
 	}
-	// A pod that reports a queue costs more.
-	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", prompt, ""))})
+}
+
+// podAt is a ready pod named name serving llama at hostport.
+func podAt(t *testing.T, name, hostport string) pod.Pod {
+	t.Helper()
+	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range rep.Pods {
-		if s.Pod == "a" && s.Queue < 7*DefaultConfig().WaitingSecondsPerRequest {
-			t.Fatalf("pod a queue cost = %v, want at least 7 waiting requests' worth", s.Queue)
-		}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return pod.Pod{Name: name, IP: host, Port: n, Model: "llama", Ready: true}
 }
 
 // fakePods answers scrapes in memory: each pod's answer comes from fn, and
@@ -123,9 +134,9 @@ func scrapeFleet(t *testing.T, n int, pods *fakePods) (*Fleet, *Scraper) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet := NewFleet(index)
+	fleet := New(index)
 	for i := range n {
-		fleet.Upsert(Pod{Name: fmt.Sprintf("p%d", i), Address: fmt.Sprintf("10.1.0.%d:8000", i), Model: "llama", Ready: true})
+		fleet.Upsert(podAt(t, fmt.Sprintf("p%d", i), fmt.Sprintf("10.1.0.%d:8000", i)))
 	}
 	pods.byHost, pods.starts = map[string]int{}, map[time.Time]int{}
 	s, err := NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, slog.New(slog.DiscardHandler), prometheus.NewRegistry())

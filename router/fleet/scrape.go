@@ -1,4 +1,4 @@
-package router
+package fleet
 
 import (
 	"bufio"
@@ -75,8 +75,12 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 		}),
 	}
 	s.ok, s.fail = s.scrapes.WithLabelValues("ok"), s.scrapes.WithLabelValues("failed")
-	if err := register(reg, s.scrapes, s.failing); err != nil {
-		return nil, fmt.Errorf("router: scraper metrics: %w", err)
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.scrapes, s.failing} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("fleet: scraper metrics: %w", err)
+			}
+		}
 	}
 	return s, nil
 }
@@ -101,19 +105,19 @@ func (s *Scraper) Run(ctx context.Context) error {
 // scrapePhase starts the scrapes of the ready pods in slot phase that are
 // neither running nor backing off. Phase 0 forgets pods that left.
 func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
-	snap := s.fleet.snap.Load()
+	snap := s.fleet.Snapshot()
 	if phase == 0 {
 		s.prune()
 	}
-	for _, m := range snap.pods {
-		st := s.pods[m.load]
+	for _, m := range snap.Members() {
+		st := s.pods[m.Load]
 		if st == nil {
 			st = &scrapeState{phase: s.next}
 			s.next = (s.next + 1) % scrapePhases
-			s.pods[m.load] = st
+			s.pods[m.Load] = st
 		}
 		st.seen = true
-		if !m.Ready || st.phase != phase || st.retryAt.Load() > now.UnixNano() || !st.busy.CompareAndSwap(false, true) {
+		if !m.Pod.Ready || st.phase != phase || st.retryAt.Load() > now.UnixNano() || !st.busy.CompareAndSwap(false, true) {
 			continue
 		}
 		s.wg.Go(func() {
@@ -126,7 +130,7 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 			}
 			s.fail.Inc()
 			if s.logger.Enabled(ctx, slog.LevelDebug) {
-				s.logger.Debug("metrics scrape failed", "pod", m.Name, "error", err, "failures", st.failures.Load())
+				s.logger.Debug("metrics scrape failed", "pod", m.Pod.Name, "error", err, "failures", st.failures.Load())
 			}
 		})
 	}
@@ -161,10 +165,10 @@ func (st *scrapeState) record(err error, interval time.Duration) {
 	st.retryAt.Store(time.Now().Add(wait).UnixNano())
 }
 
-func (s *Scraper) scrape(ctx context.Context, m *member) error {
+func (s *Scraper) scrape(ctx context.Context, m *Member) error {
 	ctx, cancel := context.WithTimeout(ctx, s.interval*10)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Address+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Endpoint+"/metrics", nil)
 	if err != nil {
 		return err
 	}
@@ -174,17 +178,17 @@ func (s *Scraper) scrape(ctx context.Context, m *member) error {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return &Error{Status: resp.StatusCode, Type: "metrics", Message: resp.Status}
+		return fmt.Errorf("fleet: GET %s/metrics: %s", m.Endpoint, resp.Status)
 	}
 	q := ParseVLLMMetrics(io.LimitReader(resp.Body, 8<<20))
 	if q.Waiting >= 0 {
-		m.load.Waiting.Store(q.Waiting)
+		m.Load.Waiting.Store(q.Waiting)
 	}
 	if q.Running >= 0 {
-		m.load.Running.Store(q.Running)
+		m.Load.Running.Store(q.Running)
 	}
 	if q.KVUsage >= 0 {
-		m.load.KVUsagePermille.Store(int64(q.KVUsage * 1000))
+		m.Load.KVUsagePermille.Store(int64(q.KVUsage * 1000))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"bytes"
@@ -10,7 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
+
+	"github.com/kvrouter/kvrouter/router"
 )
 
 // Proxy is kvrouter as an OpenAI-compatible HTTP reverse proxy, for users
@@ -20,7 +21,7 @@ import (
 // client goes away. Responses carry the same x-kvrouter-* headers as behind
 // Envoy.
 type Proxy struct {
-	router  *Router
+	router  *router.Router
 	maxBody int64
 	logger  *slog.Logger
 	rp      *httputil.ReverseProxy
@@ -28,13 +29,13 @@ type Proxy struct {
 
 type decisionKey struct{}
 
-// NewProxy returns a proxy routing with r, refusing bodies over maxBody
+// New returns a proxy routing with r, refusing bodies over maxBody
 // bytes, and dialing pods with transport (nil: http.DefaultTransport).
-func NewProxy(r *Router, maxBody int64, transport http.RoundTripper, logger *slog.Logger) *Proxy {
+func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *slog.Logger) *Proxy {
 	p := &Proxy{router: r, maxBody: maxBody, logger: logger}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			d, _ := pr.In.Context().Value(decisionKey{}).(*Decision)
+			d, _ := pr.In.Context().Value(decisionKey{}).(*router.Decision)
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", d.Address, ""
 			pr.SetXForwarded()
 			setRoutingHeaders(pr.Out.Header, d)
@@ -42,7 +43,7 @@ func NewProxy(r *Router, maxBody int64, transport http.RoundTripper, logger *slo
 		Transport:     transport,
 		FlushInterval: -1, // flush every write: SSE streams through unbuffered
 		ModifyResponse: func(resp *http.Response) error {
-			d, _ := resp.Request.Context().Value(decisionKey{}).(*Decision)
+			d, _ := resp.Request.Context().Value(decisionKey{}).(*router.Decision)
 			d.Prefilled()
 			setRoutingHeaders(resp.Header, d)
 			return nil
@@ -51,19 +52,19 @@ func NewProxy(r *Router, maxBody int64, transport http.RoundTripper, logger *slo
 			if errors.Is(err, context.Canceled) {
 				return // the client left
 			}
-			d, _ := req.Context().Value(decisionKey{}).(*Decision)
+			d, _ := req.Context().Value(decisionKey{}).(*router.Decision)
 			p.logger.Warn("pod unreachable", "request_id", d.RequestID, "pod", d.Pod, "error", err)
-			writeError(w, &Error{Status: http.StatusBadGateway, Type: "upstream_error", Message: "pod " + d.Pod + " did not answer"})
+			writeError(w, &router.Error{Status: http.StatusBadGateway, Type: "upstream_error", Message: "pod " + d.Pod + " did not answer"})
 		},
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return p
 }
 
-func setRoutingHeaders(h http.Header, d *Decision) {
-	h.Set("X-Kvrouter-Pod", d.Pod)
-	h.Set("X-Kvrouter-Cached-Blocks", strconv.Itoa(d.Matched)+"/"+strconv.Itoa(d.Total))
-	h.Set("X-Kvrouter-Reason", string(d.Reason))
+func setRoutingHeaders(h http.Header, d *router.Decision) {
+	for _, kv := range d.Headers() {
+		h.Set(kv[0], kv[1])
+	}
 }
 
 // ServeHTTP routes and forwards one request.
@@ -72,10 +73,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, TooLarge(int(p.maxBody)))
+			writeError(w, router.TooLarge(int(p.maxBody)))
 			return
 		}
-		writeError(w, badRequest("", "reading the request body: %v", err))
+		writeError(w, &router.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "reading the request body: " + err.Error()})
 		return
 	}
 	id := req.Header.Get("X-Request-Id")
@@ -83,11 +84,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		id = newRequestID()
 		req.Header.Set("X-Request-Id", id)
 	}
-	d, err := p.router.Route(req.Context(), Request{ID: id, Path: req.URL.Path, Body: body})
+	d, err := p.router.Route(req.Context(), router.Request{ID: id, Path: req.URL.Path, Body: body})
 	if err != nil {
-		e := AsError(err)
+		e := router.AsError(err)
 		if e == nil {
-			e = &Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
+			e = &router.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
 		}
 		writeError(w, e)
 		return
@@ -99,7 +100,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // writeError answers with an OpenAI-style JSON error.
-func writeError(w http.ResponseWriter, e *Error) {
+func writeError(w http.ResponseWriter, e *router.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.JSON())

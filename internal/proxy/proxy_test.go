@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"bufio"
@@ -7,11 +7,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // podServer is an upstream pod: it answers with its name, streams SSE when
@@ -40,20 +49,71 @@ func (p *podServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func startProxy(t *testing.T) (*testRouter, *httptest.Server, map[string]*podServer) {
+// byteTokens tokenizes a prompt as its bytes.
+type byteTokens struct{}
+
+func (byteTokens) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]uint32, error) {
+	for i := range len(p.Prompt) {
+		dst = append(dst, uint32(p.Prompt[i]))
+	}
+	return dst, nil
+}
+
+const prompt = "the quick brown fox jumps over" // 30 bytes: 7 full blocks of 4
+
+func completion(model, prompt, extra string) string {
+	return fmt.Sprintf(`{"model":%q,"prompt":%q%s}`, model, prompt, extra)
+}
+
+// testFleet is a router over three pods a, b, c serving llama.
+type testFleet struct {
+	t      *testing.T
+	router *router.Router
+	index  *kvindex.Index
+	fleet  *fleet.Fleet
+	hasher *blockhash.Hasher
+}
+
+// store records that pod holds prompt's blocks on its GPU.
+func (tf *testFleet) store(pod, prompt string) {
+	tf.t.Helper()
+	ids, _ := byteTokens{}.AppendTokens(nil, "llama", &router.Parsed{Prompt: prompt})
+	id, ok := tf.index.Pod(pod)
+	if !ok {
+		tf.t.Fatalf("pod %s not in the index", pod)
+	}
+	if err := tf.index.Stored(id, kvindex.TierGPU, tf.hasher.AppendHashes(nil, ids, blockhash.Extra{})); err != nil {
+		tf.t.Fatal(err)
+	}
+}
+
+func startProxy(t *testing.T) (*testFleet, *httptest.Server, map[string]*podServer) {
 	t.Helper()
-	tr := newTestRouter(t)
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasher, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256, Seed: blockhash.DefaultSeed, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &testFleet{t: t, index: index, fleet: fleet.New(index), hasher: hasher}
 	pods := map[string]*podServer{}
 	for _, name := range []string{"a", "b", "c"} {
 		ps := &podServer{name: name, release: make(chan struct{}), canceled: make(chan struct{})}
 		up := httptest.NewServer(ps)
 		t.Cleanup(up.Close)
 		pods[name] = ps
-		tr.fleet.Upsert(Pod{Name: name, Address: strings.TrimPrefix(up.URL, "http://"), Model: "llama", Ready: true})
+		host, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+		n, _ := strconv.Atoi(port)
+		tf.fleet.Upsert(pod.Pod{Name: name, IP: host, Port: n, Model: "llama", Ready: true})
 	}
-	front := httptest.NewServer(NewProxy(tr.Router, 1<<20, nil, slog.New(slog.DiscardHandler)))
+	if tf.router, err = router.New(router.DefaultConfig(), tf.fleet, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(New(tf.router, 1<<20, nil, slog.New(slog.DiscardHandler)))
 	t.Cleanup(front.Close)
-	return tr, front, pods
+	return tf, front, pods
 }
 
 func post(ctx context.Context, t *testing.T, url, body string) *http.Response {
@@ -72,7 +132,7 @@ func post(ctx context.Context, t *testing.T, url, body string) *http.Response {
 
 func TestProxyRoutes(t *testing.T) {
 	tr, front, _ := startProxy(t)
-	tr.store("b", prompt, "", "")
+	tr.store("b", prompt)
 	resp := post(context.Background(), t, front.URL+"/v1/completions", completion("llama", prompt, ""))
 	defer func() { _ = resp.Body.Close() }()
 	var got struct {
@@ -92,7 +152,7 @@ func TestProxyRoutes(t *testing.T) {
 
 func TestProxyStreamsAndCancels(t *testing.T) {
 	tr, front, pods := startProxy(t)
-	tr.store("c", prompt, "", "")
+	tr.store("c", prompt)
 	body := completion("llama", prompt, `,"stream":true`)
 
 	// The first event arrives while the pod still holds the second.

@@ -1,0 +1,166 @@
+package fleet
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// Fleet is the router's view of the pods: which serve which model names,
+// which are ready, and how loaded each is. Reads take an immutable Snapshot;
+// updates (from the pod sources) build a new one. Safe for concurrent use.
+type Fleet struct {
+	index *kvindex.Index
+	mu    sync.Mutex // serializes updates
+	snap  atomic.Pointer[Snapshot]
+}
+
+// Snapshot is the fleet at one moment. It is never modified.
+type Snapshot struct {
+	pods    map[string]*Member // by pod name
+	models  map[string]*Target // by request model name
+	ordered []*Member          // by pod name
+}
+
+// Member is a pod in the fleet with its index handle and live load.
+type Member struct {
+	// Pod is what the pod's source reported.
+	Pod pod.Pod
+	// Endpoint is Pod.Endpoint(), computed once.
+	Endpoint string
+	// ID is the pod's handle in the index.
+	ID kvindex.PodID
+	// Load is the pod's live load; it survives updates that keep the pod's
+	// endpoint and model.
+	Load *Load
+}
+
+// Target is what a request's model name resolves to.
+type Target struct {
+	// Base is the base model: the index namespace and the tokenizer's name.
+	Base string
+	// LoRA is the adapter name, the hashes' extra key; "" for the base model.
+	LoRA string
+	// Members are the pods serving it, ready or not, by name.
+	Members []*Member
+}
+
+// Load is one pod's load as the router sees it: its own in-flight requests
+// and the prompt tokens they still have to prefill, and the queue the pod
+// reports in its metrics.
+type Load struct {
+	InFlight        atomic.Int64 // requests routed here and not finished
+	PrefillTokens   atomic.Int64 // prefill routed here, not yet done: uncached prompt tokens weighed by their context
+	Prefilling      atomic.Int64 // requests routed here, not yet prefilled
+	Waiting         atomic.Int64 // vllm:num_requests_waiting
+	Running         atomic.Int64 // vllm:num_requests_running
+	KVUsagePermille atomic.Int64 // vllm:kv_cache_usage_perc × 1000
+}
+
+// New returns an empty fleet whose pods are registered in index.
+func New(index *kvindex.Index) *Fleet {
+	f := &Fleet{index: index}
+	f.snap.Store(&Snapshot{pods: map[string]*Member{}, models: map[string]*Target{}})
+	return f
+}
+
+// Snapshot returns the fleet as it is now.
+func (f *Fleet) Snapshot() *Snapshot { return f.snap.Load() }
+
+// Upsert adds p or replaces what is known of it. A pod that keeps its
+// endpoint and model keeps its load.
+func (f *Fleet) Upsert(p pod.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.snap.Load()
+	pods := make(map[string]*Member, len(old.pods)+1)
+	for n, m := range old.pods {
+		pods[n] = m
+	}
+	m := &Member{Pod: p, Endpoint: p.Endpoint(), Load: &Load{}}
+	m.Pod.Aliases, m.Pod.LoRAs = slices.Clone(p.Aliases), slices.Clone(p.LoRAs)
+	if prev, ok := old.pods[p.Name]; ok && prev.Endpoint == m.Endpoint && prev.Pod.Model == p.Model {
+		m.Load = prev.Load
+	}
+	m.ID = f.index.AddPod(p.Name, p.Model)
+	pods[p.Name] = m
+	f.snap.Store(buildSnapshot(pods))
+}
+
+// Remove forgets the named pod; its index entries stay until its event
+// subscriber is removed.
+func (f *Fleet) Remove(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.snap.Load()
+	if _, ok := old.pods[name]; !ok {
+		return
+	}
+	pods := make(map[string]*Member, len(old.pods))
+	for n, m := range old.pods {
+		if n != name {
+			pods[n] = m
+		}
+	}
+	f.snap.Store(buildSnapshot(pods))
+}
+
+// Load returns the named pod's load, or nil for an unknown pod.
+func (f *Fleet) Load(name string) *Load {
+	if m, ok := f.snap.Load().pods[name]; ok {
+		return m.Load
+	}
+	return nil
+}
+
+// Pods returns the pods, sorted by name.
+func (f *Fleet) Pods() []pod.Pod {
+	s := f.snap.Load()
+	out := make([]pod.Pod, len(s.ordered))
+	for i, m := range s.ordered {
+		out[i] = m.Pod
+	}
+	return out
+}
+
+// Target returns what a request's model name resolves to, or nil.
+func (s *Snapshot) Target(model string) *Target { return s.models[model] }
+
+// Member returns the named pod, or nil.
+func (s *Snapshot) Member(name string) *Member { return s.pods[name] }
+
+// Members returns every pod, sorted by name. The slice is shared: do not
+// modify it.
+func (s *Snapshot) Members() []*Member { return s.ordered }
+
+func buildSnapshot(pods map[string]*Member) *Snapshot {
+	s := &Snapshot{pods: pods, models: map[string]*Target{}, ordered: make([]*Member, 0, len(pods))}
+	for _, m := range pods {
+		s.ordered = append(s.ordered, m)
+	}
+	slices.SortFunc(s.ordered, func(a, b *Member) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+	add := func(name, base, lora string, m *Member) {
+		t := s.models[name]
+		if t == nil {
+			t = &Target{Base: base, LoRA: lora}
+			s.models[name] = t
+		}
+		if t.Base == base && t.LoRA == lora {
+			t.Members = append(t.Members, m)
+		}
+	}
+	for _, m := range s.ordered { // deterministic candidate order
+		add(m.Pod.Model, m.Pod.Model, "", m)
+		for _, a := range m.Pod.Aliases {
+			add(a, m.Pod.Model, "", m)
+		}
+		for _, l := range m.Pod.LoRAs {
+			add(l, m.Pod.Model, l, m)
+		}
+	}
+	return s
+}
