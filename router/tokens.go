@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -17,7 +19,7 @@ var errNoChat = errors.New("router: no chat renderer configured")
 // add_special_tokens=false (unless the request asks).
 type RegistryTokenizers struct {
 	Registry *tokenizer.Registry
-	Chats    *tokenizer.Chats // nil: chat requests are routed by load; else over Registry
+	Chats    *chat.Registry // nil: chat requests are routed by load; else over Registry
 }
 
 // AppendTokens implements Tokenizers.
@@ -35,7 +37,7 @@ func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) (
 	if t.Chats == nil {
 		return dst, errNoChat
 	}
-	req, err := tokenizer.ParseChatRequest(p.Body)
+	req, err := chat.ParseRequest(p.Body)
 	if err != nil {
 		return dst, err
 	}

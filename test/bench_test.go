@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -83,7 +85,7 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 	if err := index.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, ids, blockhash.Extra{})); err != nil {
 		b.Fatal(err)
 	}
-	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, slog.New(slog.DiscardHandler), nil)
+	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	kvfleet "github.com/kvrouter/kvrouter/router/fleet"
 
@@ -89,7 +91,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chat, err := tokenizer.LoadChat(dir, "")
+	tmpl, err := chat.Load(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +119,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: chat, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +148,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.router, err = router.New(router.DefaultConfig(), f.routes, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: tokenizer.NewChats(reg, nil)}, logger, nil); err != nil {
+	if f.router, err = router.New(router.DefaultConfig(), f.routes, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, logger, nil); err != nil {
 		t.Fatal(err)
 	}
 	ext, err := extproc.New(extproc.DefaultConfig(), f.router, logger, nil)

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
 // benchTexts are the throughput texts: prose and code documents of 2k to
@@ -58,7 +60,7 @@ func BenchmarkEncode(b *testing.B) {
 	for _, s := range texts {
 		size += len(s)
 	}
-	for _, model := range models {
+	for _, model := range oracle.Models {
 		tok := loadModel(b, model)
 		ntok := 0
 		for _, s := range texts {
@@ -101,9 +103,9 @@ func BenchmarkOracle(b *testing.B) {
 		line, _ := json.Marshal(s)
 		in.Write(append(line, '\n'))
 	}
-	for _, model := range models {
+	for _, model := range oracle.Models {
 		b.Run(model, func(b *testing.B) {
-			cmd := nodeScript(b, "bench.js", modelDir(b, model))
+			cmd := oracle.NodeScript(b, "bench.js", oracle.ModelDir(b, model))
 			cmd.Stdin = bytes.NewReader(in.Bytes())
 			out, err := cmd.Output()
 			if err != nil {
@@ -125,9 +127,9 @@ func BenchmarkOracle(b *testing.B) {
 
 // BenchmarkLoad measures loading each model and the heap it keeps.
 func BenchmarkLoad(b *testing.B) {
-	for _, model := range models {
+	for _, model := range oracle.Models {
 		b.Run(model, func(b *testing.B) {
-			dir := modelDir(b, model)
+			dir := oracle.ModelDir(b, model)
 			var heap uint64
 			for b.Loop() {
 				var before, after runtime.MemStats

@@ -1,6 +1,6 @@
-// Package tokenizer maps a served model name to its tokenizer and chat
-// template and turns prompt text or chat messages into exactly the token ids
-// vLLM produces for them.
+// Package tokenizer maps a served model name to its tokenizer and turns
+// prompt text into exactly the token ids vLLM produces for it. Package chat
+// renders chat requests into that text.
 //
 // # Overview
 //
@@ -47,16 +47,6 @@
 // goldens for a corpus of 5,000+ strings, plus the live oracle on a sample;
 // variants of those files exercise the components the six do not use, and
 // the Unicode tables and NFC are compared code point by code point.
-//
-// # Chat templates
-//
-// A [Chat] renders /v1/chat/completions requests with the model's Jinja
-// chat template (package jinja, with jinja2's semantics) after vLLM's
-// message preprocessing, then encodes the prompt. Renders are proven
-// byte-identical to Python jinja2 configured as transformers configures it
-// on twelve real templates, with npm @huggingface/jinja as a second opinion.
-// vLLM renders gpt-oss through openai_harmony instead of its template, so
-// for gpt-oss kvrouter's render is the template's.
 //
 // # Registry
 //

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"slices"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
 // FuzzEncode checks invariants on any input: no panic, ids in range, the
@@ -12,8 +14,8 @@ func FuzzEncode(f *testing.F) {
 		f.Add(s, uint8(0))
 	}
 	f.Add("\xff\xfe invalid \xc3", uint8(1))
-	toks := make([]*Tokenizer, len(models))
-	for i, m := range models {
+	toks := make([]*Tokenizer, len(oracle.Models))
+	for i, m := range oracle.Models {
 		toks[i] = loadModel(f, m)
 	}
 	f.Fuzz(func(t *testing.T, s string, which uint8) {

@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
 var update = flag.Bool("update", false, "regenerate testdata/corpus.jsonl.gz and testdata/golden/ with the oracle")
@@ -39,7 +41,7 @@ func TestOracleGolden(t *testing.T) {
 	}
 	texts := readCorpus(t)
 	checkVersion(t, texts)
-	for _, model := range models {
+	for _, model := range oracle.Models {
 		t.Run(model, func(t *testing.T) {
 			t.Parallel() // also proves concurrent use under -race
 			tok := loadModel(t, model)
@@ -59,7 +61,7 @@ func TestOracleLive(t *testing.T) {
 			sample = append(sample, s)
 		}
 	}
-	for _, model := range models {
+	for _, model := range oracle.Models {
 		t.Run(model, func(t *testing.T) {
 			t.Parallel()
 			tok := loadModel(t, model)
@@ -104,7 +106,7 @@ func regenerate(t *testing.T) {
 	must(t, zw.Close())
 	must(t, os.WriteFile(corpusFile, buf.Bytes(), 0o644))
 	must(t, os.MkdirAll(goldenDir, 0o755))
-	for _, model := range models {
+	for _, model := range oracle.Models {
 		ids := oracleIDs(t, model, texts)
 		must(t, os.WriteFile(filepath.Join(goldenDir, model+".bin.gz"), encodeGolden(ids), 0o644))
 	}

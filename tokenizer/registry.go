@@ -176,6 +176,10 @@ func (r *Registry) store(name string, tok *Tokenizer) {
 	}
 }
 
+// Base returns the name model's files are found under: model itself, or
+// the base model an alias in Config names.
+func (r *Registry) Base(model string) (string, error) { return r.cfg.base(model) }
+
 // Dir returns the directory of a base model's tokenizer files: its entry
 // in Config.Models, or its snapshot in the Hugging Face cache, downloaded
 // from the hub first when Config.HubURL is set and the cache lacks it.

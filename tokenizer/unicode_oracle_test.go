@@ -7,6 +7,8 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
+
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/kvrouter/kvrouter/tokenizer/internal/unicode16"
@@ -43,7 +45,7 @@ func TestUnicodeOracle(t *testing.T) {
 		}
 	})
 	in, _ := json.Marshal(decomposed)
-	cmd := nodeScript(t, "unicode.js")
+	cmd := oracle.NodeScript(t, "unicode.js")
 	cmd.Stdin = bytes.NewReader(in)
 	out, err := cmd.Output()
 	if err != nil {

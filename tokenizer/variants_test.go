@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
 // variants change one component of a real tokenizer.json to exercise
@@ -106,7 +108,7 @@ func TestOracleVariants(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			data, err := os.ReadFile(filepath.Join(modelDir(t, v.base), "tokenizer.json"))
+			data, err := os.ReadFile(filepath.Join(oracle.ModelDir(t, v.base), "tokenizer.json"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +122,7 @@ func TestOracleVariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			compare(t, v.name, tok, sample, oracleIDsDir(t, dir, sample))
+			compare(t, v.name, tok, sample, oracle.IDs(t, dir, sample))
 		})
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -42,13 +44,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("load the Qwen3 tokenizer (run `make deps`): %w", err)
 	}
-	chat, err := tokenizer.LoadChat(o.tokenizerDir, "")
+	tmpl, err := chat.Load(o.tokenizerDir, "")
 	if err != nil {
 		return fmt.Errorf("load the Qwen3 chat template: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	podFlags, err := startPods(ctx, o.pods, tok, chat, out)
+	podFlags, err := startPods(ctx, o.pods, tok, tmpl, out)
 	if err != nil {
 		return err
 	}
@@ -89,15 +91,15 @@ func examples(httpAddr, adminAddr string) string {
 	return b.String()
 }
 
-// startPods starts the simulated pods, rendering chats with chat, and
+// startPods starts the simulated pods, rendering chats with tmpl, and
 // returns kvrouter's --pod flags.
-func startPods(ctx context.Context, n int, tok *tokenizer.Tokenizer, chat *tokenizer.Chat, out io.Writer) ([]string, error) {
+func startPods(ctx context.Context, n int, tok *tokenizer.Tokenizer, tmpl *chat.Template, out io.Writer) ([]string, error) {
 	var flags []string
 	for i := range n {
 		name := fmt.Sprintf("vllm-%d", i)
 		pub := vllmpub.DefaultConfig()
 		pub.Endpoint, pub.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Chat: chat, Hash: blockhash.DefaultConfig(), Events: pub, CacheBlocks: 512})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", Tokenizer: tok, Chat: tmpl, Hash: blockhash.DefaultConfig(), Events: pub, CacheBlocks: 512})
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
@@ -101,7 +103,7 @@ func (a *app) build(s settings) error {
 		return err
 	}
 	a.fleet = fleet.New(a.index)
-	tokens := router.RegistryTokenizers{Registry: toks, Chats: tokenizer.NewChats(toks, nil)}
+	tokens := router.RegistryTokenizers{Registry: toks, Chats: chat.NewRegistry(toks, nil)}
 	if a.router, err = router.New(s.router, a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

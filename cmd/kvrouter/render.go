@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -17,7 +19,7 @@ func runRender(_ context.Context, args []string, stdout, stderr io.Writer) error
 
 // renderer renders chat requests for `kvrouter render`.
 type renderer struct {
-	chat   *tokenizer.Chat
+	chat   *chat.Template
 	tok    *tokenizer.Tokenizer // nil without --tokens
 	tokens bool
 }
@@ -69,7 +71,7 @@ func (r *renderer) load(dir, templateFile string) error {
 		override = string(b)
 	}
 	var err error
-	if r.chat, err = tokenizer.LoadChat(dir, override); err != nil {
+	if r.chat, err = chat.Load(dir, override); err != nil {
 		return err
 	}
 	if r.tokens {
@@ -111,7 +113,7 @@ func (r *renderer) lines(stdin io.Reader, w *bufio.Writer) error {
 // one renders one request and writes its result line; nothing is written
 // when it fails.
 func (r *renderer) one(body []byte, w *bufio.Writer) error {
-	req, err := tokenizer.ParseChatRequest(body)
+	req, err := chat.ParseRequest(body)
 	if err != nil {
 		return err
 	}

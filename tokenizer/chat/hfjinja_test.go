@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"encoding/json"
@@ -130,7 +130,7 @@ func TestChatTemplatesAgainstHFJinja(t *testing.T) {
 	for _, ct := range chatTemplates {
 		c, _ := loadTemplateChat(t, ct)
 		for _, cv := range loadConversations(t) {
-			req, err := ParseChatRequest(cv.Request)
+			req, err := ParseRequest(cv.Request)
 			if err != nil {
 				t.Fatalf("%s: ParseChatRequest: %v", cv.Name, err)
 			}

@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"encoding/json"
@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
 // qwen3Request is a 10-message conversation (system, 4 user/assistant
 // pairs with thinking, a last question).
-func qwen3Request(b *testing.B) *ChatRequest {
+func qwen3Request(b *testing.B) *Request {
 	msgs := []string{`{"role": "system", "content": "You are a helpful assistant."}`}
 	for i := range 4 {
 		msgs = append(msgs,
@@ -19,7 +21,7 @@ func qwen3Request(b *testing.B) *ChatRequest {
 			fmt.Sprintf(`{"role": "assistant", "content": "<think>\nLet me think about %d.\n</think>\n\nThe answer is city %d."}`, i, i))
 	}
 	msgs = append(msgs, `{"role": "user", "content": "And the last one?"}`)
-	req, err := ParseChatRequest([]byte(`{"messages": [` + strings.Join(msgs, ",") + `]}`))
+	req, err := ParseRequest([]byte(`{"messages": [` + strings.Join(msgs, ",") + `]}`))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func BenchmarkChatRenderQwen3(b *testing.B) {
 
 // chat8kRequest is kvrouter-load's 8k-token chat request: 10 messages of
 // about 4,000 bytes each, alternating user and assistant.
-func chat8kRequest(b testing.TB) *ChatRequest {
+func chat8kRequest(b testing.TB) *Request {
 	words := strings.Fields("routing every request to the pod that already caches its prefix saves the prefill and lowers the time to first token")
 	var msgs []string
 	for i := range 10 {
@@ -57,7 +59,7 @@ func chat8kRequest(b testing.TB) *ChatRequest {
 		}
 		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, [2]string{"user", "assistant"}[i%2], sb.String()))
 	}
-	req, err := ParseChatRequest([]byte(`{"model":"qwen3","messages":[` + strings.Join(msgs, ",") + `]}`))
+	req, err := ParseRequest([]byte(`{"model":"qwen3","messages":[` + strings.Join(msgs, ",") + `]}`))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,15 +111,15 @@ func BenchmarkChatEncodeQwen3(b *testing.B) {
 //	BenchmarkChatRenderGPTOSS-2  old 233037-343244 ns/op  69100 B/op  1367 allocs/op
 //	                             new 183168-260547 ns/op  65237 B/op  1121 allocs/op
 func BenchmarkChatRenderGPTOSS(b *testing.B) {
-	tmpl, err := os.ReadFile(filepath.Join("testdata", "chat", "gpt-oss.jinja"))
+	tmpl, err := os.ReadFile(filepath.Join("testdata", "gpt-oss.jinja"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := LoadChat(modelDir(b, "gptoss"), string(tmpl))
+	c, err := Load(oracle.ModelDir(b, "gptoss"), string(tmpl))
 	if err != nil {
 		b.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join("testdata", "chat", "conversations.json"))
+	data, err := os.ReadFile(filepath.Join("testdata", "conversations.json"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +130,7 @@ func BenchmarkChatRenderGPTOSS(b *testing.B) {
 	req := qwen3Request(b)
 	for _, cv := range convs {
 		if cv.Name == "tool schema typescript" {
-			withTools, err := ParseChatRequest(cv.Request)
+			withTools, err := ParseRequest(cv.Request)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -142,8 +144,8 @@ func BenchmarkChatRenderGPTOSS(b *testing.B) {
 }
 
 // loadQwen3Chat is qwen3's chat template from its model directory.
-func loadQwen3Chat(b *testing.B) *Chat {
-	c, err := LoadChat(modelDir(b, "qwen3"), "")
+func loadQwen3Chat(b *testing.B) *Template {
+	c, err := Load(oracle.ModelDir(b, "qwen3"), "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +153,7 @@ func loadQwen3Chat(b *testing.B) *Chat {
 }
 
 // benchRender renders req with c once per iteration.
-func benchRender(b *testing.B, c *Chat, req *ChatRequest) {
+func benchRender(b *testing.B, c *Template, req *Request) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.Render(req); err != nil {

@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"encoding/json"
@@ -115,7 +115,7 @@ func TestRandomChatsAgainstJinja2(t *testing.T) {
 		bodies[i], _ = json.Marshal(g.request())
 	}
 	var reqs []any
-	var chats []*Chat
+	var chats []*Template
 	for _, ct := range chatTemplates {
 		c, cfg := loadTemplateChat(t, ct)
 		chats = append(chats, c)
@@ -130,7 +130,7 @@ func TestRandomChatsAgainstJinja2(t *testing.T) {
 	same, bad := 0, 0
 	for ti, c := range chats {
 		for i, b := range bodies {
-			req, err := ParseChatRequest(b)
+			req, err := ParseRequest(b)
 			if err != nil {
 				t.Fatal(err)
 			}

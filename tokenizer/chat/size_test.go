@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import "testing"
 
@@ -24,7 +24,7 @@ func TestRenderSize(t *testing.T) {
 				t.Errorf("renderSize(8k chat) = %d, want %d to %d", h, len(out), 2*len(out)+2048)
 			}
 			for _, cv := range convs {
-				req, err := ParseChatRequest(cv.Request)
+				req, err := ParseRequest(cv.Request)
 				if err != nil {
 					continue // the request errors of TestChatTemplatesAgainstJinja2
 				}

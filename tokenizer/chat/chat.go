@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/tokenizer"
 
 	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
@@ -26,7 +28,7 @@ var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_to
 // openai_harmony library, not with the model's chat template, so for gpt-oss
 // a Chat renders what the template (and so transformers) gives, which can
 // differ from the prompt vLLM tokenizes.
-type Chat struct {
+type Template struct {
 	template string         // the model's template; "" none
 	special  map[string]any // special token strings for the context
 	cache    *jinja.Cache
@@ -35,7 +37,7 @@ type Chat struct {
 // LoadChat reads a model's chat template and special tokens from dir
 // (tokenizer_config.json, chat_template.jinja). A non-empty override
 // replaces the model's template, as vLLM's --chat-template does.
-func LoadChat(dir, override string) (*Chat, error) {
+func Load(dir, override string) (*Template, error) {
 	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -44,15 +46,15 @@ func LoadChat(dir, override string) (*Chat, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	return NewChat(cfg, string(tmpl), override)
+	return New(cfg, string(tmpl), override)
 }
 
 // NewChat builds a Chat from the contents of tokenizer_config.json (nil:
 // none) and chat_template.jinja ("": none). The template is, in order of
 // precedence: override, chat_template.jinja, tokenizer_config.json's
 // chat_template (a string, or the entry named "default" of a list).
-func NewChat(configJSON []byte, templateFile, override string) (*Chat, error) {
-	c := &Chat{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16)}
+func New(configJSON []byte, templateFile, override string) (*Template, error) {
+	c := &Template{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16)}
 	var cfg map[string]json.RawMessage
 	if len(configJSON) > 0 {
 		if err := json.Unmarshal(configJSON, &cfg); err != nil {
@@ -118,7 +120,7 @@ func tokenString(raw json.RawMessage) (string, bool) {
 	return "", false
 }
 
-func (c *Chat) readSpecial(cfg map[string]json.RawMessage) error {
+func (c *Template) readSpecial(cfg map[string]json.RawMessage) error {
 	for _, f := range specialTokenFields {
 		if s, ok := tokenString(cfg[f]); ok {
 			c.special[f] = s
@@ -143,21 +145,21 @@ func (c *Chat) readSpecial(cfg map[string]json.RawMessage) error {
 }
 
 // Template returns the chat template a request would use without its own.
-func (c *Chat) Template() string { return c.template }
+func (c *Template) Template() string { return c.template }
 
 // Render renders a chat request to the prompt text vLLM would tokenize.
-func (c *Chat) Render(req *ChatRequest) (string, error) {
+func (c *Template) Render(req *Request) (string, error) {
 	return c.renderWith(req, jinja.RenderOptions{})
 }
 
 // Encode renders a chat request and encodes the prompt with tok, adding
 // special tokens only when the request asks (vLLM's default is not to).
-func (c *Chat) Encode(tok *Tokenizer, req *ChatRequest) ([]uint32, error) {
+func (c *Template) Encode(tok *tokenizer.Tokenizer, req *Request) ([]uint32, error) {
 	return c.AppendEncode(nil, tok, req)
 }
 
 // AppendEncode is Encode appending the ids to dst.
-func (c *Chat) AppendEncode(dst []uint32, tok *Tokenizer, req *ChatRequest) ([]uint32, error) {
+func (c *Template) AppendEncode(dst []uint32, tok *tokenizer.Tokenizer, req *Request) ([]uint32, error) {
 	text, err := c.Render(req)
 	if err != nil {
 		return dst, err
@@ -165,7 +167,7 @@ func (c *Chat) AppendEncode(dst []uint32, tok *Tokenizer, req *ChatRequest) ([]u
 	return tok.AppendEncode(dst, text, req.AddSpecialTokens)
 }
 
-func (c *Chat) renderWith(req *ChatRequest, opt jinja.RenderOptions) (string, error) {
+func (c *Template) renderWith(req *Request, opt jinja.RenderOptions) (string, error) {
 	in, err := c.prepare(req)
 	if err != nil {
 		return "", err
@@ -194,7 +196,7 @@ type templateInput struct {
 
 // prepare resolves the template and builds its context from the request
 // as vLLM and transformers do.
-func (c *Chat) prepare(req *ChatRequest) (templateInput, error) {
+func (c *Template) prepare(req *Request) (templateInput, error) {
 	src := c.template
 	if req.ChatTemplate != "" {
 		src = req.ChatTemplate
@@ -235,7 +237,7 @@ var consumedKwargs = map[string]bool{
 	"return_tensors": true, "return_dict": true, "return_assistant_tokens_mask": true, "tokenizer_kwargs": true,
 }
 
-func resolveParams(req *ChatRequest) renderParams {
+func resolveParams(req *Request) renderParams {
 	p := renderParams{gen: req.AddGenerationPrompt, cont: req.ContinueFinalMessage, documents: req.Documents, extra: jinja.NewDict()}
 	if req.Tools != nil {
 		p.tools = dumpTools(req.Tools)
@@ -278,7 +280,7 @@ func (renderParams) truthy(v jinja.Value) bool {
 	return truthyJSON(v)
 }
 
-func (c *Chat) context(p renderParams, conv []jinja.Value) map[string]jinja.Value {
+func (c *Template) context(p renderParams, conv []jinja.Value) map[string]jinja.Value {
 	ctx := make(map[string]jinja.Value, len(c.special)+p.extra.Len()+4)
 	for k, v := range c.special {
 		ctx[k] = v
@@ -361,4 +363,9 @@ func continueFinal(rendered string, last jinja.Value) (string, error) {
 		return rendered[:loc+len(left)], nil
 	}
 	return rendered[:loc+len(stripped)], nil
+}
+
+// isNull reports whether a raw JSON value is absent or null.
+func isNull(m json.RawMessage) bool {
+	return len(m) == 0 || string(m) == "null"
 }

@@ -1,22 +1,26 @@
-package tokenizer
+package chat
 
 import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
-func TestChatsFor(t *testing.T) {
-	dir := modelDir(t, "qwen3")
-	cfg := DefaultConfig()
+func TestRegistryFor(t *testing.T) {
+	dir := oracle.ModelDir(t, "qwen3")
+	cfg := tokenizer.DefaultConfig()
 	cfg.Models = map[string]string{"qwen3": dir, "plain": dir}
 	cfg.Aliases = map[string]string{"my-lora": "qwen3"}
-	reg, err := NewRegistry(cfg)
+	reg, err := tokenizer.NewRegistry(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chats := NewChats(reg, map[string]string{"plain": "{% for m in messages %}{{ m.content }}{% endfor %}"})
-	req, err := ParseChatRequest([]byte(`{"messages": [{"role": "user", "content": "Hi"}]}`))
+	chats := NewRegistry(reg, map[string]string{"plain": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+	req, err := ParseRequest([]byte(`{"messages": [{"role": "user", "content": "Hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +41,7 @@ func TestChatsFor(t *testing.T) {
 	if err != nil || p.Template() != "{% for m in messages %}{{ m.content }}{% endfor %}" {
 		t.Errorf("For(plain) = %v, %v, want the override template", p, err)
 	}
-	if _, err := chats.For("nope"); !errors.Is(err, ErrUnknownModel) {
-		t.Errorf("For(nope) = %v, want ErrUnknownModel", err)
+	if _, err := chats.For("nope"); !errors.Is(err, tokenizer.ErrUnknownModel) {
+		t.Errorf("For(nope) = %v, want tokenizer.ErrUnknownModel", err)
 	}
 }

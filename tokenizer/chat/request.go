@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 
 // ChatRequest is what of an OpenAI chat completions request changes the
 // prompt vLLM renders and tokenizes.
-type ChatRequest struct {
+type Request struct {
 	// Messages are the request's messages as sent (dicts).
 	Messages []jinja.Value
 	// Tools are the request's tools; nil when absent.
@@ -32,7 +32,7 @@ type ChatRequest struct {
 
 // ParseChatRequest reads the prompt-relevant fields of a chat completions
 // request body, keeping the key order of every object.
-func ParseChatRequest(body []byte) (*ChatRequest, error) {
+func ParseRequest(body []byte) (*Request, error) {
 	v, err := jinja.FromJSON(body)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: chat request: %w", err)
@@ -41,7 +41,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	if !ok {
 		return nil, errors.New("tokenizer: chat request: want a JSON object")
 	}
-	req := &ChatRequest{AddGenerationPrompt: true}
+	req := &Request{AddGenerationPrompt: true}
 	msgs, ok := get(d, "messages").(*jinja.List)
 	if !ok {
 		return nil, errors.New("tokenizer: chat request: messages must be a list")
@@ -69,7 +69,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	return req, nil
 }
 
-func readFlags(d *jinja.Dict, req *ChatRequest) error {
+func readFlags(d *jinja.Dict, req *Request) error {
 	for _, f := range []struct {
 		name string
 		dst  *bool

@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ func TestNewChatTemplateResolution(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := NewChat(tt.cfg, tt.file, tt.override)
+			c, err := New(tt.cfg, tt.file, tt.override)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -30,14 +30,14 @@ func TestNewChatTemplateResolution(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewChat([]byte(`{"chat_template": [{"name": "x", "template": "T"}]}`), "", ""); !errors.Is(err, ErrNoChatTemplate) {
+	if _, err := New([]byte(`{"chat_template": [{"name": "x", "template": "T"}]}`), "", ""); !errors.Is(err, ErrNoChatTemplate) {
 		t.Errorf("NewChat(no default) = %v, want ErrNoChatTemplate", err)
 	}
 }
 
 func TestChatRender(t *testing.T) {
 	cfg := []byte(`{"chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ x }}", "bos_token": {"content": "<s>"}, "eos_token": null}`)
-	c, err := NewChat(cfg, "", "")
+	c, err := New(cfg, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestChatRender(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := ParseChatRequest([]byte(tt.body))
+			req, err := ParseRequest([]byte(tt.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,14 +70,14 @@ func TestParseChatRequestErrors(t *testing.T) {
 		`{"messages": [], "add_generation_prompt": "yes"}`, `{"messages": [], "chat_template": 1}`,
 		`{"messages": [], "chat_template_kwargs": []}`, `{"messages": [`,
 	} {
-		if _, err := ParseChatRequest([]byte(body)); err == nil {
+		if _, err := ParseRequest([]byte(body)); err == nil {
 			t.Errorf("ParseChatRequest(%s) = nil error, want one", body)
 		}
 	}
 }
 
 func TestChatRenderErrors(t *testing.T) {
-	c, err := NewChat(nil, "", "{{ messages[0].content }}")
+	c, err := New(nil, "", "{{ messages[0].content }}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestChatRenderErrors(t *testing.T) {
 		`{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}, 1]}]}`,
 		`{"messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`,
 	} {
-		req, err := ParseChatRequest([]byte(body))
+		req, err := ParseRequest([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,8 +96,8 @@ func TestChatRenderErrors(t *testing.T) {
 			t.Errorf("Render(%s) = %q, want an error", body, out)
 		}
 	}
-	empty, _ := NewChat(nil, "", "")
-	req, _ := ParseChatRequest([]byte(`{"messages": []}`))
+	empty, _ := New(nil, "", "")
+	req, _ := ParseRequest([]byte(`{"messages": []}`))
 	if _, err := empty.Render(req); !errors.Is(err, ErrNoChatTemplate) {
 		t.Errorf("Render without template = %v, want ErrNoChatTemplate", err)
 	}

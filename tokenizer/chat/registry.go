@@ -1,7 +1,9 @@
-package tokenizer
+package chat
 
 import (
 	"sync"
+
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // maxChats bounds the chat renderers a Chats keeps.
@@ -10,27 +12,27 @@ const maxChats = 64
 // Chats maps model names (base, alias or LoRA adapter, as the Registry
 // resolves them) to chat renderers, loading each model's template once. It
 // is safe for concurrent use.
-type Chats struct {
-	reg       *Registry
+type Registry struct {
+	reg       *tokenizer.Registry
 	overrides map[string]string
 	mu        struct {
 		sync.Mutex
-		m map[string]*Chat // by base model name
+		m map[string]*Template // by base model name
 	}
 }
 
 // NewChats returns the chat renderers of the registry's models; overrides
 // maps base model names to a template that replaces the model's own (as
 // vLLM's --chat-template).
-func NewChats(reg *Registry, overrides map[string]string) *Chats {
-	c := &Chats{reg: reg, overrides: overrides}
-	c.mu.m = map[string]*Chat{}
+func NewRegistry(reg *tokenizer.Registry, overrides map[string]string) *Registry {
+	c := &Registry{reg: reg, overrides: overrides}
+	c.mu.m = map[string]*Template{}
 	return c
 }
 
 // For returns the chat renderer of a model.
-func (c *Chats) For(model string) (*Chat, error) {
-	name, err := c.reg.cfg.base(model)
+func (c *Registry) For(model string) (*Template, error) {
+	name, err := c.reg.Base(model)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +46,7 @@ func (c *Chats) For(model string) (*Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ch, err = LoadChat(dir, c.overrides[name]); err != nil {
+	if ch, err = Load(dir, c.overrides[name]); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -61,12 +63,12 @@ func (c *Chats) For(model string) (*Chat, error) {
 
 // Encode renders a chat request for a model and returns the token ids vLLM
 // computes for it.
-func (c *Chats) Encode(model string, req *ChatRequest) ([]uint32, error) {
+func (c *Registry) Encode(model string, req *Request) ([]uint32, error) {
 	return c.AppendEncode(nil, model, req)
 }
 
 // AppendEncode is Encode appending the ids to dst.
-func (c *Chats) AppendEncode(dst []uint32, model string, req *ChatRequest) ([]uint32, error) {
+func (c *Registry) AppendEncode(dst []uint32, model string, req *Request) ([]uint32, error) {
 	ch, err := c.For(model)
 	if err != nil {
 		return dst, err

@@ -1,4 +1,4 @@
-package tokenizer
+package chat
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 
 	"github.com/kvrouter/kvrouter/tokenizer/internal/pyoracle"
 	"github.com/kvrouter/kvrouter/tokenizer/jinja"
@@ -41,7 +43,7 @@ type conversationCase struct {
 
 func loadConversations(t *testing.T) []conversationCase {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "chat", "conversations.json"))
+	data, err := os.ReadFile(filepath.Join("testdata", "conversations.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,18 +54,18 @@ func loadConversations(t *testing.T) []conversationCase {
 	return cs
 }
 
-func loadTemplateChat(t *testing.T, ct chatTemplate) (*Chat, string) {
+func loadTemplateChat(t *testing.T, ct chatTemplate) (*Template, string) {
 	t.Helper()
-	dir := modelDir(t, ct.model)
+	dir := oracle.ModelDir(t, ct.model)
 	override := ""
 	if ct.file != "" {
-		b, err := os.ReadFile(filepath.Join("testdata", "chat", ct.file))
+		b, err := os.ReadFile(filepath.Join("testdata", ct.file))
 		if err != nil {
 			t.Fatal(err)
 		}
 		override = string(b)
 	}
-	c, err := LoadChat(dir, override)
+	c, err := Load(dir, override)
 	if err != nil {
 		t.Fatalf("LoadChat(%s): %v", dir, err)
 	}
@@ -79,7 +81,7 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 	type job struct {
 		tmpl string
 		conv conversationCase
-		chat *Chat
+		chat *Template
 	}
 	var jobs []job
 	var reqs []any
@@ -97,7 +99,7 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 	same, bothFail := 0, 0
 	rendered := map[string]int{}
 	for i, j := range jobs {
-		req, err := ParseChatRequest(j.conv.Request)
+		req, err := ParseRequest(j.conv.Request)
 		if err != nil {
 			t.Fatalf("%s: ParseChatRequest: %v", j.conv.Name, err)
 		}
@@ -127,7 +129,7 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 // oracleTime is the clock both sides use for strftime_now.
 var oracleTime = time.Date(2026, 3, 7, 15, 4, 5, 0, time.UTC)
 
-func (c *Chat) renderAt(req *ChatRequest, now time.Time) (string, error) {
+func (c *Template) renderAt(req *Request, now time.Time) (string, error) {
 	return c.renderWith(req, jinja.RenderOptions{Now: func() time.Time { return now }})
 }
 
@@ -139,9 +141,9 @@ func TestChatTokensEndToEnd(t *testing.T) {
 	c, cfg := loadTemplateChat(t, chatTemplate{"qwen3", "qwen3", ""})
 	tok := loadModel(t, "qwen3")
 	var reqs []any
-	var parsed []*ChatRequest
+	var parsed []*Request
 	for _, cv := range loadConversations(t) {
-		req, err := ParseChatRequest(cv.Request)
+		req, err := ParseRequest(cv.Request)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +161,7 @@ func TestChatTokensEndToEnd(t *testing.T) {
 			texts, idx = append(texts, *r.Out), append(idx, i)
 		}
 	}
-	want := oracleIDs(t, "qwen3", texts)
+	want := oracle.IDs(t, oracle.ModelDir(t, "qwen3"), texts)
 	for n, i := range idx {
 		got, err := c.Encode(tok, parsed[i])
 		if err != nil {
@@ -170,7 +172,7 @@ func TestChatTokensEndToEnd(t *testing.T) {
 		if parsed[i].AddSpecialTokens {
 			w = want[n][1]
 		}
-		if d := diff(got, w); d != "" {
+		if d := oracle.Diff(got, w); d != "" {
 			t.Errorf("conversation %d: %s", i, d)
 		}
 	}
