@@ -30,9 +30,10 @@ func TestEqualAndEndpoint(t *testing.T) {
 	if got, want := a.Endpoint(), "[::1]:8000"; got != want {
 		t.Errorf("Endpoint() = %q, want %q", got, want)
 	}
-	b := a
-	b.Aliases = []string{"y"}
-	if !a.Equal(a) || a.Equal(b) {
-		t.Errorf("Equal: a.Equal(a) = %v, a.Equal(b) = %v, want true, false", a.Equal(a), a.Equal(b))
+	same, other := a, a
+	same.Aliases = []string{"x"}
+	other.Aliases = []string{"y"}
+	if !a.Equal(same) || a.Equal(other) {
+		t.Errorf("Equal: with equal aliases %v, with other aliases %v; want true, false", a.Equal(same), a.Equal(other))
 	}
 }

@@ -144,7 +144,7 @@ func (p *kvRouter) KVEvents(pod int, events []kvEvent) {
 	}
 }
 
-// Scraped stores the metrics in the fleet's Load, as router.Scraper does.
+// Scraped stores the metrics in the fleet's Load, as fleet.Scraper does.
 func (p *kvRouter) Scraped(m []Metrics) {
 	for i, x := range m {
 		l := p.fleet.Load(fmt.Sprintf("pod-%03d", i))

@@ -31,7 +31,7 @@ func qwen3Request(b *testing.B) *Request {
 // BenchmarkChatRenderQwen3 renders a 10-message conversation with qwen3's
 // template (compiled once, cached). Target: ≤ 0.3 ms.
 //
-// go test -run '^$' -bench Chat -benchmem -count 3 ./tokenizer/ on 2 cores
+// go test -run '^$' -bench Chat -benchmem -count 3 ./tokenizer/chat/ on 2 cores
 // shared with other jobs (load ≈ 7.5, so the spread is noise), 2026-11-21:
 //
 //	BenchmarkChatRenderQwen3-2   66990-74810 ns/op   22794 B/op  476 allocs/op

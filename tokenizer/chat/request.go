@@ -9,7 +9,7 @@ import (
 	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
 
-// ChatRequest is what of an OpenAI chat completions request changes the
+// Request is what of an OpenAI chat completions request changes the
 // prompt vLLM renders and tokenizes.
 type Request struct {
 	// Messages are the request's messages as sent (dicts).
@@ -30,7 +30,7 @@ type Request struct {
 	Kwargs *jinja.Dict
 }
 
-// ParseChatRequest reads the prompt-relevant fields of a chat completions
+// ParseRequest reads the prompt-relevant fields of a chat completions
 // request body, keeping the key order of every object.
 func ParseRequest(body []byte) (*Request, error) {
 	v, err := jinja.FromJSON(body)
