@@ -52,10 +52,10 @@ bench-e2e: deps build ## decisions at rising rates: 500/8k/32k/100k-token chats,
 soak: deps build ## 10 minutes: 100 pods churning their caches + 50 requests/s; index exact, RSS bounded, no growth, no errors
 	$(GO) run ./test/cmd/kvrouter-load -soak $${SOAK:-10m} -pods 100 -rates 50
 
-sim: ## fleet simulator: every routing policy on the Mooncake traces and the llm-d shared-prefix workloads; report and plots in results/sim
+sim: ## fleet simulator: every routing policy on the Mooncake traces and the llm-d shared-prefix workloads; report and PNG/SVG plots in results/sim
 	$(GO) run ./test/cmd/fleetsim -traces $${TRACES:-testdata/traces} -out results/sim
 
-lint: deps-lint ## golangci-lint (pinned version) with gofumpt
+lint: deps-lint ## golangci-lint (pinned version): gofumpt formatting and the import rules of docs/architecture.md
 	$(GOLANGCI_LINT) run ./...
 
 fmt: deps-lint ## rewrite sources with gofumpt

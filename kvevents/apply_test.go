@@ -15,7 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
-// Known vectors of specs/VLLM.md: sha256_cbor, seed "0", block size 16,
+// Known vectors of docs/vllm.md: sha256_cbor, seed "0", block size 16,
 // tokens 0..47.
 var (
 	vecPlain = []uint64{12687895063098490012, 1814341696565857452, 2713165534665270607}

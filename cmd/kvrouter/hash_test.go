@@ -30,7 +30,7 @@ func TestHash(t *testing.T) {
 		wantStdout string
 		wantStderr string
 	}{
-		// specs/VLLM.md §1 known vectors (sha256_cbor, block size 16, tokens 0..47).
+		// docs/vllm.md §1 known vectors (sha256_cbor, block size 16, tokens 0..47).
 		{
 			name: "vector seed 0", args: []string{"--algo", "sha256_cbor", "--seed", "0", "--block-size", "16"}, stdin: tokens48,
 			wantStdout: "[12687895063098490012,1814341696565857452,2713165534665270607]\n",

@@ -29,7 +29,7 @@ func mustHasher(t testing.TB, algo Algorithm, seed string, blockSize int) *Hashe
 	return h
 }
 
-// TestKnownVectors checks every vector of specs/VLLM.md §1.
+// TestKnownVectors checks every vector of docs/vllm.md §1.
 func TestKnownVectors(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -60,7 +60,7 @@ func TestKnownVectors(t *testing.T) {
 	}
 }
 
-// TestEncodings checks the byte strings specs/VLLM.md spells out and a few
+// TestEncodings checks the byte strings docs/vllm.md spells out and a few
 // shapes Python produced (the differential test covers the rest).
 func TestEncodings(t *testing.T) {
 	var parent Digest

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A vLLM-faithful KV-event publisher for kvrouter's interop tests.
 
-Written from specs/VLLM.md section 2, independently of kvrouter's Go code.
+Written from docs/vllm.md section 2, independently of kvrouter's Go code.
 It binds a PUB socket and a replay ROUTER like vLLM's ZmqEventPublisher and
 sends one round of batches in every wire form vLLM's releases used:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reference block hashes for kvindex's differential test, computed the way
-vLLM computes them (specs/VLLM.md section 1), with Python's own pickle and
+vLLM computes them (docs/vllm.md section 1), with Python's own pickle and
 hashlib and Debian's python3-cbor2. Independent of the Go code under test.
 
 stdin:  {"cases": [{"algo": "sha256"|"sha256_cbor", "seed": str,
