@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -46,7 +49,7 @@ type app struct {
 	proxy   *proxy.Proxy
 	scraper *fleet.Scraper
 	pods    *discovery.Discovery // nil without Kubernetes
-	static  *staticPods          // --pod, pods.static and the pods file
+	static  *discovery.Static    // --pod, pods.static and the pods file
 }
 
 // newApp builds every part from validated settings. A tokenizer or pods
@@ -71,8 +74,19 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 		}
 		a.pods = d
 	}
-	a.static = newStaticPods(s.static, s.Pods.File, s.Pods.DefaultModel, time.Duration(s.Pods.FileInterval), sink, a.reg, a.logger)
-	if err := a.static.reload(); err != nil {
+	parse := podsFileParser(s.Pods.File, s.static, s.Pods.DefaultModel)
+	static, err := discovery.NewStatic(s.static, s.Pods.File, parse, time.Duration(s.Pods.FileInterval), sink, a.reg, a.logger)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	a.static = static
+	if err := a.static.Reload(); err != nil {
+		// The pods file changed since validate read it. Say what is wrong
+		// as validate does: Reload's error wraps the read error or
+		// parsePods's problems one level down.
+		if cause := errors.Unwrap(err); cause != nil {
+			err = cause
+		}
 		return nil, &problems{list: []string{"pods.file: " + err.Error()}}
 	}
 	return a, nil
@@ -94,7 +108,7 @@ func (a *app) build(s settings) error {
 	// Load the configured tokenizers now: a bad directory fails the start,
 	// and no request pays for a load.
 	bad := &problems{}
-	for _, name := range sortedKeys(s.tok.Models) {
+	for _, name := range slices.Sorted(maps.Keys(s.tok.Models)) {
 		if _, err := toks.For(name); err != nil {
 			bad.add("tokenizers.models.%s: %v", name, err)
 		}

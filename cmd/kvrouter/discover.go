@@ -27,9 +27,10 @@ func resolveKubeconfig(flag, serviceHost string) string {
 	return ""
 }
 
-// fleetSink is discovery's Consumer: it keeps the router's fleet and the
-// event manager in step with the pods. A pod is routed to only while ready;
-// its events are followed from its first ready moment until it goes away.
+// fleetSink is the Consumer of both pod sources, discovery's informer and
+// its static pods: it keeps the router's fleet and the event manager in
+// step with the pods. A pod is routed to only while ready; its events are
+// followed from its first ready moment until it goes away.
 type fleetSink struct {
 	fleet  *fleet.Fleet
 	events *kvevents.Manager

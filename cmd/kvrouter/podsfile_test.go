@@ -2,158 +2,49 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/kvrouter/kvrouter/internal/pod"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// recordingSink records the calls the static pods make.
-type recordingSink struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (r *recordingSink) Upsert(p pod.Pod) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, fmt.Sprintf("upsert %s %s:%d %s %v %v %d/%d dp%d", p.Name, p.IP, p.Port, p.Model, p.Aliases, p.LoRAs, p.EventPort, p.ReplayPort, p.DPSize))
-}
-
-func (r *recordingSink) Remove(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, "remove "+name)
-}
-
-// take returns the calls so far and forgets them.
-func (r *recordingSink) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.calls
-	r.calls = nil
-	return out
-}
-
-// TestStaticPodsReload drives the pods file through its life: loaded, pods
-// added, changed, moved and removed; broken edits and a missing file keep
-// the last good pods, are reported once each, and are counted.
-func TestStaticPodsReload(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pods.yaml")
-	static := []pod.Pod{{Name: "flag", IP: "10.0.0.9", Port: 80, Model: "m", Ready: true}}
-	sink := &recordingSink{}
-	reg := prometheus.NewRegistry()
-	s := newStaticPods(static, path, "dm", time.Second, sink, reg, slog.New(slog.DiscardHandler))
-	steps := []struct {
-		name, file string // file "-": removed
-		wantErr    string
-		want       []string
-	}{
-		{"first", "pods:\n- {name: a, address: \"10.0.0.1:8000\"}\n- {name: b, address: \"10.0.0.2:8000\", model: q, loras: [l], event_port: 6000, replay_port: 6001, dp_size: 2}\n", "", []string{
-			"upsert a 10.0.0.1:8000 dm [] [] 0/0 dp0", "upsert b 10.0.0.2:8000 q [] [l] 6000/6001 dp2", "upsert flag 10.0.0.9:80 m [] [] 0/0 dp0",
-		}},
-		{"unchanged", "pods:\n- {name: a, address: \"10.0.0.1:8000\"}\n- {name: b, address: \"10.0.0.2:8000\", model: q, loras: [l], event_port: 6000, replay_port: 6001, dp_size: 2}\n", "", nil},
-		{"same pods, other text", "# comment\npods:\n- {name: a, address: \"10.0.0.1:8000\", model: dm}\n- {name: b, address: \"10.0.0.2:8000\", model: q, loras: [l], event_port: 6000, replay_port: 6001, dp_size: 2}\n", "", nil},
-		{"b gone, c new, a changed", "pods:\n- {name: a, address: \"10.0.0.1:8000\", model: m2, aliases: [x]}\n- {name: c, address: \"10.0.0.3:8000\"}\n", "", []string{
-			"remove b", "upsert a 10.0.0.1:8000 m2 [x] [] 0/0 dp0", "upsert c 10.0.0.3:8000 dm [] [] 0/0 dp0",
-		}},
-		{"a moved", "pods:\n- {name: a, address: \"10.0.0.7:8000\", model: m2, aliases: [x]}\n- {name: c, address: \"10.0.0.3:8000\"}\n", "", []string{
-			"remove a", "upsert a 10.0.0.7:8000 m2 [x] [] 0/0 dp0",
-		}},
-		{"broken", "pods:\n- {name: a, address: nowhere}\n- {name: d, address: \"10.0.0.4:8000\", shade: red}\n", `address: "nowhere"`, nil},
-		{"still broken", "pods:\n- {name: a, address: nowhere}\n- {name: d, address: \"10.0.0.4:8000\", shade: red}\n", "", nil},
-		{"not yaml", "pods: [", "did not find expected", nil},
-		{"renames a static pod", "pods:\n- {name: flag, address: \"10.0.0.8:8000\"}\n", `"flag" is also a static pod`, nil},
-		{"missing", "-", "no such file", nil},
-		{"still missing", "-", "", nil},
-		{"back, only c", "pods:\n- {name: c, address: \"10.0.0.3:8000\"}\n", "", []string{"remove a"}},
-		{"empty", "", "", []string{"remove c"}},
+// TestAppPodsFileChanged: a pods file that breaks between validate and the
+// start of serve fails the start with the problems validate would have
+// said.
+func TestAppPodsFileChanged(t *testing.T) {
+	path := writeFile(t, "pods.yaml", "pods:\n- {name: a, address: \"127.0.0.1:1\", model: m}\n")
+	c, err := loadConfig([]string{"--pods-file", path, "--pod", "flag=127.0.0.1:2,model=m", "--admin-addr", "127.0.0.1:0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, st := range steps {
-		if st.file == "-" {
-			if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-				t.Fatal(err)
-			}
-		} else if err := os.WriteFile(path, []byte(st.file), 0o600); err != nil {
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ file, want string }{
+		{"pods:\n- {name: a, address: nowhere, model: m}\n", path + `: pods[0] (a): address: "nowhere" is not ip:port`},
+		{"pods:\n- {name: flag, address: \"127.0.0.1:3\", model: m}\n", path + `: pod "flag" is also a static pod`},
+		{"-", "open " + path + ": no such file or directory"},
+	} {
+		if tt.file == "-" {
+			err = os.Remove(path)
+		} else {
+			err = os.WriteFile(path, []byte(tt.file), 0o600)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
-		err := s.reload()
-		if st.wantErr == "" && err != nil || st.wantErr != "" && (err == nil || !strings.Contains(err.Error(), st.wantErr)) {
-			t.Errorf("%s: reload() = %v, want error %q", st.name, err, st.wantErr)
+		want := "config: 1 problem:\n  - pods.file: " + tt.want
+		if _, err := newApp(s, slog.New(slog.DiscardHandler)); err == nil || err.Error() != want || !errors.Is(err, errConfig) {
+			t.Errorf("newApp with the pods file %q = %v, want %q", tt.file, err, want)
 		}
-		if got := sink.take(); strings.Join(got, "\n") != strings.Join(st.want, "\n") {
-			t.Errorf("%s: sink calls\n%s\nwant\n%s", st.name, strings.Join(got, "\n"), strings.Join(st.want, "\n"))
+		if _, err := c.validate(""); err == nil || err.Error() != want {
+			t.Errorf("validate with the pods file %q = %v, want %q", tt.file, err, want)
 		}
-	}
-	for result, want := range map[string]float64{"ok": 6, "error": 4} {
-		if got := testutil.ToFloat64(s.reloads.WithLabelValues(result)); got != want {
-			t.Errorf("kvrouter_podsfile_reloads_total{result=%q} = %v, want %v", result, got, want)
-		}
-	}
-	if got := testutil.ToFloat64(s.count); got != 1 {
-		t.Errorf("kvrouter_podsfile_pods = %v, want 1 (the static pod)", got)
-	}
-}
-
-// TestStaticPodsWithoutFile: the static pods are applied once; Run has
-// nothing to watch.
-func TestStaticPodsWithoutFile(t *testing.T) {
-	sink := &recordingSink{}
-	s := newStaticPods([]pod.Pod{{Name: "a", IP: "10.0.0.1", Port: 80, Model: "m", Ready: true}}, "", "", time.Second, sink, nil, slog.New(slog.DiscardHandler))
-	for range 2 {
-		if err := s.reload(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := sink.take(); len(got) != 1 || got[0] != "upsert a 10.0.0.1:80 m [] [] 0/0 dp0" {
-		t.Errorf("sink calls = %q, want one upsert of a", got)
-	}
-	if err := s.Run(t.Context()); err != nil {
-		t.Errorf("Run without a pods file = %v, want nil at once", err)
-	}
-}
-
-// TestStaticPodsRun: every tick re-reads the file; Run returns when its
-// context is done.
-func TestStaticPodsRun(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pods.yaml")
-	write := func(content string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("pods: [{name: a, address: \"10.0.0.1:8000\", model: m}]\n")
-	sink := &recordingSink{}
-	s := newStaticPods(nil, path, "", time.Hour, sink, nil, slog.New(slog.DiscardHandler))
-	tick := make(chan time.Time) // unbuffered: a send returns once Run is back waiting
-	s.tick = tick
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	// A tick is taken only once the previous one's reload has finished.
-	tick <- time.Time{}
-	tick <- time.Time{}
-	write("pods: [{name: b, address: \"10.0.0.2:8000\", model: m}]\n")
-	tick <- time.Time{}
-	tick <- time.Time{}
-	want := []string{"upsert a 10.0.0.1:8000 m [] [] 0/0 dp0", "remove a", "upsert b 10.0.0.2:8000 m [] [] 0/0 dp0"}
-	if got := sink.take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("sink calls after two changes = %q, want %q", got, want)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run = %v, want nil", err)
 	}
 }
 

@@ -1,13 +1,21 @@
-// Package discovery finds kvrouter's vLLM pods in Kubernetes: a pod
-// informer per configured namespace, filtered by a label selector, turns
-// each pod into a Pod (address, readiness, model, adapters, event ports) and
-// tells a Consumer — in kvrouter, the router's fleet and the kvevents
-// Manager — what appeared, changed or went away. It is the only package that
-// imports client-go.
+// Package discovery is the home of kvrouter's pod sources: each turns what
+// it watches into pods (internal/pod.Pod: address, readiness, model,
+// adapters, event ports) and tells a Consumer — in kvrouter, the router's
+// fleet and the kvevents Manager — what appeared, changed or went away.
+//
+//   - Discovery, the Kubernetes informer: a pod informer per configured
+//     namespace, filtered by a label selector. This is the only package that
+//     imports client-go.
+//   - Static, the pods known without Kubernetes: the static pods, which never
+//     change, and those of a pods file, re-read on every tick and applied
+//     when its content changed. The file's format is the caller's: it hands
+//     Static a ParseFunc (kvrouter's YAML is read in cmd/kvrouter, with the
+//     flags and the config file).
 //
 // # Pod metadata
 //
-// Discovery reads these from each selected pod (annotations unless noted):
+// Discovery reads these from each selected Kubernetes pod (annotations
+// unless noted):
 //
 //	kvrouter.io/model               served base model (annotation, else the label of
 //	                                the same name, else Config.DefaultModel)
@@ -24,10 +32,21 @@
 // (the router excludes it) until it is deleted, leaves the selector or loses
 // its IP. A pod whose IP changes is removed and added again.
 //
+// # The pods file
+//
+// A pods file that cannot be read, does not parse or lists a bad pod (one
+// that is not valid, a name used twice, a static pod's name) changes
+// nothing: the last good pods stay, and the problem is reported once — until
+// the read error or the content changes. Static counts the reads that found
+// a change in kvrouter_podsfile_reloads_total{result} and the pods it knows
+// in kvrouter_podsfile_pods.
+//
 // # Concurrency
 //
-// Consumer calls come from one goroutine at a time, in the order of the
-// events, and must not block.
+// Each source calls its Consumer from one goroutine at a time, in the order
+// of the changes, and the calls must not block. A Consumer shared by two
+// sources, as kvrouter's is, is called from both at once and must be safe
+// for that.
 //
 // # Lifecycle
 //
@@ -35,4 +54,8 @@
 // starts nothing. Run starts the informers and returns once they have
 // stopped; Synced is closed when every informer has listed its pods and their
 // events were delivered.
+//
+// NewStatic registers the kvrouter_podsfile_* metrics and reads nothing;
+// Reload applies the pods (call it once before Run to start with them), and
+// Run re-reads the pods file on every tick until its context is done.
 package discovery

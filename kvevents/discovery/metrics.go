@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the kvrouter_discovery_* collectors.
+// metrics are the kvrouter_discovery_* collectors of Discovery.
 type metrics struct {
 	pods    *prometheus.GaugeVec // by state: ready, not_ready
 	synced  prometheus.Gauge
@@ -49,4 +49,32 @@ func (d *Discovery) countLocked() {
 	}
 	d.metrics.pods.WithLabelValues("ready").Set(float64(ready))
 	d.metrics.pods.WithLabelValues("not_ready").Set(float64(len(d.mu.known) - ready))
+}
+
+// staticMetrics are the kvrouter_podsfile_* collectors of Static.
+type staticMetrics struct {
+	reloads *prometheus.CounterVec // by result: ok, error
+	pods    prometheus.Gauge
+}
+
+func newStaticMetrics(reg prometheus.Registerer) (*staticMetrics, error) {
+	m := &staticMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "podsfile", Name: "reloads_total",
+			Help: "Reads of the pods file that found a change, by result: ok (applied) or error (the last good pods kept).",
+		}, []string{"result"}),
+		pods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "podsfile", Name: "pods",
+			Help: "Pods known without Kubernetes: static ones and those of the pods file.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.reloads, m.pods} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("discovery: register pods file metrics: %w", err)
+		}
+	}
+	return m, nil
 }
