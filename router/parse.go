@@ -275,7 +275,7 @@ func parseChat(raw *rawBody) (*ChatRequest, error) {
 			return badRequest("messages", "messages must be a list of message objects")
 		}
 		var role []byte
-		_, _ = walkObject(m, 0, 1, func(k string, v []byte) error { // m is valid JSON
+		_ = scanObject(m, func(k string, v []byte) error { // m is valid JSON
 			if k == "role" {
 				role = v
 			}
