@@ -37,9 +37,8 @@ func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) (
 	if t.Chats == nil {
 		return dst, errNoChat
 	}
-	req, err := chat.ParseRequest(p.Body)
-	if err != nil {
-		return dst, err
+	if p.chatErr != nil {
+		return dst, p.chatErr
 	}
-	return t.Chats.AppendEncode(dst, base, req)
+	return t.Chats.AppendEncode(dst, base, p.Chat)
 }

@@ -21,12 +21,13 @@ var ErrNoChatTemplate = errors.New("tokenizer: no chat template")
 // order of its special_tokens_map.
 var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
 
-// Chat renders chat requests with a model's chat template exactly as vLLM
-// does (through transformers and jinja2). It is safe for concurrent use.
+// Template renders chat requests with a model's chat template exactly as
+// vLLM does (through transformers and jinja2). It is safe for concurrent
+// use.
 //
 // gpt-oss is the exception: vLLM renders gpt-oss chat requests with the
 // openai_harmony library, not with the model's chat template, so for gpt-oss
-// a Chat renders what the template (and so transformers) gives, which can
+// a Template renders what the template (and so transformers) gives, which can
 // differ from the prompt vLLM tokenizes.
 type Template struct {
 	template string         // the model's template; "" none
@@ -34,7 +35,7 @@ type Template struct {
 	cache    *jinja.Cache
 }
 
-// LoadChat reads a model's chat template and special tokens from dir
+// Load reads a model's chat template and special tokens from dir
 // (tokenizer_config.json, chat_template.jinja). A non-empty override
 // replaces the model's template, as vLLM's --chat-template does.
 func Load(dir, override string) (*Template, error) {
@@ -49,7 +50,7 @@ func Load(dir, override string) (*Template, error) {
 	return New(cfg, string(tmpl), override)
 }
 
-// NewChat builds a Chat from the contents of tokenizer_config.json (nil:
+// New builds a Template from the contents of tokenizer_config.json (nil:
 // none) and chat_template.jinja ("": none). The template is, in order of
 // precedence: override, chat_template.jinja, tokenizer_config.json's
 // chat_template (a string, or the entry named "default" of a list).

@@ -6,10 +6,10 @@ import (
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
-// maxChats bounds the chat renderers a Chats keeps.
+// maxChats bounds the chat renderers a Registry keeps.
 const maxChats = 64
 
-// Chats maps model names (base, alias or LoRA adapter, as the Registry
+// Registry maps model names (base, alias or LoRA adapter, as the Registry
 // resolves them) to chat renderers, loading each model's template once. It
 // is safe for concurrent use.
 type Registry struct {
@@ -21,7 +21,7 @@ type Registry struct {
 	}
 }
 
-// NewChats returns the chat renderers of the registry's models; overrides
+// NewRegistry returns the chat renderers of the registry's models; overrides
 // maps base model names to a template that replaces the model's own (as
 // vLLM's --chat-template).
 func NewRegistry(reg *tokenizer.Registry, overrides map[string]string) *Registry {

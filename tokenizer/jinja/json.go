@@ -39,19 +39,20 @@ func FromJSON(data []byte) (Value, error) {
 // and still tell an array from a string. Any other error is lx's
 // *jsonlex.SyntaxError.
 func DecodeJSON(lx *jsonlex.Lexer) (Value, error) {
-	d := jsonDecoder{lx: lx}
+	var limit error // apart from d, so that lx does not flow to the result
+	d := jsonDecoder{lx: lx, limit: &limit}
 	v, err := d.value()
 	if err != nil {
 		return nil, err
 	}
-	return v, d.limit
+	return v, limit
 }
 
 // jsonDecoder reads JSON straight into Values: the chat request of every
 // routed chat completion goes through it.
 type jsonDecoder struct {
 	lx    *jsonlex.Lexer
-	limit error // the first value beyond the limits
+	limit *error // the first value beyond the limits
 }
 
 func (d *jsonDecoder) value() (Value, error) {
@@ -82,8 +83,8 @@ func (d *jsonDecoder) value() (Value, error) {
 }
 
 func (d *jsonDecoder) overLimit(err error) {
-	if d.limit == nil {
-		d.limit = err
+	if *d.limit == nil {
+		*d.limit = err
 	}
 }
 
