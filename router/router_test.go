@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -470,20 +468,6 @@ func TestQueuedRequestKeepsEvictedPrefix(t *testing.T) {
 		t.Fatalf("a after the request's prefill and the grace period, no store: %d blocks, want 0", s.Matched)
 	}
 	first.Done()
-}
-
-// podAt is a ready pod named name serving llama at hostport.
-func podAt(t *testing.T, name, hostport string) pod.Pod {
-	t.Helper()
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pod.Pod{Name: name, IP: host, Port: n, Model: "llama", Ready: true}
 }
 
 // TestQueueCostsFromScrapedLoad: a pod whose metrics report a queue costs

@@ -30,9 +30,9 @@ func TestEqualAndEndpoint(t *testing.T) {
 	if got, want := a.Endpoint(), "[::1]:8000"; got != want {
 		t.Errorf("Endpoint() = %q, want %q", got, want)
 	}
-	b := a
+	same, b := a, a
 	b.Aliases = []string{"y"}
-	if !a.Equal(a) || a.Equal(b) {
-		t.Errorf("Equal: a.Equal(a) = %v, a.Equal(b) = %v, want true, false", a.Equal(a), a.Equal(b))
+	if !a.Equal(same) || a.Equal(b) {
+		t.Errorf("Equal: a.Equal(a copy) = %v, a.Equal(b) = %v, want true, false", a.Equal(same), a.Equal(b))
 	}
 }
