@@ -125,15 +125,14 @@ func (l *Lexer) fail(msg string) error { return l.failAt(l.pos, msg) }
 
 // space skips JSON whitespace.
 func (l *Lexer) space() {
-	for l.pos < len(l.data) {
-		switch l.data[l.pos] {
-		case ' ', '\t', '\n', '\r':
-			l.pos++
-		default:
-			return
-		}
+	data, i := l.data, l.pos
+	for i < len(data) && isSpace[data[i]] {
+		i++
 	}
+	l.pos = i
 }
+
+var isSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
 
 // Peek skips whitespace and returns the kind of the value there, judged
 // by its first byte: Invalid at the end or at a byte no value starts with.
