@@ -145,25 +145,14 @@ func eachMerge(s *jsonlex.Lexer, fn func(a, b []byte) error) error {
 	if s.Peek() == jsonlex.Null {
 		return s.Null()
 	}
-	var pair [2][]byte
+	var first []byte
 	return s.Array(func() error {
 		if s.Peek() == jsonlex.Array {
-			n := 0
-			err := s.Array(func() error {
-				side, err := s.StrBytes()
-				if n < 2 {
-					pair[n] = append(pair[n][:0], side...) // StrBytes may reuse its buffer
-				}
-				n++
-				return err
-			})
+			a, b, err := mergePair(s, &first)
 			if err != nil {
 				return err
 			}
-			if n != 2 {
-				return errors.New("tokenizer: a BPE merge is not two tokens")
-			}
-			return fn(pair[0], pair[1])
+			return fn(a, b)
 		}
 		line, err := s.StrBytes()
 		if err != nil {
@@ -175,4 +164,26 @@ func eachMerge(s *jsonlex.Lexer, fn func(a, b []byte) error) error {
 		}
 		return fn(line[:i], line[i+1:])
 	})
+}
+
+// mergePair reads a merge spelled ["a", "b"]. a is copied into *first:
+// reading b may reuse the lexer's buffer.
+func mergePair(s *jsonlex.Lexer, first *[]byte) (a, b []byte, err error) {
+	n := 0
+	err = s.Array(func() error {
+		side, err := s.StrBytes()
+		switch n {
+		case 0:
+			*first = append((*first)[:0], side...)
+			a = *first
+		case 1:
+			b = side
+		}
+		n++
+		return err
+	})
+	if err == nil && n != 2 {
+		err = errors.New("tokenizer: a BPE merge is not two tokens")
+	}
+	return a, b, err
 }
