@@ -18,6 +18,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/router/fleet"
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
 
 func TestBodyPoolClasses(t *testing.T) {
@@ -131,14 +132,19 @@ func TestRecycledBodyIsPoisoned(t *testing.T) {
 	}
 }
 
-// promptBytes tokenizes a prompt, or a chat request's raw messages, as
-// their bytes: the ids come straight from the request body.
+// promptBytes tokenizes a prompt, or a chat request's messages printed as
+// JSON, as their bytes: the ids come straight from what Parse read of the
+// request body.
 type promptBytes struct{}
 
 func (promptBytes) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]uint32, error) {
 	text := []byte(p.Prompt)
 	if p.Chat != nil {
-		text = p.Chat.Messages
+		s, err := jinja.ToJSON(jinja.NewList(p.Chat.Messages...))
+		if err != nil {
+			return dst, err
+		}
+		text = []byte(s)
 	}
 	for _, c := range text {
 		dst = append(dst, uint32(c))
@@ -274,7 +280,7 @@ func TestRecyclingKeepsEveryResult(t *testing.T) {
 // Before allowing it in these files, check that nothing derived from a
 // body outlives Route, then update this test.
 func TestBodyReadersDoNotUseUnsafe(t *testing.T) {
-	for _, pattern := range []string{"../router/*.go", "../tokenizer/chat/*.go", "../tokenizer/jinja/*.go"} {
+	for _, pattern := range []string{"../router/*.go", "../tokenizer/chat/*.go", "../tokenizer/jinja/*.go", "../internal/jsonlex/*.go"} {
 		files, err := filepath.Glob(pattern)
 		if err != nil || len(files) == 0 {
 			t.Fatalf("Glob(%q) = %v, %v, want files", pattern, files, err)

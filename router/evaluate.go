@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
@@ -122,14 +123,16 @@ func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reas
 }
 
 // modelOf reads the model field of a body it does not otherwise parse,
-// with the same scanner as Parse; "" when there is none.
+// with the same lexer as Parse; "" when there is none.
 func modelOf(body []byte) string {
 	var model string
-	_ = scanObject(body, func(key string, v []byte) error { // an invalid body has no model
-		if key == "model" && len(v) > 0 && v[0] == '"' {
-			model = unquote(v)
+	lx := jsonlex.New(body, jsonlex.Options{})
+	_ = lx.Object(func(key []byte) error { // an invalid body has no model
+		if string(key) == "model" && lx.Peek() == jsonlex.String {
+			model, _ = lx.Str()
+			return nil
 		}
-		return nil
+		return lx.Skip()
 	})
 	return model
 }

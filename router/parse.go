@@ -1,11 +1,13 @@
 package router
 
 import (
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
 
 // Kind is the OpenAI endpoint a request is for.
@@ -53,102 +55,47 @@ type Parsed struct {
 	// Completion: the prompt as text, or as token ids (used verbatim).
 	Prompt       string
 	PromptTokens []uint32
-	// Chat: everything that changes the rendered prompt.
-	Chat *ChatRequest
+	// Chat: the chat template's input, read in the same pass over the body
+	// as everything else.
+	Chat *chat.Request
+	// chatErr is why Chat cannot be rendered: a value beyond the template
+	// engine's limits, which vLLM may still take. AppendTokens returns it,
+	// so the request is routed by load.
+	chatErr error
 	// Body is the request body as received.
 	Body []byte
 }
 
-// ChatRequest holds the fields of /v1/chat/completions that change the
-// prompt vLLM renders. JSON values the chat template reads are kept raw.
-type ChatRequest struct {
-	Messages               json.RawMessage
-	Tools                  json.RawMessage
-	Documents              json.RawMessage
-	ChatTemplate           string
-	ChatTemplateKwargs     json.RawMessage
-	AddGenerationPrompt    bool // default true
-	ContinueFinalMessage   bool
-	AddSpecialTokens       bool // default false
-	ReasoningEffort        string
-	HasAddGenerationPrompt bool // the field was present
-}
-
-// rawBody holds the top-level fields the router reads, as raw JSON.
-type rawBody struct {
-	Model, Prompt, Messages, Tools, Documents             []byte
-	ChatTemplate, ChatTemplateKwargs, AddGenerationPrompt []byte
-	ContinueFinalMessage, AddSpecialTokens                []byte
-	ReasoningEffort, CacheSalt, Stream                    []byte
-}
-
-// field returns where the raw value of a top-level key goes, or nil.
-func (r *rawBody) field(key string) *[]byte {
-	switch key {
-	case "model":
-		return &r.Model
-	case "prompt":
-		return &r.Prompt
-	case "messages":
-		return &r.Messages
-	case "tools":
-		return &r.Tools
-	case "documents":
-		return &r.Documents
-	case "chat_template":
-		return &r.ChatTemplate
-	case "chat_template_kwargs":
-		return &r.ChatTemplateKwargs
-	case "add_generation_prompt":
-		return &r.AddGenerationPrompt
-	case "continue_final_message":
-		return &r.ContinueFinalMessage
-	case "add_special_tokens":
-		return &r.AddSpecialTokens
-	case "reasoning_effort":
-		return &r.ReasoningEffort
-	case "cache_salt":
-		return &r.CacheSalt
-	case "stream":
-		return &r.Stream
-	}
-	return nil
-}
-
-// Parse reads an OpenAI request body of the given kind. A body the router
-// cannot accept gives a 400 *Error naming the field.
+// Parse reads an OpenAI request body of the given kind in one pass. A body
+// the router cannot accept gives a 400 *Error naming the field.
 func Parse(kind Kind, body []byte) (*Parsed, error) {
-	if !utf8.Valid(body) {
-		return nil, badRequest("", "request body is not valid UTF-8")
-	}
-	var raw rawBody
-	err := scanObject(body, func(key string, v []byte) error {
-		if f := raw.field(key); f != nil {
-			*f = v // the last of repeated keys wins, as in encoding/json
+	s := bodyScan{kind: kind}
+	if err := s.run(body); err != nil {
+		if !utf8.Valid(body) { // whatever else is wrong, as vLLM says first
+			return nil, badRequest("", "request body is not valid UTF-8")
 		}
-		return nil
-	})
-	if err != nil {
 		return nil, badRequest("", "request body is not a JSON object: %v", err)
 	}
 	p := &Parsed{Kind: kind, Body: body}
-	if p.Model, err = stringField("model", raw.Model, true); err != nil {
+	var err error
+	if p.Model, err = s.model.text("model", true); err != nil {
 		return nil, err
 	}
 	if p.Model == "" {
 		return nil, badRequest("model", "model must not be empty")
 	}
-	if p.CacheSalt, err = stringField("cache_salt", raw.CacheSalt, false); err != nil {
+	if p.CacheSalt, err = s.cacheSalt.text("cache_salt", false); err != nil {
 		return nil, err
 	}
-	if p.Stream, _, err = boolField("stream", raw.Stream); err != nil {
+	if p.Stream, _, err = s.stream.boolean("stream"); err != nil {
 		return nil, err
 	}
 	switch kind {
 	case KindCompletion:
-		err = parsePrompt(p, raw.Prompt)
+		err = s.prompt.check(p)
 	case KindChat:
-		p.Chat, err = parseChat(&raw)
+		p.Chat, err = s.chatRequest()
+		p.chatErr = s.chat.Limit
 	}
 	if err != nil {
 		return nil, err
@@ -156,177 +103,134 @@ func Parse(kind Kind, body []byte) (*Parsed, error) {
 	return p, nil
 }
 
-func isNull(v []byte) bool {
-	return len(v) == 0 || string(v) == "null"
-}
-
-// stringField decodes a raw value the scanner validated as a string.
-func stringField(name string, v []byte, required bool) (string, error) {
-	if isNull(v) {
+// text returns a string member's value.
+func (m *member) text(name string, required bool) (string, error) {
+	if m.absent() {
 		if required {
 			return "", badRequest(name, "%s is required", name)
 		}
 		return "", nil
 	}
-	if v[0] != '"' {
+	if m.kind != jsonlex.String {
 		return "", badRequest(name, "%s must be a string", name)
 	}
-	return unquote(v), nil
+	return m.str, nil
 }
 
-func boolField(name string, v []byte) (value, present bool, err error) {
-	switch string(v) {
-	case "", "null":
+// boolean returns a bool member's value, and whether it was given.
+func (m *member) boolean(name string) (value, present bool, err error) {
+	if m.absent() {
 		return false, false, nil
-	case "true":
-		return true, true, nil
-	case "false":
-		return false, true, nil
 	}
-	return false, false, badRequest(name, "%s must be a boolean", name)
+	if m.kind != jsonlex.Bool {
+		return false, false, badRequest(name, "%s must be a boolean", name)
+	}
+	return m.b, true, nil
 }
 
-// parsePrompt reads a completion prompt: a string, a list of strings (a
-// batch: the router routes by the first), a list of token ids, or a list of
-// lists of token ids.
-func parsePrompt(p *Parsed, v []byte) error {
-	if isNull(v) {
+// check sets the prompt of p, or says what is wrong with it.
+func (ps *promptScan) check(p *Parsed) error {
+	switch ps.kind {
+	case jsonlex.Invalid, jsonlex.Null:
 		return badRequest("prompt", "prompt is required")
-	}
-	switch v[0] {
-	case '"':
-		p.Prompt = unquote(v)
+	case jsonlex.String:
+		p.Prompt = ps.text
 		return nil
-	case '[':
+	case jsonlex.Array:
 	default:
 		return badRequest("prompt", "prompt must be a string, a list of strings or a list of token ids")
 	}
-	var first []byte
-	n := 0
-	kinds := map[byte]bool{}
-	_ = scanArray(v, func(e []byte) error { // v is valid JSON: no error
-		if n == 0 {
-			first = e
-		}
-		kind := e[0]
-		if kind != '"' && kind != '[' {
-			kind = '0' // a number, or something tokenIDs refuses
-		}
-		kinds[kind] = true
-		n++
-		return nil
-	})
-	if n == 0 {
+	if ps.n == 0 {
 		return badRequest("prompt", "prompt must not be empty")
 	}
-	if len(kinds) > 1 {
+	if kinds := ps.kinds; (kinds[0] && kinds[1]) || (kinds[0] && kinds[2]) || (kinds[1] && kinds[2]) {
 		return badRequest("prompt", "a list prompt must hold only strings or only token ids")
 	}
-	var err error
-	switch first[0] {
-	case '"':
-		p.Prompt = unquote(first)
-	case '[':
-		if err = checkTokenLists(v); err == nil {
-			p.PromptTokens, err = tokenIDs(first)
-		}
-	default:
-		p.PromptTokens, err = tokenIDs(v)
-	}
-	return err
-}
-
-// checkTokenLists checks every element of a list of token-id lists.
-func checkTokenLists(v []byte) error {
-	return scanArray(v, func(e []byte) error {
-		_, err := tokenIDs(e)
-		return err
-	})
-}
-
-// tokenIDs decodes a JSON array of integers in [0, 2^32).
-func tokenIDs(v []byte) ([]uint32, error) {
 	bad := badRequest("prompt", "prompt token ids must be integers in [0, 2^32)")
-	if v[0] != '[' {
-		return nil, bad
-	}
-	ids := make([]uint32, 0, len(v)/4)
-	err := scanArray(v, func(e []byte) error {
-		n, err := strconv.ParseUint(string(e), 10, 32)
-		if err != nil {
+	switch ps.first {
+	case jsonlex.String:
+		p.Prompt = ps.text
+	case jsonlex.Array:
+		if ps.badLists {
 			return bad
 		}
-		ids = append(ids, uint32(n))
-		return nil
-	})
-	if err != nil {
-		return nil, bad
+		p.PromptTokens = ps.firstIDs
+	default:
+		if ps.badIDs {
+			return bad
+		}
+		p.PromptTokens = ps.ids
 	}
-	return ids, nil
+	return nil
 }
 
-func parseChat(raw *rawBody) (*ChatRequest, error) {
-	if isNull(raw.Messages) || raw.Messages[0] != '[' {
+// chatRequest checks the chat members as vLLM's schema would (messages a
+// non-empty list of objects with a role, and so on) and returns the
+// template's input.
+func (s *bodyScan) chatRequest() (*chat.Request, error) {
+	f := &s.chat
+	msgs, ok := f.Messages.(*jinja.List)
+	if !ok {
 		return nil, badRequest("messages", "messages must be a list of message objects")
 	}
-	n := 0
-	err := scanArray(raw.Messages, func(m []byte) error {
-		if m[0] != '{' {
-			return badRequest("messages", "messages must be a list of message objects")
+	for i, m := range msgs.Items {
+		d, ok := m.(*jinja.Dict)
+		if !ok {
+			return nil, badRequest("messages", "messages must be a list of message objects")
 		}
-		var role []byte
-		_, _ = walkObject(m, 0, 1, func(k string, v []byte) error { // m is valid JSON
-			if k == "role" {
-				role = v
+		role, _ := d.Get("role")
+		if _, ok := role.(string); !ok {
+			name := fmt.Sprintf("messages[%d].role", i)
+			if role == nil {
+				return nil, badRequest(name, "%s is required", name)
 			}
-			return nil
-		})
-		_, err := stringField(fmt.Sprintf("messages[%d].role", n), role, true)
-		n++
-		return err
-	})
-	if err != nil {
-		return nil, err
+			return nil, badRequest(name, "%s must be a string", name)
+		}
 	}
-	if n == 0 {
+	if len(msgs.Items) == 0 {
 		return nil, badRequest("messages", "messages must not be empty")
 	}
-	c := &ChatRequest{Messages: raw.Messages, AddGenerationPrompt: true}
-	for name, v := range map[string][]byte{"tools": raw.Tools, "documents": raw.Documents} {
-		if !isNull(v) && v[0] != '[' {
-			return nil, badRequest(name, "%s must be a list", name)
+	if err := s.checkChatTypes(); err != nil {
+		return nil, err
+	}
+	req, err := f.Request()
+	if err != nil { // the checks above are stricter
+		return nil, badRequest("", "%v", err)
+	}
+	return req, nil
+}
+
+// checkChatTypes checks the types of the chat members but messages.
+func (s *bodyScan) checkChatTypes() error {
+	f := &s.chat
+	for _, l := range []struct {
+		name string
+		v    jinja.Value
+	}{{"tools", f.Tools}, {"documents", f.Documents}} {
+		if _, ok := l.v.(*jinja.List); l.v != nil && !ok {
+			return badRequest(l.name, "%s must be a list", l.name)
 		}
 	}
-	if !isNull(raw.Tools) {
-		c.Tools = raw.Tools
+	if _, ok := f.Kwargs.(*jinja.Dict); f.Kwargs != nil && !ok {
+		return badRequest("chat_template_kwargs", "chat_template_kwargs must be an object")
 	}
-	if !isNull(raw.Documents) {
-		c.Documents = raw.Documents
+	if _, ok := f.ChatTemplate.(string); f.ChatTemplate != nil && !ok {
+		return badRequest("chat_template", "chat_template must be a string")
 	}
-	if !isNull(raw.ChatTemplateKwargs) {
-		if raw.ChatTemplateKwargs[0] != '{' {
-			return nil, badRequest("chat_template_kwargs", "chat_template_kwargs must be an object")
+	if _, err := s.reasoningEffort.text("reasoning_effort", false); err != nil {
+		return err
+	}
+	for _, flag := range []struct {
+		name string
+		v    jinja.Value
+	}{
+		{"add_generation_prompt", f.AddGenerationPrompt},
+		{"continue_final_message", f.ContinueFinalMessage},
+		{"add_special_tokens", f.AddSpecialTokens},
+	} {
+		if _, ok := flag.v.(bool); flag.v != nil && !ok {
+			return badRequest(flag.name, "%s must be a boolean", flag.name)
 		}
-		c.ChatTemplateKwargs = raw.ChatTemplateKwargs
 	}
-	if c.ChatTemplate, err = stringField("chat_template", raw.ChatTemplate, false); err != nil {
-		return nil, err
-	}
-	if c.ReasoningEffort, err = stringField("reasoning_effort", raw.ReasoningEffort, false); err != nil {
-		return nil, err
-	}
-	var present bool
-	if v, ok, err := boolField("add_generation_prompt", raw.AddGenerationPrompt); err != nil {
-		return nil, err
-	} else if ok {
-		c.AddGenerationPrompt, present = v, true
-	}
-	c.HasAddGenerationPrompt = present
-	if c.ContinueFinalMessage, _, err = boolField("continue_final_message", raw.ContinueFinalMessage); err != nil {
-		return nil, err
-	}
-	if c.AddSpecialTokens, _, err = boolField("add_special_tokens", raw.AddSpecialTokens); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }

@@ -1,9 +1,15 @@
 package router
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
 
 func TestKindOf(t *testing.T) {
@@ -52,20 +58,89 @@ func TestParseCompletion(t *testing.T) {
 
 func TestParseChat(t *testing.T) {
 	p, err := Parse(KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],
-		"tools":[{"type":"function"}],"chat_template_kwargs":{"enable_thinking":false},
+		"tools":[{"type":"function"}],"chat_template_kwargs":{"enable_thinking":false},"chat_template":"{{ messages }}",
 		"add_generation_prompt":false,"continue_final_message":true,"add_special_tokens":true,"reasoning_effort":"low"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := p.Chat
-	if c == nil || c.AddGenerationPrompt || !c.HasAddGenerationPrompt || !c.ContinueFinalMessage || !c.AddSpecialTokens ||
-		c.ReasoningEffort != "low" || string(c.ChatTemplateKwargs) != `{"enable_thinking":false}` || c.Tools == nil {
-		t.Fatalf("Parse(chat) = %+v", c)
+	if c == nil {
+		t.Fatalf("Parse(chat).Chat = nil, want the template's input")
 	}
-	p, err = Parse(KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`))
-	if err != nil || !p.Chat.AddGenerationPrompt || p.Chat.HasAddGenerationPrompt || p.Chat.AddSpecialTokens {
+	thinking, _ := c.Kwargs.Get("enable_thinking")
+	if got := render(c.Messages); got != `[{"role": "user", "content": "hi"}]` {
+		t.Errorf("Parse(chat).Chat.Messages = %s, want the message as sent", got)
+	}
+	if c.Tools == nil || render(c.Tools.Items) != `[{"type": "function"}]` || c.Documents != nil {
+		t.Errorf("Parse(chat).Chat tools, documents = %v, %v, want the tool and none", c.Tools, c.Documents)
+	}
+	if c.AddGenerationPrompt || !c.ContinueFinalMessage || !c.AddSpecialTokens || thinking != false || c.ChatTemplate != "{{ messages }}" {
+		t.Errorf("Parse(chat).Chat = %+v, want the flags, kwargs and template as sent", c)
+	}
+	p, err = Parse(KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"documents":null}`))
+	if err != nil || !p.Chat.AddGenerationPrompt || p.Chat.ContinueFinalMessage || p.Chat.AddSpecialTokens || p.Chat.Kwargs != nil || p.Chat.Tools != nil {
 		t.Fatalf("Parse(chat defaults) = %+v, %v; want add_generation_prompt true by default", p.Chat, err)
 	}
+}
+
+// TestParseChatRepeatedKeys: the last of repeated keys wins, at the top
+// level and in messages, as in Python's json.loads.
+func TestParseChatRepeatedKeys(t *testing.T) {
+	p, err := Parse(KindChat, []byte(`{"messages":"x","model":"a","messages":[{"role":"user","role":"tool","content":"hi"}],"model":"b"}`))
+	if err != nil || p.Model != "b" || render(p.Chat.Messages) != `[{"role": "tool", "content": "hi"}]` {
+		t.Fatalf("Parse(repeated keys) = %+v, %v, want model b and the last role", p, err)
+	}
+}
+
+// TestParseChatBeyondJinjaLimits: values the template engine cannot hold
+// (nesting past its depth, integers past int64) are valid JSON that vLLM
+// may take: Parse accepts the request and keeps why it cannot be rendered
+// for AppendTokens, so that it is routed by load (test/'s hostile requests
+// check that end to end).
+func TestParseChatBeyondJinjaLimits(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi","n":99999999999999999999}]}`,
+	} {
+		p, err := Parse(KindChat, []byte(body))
+		if err != nil || p.Chat == nil || !errors.Is(p.chatErr, jinja.ErrLimit) {
+			t.Errorf("Parse(%.60s...) = %+v, %v, want a chat request that cannot be rendered", body, p, err)
+		}
+	}
+}
+
+// checkSameAsParseRequest checks that Parse builds the template's input
+// that kvrouter render's chat.ParseRequest reads from the same body.
+func checkSameAsParseRequest(t *testing.T, body string, got *chat.Request) {
+	t.Helper()
+	want, err := chat.ParseRequest([]byte(body))
+	if err != nil {
+		t.Fatalf("chat.ParseRequest(%q) = %v, but Parse accepted it", body, err)
+	}
+	show := func(r *chat.Request) string {
+		var tools []jinja.Value
+		if r.Tools != nil {
+			tools = r.Tools.Items
+		}
+		var kwargs jinja.Value
+		if r.Kwargs != nil {
+			kwargs = r.Kwargs
+		}
+		return fmt.Sprintf("%s %s %s %s %q %v %v %v", render(r.Messages), render(tools), render([]jinja.Value{r.Documents}),
+			render([]jinja.Value{kwargs}), r.ChatTemplate, r.AddGenerationPrompt, r.ContinueFinalMessage, r.AddSpecialTokens)
+	}
+	if g, w := show(got), show(want); g != w {
+		t.Fatalf("Parse(chat, %q).Chat = %s, want %s as chat.ParseRequest reads it", body, g, w)
+	}
+}
+
+// render prints values as the template's tojson would.
+func render(vs []jinja.Value) string {
+	s, err := jinja.ToJSON(jinja.NewList(vs...))
+	if err != nil {
+		return err.Error()
+	}
+	return s
 }
 
 func TestParseErrors(t *testing.T) {
@@ -123,6 +198,9 @@ func FuzzParse(f *testing.F) {
 			}
 			if err == nil && (p.Model == "" || (k == KindChat) != (p.Chat != nil)) {
 				t.Fatalf("Parse(%v, %q) = %+v without error", k, body, p)
+			}
+			if err == nil && k == KindChat && p.chatErr == nil {
+				checkSameAsParseRequest(t, body, p.Chat)
 			}
 		}
 	})

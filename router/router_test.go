@@ -18,7 +18,7 @@ import (
 )
 
 // byteTokens tokenizes a prompt as its bytes, and a chat request as the
-// bytes of its raw messages; model "qwen" has no tokenizer.
+// bytes of its messages printed as JSON; model "qwen" has no tokenizer.
 type byteTokens struct{}
 
 func (byteTokens) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error) {
@@ -27,7 +27,7 @@ func (byteTokens) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, 
 	}
 	text := p.Prompt
 	if p.Chat != nil {
-		text = string(p.Chat.Messages)
+		text = render(p.Chat.Messages)
 	}
 	for i := range len(text) {
 		dst = append(dst, uint32(text[i]))
@@ -188,7 +188,7 @@ func TestRouteTokenIDsAndChat(t *testing.T) {
 		t.Fatalf("Route(token ids) = %+v, %v, want c with 7 blocks", d, err)
 	}
 	chat := `{"model":"llama","messages":[{"role":"user","content":"hello there, how are you today?"}]}`
-	tr.store("a", `[{"role":"user","content":"hello there, how are you today?"}]`, "", "")
+	tr.store("a", `[{"role": "user", "content": "hello there, how are you today?"}]`, "", "")
 	d, err = tr.route("/v1/chat/completions", chat)
 	if err != nil || d.Pod != "a" || d.Matched == 0 {
 		t.Fatalf("Route(chat) = %+v, %v, want a with its blocks", d, err)

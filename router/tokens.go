@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kvrouter/kvrouter/tokenizer/chat"
-
 	"github.com/kvrouter/kvrouter/tokenizer"
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
 )
 
 // errNoChat is returned for chat requests when no chat renderer is
@@ -22,7 +21,9 @@ type RegistryTokenizers struct {
 	Chats    *chat.Registry // nil: chat requests are routed by load; else over Registry
 }
 
-// AppendTokens implements Tokenizers.
+// AppendTokens implements Tokenizers. It looks the model's tokenizer up
+// once, and for a chat request renders the template Chats holds for the
+// model and encodes the prompt with that tokenizer.
 func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error) {
 	tk, err := t.Registry.For(base)
 	if errors.Is(err, tokenizer.ErrUnknownModel) {
@@ -37,9 +38,12 @@ func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) (
 	if t.Chats == nil {
 		return dst, errNoChat
 	}
-	req, err := chat.ParseRequest(p.Body)
+	if p.chatErr != nil {
+		return dst, p.chatErr
+	}
+	tmpl, err := t.Chats.For(base)
 	if err != nil {
 		return dst, err
 	}
-	return t.Chats.AppendEncode(dst, base, req)
+	return tmpl.AppendEncode(dst, tk, p.Chat)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
 )
 
 // bpe is a BPE model: a vocabulary, ranked merges and how words that are not
@@ -113,7 +115,7 @@ func (b *bpe) buildMerges(f *fileJSON) error {
 	if f.merges != nil {
 		var err error
 		if pairs, values, err = collectMerges(f.merges, f.Vocab); err != nil {
-			return err
+			return fileError(err)
 		}
 	}
 	b.merges = make(map[uint64]uint64, len(pairs))
@@ -127,7 +129,7 @@ func (b *bpe) buildMerges(f *fileJSON) error {
 
 // collectMerges reads the merges array at s into pairs (left<<32 | right)
 // and values (rank<<32 | merged id), so that the map can be sized exactly.
-func collectMerges(s *jsonScanner, vocab map[string]uint32) (pairs, values []uint64, err error) {
+func collectMerges(s *jsonlex.Lexer, vocab map[string]uint32) (pairs, values []uint64, err error) {
 	var buf []byte
 	err = eachMerge(s, func(l, r []byte) error {
 		buf = append(append(buf[:0], l...), r...)

@@ -1,6 +1,10 @@
 package tokenizer
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
+)
 
 // fileJSON is the part of a tokenizer.json file the encoder reads.
 type fileJSON struct {
@@ -10,7 +14,7 @@ type fileJSON struct {
 	PostProcessor json.RawMessage   `json:"post_processor"`
 	Model         modelJSON         `json:"-"`
 	Vocab         map[string]uint32 `json:"-"`
-	merges        *jsonScanner      // at the merges array when read before the vocabulary
+	merges        *jsonlex.Lexer    // at the merges array when read before the vocabulary
 	mergePairs    []uint64          // merges read after the vocabulary: left<<32 | right
 	mergeValues   []uint64          // and rank<<32 | merged id
 	Truncation    json.RawMessage   `json:"truncation"`

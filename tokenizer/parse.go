@@ -3,35 +3,55 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
 )
 
-// parseFile reads tokenizer.json: the vocabulary and merges with the fast
-// scanner, every other part with encoding/json.
+// parseFile reads tokenizer.json: the vocabulary and merges with the
+// lexer, every other part with encoding/json.
 func parseFile(data []byte) (*fileJSON, error) {
+	f, err := scanFile(data)
+	return f, fileError(err)
+}
+
+// fileError says where a lexer's error comes from.
+func fileError(err error) error {
+	var syntax *jsonlex.SyntaxError
+	if errors.As(err, &syntax) {
+		return fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	}
+	return err
+}
+
+// scanFile is parseFile leaving the lexer's errors unwrapped.
+func scanFile(data []byte) (*fileJSON, error) {
 	f := &fileJSON{}
-	s := &jsonScanner{data: data}
+	s := jsonlex.New(data, jsonlex.Options{})
 	top := map[string]*json.RawMessage{
 		"added_tokens": nil, "normalizer": &f.Normalizer, "pre_tokenizer": &f.PreTokenizer,
 		"post_processor": &f.PostProcessor, "truncation": &f.Truncation, "padding": &f.Padding,
 	}
 	var added json.RawMessage
 	top["added_tokens"] = &added
-	err := s.object(func(key string) error {
-		if key == "model" {
+	err := s.Object(func(key []byte) error {
+		if string(key) == "model" {
 			return parseModel(s, f)
 		}
-		raw, err := s.raw()
-		if dst := top[key]; dst != nil {
+		dst := top[string(key)]
+		raw, err := s.Raw()
+		if dst != nil {
 			*dst = raw
 		}
 		return err
 	})
+	if err == nil {
+		err = s.End()
+	}
 	if err != nil {
 		return nil, err
-	}
-	if s.peek() != 0 {
-		return nil, s.fail("data after the top-level object")
 	}
 	if !isNull(added) {
 		if err := json.Unmarshal(added, &f.AddedTokens); err != nil {
@@ -43,10 +63,11 @@ func parseFile(data []byte) (*fileJSON, error) {
 
 // parseModel reads the model object: vocab into f.Vocab, the position of
 // merges into f.merges, everything else into f.Model.
-func parseModel(s *jsonScanner, f *fileJSON) error {
+func parseModel(s *jsonlex.Lexer, f *fileJSON) error {
 	var rest bytes.Buffer
 	rest.WriteByte('{')
-	err := s.object(func(key string) error {
+	err := s.Object(func(keyBytes []byte) error {
+		key := string(keyBytes) // the value's keys may overwrite keyBytes
 		switch key {
 		case "vocab":
 			v, err := parseVocab(s)
@@ -58,10 +79,10 @@ func parseModel(s *jsonScanner, f *fileJSON) error {
 				f.mergePairs, f.mergeValues, err = collectMerges(s, f.Vocab)
 				return err
 			}
-			f.merges = &jsonScanner{data: s.data, pos: s.pos}
-			return s.skip()
+			f.merges = s.Fork()
+			return s.Skip()
 		}
-		raw, err := s.raw()
+		raw, err := s.Raw()
 		if err != nil {
 			return err
 		}
@@ -85,13 +106,13 @@ func parseModel(s *jsonScanner, f *fileJSON) error {
 }
 
 // parseVocab reads the vocabulary into a map of exactly its size.
-func parseVocab(s *jsonScanner) (map[string]uint32, error) {
+func parseVocab(s *jsonlex.Lexer) (map[string]uint32, error) {
 	var toks []string
 	var ids []uint32
-	err := s.object(func(tok string) error {
-		id, err := s.integer()
-		toks = append(toks, tok)
-		ids = append(ids, uint32(id))
+	err := s.Object(func(tok []byte) error {
+		toks = append(toks, string(tok))
+		id, err := tokenID(s)
+		ids = append(ids, id)
 		return err
 	})
 	v := make(map[string]uint32, len(toks))
@@ -101,33 +122,39 @@ func parseVocab(s *jsonScanner) (map[string]uint32, error) {
 	return v, err
 }
 
+// tokenID reads a vocabulary id: an integer in [0, maxTokenID].
+func tokenID(s *jsonlex.Lexer) (uint32, error) {
+	tok, err := s.Number()
+	if err != nil {
+		return 0, err
+	}
+	id, err := strconv.ParseUint(string(tok), 10, 32)
+	if err != nil || id > maxTokenID {
+		return 0, fmt.Errorf("tokenizer: vocabulary id %s is not a token id", tok)
+	}
+	return uint32(id), nil
+}
+
 // eachMerge calls fn with the two sides of every merge, accepting both
 // spellings: ["a b", ...] and [["a", "b"], ...]. The sides may alias the
 // input: fn must not keep them.
-func eachMerge(s *jsonScanner, fn func(a, b []byte) error) error {
-	if s == nil || s.peek() == 'n' {
+func eachMerge(s *jsonlex.Lexer, fn func(a, b []byte) error) error {
+	if s == nil {
 		return nil // no merges
 	}
-	return s.array(func() error {
-		if s.peek() == '[' {
-			s.pos++
-			a, err := s.strBytes()
+	if s.Peek() == jsonlex.Null {
+		return s.Null()
+	}
+	var first []byte
+	return s.Array(func() error {
+		if s.Peek() == jsonlex.Array {
+			a, b, err := mergePair(s, &first)
 			if err != nil {
 				return err
-			}
-			if err := s.expect(','); err != nil {
-				return err
-			}
-			b, err := s.strBytes()
-			if err != nil {
-				return err
-			}
-			if err := s.expect(']'); err != nil {
-				return s.fail("a merge is not two tokens")
 			}
 			return fn(a, b)
 		}
-		line, err := s.strBytes()
+		line, err := s.StrBytes()
 		if err != nil {
 			return err
 		}
@@ -137,4 +164,26 @@ func eachMerge(s *jsonScanner, fn func(a, b []byte) error) error {
 		}
 		return fn(line[:i], line[i+1:])
 	})
+}
+
+// mergePair reads a merge spelled ["a", "b"]. a is copied into *first:
+// reading b may reuse the lexer's buffer.
+func mergePair(s *jsonlex.Lexer, first *[]byte) (a, b []byte, err error) {
+	n := 0
+	err = s.Array(func() error {
+		side, err := s.StrBytes()
+		switch n {
+		case 0:
+			*first = append((*first)[:0], side...)
+			a = *first
+		case 1:
+			b = side
+		}
+		n++
+		return err
+	})
+	if err == nil && n != 2 {
+		err = errors.New("tokenizer: a BPE merge is not two tokens")
+	}
+	return a, b, err
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
 	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
 )
 
@@ -129,10 +130,11 @@ func TestOracleVariants(t *testing.T) {
 
 // patchJSON replaces top-level fields of a JSON object (fast on big files).
 func patchJSON(data []byte, patch map[string]any) ([]byte, error) {
-	s := &jsonScanner{data: data}
+	s := jsonlex.New(data, jsonlex.Options{})
 	out := []byte{'{'}
-	err := s.object(func(key string) error {
-		raw, err := s.raw()
+	err := s.Object(func(keyBytes []byte) error {
+		key := string(keyBytes)
+		raw, err := s.Raw()
 		if err != nil {
 			return err
 		}

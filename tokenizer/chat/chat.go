@@ -21,8 +21,9 @@ var ErrNoChatTemplate = errors.New("tokenizer: no chat template")
 // order of its special_tokens_map.
 var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
 
-// Template renders chat requests with a model's chat template exactly as vLLM
-// does (through transformers and jinja2). It is safe for concurrent use.
+// Template renders chat requests with a model's chat template exactly as
+// vLLM does (through transformers and jinja2). It is safe for concurrent
+// use.
 //
 // gpt-oss is the exception: vLLM renders gpt-oss chat requests with the
 // openai_harmony library, not with the model's chat template, so for gpt-oss

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -31,7 +32,7 @@ func TestNewChatTemplateResolution(t *testing.T) {
 		})
 	}
 	if _, err := New([]byte(`{"chat_template": [{"name": "x", "template": "T"}]}`), "", ""); !errors.Is(err, ErrNoChatTemplate) {
-		t.Errorf("NewChat(no default) = %v, want ErrNoChatTemplate", err)
+		t.Errorf("New(no default) = %v, want ErrNoChatTemplate", err)
 	}
 }
 
@@ -64,14 +65,16 @@ func TestChatRender(t *testing.T) {
 	}
 }
 
-func TestParseChatRequestErrors(t *testing.T) {
+func TestParseRequestErrors(t *testing.T) {
 	for _, body := range []string{
 		`[]`, `{}`, `{"messages": {}}`, `{"messages": [], "tools": {}}`,
 		`{"messages": [], "add_generation_prompt": "yes"}`, `{"messages": [], "chat_template": 1}`,
 		`{"messages": [], "chat_template_kwargs": []}`, `{"messages": [`,
+		`{"messages": []} x`, `{"messages": [], "unread": [1,]}`, `{"messages": [{"role": "user", "n": 99999999999999999999}]}`,
+		`{"messages": [], "tools": [` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `]}`,
 	} {
 		if _, err := ParseRequest([]byte(body)); err == nil {
-			t.Errorf("ParseChatRequest(%s) = nil error, want one", body)
+			t.Errorf("ParseRequest(%s) = nil error, want one", body)
 		}
 	}
 }

@@ -132,7 +132,7 @@ func TestChatTemplatesAgainstHFJinja(t *testing.T) {
 		for _, cv := range loadConversations(t) {
 			req, err := ParseRequest(cv.Request)
 			if err != nil {
-				t.Fatalf("%s: ParseChatRequest: %v", cv.Name, err)
+				t.Fatalf("%s: ParseRequest: %v", cv.Name, err)
 			}
 			in, err := c.prepare(req)
 			if err != nil {

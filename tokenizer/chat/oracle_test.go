@@ -67,7 +67,7 @@ func loadTemplateChat(t *testing.T, ct chatTemplate) (*Template, string) {
 	}
 	c, err := Load(dir, override)
 	if err != nil {
-		t.Fatalf("LoadChat(%s): %v", dir, err)
+		t.Fatalf("Load(%s): %v", dir, err)
 	}
 	return c, filepath.Join(dir, "tokenizer_config.json")
 }
@@ -101,7 +101,7 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 	for i, j := range jobs {
 		req, err := ParseRequest(j.conv.Request)
 		if err != nil {
-			t.Fatalf("%s: ParseChatRequest: %v", j.conv.Name, err)
+			t.Fatalf("%s: ParseRequest: %v", j.conv.Name, err)
 		}
 		out, err := j.chat.renderAt(req, oracleTime)
 		if d := pyoracle.Check(out, err, res[i]); d != "" {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
 	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
 
@@ -31,62 +32,131 @@ type Request struct {
 }
 
 // ParseRequest reads the prompt-relevant fields of a chat completions
-// request body, keeping the key order of every object.
+// request body, keeping the key order of every object: one walk of the
+// body handing each member to Fields.Decode, as router.Parse's walk does.
 func ParseRequest(body []byte) (*Request, error) {
-	v, err := jinja.FromJSON(body)
+	lx := jsonlex.New(body, jsonlex.Options{})
+	if lx.Peek() != jsonlex.Object {
+		return nil, errors.New("tokenizer: chat request: want a JSON object")
+	}
+	var f Fields
+	err := lx.Object(func(key []byte) error {
+		if ok, err := f.Decode(key, lx); ok {
+			return err
+		}
+		return lx.Skip()
+	})
+	if err == nil {
+		err = lx.End()
+	}
+	if err == nil {
+		err = f.Limit
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: chat request: %w", err)
 	}
-	d, ok := v.(*jinja.Dict)
-	if !ok {
-		return nil, errors.New("tokenizer: chat request: want a JSON object")
+	return f.Request()
+}
+
+// Fields are the members of a chat completions request body that the chat
+// template reads, each as read (nil when absent or null), gathered during
+// one walk of the body: the walker hands every member to Decode (a
+// repeated key's last value wins, as in json.loads), then Request checks
+// them and builds the template's input.
+type Fields struct {
+	Messages, Tools, Documents, Kwargs, ChatTemplate            jinja.Value
+	AddGenerationPrompt, ContinueFinalMessage, AddSpecialTokens jinja.Value
+	// Limit is the first error wrapping jinja.ErrLimit a member gave (JSON
+	// nested deeper than jinja reads, an integer outside int64): the
+	// member was read with those parts missing, and the request cannot be
+	// rendered.
+	Limit error
+}
+
+// Decode reads the value lx is at into the field of the member key when
+// the template reads that member, and reports whether it did; for any
+// other key it reads nothing. Its errors are lx's.
+func (f *Fields) Decode(key []byte, lx *jsonlex.Lexer) (bool, error) {
+	var dst *jinja.Value
+	switch string(key) {
+	case "messages":
+		dst = &f.Messages
+	case "tools":
+		dst = &f.Tools
+	case "documents":
+		dst = &f.Documents
+	case "chat_template_kwargs":
+		dst = &f.Kwargs
+	case "chat_template":
+		dst = &f.ChatTemplate
+	case "add_generation_prompt":
+		dst = &f.AddGenerationPrompt
+	case "continue_final_message":
+		dst = &f.ContinueFinalMessage
+	case "add_special_tokens":
+		dst = &f.AddSpecialTokens
+	default:
+		return false, nil
 	}
-	req := &Request{AddGenerationPrompt: true}
-	msgs, ok := get(d, "messages").(*jinja.List)
+	v, err := jinja.DecodeJSON(lx)
+	if err != nil && errors.Is(err, jinja.ErrLimit) { // v is whole but for those parts
+		if f.Limit == nil {
+			f.Limit = err
+		}
+		err = nil
+	}
+	*dst = v
+	return true, err
+}
+
+// Request checks the fields' types and returns the template's input;
+// Limit is the caller's to check.
+func (f *Fields) Request() (*Request, error) {
+	req := &Request{AddGenerationPrompt: true, Documents: f.Documents}
+	msgs, ok := f.Messages.(*jinja.List)
 	if !ok {
 		return nil, errors.New("tokenizer: chat request: messages must be a list")
 	}
 	req.Messages = msgs.Items
-	if t := get(d, "tools"); t != nil {
-		if req.Tools, ok = t.(*jinja.List); !ok {
+	if f.Tools != nil {
+		if req.Tools, ok = f.Tools.(*jinja.List); !ok {
 			return nil, errors.New("tokenizer: chat request: tools must be a list")
 		}
 	}
-	req.Documents = get(d, "documents")
-	if err := readFlags(d, req); err != nil {
+	if err := f.readFlags(req); err != nil {
 		return nil, err
 	}
-	if k := get(d, "chat_template_kwargs"); k != nil {
-		if req.Kwargs, ok = k.(*jinja.Dict); !ok {
+	if f.Kwargs != nil {
+		if req.Kwargs, ok = f.Kwargs.(*jinja.Dict); !ok {
 			return nil, errors.New("tokenizer: chat request: chat_template_kwargs must be an object")
 		}
 	}
-	if t := get(d, "chat_template"); t != nil {
-		if req.ChatTemplate, ok = t.(string); !ok {
+	if f.ChatTemplate != nil {
+		if req.ChatTemplate, ok = f.ChatTemplate.(string); !ok {
 			return nil, errors.New("tokenizer: chat request: chat_template must be a string")
 		}
 	}
 	return req, nil
 }
 
-func readFlags(d *jinja.Dict, req *Request) error {
-	for _, f := range []struct {
+func (f *Fields) readFlags(req *Request) error {
+	for _, flag := range []struct {
 		name string
+		v    jinja.Value
 		dst  *bool
 	}{
-		{"add_generation_prompt", &req.AddGenerationPrompt},
-		{"continue_final_message", &req.ContinueFinalMessage},
-		{"add_special_tokens", &req.AddSpecialTokens},
+		{"add_generation_prompt", f.AddGenerationPrompt, &req.AddGenerationPrompt},
+		{"continue_final_message", f.ContinueFinalMessage, &req.ContinueFinalMessage},
+		{"add_special_tokens", f.AddSpecialTokens, &req.AddSpecialTokens},
 	} {
-		v := get(d, f.name)
-		if v == nil {
+		if flag.v == nil {
 			continue
 		}
-		b, ok := v.(bool)
+		b, ok := flag.v.(bool)
 		if !ok {
-			return fmt.Errorf("tokenizer: chat request: %s must be a boolean", f.name)
+			return fmt.Errorf("tokenizer: chat request: %s must be a boolean", flag.name)
 		}
-		*f.dst = b
+		*flag.dst = b
 	}
 	return nil
 }

@@ -9,8 +9,10 @@
 //
 // [Compile] turns template source into a [Template]; [Template.Render]
 // evaluates it against a context of [Value]s ([FromJSON] builds them from
-// JSON with object key order kept). A compiled Template is immutable and
-// may render concurrently; [Cache] keeps compiled templates by source.
+// JSON with object key order kept, [DecodeJSON] from one value of a
+// document another reader walks with the same lexer). A compiled Template
+// is immutable and may render concurrently; [Cache] keeps compiled
+// templates by source.
 //
 // # Limits
 //

@@ -1,16 +1,12 @@
 package jinja
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/kvrouter/kvrouter/internal/jsonlex"
 )
 
 // maxJSONDepth bounds the nesting FromJSON accepts.
@@ -21,310 +17,124 @@ const maxJSONDepth = 256
 // and its last value), integers int64, other numbers float64. Invalid UTF-8
 // in strings becomes U+FFFD, as encoding/json does.
 func FromJSON(data []byte) (Value, error) {
-	d := jsonDecoder{data: data}
-	d.space()
-	v, err := d.value(0)
+	lx := jsonlex.New(data, jsonlex.Options{})
+	v, err := DecodeJSON(lx)
+	if err == nil {
+		err = lx.End()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jinja: json: %w", err)
-	}
-	if d.space(); d.pos != len(d.data) {
-		return nil, errors.New("jinja: json: trailing data")
 	}
 	return v, nil
 }
 
-// jsonDecoder is a recursive-descent JSON reader straight into Values: the
-// chat request of every routed chat completion goes through it, so it
-// makes no intermediate tokens.
+// DecodeJSON reads the value lx is at into a Value as FromJSON does, and
+// leaves lx after it: a reader walking a document with lx decodes the
+// parts it wants without reading them twice.
+//
+// Values beyond jinja's limits (nested deeper than 256 in the document, or
+// an integer outside int64) give an error wrapping ErrLimit, but only once
+// the whole value is read: those parts read as nil (too deep) or float64
+// (too big), so that the caller can go on with the rest of the document
+// and still tell an array from a string. Any other error is lx's
+// *jsonlex.SyntaxError.
+func DecodeJSON(lx *jsonlex.Lexer) (Value, error) {
+	var limit error // apart from d, so that lx does not flow to the result
+	d := jsonDecoder{lx: lx, limit: &limit}
+	v, err := d.value()
+	if err != nil {
+		return nil, err
+	}
+	return v, limit
+}
+
+// jsonDecoder reads JSON straight into Values: the chat request of every
+// routed chat completion goes through it.
 type jsonDecoder struct {
-	data []byte
-	pos  int
-	buf  []byte // unescaping scratch
+	lx    *jsonlex.Lexer
+	limit *error // the first value beyond the limits
 }
 
-func (d *jsonDecoder) space() {
-	for d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
+func (d *jsonDecoder) value() (Value, error) {
+	lx := d.lx
+	if lx.Depth() > maxJSONDepth {
+		d.overLimit(fmt.Errorf("%w: JSON nested deeper than %d", ErrLimit, maxJSONDepth))
+		return nil, lx.Skip()
+	}
+	switch lx.Peek() {
+	case jsonlex.Object:
+		return d.object()
+	case jsonlex.Array:
+		return d.array()
+	case jsonlex.String:
+		s, err := lx.StrBytes()
+		if err != nil {
+			return nil, err
 		}
-	}
-}
-
-func (d *jsonDecoder) errorf(format string, args ...any) error {
-	if d.pos >= len(d.data) {
-		return io.ErrUnexpectedEOF
-	}
-	return fmt.Errorf("offset %d: "+format, append([]any{d.pos}, args...)...)
-}
-
-// value reads one value; d.pos is at its first byte.
-func (d *jsonDecoder) value(depth int) (Value, error) {
-	if depth > maxJSONDepth {
-		return nil, fmt.Errorf("%w: nesting deeper than %d", ErrLimit, maxJSONDepth)
-	}
-	if d.pos >= len(d.data) {
-		return nil, io.ErrUnexpectedEOF
-	}
-	switch c := d.data[d.pos]; {
-	case c == '{':
-		return d.object(depth)
-	case c == '[':
-		return d.array(depth)
-	case c == '"':
-		return d.str()
-	case c == '-' || (c >= '0' && c <= '9'):
+		return internJSON(s), nil
+	case jsonlex.Number:
 		return d.number()
-	case d.literal("true"):
-		return true, nil
-	case d.literal("false"):
-		return false, nil
-	case d.literal("null"):
-		return nil, nil
-	default:
-		return nil, d.errorf("invalid character %q looking for a value", c)
+	case jsonlex.Bool:
+		return lx.Bool()
+	case jsonlex.Null:
+		return nil, lx.Null()
+	}
+	return nil, lx.Skip() // fails, saying why
+}
+
+func (d *jsonDecoder) overLimit(err error) {
+	if *d.limit == nil {
+		*d.limit = err
 	}
 }
 
-func (d *jsonDecoder) literal(word string) bool {
-	if !bytes.HasPrefix(d.data[d.pos:], []byte(word)) {
-		return false
-	}
-	d.pos += len(word)
-	return true
-}
-
-func (d *jsonDecoder) object(depth int) (Value, error) {
-	d.pos++ // {
+func (d *jsonDecoder) object() (Value, error) {
 	obj := NewDict()
-	d.space()
-	if d.pos < len(d.data) && d.data[d.pos] == '}' {
-		d.pos++
-		return obj, nil
-	}
-	for {
-		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-			return nil, d.errorf("want an object key")
-		}
-		k, err := d.str()
+	err := d.lx.Object(func(key []byte) error {
+		k := internJSON(key)
+		v, err := d.value()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		d.space()
-		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-			return nil, d.errorf("want ':' after an object key")
-		}
-		d.pos++
-		d.space()
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		obj.SetString(k, v)
-		d.space()
-		if d.pos >= len(d.data) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		switch d.data[d.pos] {
-		case ',':
-			d.pos++
-			d.space()
-		case '}':
-			d.pos++
-			return obj, nil
-		default:
-			return nil, d.errorf("want ',' or '}' in an object")
-		}
+		_ = obj.Set(k, v) // a string key always hashes
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return obj, nil
 }
 
-func (d *jsonDecoder) array(depth int) (Value, error) {
-	d.pos++ // [
+func (d *jsonDecoder) array() (Value, error) {
 	l := &List{}
-	d.space()
-	if d.pos < len(d.data) && d.data[d.pos] == ']' {
-		d.pos++
-		return l, nil
-	}
-	for {
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
+	err := d.lx.Array(func() error {
+		v, err := d.value()
 		l.Items = append(l.Items, v)
-		d.space()
-		if d.pos >= len(d.data) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		switch d.data[d.pos] {
-		case ',':
-			d.pos++
-			d.space()
-		case ']':
-			d.pos++
-			return l, nil
-		default:
-			return nil, d.errorf("want ',' or ']' in an array")
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return l, nil
 }
 
-// number reads a JSON number (RFC 8259 grammar).
 func (d *jsonDecoder) number() (Value, error) {
-	start, p := d.pos, d.data
-	i := start
-	if i < len(p) && p[i] == '-' {
-		i++
+	tok, err := d.lx.Number()
+	if err != nil {
+		return nil, err
 	}
-	digits := func() int {
-		n := 0
-		for i < len(p) && p[i] >= '0' && p[i] <= '9' {
-			i, n = i+1, n+1
-		}
-		return n
+	v, err := jsonNumber(string(tok))
+	if err != nil { // an integer outside int64: Python's would be exact
+		d.overLimit(err)
+		f, _ := strconv.ParseFloat(string(tok), 64)
+		return f, nil
 	}
-	switch {
-	case i < len(p) && p[i] == '0':
-		i++
-	case digits() == 0:
-		d.pos = i
-		return nil, d.errorf("invalid number")
-	}
-	if i < len(p) && p[i] == '.' {
-		i++
-		if digits() == 0 {
-			d.pos = i
-			return nil, d.errorf("invalid number")
-		}
-	}
-	if i < len(p) && (p[i] == 'e' || p[i] == 'E') {
-		i++
-		if i < len(p) && (p[i] == '+' || p[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			d.pos = i
-			return nil, d.errorf("invalid number")
-		}
-	}
-	d.pos = i
-	return jsonNumber(string(p[start:i]))
+	return v, nil
 }
 
-// str reads a string; d.pos is at its opening quote.
-func (d *jsonDecoder) str() (string, error) {
-	p := d.data
-	start := d.pos + 1
-	i := start
-	for i < len(p) && p[i] != '"' && p[i] != '\\' && p[i] >= 0x20 && p[i] < utf8.RuneSelf {
-		i++
-	}
-	if i < len(p) && p[i] == '"' { // plain ASCII: the common case
-		d.pos = i + 1
-		return string(p[start:i]), nil
-	}
-	buf := d.buf[:0]
-	buf = append(buf, p[start:i]...)
-	for {
-		if i >= len(p) {
-			d.pos = i
-			return "", io.ErrUnexpectedEOF
-		}
-		switch c := p[i]; {
-		case c == '"':
-			d.pos, d.buf = i+1, buf
-			return string(buf), nil
-		case c < 0x20:
-			d.pos = i
-			return "", d.errorf("control character %#x in a string", c)
-		case c == '\\':
-			if i+1 >= len(p) {
-				d.pos = len(p)
-				return "", io.ErrUnexpectedEOF
-			}
-			i++
-			switch e := p[i]; e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, n := d.escapedRune(i + 1)
-				if n < 0 {
-					d.pos = i
-					return "", d.errorf("invalid \\u escape")
-				}
-				buf, i = utf8.AppendRune(buf, r), i+n
-			default:
-				d.pos = i
-				return "", d.errorf("invalid escape %q", e)
-			}
-			i++
-		case c < utf8.RuneSelf:
-			buf = append(buf, c)
-			i++
-		default:
-			r, size := utf8.DecodeRune(p[i:])
-			if r == utf8.RuneError && size == 1 {
-				buf = utf8.AppendRune(buf, utf8.RuneError)
-			} else {
-				buf = append(buf, p[i:i+size]...)
-			}
-			i += size
-		}
-	}
-}
-
-// escapedRune reads the hex digits of a \u escape starting at i (and the
-// low half of a surrogate pair after it): the rune and the bytes read, or
-// n < 0 when the digits are invalid. Unpaired surrogates become U+FFFD.
-func (d *jsonDecoder) escapedRune(i int) (r rune, n int) {
-	hex4 := func(at int) rune {
-		if at+4 > len(d.data) {
-			return -1
-		}
-		var v rune
-		for _, c := range d.data[at : at+4] {
-			switch {
-			case c >= '0' && c <= '9':
-				v = v<<4 | rune(c-'0')
-			case c >= 'a' && c <= 'f':
-				v = v<<4 | rune(c-'a'+10)
-			case c >= 'A' && c <= 'F':
-				v = v<<4 | rune(c-'A'+10)
-			default:
-				return -1
-			}
-		}
-		return v
-	}
-	r = hex4(i)
-	if r < 0 {
-		return 0, -1
-	}
-	if utf16.IsSurrogate(r) {
-		if i+5 < len(d.data) && d.data[i+4] == '\\' && d.data[i+5] == 'u' {
-			if lo := hex4(i + 6); lo >= 0 {
-				if pair := utf16.DecodeRune(r, lo); pair != utf8.RuneError {
-					return pair, 10
-				}
-			}
-		}
-		return utf8.RuneError, 4
-	}
-	return r, 4
-}
-
+// jsonNumber is a JSON number as Python's json.loads reads it: int when
+// it has no fraction or exponent (an error wrapping ErrLimit outside
+// int64), else float.
 func jsonNumber(s string) (Value, error) {
 	if !strings.ContainsAny(s, ".eE") {
 		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
@@ -339,194 +149,56 @@ func jsonNumber(s string) (Value, error) {
 	return f, nil
 }
 
-// jsonOptions are json.dumps' arguments as transformers' tojson passes them.
-type jsonOptions struct {
-	indent    string
-	hasIndent bool
-	itemSep   string
-	keySep    string
-	sortKeys  bool
-	maxLen    int // 0: maxReprLen
-}
-
-// ToJSON encodes v as Python's json.dumps(v, ensure_ascii=False) does, so
-// that FromJSON (and json.loads) read back the same value, floats included.
-func ToJSON(v Value) (string, error) { return toJSON(v, jsonOptions{itemSep: ", ", keySep: ": "}) }
-
-// toJSON is json.dumps(v, ensure_ascii=False, ...).
-func toJSON(v Value, o jsonOptions) (string, error) {
-	var b strings.Builder
-	if err := writeJSON(&b, v, o, 0); err != nil {
-		return "", err
+// internJSON returns a JSON string as a Value, without allocating for the
+// keys and values chat requests repeat in every message and tool.
+func internJSON(b []byte) Value {
+	switch string(b) {
+	case "":
+		return ""
+	case "role":
+		return "role"
+	case "content":
+		return "content"
+	case "user":
+		return "user"
+	case "assistant":
+		return "assistant"
+	case "system":
+		return "system"
+	case "tool":
+		return "tool"
+	case "developer":
+		return "developer"
+	case "name":
+		return "name"
+	case "type":
+		return "type"
+	case "text":
+		return "text"
+	case "tool_calls":
+		return "tool_calls"
+	case "tool_call_id":
+		return "tool_call_id"
+	case "id":
+		return "id"
+	case "function":
+		return "function"
+	case "arguments":
+		return "arguments"
+	case "description":
+		return "description"
+	case "parameters":
+		return "parameters"
+	case "properties":
+		return "properties"
+	case "required":
+		return "required"
+	case "object":
+		return "object"
+	case "string":
+		return "string"
+	case "reasoning_content":
+		return "reasoning_content"
 	}
-	return b.String(), nil
-}
-
-func writeJSON(b *strings.Builder, v Value, o jsonOptions, depth int) error {
-	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: tojson nesting deeper than %d", ErrLimit, maxJSONDepth)
-	}
-	if b.Len() > o.maxLen && o.maxLen > 0 || b.Len() > maxReprLen {
-		return fmt.Errorf("%w: tojson output too long", ErrLimit)
-	}
-	switch x := v.(type) {
-	case nil:
-		b.WriteString("null")
-	case bool:
-		b.WriteString(strconv.FormatBool(x))
-	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
-	case float64:
-		b.WriteString(jsonFloat(x))
-	case string:
-		writeJSONString(b, x)
-	case *List:
-		if x.Gen {
-			return fmt.Errorf("%w: Object of type generator is not JSON serializable", ErrType)
-		}
-		return writeJSONList(b, x.Items, o, depth)
-	case *Dict:
-		return writeJSONDict(b, x, o, depth)
-	default:
-		return fmt.Errorf("%w: Object of type %s is not JSON serializable", ErrType, typeName(v))
-	}
-	return nil
-}
-
-func jsonFloat(f float64) string {
-	switch {
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	case math.IsNaN(f):
-		return "NaN"
-	}
-	return formatFloat(f)
-}
-
-func newline(b *strings.Builder, o jsonOptions, depth int) {
-	if o.hasIndent {
-		b.WriteByte('\n')
-		for range depth {
-			b.WriteString(o.indent)
-		}
-	}
-}
-
-func writeJSONList(b *strings.Builder, items []Value, o jsonOptions, depth int) error {
-	if len(items) == 0 {
-		b.WriteString("[]")
-		return nil
-	}
-	b.WriteByte('[')
-	for i, it := range items {
-		if i > 0 {
-			b.WriteString(o.itemSep)
-		}
-		newline(b, o, depth+1)
-		if err := writeJSON(b, it, o, depth+1); err != nil {
-			return err
-		}
-	}
-	newline(b, o, depth)
-	b.WriteByte(']')
-	return nil
-}
-
-func writeJSONDict(b *strings.Builder, d *Dict, o jsonOptions, depth int) error {
-	if d.Len() == 0 {
-		b.WriteString("{}")
-		return nil
-	}
-	order, err := jsonKeyOrder(d, o.sortKeys)
-	if err != nil {
-		return err
-	}
-	b.WriteByte('{')
-	for n, i := range order {
-		if n > 0 {
-			b.WriteString(o.itemSep)
-		}
-		newline(b, o, depth+1)
-		if err := writeJSONKey(b, d.keys[i]); err != nil {
-			return err
-		}
-		b.WriteString(o.keySep)
-		if err := writeJSON(b, d.vals[i], o, depth+1); err != nil {
-			return err
-		}
-	}
-	newline(b, o, depth)
-	b.WriteByte('}')
-	return nil
-}
-
-func jsonKeyOrder(d *Dict, sortKeys bool) ([]int, error) {
-	order := make([]int, d.Len())
-	for i := range order {
-		order[i] = i
-	}
-	if !sortKeys {
-		return order, nil
-	}
-	var err error
-	sort.SliceStable(order, func(a, b int) bool {
-		c, e := compare(d.keys[order[a]], d.keys[order[b]])
-		if e != nil {
-			err = e
-		}
-		return c < 0
-	})
-	return order, err
-}
-
-func writeJSONKey(b *strings.Builder, k Value) error {
-	switch x := k.(type) {
-	case string:
-		writeJSONString(b, x)
-	case nil:
-		b.WriteString(`"null"`)
-	case bool, int64:
-		b.WriteString(`"` + strings.ToLower(str(x)) + `"`)
-	case float64:
-		b.WriteString(`"` + jsonFloat(x) + `"`)
-	default:
-		return fmt.Errorf("%w: keys must be str, int, float, bool or None, not %s", ErrType, typeName(k))
-	}
-	return nil
-}
-
-// writeJSONString writes s as json.dumps with ensure_ascii=False does.
-func writeJSONString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b.WriteString(s[start:i])
-		start = i + 1
-		switch c {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			b.WriteString(`\u00` + hex2(int(c)))
-		}
-	}
-	b.WriteString(s[start:])
-	b.WriteByte('"')
+	return string(b)
 }
