@@ -33,8 +33,9 @@ func setHeaders(kv ...string) *extprocv3.HeaderMutation {
 // routingHeaders are the x-kvrouter-* headers of a decision, as key, value,
 // key, value….
 func routingHeaders(d *router.Decision) []string {
-	kv := make([]string, 0, 2*len(d.Headers()))
-	for _, h := range d.Headers() {
+	hs := d.Headers()
+	kv := make([]string, 0, 2*len(hs))
+	for _, h := range hs {
 		kv = append(kv, h[0], h[1])
 	}
 	return kv
