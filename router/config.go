@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // Config configures a Router.
@@ -51,6 +52,14 @@ type Config struct {
 	Tolerance float64
 	// ToleranceSeconds is the same as an absolute margin. Default 0.001.
 	ToleranceSeconds float64
+	// StaleMetricsAfter is how long a pod's metrics scrapes may fail before
+	// its last figures are too old to route by. Such a pod, and one whose
+	// scrapes have failed without ever succeeding, is blind: it is left out
+	// of the candidates while a pod with fresh figures can serve the
+	// request (see Router.candidates). Only a fleet a fleet.Scraper runs
+	// for has blind pods. Default 10s; 0 never counts figures stale (a pod
+	// never scraped is still blind).
+	StaleMetricsAfter time.Duration
 	// SlowDecision is the decision time above which the decision is logged
 	// at Warn. Default 50ms.
 	SlowDecision time.Duration
@@ -71,6 +80,7 @@ func DefaultConfig() Config {
 		TierWeights:              [kvindex.NumTiers]float64{1.0, 0.8, 0.5, 0.5},
 		Tolerance:                0.05,
 		ToleranceSeconds:         0.001,
+		StaleMetricsAfter:        fleet.DefaultStaleAfter,
 		SlowDecision:             50 * time.Millisecond,
 	}
 }
@@ -90,6 +100,9 @@ func (c Config) Validate() error {
 	nonNeg("KV pressure", c.KVPressure)
 	nonNeg("tolerance", c.Tolerance)
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
+	if c.StaleMetricsAfter < 0 {
+		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
+	}
 	for t, w := range c.TierWeights {
 		if w < 0 || w > 1 || w != w {
 			errs = append(errs, fmt.Errorf("tier weight %s = %v, want in [0, 1]", kvindex.Tier(t), w))

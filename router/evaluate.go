@@ -54,7 +54,7 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 			return ev, notFound("model %q is served by no pod", p.Model)
 		}
 	}
-	r.candidates(snap, t, req.Subset, sc)
+	r.candidates(snap, t, req.Subset, t0, sc)
 	if len(sc.members) == 0 {
 		return ev, unavailable("no ready pod serves model %q", ev.model)
 	}
@@ -80,8 +80,9 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 }
 
 // candidates fills sc.members with the ready pods of t (every ready pod when
-// t is nil) allowed by the subset hint.
-func (r *Router) candidates(snap *fleet.Snapshot, t *fleet.Target, subset []string, sc *scratch) {
+// t is nil) allowed by the subset hint, less the blind ones while any other
+// remains (dropBlind).
+func (r *Router) candidates(snap *fleet.Snapshot, t *fleet.Target, subset []string, now time.Time, sc *scratch) {
 	consider := func(m *fleet.Member) {
 		if m.Pod.Ready && (subset == nil || slices.Contains(subset, m.Endpoint)) {
 			sc.members = append(sc.members, m)
@@ -91,11 +92,39 @@ func (r *Router) candidates(snap *fleet.Snapshot, t *fleet.Target, subset []stri
 		for _, m := range t.Members {
 			consider(m)
 		}
-		return
+	} else {
+		for _, m := range snap.Members() {
+			consider(m)
+		}
 	}
-	for _, m := range snap.Members() {
-		consider(m)
+	if r.fleet.Scraped() {
+		sc.members = r.dropBlind(sc.members, now)
 	}
+}
+
+// dropBlind removes the blind members (fleet.Metrics.Blind) when at least
+// one is not blind, and returns members unchanged otherwise.
+//
+// A blind pod is not scored with the figures it has: they read zero, or
+// the queue of a while ago, so it would look idle and draw traffic to a pod
+// kvrouter cannot see, likely one overloaded or half dead. Nor is it
+// penalized by a made-up queue: there is no figure to price, and any price
+// either still draws traffic or never does. So it is left out while a pod
+// with fresh figures can serve the request. When every candidate is blind
+// (the metrics port is down fleet-wide, or a network policy blocks it) they
+// are scored as they are: requests still route, and kvrouter's own
+// in-flight and prefill counts still spread them.
+func (r *Router) dropBlind(members []*fleet.Member, now time.Time) []*fleet.Member {
+	kept := members[:0] // writes only over members already read
+	for _, m := range members {
+		if !m.Load.Metrics(now, r.cfg.StaleMetricsAfter).Blind() {
+			kept = append(kept, m)
+		}
+	}
+	if len(kept) == 0 { // nothing was written: members is intact
+		return members
+	}
+	return kept
 }
 
 // hash tokenizes p's prompt and appends its block hashes to sc.hashes. When

@@ -17,6 +17,11 @@ type Fleet struct {
 	index *kvindex.Index
 	mu    sync.Mutex // serializes updates
 	snap  atomic.Pointer[Snapshot]
+	// scraped is set by Scraper.Run: from then on the pods' figures come
+	// from scrapes, and a pod without them is blind (Load.Metrics). A fleet
+	// nobody scrapes (metrics off, tests, the fleet simulator) has no blind
+	// pods: its figures are whatever its owner stores.
+	scraped atomic.Bool
 }
 
 // Snapshot is the fleet at one moment. It is never modified.
@@ -59,6 +64,8 @@ type Load struct {
 	Waiting         atomic.Int64 // vllm:num_requests_waiting
 	Running         atomic.Int64 // vllm:num_requests_running
 	KVUsagePermille atomic.Int64 // vllm:kv_cache_usage_perc × 1000
+	ScrapedAt       atomic.Int64 // unix nanoseconds of the last successful scrape; 0: none yet
+	FailingSince    atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
 }
 
 // New returns an empty fleet whose pods are registered in index.
@@ -126,6 +133,10 @@ func (f *Fleet) Pods() []pod.Pod {
 	}
 	return out
 }
+
+// Scraped reports whether a Scraper runs for this fleet: only then can a
+// pod's figures be missing or stale.
+func (f *Fleet) Scraped() bool { return f.scraped.Load() }
 
 // Target returns what a request's model name resolves to, or nil.
 func (s *Snapshot) Target(model string) *Target { return s.models[model] }

@@ -36,6 +36,10 @@ type Scraper struct {
 	scrapes  *prometheus.CounterVec // by result
 	ok, fail prometheus.Counter     // its two series
 	failing  prometheus.Gauge
+	blind    prometheus.Gauge
+	// staleAfter is the bound past which a failing pod's figures are stale
+	// (SetStaleAfter); the router applies its own, normally the same.
+	staleAfter time.Duration
 }
 
 // scrapePhases is the number of slots a round's scrapes are spread over.
@@ -65,6 +69,7 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 	}
 	s := &Scraper{
 		fleet: fleet, client: client, interval: interval, logger: logger, pods: map[*Load]*scrapeState{},
+		staleAfter: DefaultStaleAfter,
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "metrics_scrapes_total",
 			Help: "Scrapes of the pods' vLLM /metrics, by result (ok, failed).",
@@ -73,10 +78,14 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 			Namespace: "kvrouter", Subsystem: "router", Name: "metrics_failing_pods",
 			Help: "Pods whose last metrics scrape failed: routing uses their last figures while they back off.",
 		}),
+		blind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "metrics_blind_pods",
+			Help: "Ready pods whose metrics never answered, or have failed for longer than routing.stale_metrics_after: routing avoids them while a pod it can see serves their model.",
+		}),
 	}
 	s.ok, s.fail = s.scrapes.WithLabelValues("ok"), s.scrapes.WithLabelValues("failed")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.scrapes, s.failing} {
+		for _, c := range []prometheus.Collector{s.scrapes, s.failing, s.blind} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("fleet: scraper metrics: %w", err)
 			}
@@ -85,10 +94,18 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 	return s, nil
 }
 
+// SetStaleAfter sets the bound past which a failing pod's figures count as
+// stale in kvrouter_router_metrics_blind_pods (0: never); default
+// DefaultStaleAfter. Call it before Run, with the router's
+// Config.StaleMetricsAfter.
+func (s *Scraper) SetStaleAfter(d time.Duration) { s.staleAfter = d }
+
 // Run scrapes until ctx is done and returns once every scrape it started
 // has returned. A pod whose scrape fails keeps its last figures; failures
-// are logged at Debug (vLLM restarts are routine).
+// are logged at Debug (vLLM restarts are routine). From its start the
+// fleet's pods can be blind (Load.Metrics).
 func (s *Scraper) Run(ctx context.Context) error {
+	s.fleet.scraped.Store(true)
 	defer s.wg.Wait()
 	t := time.NewTicker(max(s.interval/scrapePhases, time.Microsecond))
 	defer t.Stop()
@@ -123,7 +140,7 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 		s.wg.Go(func() {
 			defer st.busy.Store(false)
 			err := s.scrape(ctx, m)
-			st.record(err, s.interval)
+			st.record(m.Load, err, s.interval, time.Now())
 			if err == nil {
 				s.ok.Inc()
 				return
@@ -137,7 +154,7 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 }
 
 // prune forgets the pods not seen since the last pruning and counts the
-// failing ones.
+// failing and the blind ones.
 func (s *Scraper) prune() {
 	failing := 0
 	for l, st := range s.pods {
@@ -151,18 +168,30 @@ func (s *Scraper) prune() {
 		}
 	}
 	s.failing.Set(float64(failing))
+	blind, now := 0, time.Now()
+	for _, m := range s.fleet.Snapshot().Members() {
+		if m.Pod.Ready && m.Load.Metrics(now, s.staleAfter).Blind() {
+			blind++
+		}
+	}
+	s.blind.Set(float64(blind))
 }
 
-// record ends a scrape: success clears the backoff; a failure doubles it.
-func (st *scrapeState) record(err error, interval time.Duration) {
+// record ends l's scrape at now: success clears the backoff and stamps
+// l.ScrapedAt; a failure doubles the backoff and, if it is the first of a
+// run, stamps l.FailingSince.
+func (st *scrapeState) record(l *Load, err error, interval time.Duration, now time.Time) {
 	if err == nil {
 		st.failures.Store(0)
 		st.retryAt.Store(0)
+		l.ScrapedAt.Store(now.UnixNano())
+		l.FailingSince.Store(0)
 		return
 	}
+	l.FailingSince.CompareAndSwap(0, now.UnixNano())
 	f := min(st.failures.Add(1), 16)
 	wait := min(interval<<(f-1), maxScrapeBackoff)
-	st.retryAt.Store(time.Now().Add(wait).UnixNano())
+	st.retryAt.Store(now.Add(wait).UnixNano())
 }
 
 func (s *Scraper) scrape(ctx context.Context, m *Member) error {
