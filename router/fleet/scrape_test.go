@@ -282,3 +282,64 @@ func TestScraperForgetsPodsThatLeft(t *testing.T) {
 		}
 	})
 }
+
+func TestScraperStampsFreshness(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var down atomic.Bool
+		pods := &fakePods{fn: func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "10.1.0.0:8000" || down.Load() {
+				return nil, errors.New("connection refused")
+			}
+			return metricsResponse(req)
+		}}
+		fleet, s := scrapeFleet(t, 2, pods)
+		s.SetStaleAfter(2 * time.Second)
+		never, seen := fleet.Load("p0"), fleet.Load("p1")
+		if fleet.Scraped() || never.Metrics(time.Now(), time.Second) != MetricsPending {
+			t.Fatalf("before Run: scraped %v, p0 %v; want false, pending", fleet.Scraped(), never.Metrics(time.Now(), time.Second))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		start := time.Now()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !fleet.Scraped() {
+			t.Error("fleet.Scraped() under a running scraper = false")
+		}
+		if at, since := never.ScrapedAt.Load(), never.FailingSince.Load(); at != 0 || since != start.UnixNano() {
+			t.Errorf("refusing pod: ScrapedAt %d, FailingSince %d; want 0, %d (its first failure)", at, since, start.UnixNano())
+		}
+		if got := never.Metrics(time.Now(), 2*time.Second); got != MetricsNever || !got.Blind() {
+			t.Errorf("refusing pod's metrics = %v, want never (blind)", got)
+		}
+		if at, since := seen.ScrapedAt.Load(), seen.FailingSince.Load(); at < time.Now().Add(-100*time.Millisecond).UnixNano() || since != 0 {
+			t.Errorf("answering pod: ScrapedAt %s ago, FailingSince %d; want within 100ms, 0", time.Since(time.Unix(0, at)), since)
+		}
+		if got := testutil.ToFloat64(s.blind); got != 1 {
+			t.Errorf("metrics_blind_pods with one pod never scraped = %g, want 1", got)
+		}
+		down.Store(true)
+		failed := time.Now()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if since := seen.FailingSince.Load(); since < failed.UnixNano() || since > failed.Add(200*time.Millisecond).UnixNano() {
+			t.Errorf("pod down since %s: FailingSince %s", failed, time.Unix(0, since))
+		}
+		if got := seen.Metrics(time.Now(), 2*time.Second); got != MetricsOK {
+			t.Errorf("pod failing for 1s of a 2s bound = %v, want ok", got)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if got := seen.Metrics(time.Now(), 2*time.Second); got != MetricsStale {
+			t.Errorf("pod failing for 3s of a 2s bound = %v, want stale", got)
+		}
+		if got := testutil.ToFloat64(s.blind); got != 2 {
+			t.Errorf("metrics_blind_pods with one pod never scraped and one stale = %g, want 2", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
