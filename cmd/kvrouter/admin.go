@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -68,6 +69,9 @@ type podReport struct {
 	InFlight     int64                 `json:"in_flight"`
 	Waiting      int64                 `json:"vllm_waiting"`
 	Running      int64                 `json:"vllm_running"`
+	Metrics      string                `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
+	ScrapedAt    *time.Time            `json:"metrics_scraped_at"`    // the last successful scrape; null: none
+	FailingSince *time.Time            `json:"metrics_failing_since"` // the first of the current failures; null: none
 }
 
 func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
@@ -75,7 +79,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 	for _, s := range a.events.Status() {
 		status[s.Name] = s
 	}
-	pods := a.fleet.Pods()
+	pods, now := a.fleet.Pods(), time.Now()
 	out := make([]podReport, 0, len(pods))
 	for _, p := range pods {
 		st := status[p.Name]
@@ -91,10 +95,21 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		}
 		if l := a.fleet.Load(p.Name); l != nil {
 			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
+			r.Metrics = l.Metrics(now, a.staleAfter).String()
+			r.ScrapedAt, r.FailingSince = unixTime(l.ScrapedAt.Load()), unixTime(l.FailingSince.Load())
 		}
 		out = append(out, r)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// unixTime is ns unix nanoseconds in UTC, or nil for 0.
+func unixTime(ns int64) *time.Time {
+	if ns == 0 {
+		return nil
+	}
+	t := time.Unix(0, ns).UTC()
+	return &t
 }
 
 // score answers POST /v1/score: a completions or chat request body scored

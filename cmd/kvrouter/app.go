@@ -50,6 +50,8 @@ type app struct {
 	scraper *fleet.Scraper
 	pods    *discovery.Discovery // nil without Kubernetes
 	static  *discovery.Static    // --pod, pods.static and the pods file
+	// staleAfter is routing.stale_metrics_after, for /debug/pods.
+	staleAfter time.Duration
 }
 
 // newApp builds every part from validated settings. A tokenizer or pods
@@ -131,6 +133,8 @@ func (a *app) build(s settings) error {
 	if a.scraper, err = fleet.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	a.staleAfter = s.router.StaleMetricsAfter
+	a.scraper.SetStaleAfter(a.staleAfter)
 	return nil
 }
 

@@ -82,6 +82,9 @@ type routingConfig struct {
 	PrefillAttentionPerToken float64 `yaml:"prefill_attention_per_token"` // --prefill-attention-per-token
 	KVPressure               float64 `yaml:"kv_pressure"`                 // --kv-pressure
 	Tolerance                float64 `yaml:"tolerance"`                   // --routing-tolerance
+	// StaleMetricsAfter is how long a pod's /metrics scrapes may fail
+	// before the router routes around it as if it had never answered.
+	StaleMetricsAfter duration `yaml:"stale_metrics_after"` // --stale-metrics-after
 }
 
 type tokenizersConfig struct {
@@ -135,7 +138,7 @@ func routingDefaults() routingConfig {
 	r := router.DefaultConfig()
 	return routingConfig{
 		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken,
-		KVPressure: r.KVPressure, Tolerance: r.Tolerance,
+		KVPressure: r.KVPressure, Tolerance: r.Tolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
 	}
 }
 
@@ -166,6 +169,7 @@ func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
+	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	return fs

@@ -37,7 +37,7 @@ log: {level: debug}
 shutdown: {drain_delay: 5s, timeout: 1m}
 hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index: {max_entries: 1000}
-routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1}
+routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1, stale_metrics_after: 30s}
 tokenizers: {models: {m: /m}, hf_cache: /hf}
 extproc: {body_mode: BUFFERED, max_body_bytes: 100}
 pods:
@@ -60,7 +60,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index:      indexConfig{MaxEntries: 1000},
-		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1},
+		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second)},
 		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf"},
 		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100},
 		Pods: podsConfig{
@@ -82,6 +82,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
 			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
 			"--prefill-tokens-per-second", "8000", "--kv-pressure", "0", "--routing-tolerance", "0", "--prefill-attention-per-token", "1e-5",
+			"--stale-metrics-after", "0s",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
 			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5}
@@ -132,7 +133,7 @@ log: {level: loud}
 shutdown: {drain_delay: 5, timeout: -1s}
 hash: {algorithm: md5, block_size: 0}
 index: {max_entries: 0, shards: 4}
-routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2}
+routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2, stale_metrics_after: -1s}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
 pods: {file: `+pods+`, file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
@@ -162,6 +163,7 @@ discovery: {namespaces: [""]}
 		"routing.prefill_attention_per_token: -1",
 		"routing.kv_pressure: -1",
 		"routing.tolerance: 2",
+		"routing.stale_metrics_after: -1s",
 		`extproc.body_mode: "STREAMED"`,
 		"tokenizers.models.m: stat /does/not/exist",
 		"pods.static[0] (s): model: empty",

@@ -121,6 +121,11 @@ func (c config) routerConfig(p *problems) router.Config {
 	} else {
 		p.add("routing.tolerance: %v, want in [0, 1]", v)
 	}
+	if v := c.Routing.StaleMetricsAfter; v >= 0 {
+		r.StaleMetricsAfter = time.Duration(v)
+	} else {
+		nonNegative(p, "routing.stale_metrics_after", v)
+	}
 	return r
 }
 
