@@ -33,7 +33,7 @@ type stream struct {
 	state *rankState
 
 	next         uint64 // the sequence number expected next
-	started      bool   // next is meaningful
+	started      bool   // next is meaningful: a batch was taken, or a replay from 0 completed
 	hasState     bool   // batches were queued since the last clear
 	sessionStart uint64 // the replay start of the current connection
 	recheck      bool   // replay once idle: a batch may have been missed
