@@ -34,3 +34,39 @@ func lastSeq(f *fleet, name string) int64 {
 	}
 	return -1
 }
+
+// TestSubscriberSequenceBackOnFirstConnection follows a publisher whose
+// sequence goes from 1 back to 0 within the subscriber's first connection:
+// the pod restarted, so its entries are cleared, the restart is counted
+// once, and the new process is followed from its seq 0.
+func TestSubscriberSequenceBackOnFirstConnection(t *testing.T) {
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 100)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p)
+	eventually(t, "connection", func() bool { return f.connected("pod-a") })
+	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
+	p.publish(t, 1) // seq 0
+	p.publish(t, 2) // seq 1
+	f.waitHashes("pod-a", 1, 2)
+	if err := p.Reset(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p.publish(t, 3) // seq 0 of the new process
+	f.waitHashes("pod-a", 3)
+	p.publish(t, 4) // seq 1
+	f.waitHashes("pod-a", 3, 4)
+	for _, c := range []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"restarts", f.counter(f.mgr.metrics.restarts, "pod-a"), 1},
+		{"clears{restart}", f.counter(f.mgr.metrics.clears, "pod-a", "restart"), 1},
+		{"gaps", f.counter(f.mgr.metrics.gaps, "pod-a"), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
