@@ -45,7 +45,9 @@
 // "mismatch" when chains keep failing and none matches (a cache_salt is
 // invisible in older events, so one failure proves nothing); each change is
 // logged once, naming --prefix-caching-hash-algo and PYTHONHASHSEED. Once
-// verified, one event in Config.VerifySample is checked.
+// verified, one event in Config.VerifySample is checked. When the pod's
+// entries are cleared because its publisher restarted, its verification
+// starts over from "unknown": the new process may hash with another seed.
 //
 // Metrics are named kvrouter_kvevents_*; per-pod series are deleted when the
 // pod is removed.
