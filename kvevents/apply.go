@@ -79,11 +79,13 @@ func (a *applier) apply(b *wire.Batch) error {
 }
 
 // clear removes every entry of the pod, for reason (a restart or a gap
-// replay could not fill).
+// replay could not fill). After a restart the pod's hashes are verified
+// afresh.
 func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error {
 	switch reason {
 	case clearRestart:
 		a.m.clearRestart.Inc()
+		a.verify.reset()
 	case clearExhausted:
 		a.m.clearExhausted.Inc()
 	}

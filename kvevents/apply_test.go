@@ -171,3 +171,47 @@ func TestApplyEvents(t *testing.T) {
 		t.Error("apply to a removed pod succeeded, want ErrUnknownPod")
 	}
 }
+
+// TestApplyRestartVerifiesAfresh clears a verified pod and then applies
+// root chains of another hash configuration: after a restart the verifier
+// starts over and finds the mismatch as for a fresh pod; after a gap older
+// than the replay buffer (the same process) the pod stays verified.
+func TestApplyRestartVerifiesAfresh(t *testing.T) {
+	tests := []struct {
+		reason     clearReason
+		afterClear Verification
+		want       Verification
+	}{
+		{clearRestart, VerifyUnknown, VerifyMismatch},
+		{clearExhausted, Verified, Verified},
+	}
+	for _, tc := range tests {
+		t.Run(tc.reason.String(), func(t *testing.T) {
+			f := newApplyFixture(t)
+			if err := f.a.apply(&wire.Batch{Events: []wire.Event{stored(vecPlain, nil, u32s(0, 48), 16)}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.a.verify.state; got != Verified {
+				t.Fatalf("verification before clear(%v) = %v, want %v", tc.reason, got, Verified)
+			}
+			if err := f.a.clear(tc.reason, slog.New(slog.NewTextHandler(f.log, nil)), "pod-a"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.a.verify.state; got != tc.afterClear {
+				t.Errorf("verification after clear(%v) = %v, want %v", tc.reason, got, tc.afterClear)
+			}
+			if got := testutil.ToFloat64(f.m.verification); got != float64(tc.afterClear) {
+				t.Errorf("verification gauge after clear(%v) = %v, want %v", tc.reason, got, float64(tc.afterClear))
+			}
+			other := stored(vecSalt, nil, u32s(0, 48), 16) // salted hashes: another configuration
+			for range 3 {
+				if err := f.a.apply(&wire.Batch{Events: []wire.Event{other}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.a.verify.state; got != tc.want {
+				t.Errorf("verification after clear(%v) and 3 mismatching root chains = %v, want %v", tc.reason, got, tc.want)
+			}
+		})
+	}
+}

@@ -246,6 +246,10 @@ func (st *stream) replayFrom(ctx context.Context, from uint64) bool {
 	}
 	if err == nil {
 		st.m.replayOK.Inc()
+		// A complete replay from 0 that returned nothing still tells where
+		// the rank stands: seq 0 comes next, and a live batch after it is
+		// a gap.
+		st.started = st.started || from == 0
 		return true
 	}
 	if ctx.Err() == nil {

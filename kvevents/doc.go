@@ -45,10 +45,52 @@
 // "mismatch" when chains keep failing and none matches (a cache_salt is
 // invisible in older events, so one failure proves nothing); each change is
 // logged once, naming --prefix-caching-hash-algo and PYTHONHASHSEED. Once
-// verified, one event in Config.VerifySample is checked.
+// verified, one event in Config.VerifySample is checked. When the pod's
+// entries are cleared because its publisher restarted, its verification
+// starts over from "unknown": the new process may hash with another seed.
 //
 // Metrics are named kvrouter_kvevents_*; per-pod series are deleted when the
 // pod is removed.
+//
+// # Sequence state machine
+//
+// A stream is unstarted (nothing taken, no replay from 0 completed),
+// expecting n (the next batch), or probing (after a reconnection, its
+// replay from n-1 shows whether the publisher is the same process). What
+// each input does; "restart" counts it, logs it once, clears the pod's
+// entries, starts hash verification over and replays the new process from
+// 0 (expecting 0, then what the replay gives); "exhausted" counts it and
+// clears the pod's entries if it holds any, then takes the batch.
+//
+//	state         input                                  action
+//	unstarted     connection up                          replay from 0
+//	unstarted     first batch s (replayed, or live when  take it, expect s+1
+//	              the replay failed)
+//	unstarted     replay from 0 ends with no batch       expect 0
+//	expecting n   batch n                                take it, expect n+1
+//	expecting n   batch below n, replayed, or live from  skip: already taken
+//	              the connection's replay overlap
+//	expecting n   live batch s > n (first batch lost     gap: count it, replay from n
+//	              after an empty replay included)
+//	expecting n   the gap's replay ends exactly at s-1   take the live batch s
+//	expecting n   the gap's replay ends before s-1, or   exhausted: the gap is older
+//	              a replay's first batch is after n      than the replay buffer
+//	expecting n   replay with replies missing inside     ask again from the hole, 3 times
+//	expecting n   live batch below the connection's      restart: the sequence went
+//	              replay start, or not after the         backwards
+//	              connection's previous live batch
+//	expecting n   connection idle after connecting, or   replay from n once
+//	              after a live batch dropped for a full
+//	              queue
+//	expecting n   connection lost                        backoff, then reconnect
+//	expecting 0   reconnect                              replay from 0
+//	expecting n   reconnect, n > 0                       probing: replay from n-1
+//	probing       batch n-1, as taken                    same process: the rest of the
+//	                                                     replay as expecting n
+//	probing       batch n-1 but another payload, or the  restart: the replay was answered
+//	              replay ends with no batch at all       by a restarted publisher
+//	probing       first batch after n-1 (it left the     as expecting n: take batch n,
+//	              replay buffer)                         exhausted for a later one
 //
 // # Concurrency
 //

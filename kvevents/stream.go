@@ -33,9 +33,11 @@ type stream struct {
 	state *rankState
 
 	next         uint64 // the sequence number expected next
-	started      bool   // next is meaningful
+	started      bool   // next is meaningful: a batch was taken, or a replay from 0 completed
 	hasState     bool   // batches were queued since the last clear
 	sessionStart uint64 // the replay start of the current connection
+	lastLive     uint64 // the last live batch of the current connection
+	liveSeen     bool   // lastLive is meaningful
 	recheck      bool   // replay once idle: a batch may have been missed
 	last         []byte // the last batch queued (received frames are never reused)
 	lastShared   bool   // last lies in the buffer of a whole run of live batches
@@ -58,7 +60,7 @@ type probe struct {
 // nothing where the old process would still hold it) means a restart: the
 // pod's entries are cleared and the new process is replayed from 0.
 func (st *stream) resume(ctx context.Context) {
-	st.sessionStart, st.recheck = st.next, true
+	st.sessionStart, st.recheck, st.liveSeen = st.next, true, false
 	if !st.started || st.next == 0 {
 		st.replayFrom(ctx, st.next)
 		return
@@ -96,14 +98,18 @@ func (st *stream) accept(ctx context.Context, seq uint64, payload []byte, live b
 	if !live && st.probe.restarted {
 		return
 	}
+	if live {
+		// One process publishes in order, so a live batch older than the
+		// connection's replay or than a live batch before it comes from
+		// a new process.
+		back := seq < st.sessionStart || (st.liveSeen && seq <= st.lastLive)
+		st.lastLive, st.liveSeen = seq, true
+		if st.started && back {
+			st.restart(ctx, seq) // the sequence went backwards
+		}
+	}
 	if st.started && seq < st.next {
-		if seq >= st.sessionStart || !live {
-			return // already taken (a replay overlapping the live stream)
-		}
-		st.restart(ctx, seq) // the sequence went backwards
-		if seq < st.next {
-			return
-		}
+		return // already taken (a replay overlapping the live stream)
 	}
 	if st.started && seq > st.next && live {
 		st.m.gaps.Inc()

@@ -169,13 +169,8 @@ func (v *verifier) record(r int8) {
 	case v.failed >= v.minFailed:
 		state = VerifyMismatch
 	}
-	if state == v.state {
+	if !v.setState(state) {
 		return
-	}
-	v.state = state
-	v.m.verification.Set(float64(state))
-	if v.onChange != nil {
-		v.onChange(state)
 	}
 	cfg := v.h.Config()
 	if state == VerifyMismatch {
@@ -184,4 +179,27 @@ func (v *verifier) record(r int8) {
 		return
 	}
 	v.log.Info("kvevents: pod's block hashes verified", "pod", v.pod, "algorithm", string(cfg.Algorithm))
+}
+
+// setState moves to state and reports whether it changed.
+func (v *verifier) setState(state Verification) bool {
+	if state == v.state {
+		return false
+	}
+	v.state = state
+	v.m.verification.Set(float64(state))
+	if v.onChange != nil {
+		v.onChange(state)
+	}
+	return true
+}
+
+// reset forgets every check and the verified digests, for a pod whose
+// publisher restarted: the new process may hash with another configuration
+// (a new PYTHONHASHSEED), so it is judged afresh, from "unknown".
+func (v *verifier) reset() {
+	clear(v.window)
+	clear(v.known)
+	v.next, v.ok, v.failed, v.seen = 0, 0, 0, 0
+	v.setState(VerifyUnknown)
 }
