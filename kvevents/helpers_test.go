@@ -92,9 +92,13 @@ func (r *recIndex) Removed(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	live := r.live[pod] // nil once cleared: a removal of what it no longer holds
 	for _, h := range hashes {
-		if r.live[pod][h]--; r.live[pod][h] <= 0 {
-			delete(r.live[pod], h)
+		if _, ok := live[h]; !ok {
+			continue
+		}
+		if live[h]--; live[h] <= 0 {
+			delete(live, h)
 		}
 	}
 	return nil
