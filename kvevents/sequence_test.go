@@ -10,12 +10,7 @@ import (
 // wire and seq 1 arrives live. The stream expects seq 0 after an empty
 // replay from 0, so seq 1 is a gap, replayed and counted.
 func TestSubscriberFirstBatchLost(t *testing.T) {
-	checkGoroutines(t)
-	p := startPub(t, 0, 0, 100)
-	f := newFleet(t, testConfig())
-	f.follow("pod-a", p)
-	eventually(t, "connection", func() bool { return f.connected("pod-a") })
-	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
+	f, p := followIdle(t)
 	p.lose(t, 1)    // seq 0, kept in the replay buffer only
 	p.publish(t, 2) // seq 1, live
 	f.waitHashes("pod-a", 1, 2)
@@ -24,6 +19,19 @@ func TestSubscriberFirstBatchLost(t *testing.T) {
 	}
 	eventually(t, "last_seq 1", func() bool { return lastSeq(f, "pod-a") == 1 },
 		func() string { return fmt.Sprintf("last_seq = %v", lastSeq(f, "pod-a")) })
+}
+
+// followIdle starts a publisher with nothing published and follows it as
+// pod-a, returning once the subscriber connected and made its idle replay.
+func followIdle(t *testing.T) (*fleet, *pub) {
+	t.Helper()
+	checkGoroutines(t)
+	p := startPub(t, 0, 0, 100)
+	f := newFleet(t, testConfig())
+	f.follow("pod-a", p)
+	eventually(t, "connection", func() bool { return f.connected("pod-a") })
+	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
+	return f, p
 }
 
 func lastSeq(f *fleet, name string) int64 {
@@ -40,12 +48,7 @@ func lastSeq(f *fleet, name string) int64 {
 // the pod restarted, so its entries are cleared, the restart is counted
 // once, and the new process is followed from its seq 0.
 func TestSubscriberSequenceBackOnFirstConnection(t *testing.T) {
-	checkGoroutines(t)
-	p := startPub(t, 0, 0, 100)
-	f := newFleet(t, testConfig())
-	f.follow("pod-a", p)
-	eventually(t, "connection", func() bool { return f.connected("pod-a") })
-	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
+	f, p := followIdle(t)
 	p.publish(t, 1) // seq 0
 	p.publish(t, 2) // seq 1
 	f.waitHashes("pod-a", 1, 2)
