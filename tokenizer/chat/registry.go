@@ -60,22 +60,3 @@ func (c *Registry) For(model string) (*Template, error) {
 	c.mu.m[name] = ch
 	return ch, nil
 }
-
-// Encode renders a chat request for a model and returns the token ids vLLM
-// computes for it.
-func (c *Registry) Encode(model string, req *Request) ([]uint32, error) {
-	return c.AppendEncode(nil, model, req)
-}
-
-// AppendEncode is Encode appending the ids to dst.
-func (c *Registry) AppendEncode(dst []uint32, model string, req *Request) ([]uint32, error) {
-	ch, err := c.For(model)
-	if err != nil {
-		return dst, err
-	}
-	tok, err := c.reg.For(model)
-	if err != nil {
-		return dst, err
-	}
-	return ch.AppendEncode(dst, tok, req)
-}

@@ -24,7 +24,15 @@ func TestRegistryFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := chats.Encode("my-lora", req)
+	tmpl, err := chats.For("my-lora")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := reg.For("my-lora")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Encode(tok, req)
 	if err != nil {
 		t.Fatal(err)
 	}
