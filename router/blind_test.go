@@ -55,7 +55,7 @@ func scrapedRouter(t *testing.T, cfg Config, tr http.RoundTripper) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := fleet.NewScraper(fl, &http.Client{Transport: tr}, 100*time.Millisecond, slog.New(slog.DiscardHandler), nil)
+	s, err := fleet.NewScraper(fl, &http.Client{Transport: tr}, 100*time.Millisecond, fleet.DefaultStaleAfter, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

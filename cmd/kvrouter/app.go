@@ -130,11 +130,10 @@ func (a *app) build(s settings) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.proxy = proxy.New(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
-	if a.scraper, err = fleet.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.logger, a.reg); err != nil {
+	a.staleAfter = s.router.StaleMetricsAfter
+	if a.scraper, err = fleet.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.staleAfter, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	a.staleAfter = s.router.StaleMetricsAfter
-	a.scraper.SetStaleAfter(a.staleAfter)
 	return nil
 }
 

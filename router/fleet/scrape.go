@@ -38,7 +38,7 @@ type Scraper struct {
 	failing  prometheus.Gauge
 	blind    prometheus.Gauge
 	// staleAfter is the bound past which a failing pod's figures are stale
-	// (SetStaleAfter); the router applies its own, normally the same.
+	// (0: never), the router's Config.StaleMetricsAfter.
 	staleAfter time.Duration
 }
 
@@ -58,9 +58,11 @@ type scrapeState struct {
 	retryAt  atomic.Int64 // unix nanoseconds; 0: scrape in its slot
 }
 
-// NewScraper returns a scraper of fleet's pods; interval 0 means 100ms. Its
-// metrics are registered in reg (nil: none).
-func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Scraper, error) {
+// NewScraper returns a scraper of fleet's pods; interval 0 means 100ms.
+// staleAfter is the bound past which a failing pod's figures count as stale
+// in kvrouter_router_metrics_blind_pods (0: never), the router's
+// Config.StaleMetricsAfter. Its metrics are registered in reg (nil: none).
+func NewScraper(fleet *Fleet, client *http.Client, interval, staleAfter time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Scraper, error) {
 	if interval <= 0 {
 		interval = 100 * time.Millisecond
 	}
@@ -69,7 +71,7 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 	}
 	s := &Scraper{
 		fleet: fleet, client: client, interval: interval, logger: logger, pods: map[*Load]*scrapeState{},
-		staleAfter: DefaultStaleAfter,
+		staleAfter: staleAfter,
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "metrics_scrapes_total",
 			Help: "Scrapes of the pods' vLLM /metrics, by result (ok, failed).",
@@ -93,12 +95,6 @@ func NewScraper(fleet *Fleet, client *http.Client, interval time.Duration, logge
 	}
 	return s, nil
 }
-
-// SetStaleAfter sets the bound past which a failing pod's figures count as
-// stale in kvrouter_router_metrics_blind_pods (0: never); default
-// DefaultStaleAfter. Call it before Run, with the router's
-// Config.StaleMetricsAfter.
-func (s *Scraper) SetStaleAfter(d time.Duration) { s.staleAfter = d }
 
 // Run scrapes until ctx is done and returns once every scrape it started
 // has returned. A pod whose scrape fails keeps its last figures; failures

@@ -66,7 +66,7 @@ func TestScraperFeedsLoad(t *testing.T) {
 	fleet.Upsert(podAt(t, "a", strings.TrimPrefix(srv.URL, "http://")))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s, err := NewScraper(fleet, nil, time.Millisecond, slog.New(slog.DiscardHandler), nil)
+	s, err := NewScraper(fleet, nil, time.Millisecond, DefaultStaleAfter, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func scrapeFleet(t *testing.T, n int, pods *fakePods) (*Fleet, *Scraper) {
 		fleet.Upsert(podAt(t, fmt.Sprintf("p%d", i), fmt.Sprintf("10.1.0.%d:8000", i)))
 	}
 	pods.byHost, pods.starts = map[string]int{}, map[time.Time]int{}
-	s, err := NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	s, err := NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, DefaultStaleAfter, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestScraperStampsFreshness(t *testing.T) {
 			return metricsResponse(req)
 		}}
 		fleet, s := scrapeFleet(t, 2, pods)
-		s.SetStaleAfter(2 * time.Second)
+		s.staleAfter = 2 * time.Second // as NewScraper(…, 2*time.Second, …) sets it
 		never, seen := fleet.Load("p0"), fleet.Load("p1")
 		if fleet.Scraped() || never.Metrics(time.Now(), time.Second) != MetricsPending {
 			t.Fatalf("before Run: scraped %v, p0 %v; want false, pending", fleet.Scraped(), never.Metrics(time.Now(), time.Second))
