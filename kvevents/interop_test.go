@@ -96,6 +96,22 @@ func (p *pyPublisher) read(t *testing.T, v any) {
 	}
 }
 
+// send writes one command line to publisher.py.
+func (p *pyPublisher) send(t *testing.T, cmd string) {
+	t.Helper()
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// follow has f follow the Python publisher as pod-a and waits for the
+// connection.
+func (p *pyPublisher) follow(f *fleet) {
+	f.t.Helper()
+	f.follow("pod-a", &pub{eventPort: p.ports.Event, replayPort: p.ports.Replay})
+	eventually(f.t, "connection", func() bool { return f.connected("pod-a") })
+}
+
 // round reads the hashes the pod must hold after the round just published.
 func (p *pyPublisher) round(t *testing.T) []uint64 {
 	t.Helper()
@@ -133,12 +149,9 @@ func TestInteropPythonPublisher(t *testing.T) {
 			cfg.Hash = blockhash.Config{Algorithm: blockhash.SHA256, Seed: "42", BlockSize: 16}
 			cfg.VerifySample = 1 // check every event
 			f := newFleet(t, cfg)
-			f.follow("pod-a", &pub{eventPort: py.ports.Event, replayPort: py.ports.Replay})
+			py.follow(f)
 			f.waitHashes("pod-a", round0...)
-			eventually(t, "connection", func() bool { return f.connected("pod-a") })
-			if _, err := io.WriteString(py.stdin, "next\n"); err != nil {
-				t.Fatal(err)
-			}
+			py.send(t, "next")
 			round1 := py.round(t)
 			f.waitHashes("pod-a", round1...)
 			if st := f.mgr.Status(); len(st) != 1 || st[0].Verification != tc.want {
@@ -184,6 +197,102 @@ func TestInteropPublisherKilled(t *testing.T) {
 	py2 := startPyPublisher(t, args(5000)...)
 	round = py2.round(t)
 	f.waitHashes("pod-a", round...)
+	if got := f.counter(f.mgr.metrics.restarts, "pod-a"); got != 1 {
+		t.Errorf("restarts = %v, want 1", got)
+	}
+}
+
+// TestInteropFirstBatchLost is the rank's first batch lost after an empty
+// replay (see TestSubscriberFirstBatchLost) with the Python publisher: it
+// starts idle, the subscriber's replay from seq 0 is empty, then the first
+// three batches of a round (a store, a clear, a store) reach the replay
+// buffer only and the rest arrive live. The first live seq is a gap; the
+// replay brings the lost store back.
+func TestInteropFirstBatchLost(t *testing.T) {
+	checkGoroutines(t)
+	py := startPyPublisher(t, "--idle")
+	f := newFleet(t, testConfig())
+	py.follow(f)
+	eventually(t, "the idle replay", func() bool { return f.counter(f.mgr.metrics.replays, "pod-a", "ok") >= 2 })
+	py.send(t, "lose 3")
+	f.waitHashes("pod-a", py.round(t)...)
+	if got := f.counter(f.mgr.metrics.gaps, "pod-a"); got != 1 {
+		t.Errorf("gaps = %v, want 1", got)
+	}
+}
+
+// TestInteropSequenceBack is a publisher restart the socket never showed
+// (see TestSubscriberSequenceBackOnFirstConnection) with the Python
+// publisher: within the subscriber's first connection the sequence goes from
+// 15 back to 0. The old entries go, the restart is counted once, and the new
+// process's batches, whose seqs are all below the old last one, are applied.
+func TestInteropSequenceBack(t *testing.T) {
+	checkGoroutines(t)
+	py := startPyPublisher(t)
+	f := newFleet(t, testConfig())
+	py.follow(f)
+	f.waitHashes("pod-a", py.round(t)...) // round 0, by replay
+	py.send(t, "next")
+	f.waitHashes("pod-a", py.round(t)...) // round 1, live
+	py.send(t, "reset")
+	var r struct{ Reset bool }
+	if py.read(t, &r); !r.Reset {
+		t.Fatal("publisher.py did not confirm the reset")
+	}
+	py.send(t, "next")
+	f.waitHashes("pod-a", py.round(t)...) // round 2, from seq 0
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"restarts", f.counter(f.mgr.metrics.restarts, "pod-a"), 1},
+		{"clears{restart}", f.counter(f.mgr.metrics.clears, "pod-a", "restart"), 1},
+		{"gaps", f.counter(f.mgr.metrics.gaps, "pod-a"), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestInteropRestartVerifiesAfresh kills a Python publisher whose hashes
+// kvrouter verified (PYTHONHASHSEED 42, as kvrouter's) and starts another on
+// the same ports with seed 7, as a static pod restarted without the seed
+// would: the new process's chains are judged afresh and read "mismatch".
+func TestInteropRestartVerifiesAfresh(t *testing.T) {
+	checkGoroutines(t)
+	ev, rp := freePorts(t, 1), freePorts(t, 1)
+	args := func(seed string) []string {
+		return []string{"--event-port", fmt.Sprint(ev), "--replay-port", fmt.Sprint(rp), "--seed", seed}
+	}
+	cfg := testConfig()
+	cfg.Hash = blockhash.Config{Algorithm: blockhash.SHA256, Seed: "42", BlockSize: 16}
+	cfg.VerifySample = 1
+	cfg.VerifyMinFailures = 2 // each round has two root chains
+	verification := func(f *fleet) Verification {
+		if st := f.mgr.Status(); len(st) == 1 {
+			return st[0].Verification
+		}
+		return VerifyUnknown
+	}
+	py1 := startPyPublisher(t, args("42")...)
+	f := newFleet(t, cfg)
+	py1.follow(f)
+	f.waitHashes("pod-a", py1.round(t)...)
+	if got := verification(f); got != Verified {
+		t.Fatalf("verification with seed 42 = %v, want %v", got, Verified)
+	}
+	if err := py1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := py1.cmd.Wait(); err == nil {
+		t.Fatal("killed publisher.py exited cleanly")
+	}
+	eventually(t, "disconnection", func() bool { return !f.connected("pod-a") })
+	py2 := startPyPublisher(t, args("7")...)
+	f.waitHashes("pod-a", py2.round(t)...)
+	eventually(t, "mismatch", func() bool { return verification(f) == VerifyMismatch },
+		func() string { return fmt.Sprintf("verification = %v", verification(f)) })
 	if got := f.counter(f.mgr.metrics.restarts, "pod-a"); got != 1 {
 		t.Errorf("restarts = %v, want 1", got)
 	}

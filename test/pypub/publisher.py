@@ -21,9 +21,16 @@ Protocol with the test, one JSON object per stdout line:
   {"event_port": P, "replay_port": R}   once bound
   {"round": n, "expected": [...]}        after publishing each round: the
                                          hashes the pod must hold, sorted
-A round is published at start and one more per line read on stdin; the
-script exits when stdin closes. Needs Debian's python3-zmq and python3-msgpack
-(run it with /usr/bin/python3).
+  {"reset": true}                        after a "reset" command
+A round is published at start (unless --idle) and one more per command read
+on stdin, one per line:
+  next     publish a round
+  lose N   publish a round whose first N batches go to the replay buffer only,
+           as if lost on the wire
+  reset    play a restart the subscriber cannot see on the socket: sequence
+           numbers start again from 0 and the replay buffer is emptied
+The script exits when stdin closes. Needs Debian's python3-zmq and
+python3-msgpack (run it with /usr/bin/python3).
 """
 
 import argparse
@@ -185,11 +192,16 @@ class Publisher:
         sock.bind("tcp://127.0.0.1:%d" % port)
         return port
 
-    def publish(self, payload):
+    def publish(self, payload, lost=False):
         seq = struct.pack(">Q", self.seq)
         self.seq += 1
         self.buffer.append((seq, payload))
-        self.pub.send_multipart([self.topic, seq, payload])
+        if not lost:
+            self.pub.send_multipart([self.topic, seq, payload])
+
+    def reset(self):
+        self.seq = 0
+        self.buffer.clear()
 
     def serve_replay(self):
         while True:
@@ -229,22 +241,26 @@ def main():
     ap.add_argument("--topic-in-replay", action="store_true")
     ap.add_argument("--buffer", type=int, default=10000)
     ap.add_argument("--seed", help="PYTHONHASHSEED string: also publish events with real vLLM hashes")
+    ap.add_argument("--idle", action="store_true", help="publish nothing until told")
     args = ap.parse_args()
 
     p = Publisher(args)
     say({"event_port": p.event_port, "replay_port": p.replay_port})
     expected = {}
-    rnd = 0
+    rounds = [0]  # rounds published so far
 
-    def publish_round():
+    def publish_round(lose=0):
+        rnd = rounds[0]
+        rounds[0] += 1
         r = Round(args.base + rnd * 1000000, args.rank, args.seed)
-        for payload in r.build():
-            p.publish(payload)
+        for i, payload in enumerate(r.build()):
+            p.publish(payload, lost=i < lose)
         expected.clear()  # each round starts with AllBlocksCleared
         expected.update(r.live)
         say({"round": rnd, "expected": sorted(expected)})
 
-    publish_round()
+    if not args.idle:
+        publish_round()
     poller = zmq.Poller()
     poller.register(p.router, zmq.POLLIN)
     poller.register(sys.stdin, zmq.POLLIN)
@@ -256,8 +272,17 @@ def main():
             line = sys.stdin.readline()
             if not line:
                 break
-            rnd += 1
-            publish_round()
+            cmd = line.split()
+            if cmd == ["reset"]:
+                p.reset()
+                say({"reset": True})
+                continue
+            if cmd[:1] == ["lose"] and len(cmd) == 2:
+                publish_round(lose=int(cmd[1]))
+            elif cmd == ["next"]:
+                publish_round()
+            else:
+                sys.exit("publisher.py: unknown command %r" % line)
     p.close()
 
 
