@@ -1,11 +1,9 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,12 +12,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
 )
 
 // buildKVRouter builds the kvrouter binary into a temporary directory.
@@ -45,10 +43,9 @@ type kvrouterProcess struct {
 // waits until it says where it listens.
 func startKVRouter(t *testing.T, bin string, args ...string) *kvrouterProcess {
 	t.Helper()
-	args = append([]string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "warn"}, args...)
+	args = append([]string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
+	logs, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,36 +54,11 @@ func startKVRouter(t *testing.T, bin string, args ...string) *kvrouterProcess {
 	}
 	p := &kvrouterProcess{cmd: cmd}
 	t.Cleanup(p.kill)
-	lines := make(chan string)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	timeout := time.After(60 * time.Second)
-	for p.admin == "" || p.grpc == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("kvrouter exited before listening")
-			}
-			if a, ok := strings.CutPrefix(l, "kvrouter: admin server listening on http://"); ok {
-				p.admin = a
-			}
-			if a, ok := strings.CutPrefix(l, "kvrouter: ext_proc gRPC server listening on "); ok {
-				p.grpc = a
-			}
-		case <-timeout:
-			t.Fatal("kvrouter did not listen within 60s")
-		}
+	urls, err := kvlog.Listening(logs, os.Stderr, "admin server", "ext_proc gRPC server")
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() {
-		for range lines { // drain, so the process never blocks on stdout
-		}
-	}()
+	p.admin, p.grpc = strings.TrimPrefix(urls["admin server"], "http://"), urls["ext_proc gRPC server"]
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -89,7 +89,7 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 		if cause := errors.Unwrap(err); cause != nil {
 			err = cause
 		}
-		return nil, &problems{list: []string{"pods.file: " + err.Error()}}
+		return nil, &problems{list: []string{s.locate("pods.file: " + err.Error())}}
 	}
 	return a, nil
 }

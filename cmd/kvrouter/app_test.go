@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,25 +10,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
 )
 
-// announced reads serve's stdout until every named server said where it
+// announced reads serve's JSON log until every named server said where it
 // listens, and returns their URLs by name.
 func announced(t *testing.T, r io.Reader, names ...string) map[string]string {
 	t.Helper()
-	urls := map[string]string{}
-	sc := bufio.NewScanner(r)
-	for len(urls) < len(names) && sc.Scan() {
-		for _, n := range names {
-			if _, url, ok := strings.Cut(sc.Text(), n+" listening on "); ok {
-				urls[n] = url
-			}
-		}
+	urls, err := kvlog.Listening(r, nil, names...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(urls) < len(names) {
-		t.Fatalf("serve announced %v, want %v (scan error %v)", urls, names, sc.Err())
-	}
-	go func() { _, _ = io.Copy(io.Discard, r) }()
 	return urls
 }
 
@@ -47,10 +39,10 @@ func TestServeStaticPods(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	args := []string{
-		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-level", "error",
+		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
 		"--pod", "p1=" + strings.TrimPrefix(pod.URL, "http://") + ",model=m,events=1,replay=2",
 	}
-	go func() { done <- run(ctx, args, pw, io.Discard); _ = pw.Close() }()
+	go func() { done <- run(ctx, args, io.Discard, pw); _ = pw.Close() }()
 	urls := announced(t, pr, "admin server", "OpenAI proxy", "ext_proc gRPC server")
 
 	resp, err := http.Post(urls["OpenAI proxy"]+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hello"}`))

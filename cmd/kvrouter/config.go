@@ -3,16 +3,16 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
@@ -37,12 +37,17 @@ type config struct {
 	Pods       podsConfig       `yaml:"pods"`
 	Discovery  discoverySection `yaml:"discovery"`
 
-	// file is --config and fileProblems what was wrong in it; podFlags and
-	// modelFlags are the raw --pod and --model flags, which replace
-	// pods.static and tokenizers.models when given. None is in the file.
+	// file is --config, fileProblems what was wrong in it and positions
+	// where each of its fields is; podFlags and modelFlags are the raw --pod
+	// and --model flags, which replace pods.static and tokenizers.models when
+	// given; flagsSet names the flags given and flagProblems the values they
+	// could not hold. None is in the file.
 	file                 string
 	fileProblems         []string
+	positions            map[string]position
 	podFlags, modelFlags []string
+	flagsSet             []string
+	flagProblems         []string
 }
 
 // listenConfig is where the servers listen; an empty address turns a
@@ -54,7 +59,8 @@ type listenConfig struct {
 }
 
 type logConfig struct {
-	Level string `yaml:"level"` // --log-level: debug, info, warn or error
+	Level  string `yaml:"level"`  // --log-level: debug, info, warn or error
+	Format string `yaml:"format"` // --log-format: json, text or auto
 }
 
 type shutdownConfig struct {
@@ -122,7 +128,7 @@ type discoverySection struct {
 func defaultConfig() config {
 	return config{
 		Listen:    listenConfig{Admin: ":9090", GRPC: ":9002"},
-		Log:       logConfig{Level: "info"},
+		Log:       logConfig{Level: "info", Format: "auto"},
 		Shutdown:  shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:      hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
 		Index:     indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
@@ -142,13 +148,15 @@ func routingDefaults() routingConfig {
 	}
 }
 
-func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
-	fs := newFlagSet("serve", "[flags]", stderr)
+// serveFlags defines serve's flags on fs, each over its field of c.
+func serveFlags(c *config, fs *pflag.FlagSet) {
+	fs.SortFlags = false
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
 	fs.StringVar(&c.Listen.Admin, "admin-addr", c.Listen.Admin, "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, POST /v1/score")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "Envoy ext_proc gRPC server; empty: off")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
+	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json, text, or auto (text on a terminal, JSON otherwise)")
 	fs.DurationVar((*time.Duration)(&c.Shutdown.DrainDelay), "drain-delay", time.Duration(c.Shutdown.DrainDelay), "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work")
 	fs.DurationVar((*time.Duration)(&c.Shutdown.Timeout), "shutdown-timeout", time.Duration(c.Shutdown.Timeout), "how long in-flight work may take to finish once stopping")
 	fs.StringVar(&c.Discovery.Kubeconfig, "kubeconfig", c.Discovery.Kubeconfig, "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off")
@@ -161,9 +169,7 @@ func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&replaceList{dst: &c.modelFlags}, "model", "a model's tokenizer directory (tokenizer.json, tokenizer_config.json): NAME=DIR (repeatable)")
 	fs.StringVar(&c.Tokenizers.HFCache, "hf-cache", c.Tokenizers.HFCache, "a Hugging Face hub cache directory searched for tokenizers of other models")
 	fs.StringVar(&c.Pods.DefaultModel, "default-model", c.Pods.DefaultModel, "the model of pods that do not name one")
-	fs.StringVar(&c.Hash.Algorithm, "hash-algo", c.Hash.Algorithm, "the pods' --prefix-caching-hash-algo: sha256 or sha256_cbor")
-	fs.StringVar(&c.Hash.Seed, "hash-seed", c.Hash.Seed, "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset)")
-	fs.IntVar(&c.Hash.BlockSize, "block-size", c.Hash.BlockSize, "the pods' KV cache block size in tokens")
+	hashFlags(&c.Hash.Algorithm, &c.Hash.Seed, &c.Hash.BlockSize, fs)
 	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
 	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
 	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
@@ -172,91 +178,216 @@ func serveFlags(c *config, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
-	return fs
 }
 
-// loadConfig reads serve's flags and, when --config names one, its config
-// file: the file over the defaults, then the flags given on the command line
-// over the file. A bad flag is a usage error; a bad file or a bad value is
-// reported by validate with every other problem.
-func loadConfig(args []string, stderr io.Writer) (config, error) {
+// hashFlags defines the hash settings' flags, the same for serve and hash:
+// they must equal the pods' vLLM settings.
+func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
+	fs.StringVar(algo, "hash-algo", *algo, "the pods' --prefix-caching-hash-algo: sha256 or sha256_cbor")
+	fs.StringVar(seed, "hash-seed", *seed, "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset; the empty string is a seed too)")
+	fs.IntVar(blockSize, "block-size", *blockSize, "the pods' KV cache block size in tokens")
+}
+
+// flagPaths names the config field each serve flag sets, so a problem with
+// a value names where it came from; --config, --pod and --model have none.
+var flagPaths = map[string]string{
+	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "http-addr": "listen.http",
+	"log-level": "log.level", "log-format": "log.format",
+	"drain-delay": "shutdown.drain_delay", "shutdown-timeout": "shutdown.timeout",
+	"kubeconfig": "discovery.kubeconfig", "namespace": "discovery.namespaces", "selector": "discovery.selector",
+	"pods-file": "pods.file", "pods-file-interval": "pods.file_interval", "pods-metrics-interval": "pods.metrics_interval",
+	"default-model": "pods.default_model", "hf-cache": "tokenizers.hf_cache",
+	"hash-algo": "hash.algorithm", "hash-seed": "hash.seed", "block-size": "hash.block_size",
+	"max-index-entries":         "index.max_entries",
+	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
+	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
+	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes",
+}
+
+// loadConfig parses serve's command line alone, as `kvrouter serve args`
+// would, for tests and tools.
+func loadConfig(args []string) (config, error) {
 	c := defaultConfig()
-	fs := serveFlags(&c, stderr)
-	if err := parseNoArgs(fs, args); err != nil {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	serveFlags(&c, fs)
+	lenientFlags(fs, &c.flagProblems)
+	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.Log.Level)); err != nil && flagSet(fs, "log-level") {
-		fmt.Fprintf(stderr, "kvrouter serve: invalid -log-level %q: want debug, info, warn or error\n", c.Log.Level)
-		fs.Usage()
-		return c, errUsage
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	return configOver(c, fs), nil
+}
+
+// configOver returns the configuration serve runs with, given the flags
+// parsed into c: when --config names a file, the file over the defaults,
+// then the flags given on the command line over the file. Problems with the
+// file or a value are reported by validate with every other problem.
+func configOver(c config, fs *pflag.FlagSet) config {
+	fs.Visit(func(f *pflag.Flag) { c.flagsSet = append(c.flagsSet, f.Name) })
 	if c.file == "" {
-		return c, nil
+		return c
 	}
 	fc := defaultConfig()
-	fileProblems := decodeFile(c.file, &fc)
-	// The same arguments again, over the file: they parsed once already.
-	if err := serveFlags(&fc, io.Discard).Parse(args); err != nil {
-		return c, fmt.Errorf("serve: flags over %s: %w", c.file, err)
-	}
-	fc.fileProblems = fileProblems
-	return fc, nil
+	fc.fileProblems, fc.positions = decodeFile(c.file, &fc)
+	over := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	serveFlags(&fc, over)
+	fs.Visit(func(f *pflag.Flag) {
+		v := f.Value
+		if l, ok := v.(*lenientValue); ok {
+			v = l.Value
+		}
+		if list, ok := v.(pflag.SliceValue); ok {
+			_ = over.Lookup(f.Name).Value.(pflag.SliceValue).Replace(list.GetSlice()) // a list takes any string
+			return
+		}
+		_ = over.Set(f.Name, v.String()) // a value that parsed once parses again; a bad one left the default
+	})
+	fc.file, fc.flagsSet, fc.flagProblems = c.file, c.flagsSet, c.flagProblems
+	return fc
 }
 
-// flagSet reports whether the named flag was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
-// unknownField rewrites the YAML decoder's complaint about a field that
-// names Go types into one that names the field.
-var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+// position is where a value is in a YAML file.
+type position struct{ line, column int }
 
 // decodeFile decodes a YAML file strictly into v and returns what was wrong
-// with it: an unknown field, a value of the wrong type, a second document.
-// The fields without a problem are decoded all the same.
-func decodeFile(path string, v any) []string {
+// with it (an unknown field, a value of the wrong type, a syntax error, a
+// second document), each with its line, column and field path, and where
+// each field's value is. The fields without a problem are decoded all the
+// same.
+func decodeFile(path string, v any) ([]string, map[string]position) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return []string{err.Error()}
+		return []string{err.Error()}, nil
 	}
 	return decodeYAML(path, data, v)
 }
 
-func decodeYAML(path string, data []byte, v any) []string {
+func decodeYAML(path string, data []byte, v any) ([]string, map[string]position) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return []string{yamlProblem(path, err, nil)}, nil
+	}
+	where := map[string]position{}
+	paths := map[position]string{}
+	if len(doc.Content) == 1 {
+		walkYAML(doc.Content[0], "", where, paths)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	err := dec.Decode(v)
 	if errors.Is(err, io.EOF) {
-		return nil // an empty file: nothing said
-	}
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		out := make([]string, 0, len(te.Errors))
-		for _, e := range te.Errors {
-			out = append(out, path+": "+unknownField.ReplaceAllString(e, `unknown field "$1"`))
-		}
-		return out
+		return nil, where // an empty file: nothing said
 	}
 	if err != nil {
-		return []string{path + ": " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		var le *yaml.LoadErrors
+		if errors.As(err, &le) {
+			out := make([]string, 0, len(le.Errors))
+			for _, e := range le.Errors {
+				out = append(out, yamlProblem(path, e, paths))
+			}
+			return out, where
+		}
+		return []string{yamlProblem(path, err, paths)}, where
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return []string{path + ": want a single YAML document"}
+		return []string{fmt.Sprintf("%s:%d:%d: want a single YAML document", path, extra.Line, extra.Column)}, where
 	}
-	return nil
+	return nil, where
+}
+
+// walkYAML records the position of every value under n, and the path of
+// every key and value position.
+func walkYAML(n *yaml.Node, path string, where map[string]position, paths map[position]string) {
+	at := position{n.Line, n.Column}
+	if path != "" {
+		where[path] = at
+		paths[at] = path
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			paths[position{k.Line, k.Column}] = p
+			walkYAML(val, p, where, paths)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			walkYAML(c, fmt.Sprintf("%s[%d]", path, i), where, paths)
+		}
+	}
+}
+
+// yamlTypeWords are the YAML decoder's words for what a field holds, in a
+// user's.
+var (
+	unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	cannotHold   = regexp.MustCompile("^cannot (?:construct|unmarshal) !!(\\w+)(?: `(.*)`)? into (\\S+)$")
+	yamlPrefix   = regexp.MustCompile(`^(?:yaml: )?(?:unmarshal errors: )?(?:line \d+: )?`)
+)
+
+// yamlProblem says one YAML error as FILE:LINE:COLUMN: PATH: what is wrong,
+// never in Go's words.
+func yamlProblem(file string, err error, paths map[position]string) string {
+	msg, at := err.Error(), position{}
+	var le *yaml.LoadError
+	if errors.As(err, &le) {
+		msg, at = le.Message, position{le.Mark.Line, le.Mark.Column}
+	}
+	for range 3 { // a field's own UnmarshalYAML error arrives wrapped
+		msg = yamlPrefix.ReplaceAllString(msg, "")
+	}
+	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		msg = "unknown field"
+	} else if m := cannotHold.FindStringSubmatch(msg); m != nil {
+		got := map[string]string{"seq": "a list", "map": "a mapping", "null": "nothing"}[m[1]]
+		if got == "" {
+			got = strconv.Quote(m[2])
+		}
+		msg = fmt.Sprintf("%s, want %s", got, goTypeWords(m[3]))
+	}
+	where := file
+	if at.line > 0 {
+		where = fmt.Sprintf("%s:%d:%d", file, at.line, at.column)
+	}
+	if p, ok := paths[at]; ok {
+		return where + ": " + p + ": " + msg
+	}
+	return where + ": " + msg
+}
+
+// goTypeWords says what a Go type holds, as YAML.
+func goTypeWords(t string) string {
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "main."):
+		return "a mapping"
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "true or false"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	}
+	return "another kind of value"
 }
 
 // duration is a time.Duration written in YAML as a string such as "1.5s";
 // a bare number is refused (is 5 seconds or nanoseconds?) except 0.
 type duration time.Duration
 
-// UnmarshalYAML reports a bad value as a *yaml.TypeError, so decoding goes
-// on and every problem of the file is listed.
+// UnmarshalYAML refuses a bad value; the decoder goes on, so every problem
+// of the file is listed.
 func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" && n.Value == "0" {
 		*d = 0
@@ -264,7 +395,7 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(n.Value)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" || err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration such as \"1.5s\" or \"2m\"", n.Line, n.Value)}}
+		return fmt.Errorf("%q, want a duration such as \"1.5s\" or \"2m\"", n.Value) // the decoder adds where
 	}
 	*d = duration(v)
 	return nil
@@ -293,6 +424,17 @@ func (l *replaceList) Set(v string) error {
 	*l.dst = append(*l.dst, v)
 	return nil
 }
+
+func (l *replaceList) Type() string { return "strings" }
+
+func (l *replaceList) Append(v string) error { return l.Set(v) }
+
+func (l *replaceList) Replace(vs []string) error { //nolint:unparam // pflag.SliceValue's signature
+	*l.dst, l.set = append([]string(nil), vs...), true
+	return nil
+}
+
+func (l *replaceList) GetSlice() []string { return *l.dst }
 
 // errConfig marks a configuration that cannot run: the process exits with
 // status 2.

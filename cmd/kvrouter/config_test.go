@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
-	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -16,7 +14,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/router"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v4"
 )
 
 const exampleConfig = "../../config/kvrouter.example.yaml"
@@ -56,7 +55,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	file := writeFile(t, "kvrouter.yaml", fileConfig)
 	fromFile := config{
 		Listen:     listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
-		Log:        logConfig{Level: "debug"},
+		Log:        logConfig{Level: "debug", Format: "auto"},
 		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index:      indexConfig{MaxEntries: 1000},
@@ -94,7 +93,8 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := loadConfig(tt.args, io.Discard)
+			got, err := loadConfig(tt.args)
+			got.positions, got.flagsSet = nil, nil // where values came from: TestConfigProblems
 			want := fromFile
 			want.Pods.Static = slices.Clone(fromFile.Pods.Static)
 			tt.want(&want)
@@ -110,7 +110,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 func TestListFlagsReplaceFile(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, "kvrouter.yaml", "pods: {static: [{name: a, address: \"10.0.0.1:80\", model: m}]}\ntokenizers: {models: {m: "+dir+"}}\n")
-	c, err := loadConfig([]string{"--config", file, "--pod", "b=10.0.0.2:81,model=q", "--model", "q=" + dir}, io.Discard)
+	c, err := loadConfig([]string{"--config", file, "--pod", "b=10.0.0.2:81,model=q", "--model", "q=" + dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ tokenizers: {models: {m: /does/not/exist}}
 pods: {file: `+pods+`, file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
 discovery: {namespaces: [""]}
 `)
-	c, err := loadConfig([]string{"--config", file, "--hash-seed", "\xff"}, io.Discard)
+	c, err := loadConfig([]string{"--config", file, "--hash-seed", "\xff"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,38 +147,45 @@ discovery: {namespaces: [""]}
 	if !errors.Is(err, errConfig) {
 		t.Fatalf("validate = %v, want a configuration error", err)
 	}
+	// Each problem says where its value came from: the file's line and
+	// column, or the flag.
 	want := []string{
-		`line 6: unknown field "shards"`,
-		`line 4: "5" is not a duration`,
-		"line 8: cannot unmarshal !!str `many` into int",
-		"listen.admin: empty",
-		`listen.grpc: "localhost"`,
-		`log.level: "loud"`,
-		"shutdown.timeout: -1s",
-		`hash.algorithm: "md5"`,
-		`hash.seed: "\xff" is not valid UTF-8`,
-		"hash.block_size: 0",
-		"index.max_entries: 0",
-		"routing.prefill_tokens_per_second: 0",
-		"routing.prefill_attention_per_token: -1",
-		"routing.kv_pressure: -1",
-		"routing.tolerance: 2",
-		"routing.stale_metrics_after: -1s",
-		`extproc.body_mode: "STREAMED"`,
-		"tokenizers.models.m: stat /does/not/exist",
-		"pods.static[0] (s): model: empty",
-		"pods.static[0] (s): dp_size: 2000",
-		"pods.file_interval: 0s",
-		"pods.metrics_interval: -1s",
-		`pods[0] (a): address: "nowhere" is not ip:port`,
-		`pods[1]: pod name "a" used twice`,
-		`unknown field "flavor"`,
-		"discovery.namespaces[0]: empty",
+		`kvrouter.yaml:6:25: index.shards: unknown field`,
+		`kvrouter.yaml:4:25: shutdown.drain_delay: "5", want a duration such as "1.5s" or "2m"`,
+		`kvrouter.yaml:8:48: extproc.max_body_bytes: "many", want an integer`,
+		"kvrouter.yaml:2:17: listen.admin: empty",
+		`kvrouter.yaml:2:27: listen.grpc: "localhost"`,
+		`kvrouter.yaml:3:14: log.level: "loud"`,
+		"kvrouter.yaml:4:37: shutdown.timeout: -1s",
+		`kvrouter.yaml:5:19: hash.algorithm: "md5"`,
+		`--hash-seed: "\xff" is not valid UTF-8`,
+		"kvrouter.yaml:5:36: hash.block_size: 0",
+		"kvrouter.yaml:6:22: index.max_entries: 0",
+		"kvrouter.yaml:7:38: routing.prefill_tokens_per_second: 0",
+		"kvrouter.yaml:7:70: routing.prefill_attention_per_token: -1",
+		"kvrouter.yaml:7:87: routing.kv_pressure: -1",
+		"kvrouter.yaml:7:102: routing.tolerance: 2",
+		"kvrouter.yaml:7:126: routing.stale_metrics_after: -1s",
+		`kvrouter.yaml:8:22: extproc.body_mode: "STREAMED"`,
+		"kvrouter.yaml:9:26: tokenizers.models.m: stat /does/not/exist",
+		"kvrouter.yaml:10:114: pods.static[0] (s): model: empty",
+		"kvrouter.yaml:10:114: pods.static[0] (s): dp_size: 2000",
+		"kvrouter.yaml:10:78: pods.file_interval: 0s",
+		"kvrouter.yaml:10:100: pods.metrics_interval: -1s",
+		`pods.yaml:2:3: pods[0] (a): address: "nowhere" is not ip:port`,
+		`pods.yaml:3:3: pods[1]: pod name "a" used twice`,
+		`pods.yaml:3:47: pods[1].flavor: unknown field`,
+		"kvrouter.yaml:11:26: discovery.namespaces[0]: empty",
 	}
 	msg := err.Error()
 	for _, w := range want {
 		if !strings.Contains(msg, w) {
 			t.Errorf("validate error lacks %q:\n%s", w, msg)
+		}
+	}
+	for _, goWords := range []string{"main.", "!!", "unmarshal", "construct"} {
+		if strings.Contains(msg, goWords) {
+			t.Errorf("validate error speaks Go or YAML internals (%q):\n%s", goWords, msg)
 		}
 	}
 	if n := strings.Count(msg, "\n  - "); !strings.HasPrefix(msg, "config: ") || n < len(want) {
@@ -188,9 +195,13 @@ discovery: {namespaces: [""]}
 
 func TestConfigFileErrors(t *testing.T) {
 	tests := []struct{ name, content, want string }{
-		{"not yaml", "listen: [", "did not find expected node content"},
-		{"two documents", "log: {level: info}\n---\nlog: {level: debug}\n", "want a single YAML document"},
-		{"a list", "- a\n", "cannot unmarshal !!seq into main.config"},
+		{"not yaml", "listen: [", "kvrouter.yaml:2:1: did not find expected node content"},
+		{"the bad line, not its section's", "routing:\n  tolerance: 0.1\n  kv_pressure: 2\n bad: 1\n", "kvrouter.yaml:4:2: did not find expected key"},
+		{"the bad item of a list", "pods:\n  static:\n  - name: a\n    address: x\n  - name: b\n   address: y\n", "kvrouter.yaml:6:"},
+		{"two documents", "log: {level: info}\n---\nlog: {level: debug}\n", "kvrouter.yaml:2:1: want a single YAML document"},
+		{"a list", "- a\n", "kvrouter.yaml:1:1: a list, want a mapping"},
+		{"a list for a section", "listen: [1,2]\n", "kvrouter.yaml:1:9: listen: a list, want a mapping"},
+		{"a mapping for a number", "hash: {block_size: {a: 1}}\n", "kvrouter.yaml:1:20: hash.block_size: a mapping, want an integer"},
 		{"missing", "", "no such file"},
 	}
 	for _, tt := range tests {
@@ -199,7 +210,7 @@ func TestConfigFileErrors(t *testing.T) {
 			if tt.content != "" {
 				path = writeFile(t, "kvrouter.yaml", tt.content)
 			}
-			c, err := loadConfig([]string{"--config", path}, io.Discard)
+			c, err := loadConfig([]string{"--config", path})
 			if err == nil {
 				_, err = c.validate("")
 			}
@@ -208,7 +219,7 @@ func TestConfigFileErrors(t *testing.T) {
 			}
 		})
 	}
-	c, err := loadConfig([]string{"--config", writeFile(t, "empty.yaml", "# nothing\n")}, io.Discard)
+	c, err := loadConfig([]string{"--config", writeFile(t, "empty.yaml", "# nothing\n")})
 	if _, verr := c.validate(""); err != nil || verr != nil {
 		t.Errorf("an empty config file = %v, %v, want the defaults", err, verr)
 	}
@@ -217,14 +228,14 @@ func TestConfigFileErrors(t *testing.T) {
 // TestExampleConfig: the example loads, validates and says exactly the
 // defaults.
 func TestExampleConfig(t *testing.T) {
-	c, err := loadConfig([]string{"--config", exampleConfig}, io.Discard)
+	c, err := loadConfig([]string{"--config", exampleConfig})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.validate(""); err != nil {
 		t.Fatalf("the example config: %v", err)
 	}
-	c.file = ""
+	c.file, c.positions, c.flagsSet = "", nil, nil
 	if len(c.Tokenizers.Models) == 0 {
 		c.Tokenizers.Models = nil
 	}
@@ -272,11 +283,33 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 		}
 	}
 	var c config
-	serveFlags(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	serveFlags(&c, fs)
+	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Name != "config" && !strings.Contains(string(data), "Flag --"+f.Name) {
 			t.Errorf("example: no field names its flag --%s", f.Name)
 		}
+		path, ok := flagPaths[f.Name]
+		switch {
+		case f.Name == "config" || f.Name == "pod" || f.Name == "model":
+			if ok {
+				t.Errorf("flagPaths names --%s, which sets no single field", f.Name)
+			}
+		case !ok:
+			t.Errorf("flagPaths does not name the field of --%s", f.Name)
+		case !slices.ContainsFunc(paths, func(p []string) bool { return strings.Join(p, ".") == path }):
+			t.Errorf("flagPaths: --%s sets %s, which is no field of the config", f.Name, path)
+		}
 	})
+	if len(flagPaths) != countFlags(fs)-3 {
+		t.Errorf("flagPaths has %d entries for %d flags (config, pod and model have none)", len(flagPaths), countFlags(fs))
+	}
+}
+
+func countFlags(fs *pflag.FlagSet) int {
+	n := 0
+	fs.VisitAll(func(*pflag.Flag) { n++ })
+	return n
 }
 
 // yamlPaths lists the yaml key paths of t's fields; a list of structs
@@ -336,7 +369,7 @@ func TestConfigExitStatus(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "serve", "--config", file, "--admin-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
 	out, _ := cmd.CombinedOutput()
-	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "config: 2 problems:\n  - hash.block_size") {
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "kvrouter: config: 2 problems:\n  - "+file+":1:20: hash.block_size") {
 		t.Fatalf("serve with a bad config = exit %d %q, want exit 2 listing both problems", code, out)
 	}
 }
@@ -357,7 +390,7 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 			r.PrefillSecondsPerToken, r.PrefillAttentionPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0, 2, 0.1
 		}},
 	} {
-		c, err := loadConfig(tt.args, io.Discard)
+		c, err := loadConfig(tt.args)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -131,8 +131,8 @@ func TestServeDiscovery(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	args := []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error", "--kubeconfig", writeKubeconfig(t, api.URL)}
-	go func() { done <- run(ctx, args, pw, io.Discard); _ = pw.Close() }()
+	args := []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--kubeconfig", writeKubeconfig(t, api.URL)}
+	go func() { done <- run(ctx, args, io.Discard, pw); _ = pw.Close() }()
 	base := listenURL(t, pr)
 	if code, _ := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("GET /readyz before the pod list = %d, want 503", code)

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
@@ -15,32 +16,43 @@ import (
 // maxHashInput bounds what `kvrouter hash` reads from stdin.
 const maxHashInput = 256 << 20
 
-func runHash(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	return hashTokens(args, os.Stdin, stdout, stderr)
-}
-
-// hashTokens is `kvrouter hash` with its input as an argument: it reads a
-// JSON array of token ids from stdin and writes the JSON array of the 64-bit
-// hashes of every full block, as vLLM publishes them in KV events.
-func hashTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func newHashCommand(s streams) *cobra.Command {
 	cfg := blockhash.DefaultConfig()
-	var algo string
+	algo := string(cfg.Algorithm)
 	var extra blockhash.Extra
-	fs := newFlagSet("hash", "--algo sha256|sha256_cbor --seed S --block-size N [--lora NAME] [--salt SALT] < tokens.json", stderr)
-	fs.StringVar(&algo, "algo", string(cfg.Algorithm), "vLLM's --prefix-caching-hash-algo: sha256 or sha256_cbor")
-	fs.StringVar(&cfg.Seed, "seed", cfg.Seed, "vLLM's PYTHONHASHSEED (the empty string is a seed too)")
-	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV-cache block")
+	cmd := &cobra.Command{
+		Use:   "hash",
+		Short: "Print vLLM block hashes of a JSON token-id array read on stdin",
+		Long: `Print the 64-bit prefix-cache hashes vLLM publishes in its KV events for the
+token ids read on stdin (a JSON array), one per full block. Tokens after the
+last full block are not hashed (vLLM caches full blocks only); their count is
+said on stderr. The hash flags are serve's, and must equal the pods' vLLM
+settings.`,
+		Example: `  echo '[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]' | kvrouter hash --hash-algo sha256_cbor --hash-seed 0 --block-size 16`,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	hashFlags(&algo, &cfg.Seed, &cfg.BlockSize, fs)
 	fs.StringVar(&extra.LoRA, "lora", "", "LoRA adapter name, an extra key of every block")
 	fs.StringVar(&extra.CacheSalt, "salt", "", "the request's cache_salt, an extra key of block 0")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	cfg.Algorithm = blockhash.Algorithm(algo)
+	// The names hash had before it shared serve's.
+	renamed(fs, "algo", "hash-algo", s.errOut)
+	renamed(fs, "seed", "hash-seed", s.errOut)
+	cmd.RunE = runE(func(cmd *cobra.Command) error {
+		cfg.Algorithm = blockhash.Algorithm(algo)
+		return hashTokens(cfg, extra, cmd.InOrStdin(), s.out, s.errOut)
+	})
+	return cmd
+}
+
+// hashTokens reads a JSON array of token ids from stdin and writes the JSON
+// array of the 64-bit hashes of every full block, as vLLM publishes them in
+// KV events; the tokens left after the last full block are counted on stderr.
+func hashTokens(cfg blockhash.Config, extra blockhash.Extra, stdin io.Reader, stdout, stderr io.Writer) error {
 	h, err := blockhash.NewHasher(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "kvrouter hash: %v\n", err)
-		fs.Usage()
-		return errUsage
+		return badUsage{err}
 	}
 	tokens, err := readTokenIDs(stdin)
 	if err != nil {
@@ -53,7 +65,13 @@ func hashTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		}
 		out = strconv.AppendUint(out, v, 10)
 	}
-	_, err = stdout.Write(append(out, ']', '\n'))
+	if _, err = stdout.Write(append(out, ']', '\n')); err != nil {
+		return err
+	}
+	if rest := len(tokens) % cfg.BlockSize; rest > 0 {
+		_, err = fmt.Fprintf(stderr, "kvrouter: hash: %d of %d tokens not hashed: they follow the last full block of %d (vLLM caches full blocks only)\n",
+			rest, len(tokens), cfg.BlockSize)
+	}
 	return err
 }
 
@@ -86,3 +104,24 @@ func readTokenIDs(r io.Reader) ([]uint32, error) {
 	}
 	return tokens, nil
 }
+
+// renamed keeps a flag's former name working, hidden from help: it sets the
+// flag under its new name and says so on stderr.
+func renamed(fs *pflag.FlagSet, from, to string, stderr io.Writer) {
+	fs.Var(&formerName{from: from, to: fs.Lookup(to), stderr: stderr}, from, "")
+	_ = fs.MarkHidden(from)
+}
+
+type formerName struct {
+	from   string
+	to     *pflag.Flag
+	stderr io.Writer
+}
+
+func (f *formerName) Set(v string) error {
+	fmt.Fprintf(f.stderr, "kvrouter: --%s is now --%s\n", f.from, f.to.Name)
+	return f.to.Value.Set(v)
+}
+
+func (f *formerName) String() string { return f.to.Value.String() }
+func (f *formerName) Type() string   { return f.to.Value.Type() }

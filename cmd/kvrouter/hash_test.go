@@ -32,20 +32,25 @@ func TestHash(t *testing.T) {
 	}{
 		// docs/vllm.md §1 known vectors (sha256_cbor, block size 16, tokens 0..47).
 		{
-			name: "vector seed 0", args: []string{"--algo", "sha256_cbor", "--seed", "0", "--block-size", "16"}, stdin: tokens48,
+			name: "vector seed 0", args: []string{"--hash-algo", "sha256_cbor", "--hash-seed", "0", "--block-size", "16"}, stdin: tokens48,
 			wantStdout: "[12687895063098490012,1814341696565857452,2713165534665270607]\n",
 		},
 		{
-			name: "vector lora", args: []string{"--algo=sha256_cbor", "--seed=0", "--lora", "my-lora"}, stdin: tokens48,
+			name: "vector lora", args: []string{"--hash-algo=sha256_cbor", "--hash-seed=0", "--lora", "my-lora"}, stdin: tokens48,
 			wantStdout: "[14363917845617146483,14169151309622765391,8968918875924509582]\n",
 		},
 		{
-			name: "vector salt", args: []string{"--algo=sha256_cbor", "--seed=0", "--salt", "salt"}, stdin: tokens48,
+			name: "vector salt", args: []string{"--hash-algo=sha256_cbor", "--hash-seed=0", "--salt", "salt"}, stdin: tokens48,
 			wantStdout: "[8471034540256156344,17414453070839758398,15215922227030957406]\n",
 		},
 		{
-			name: "vector empty seed", args: []string{"--algo=sha256_cbor", "--seed="}, stdin: tokens48,
+			name: "vector empty seed", args: []string{"--hash-algo=sha256_cbor", "--hash-seed="}, stdin: tokens48,
 			wantStdout: "[14620552727165982086,2501229464696595326,4995737767712428611]\n",
+		},
+		{
+			name: "the names hash had before", args: []string{"--algo=sha256_cbor", "--seed="}, stdin: tokens48,
+			wantStdout: "[14620552727165982086,2501229464696595326,4995737767712428611]\n",
+			wantStderr: "kvrouter: --algo is now --hash-algo\nkvrouter: --seed is now --hash-seed\n",
 		},
 		// Python's pickle + hashlib (see kvindex/testdata/hash_oracle.py).
 		{
@@ -53,18 +58,18 @@ func TestHash(t *testing.T) {
 			wantStdout: "[3262291359910021016,7142137847444424233]\n",
 		},
 		{
-			name: "sha256 widths lora salt", args: []string{"--seed", "", "--block-size", "1", "--lora", "Alice", "--salt", "s"}, stdin: "[4294967295,0,65536]",
+			name: "sha256 widths lora salt", args: []string{"--hash-seed", "", "--block-size", "1", "--lora", "Alice", "--salt", "s"}, stdin: "[4294967295,0,65536]",
 			wantStdout: "[16226342960555616558,1026238868799205110,10613366217779836633]\n",
 		},
-		{name: "partial block only", stdin: "[1,2,3]", wantStdout: "[]\n"},
+		{name: "partial block only", stdin: "[1,2,3]", wantStdout: "[]\n", wantStderr: "kvrouter: hash: 3 of 3 tokens not hashed: they follow the last full block of 16"},
+		{name: "partial block after full ones", args: []string{"--block-size", "2"}, stdin: "[1,2,3]", wantStdout: "[8547672708782733172]\n", wantStderr: "1 of 3 tokens not hashed"},
 		{name: "empty array", stdin: " [ ] ", wantStdout: "[]\n"},
 
 		{name: "block size 0", args: []string{"--block-size", "0"}, wantErr: errUsage, wantStderr: "block size 0"},
 		{name: "negative block size", args: []string{"--block-size=-4"}, wantErr: errUsage, wantStderr: "block size -4"},
-		{name: "unknown algo", args: []string{"--algo", "xxhash"}, wantErr: errUsage, wantStderr: `unknown hash algorithm "xxhash"`},
-		{name: "bad flag", args: []string{"--nope"}, wantErr: errUsage, wantStderr: "Usage: kvrouter hash"},
+		{name: "unknown algo", args: []string{"--hash-algo", "xxhash"}, wantErr: errUsage, wantStderr: `unknown hash algorithm "xxhash"`},
+		{name: "bad flag", args: []string{"--nope"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --nope\nSee 'kvrouter hash --help' for usage.\n"},
 		{name: "stray argument", args: []string{"tokens.json"}, wantErr: errUsage, wantStderr: `unexpected argument "tokens.json"`},
-		{name: "help", args: []string{"-h"}, wantStderr: "-block-size"},
 
 		{name: "empty stdin", stdin: "", wantErr: errBadTokens},
 		{name: "null", stdin: "null", wantErr: errBadTokens},
@@ -80,7 +85,7 @@ func TestHash(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := helpIsSuccess(hashTokens(tt.args, strings.NewReader(tt.stdin), &stdout, &stderr))
+			err := runWith(t.Context(), append([]string{"hash"}, tt.args...), streams{strings.NewReader(tt.stdin), &stdout, &stderr})
 			if (tt.wantErr == nil) != (err == nil) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
 				t.Fatalf("hash %q < %.30q = %v, want %v (stderr %q)", tt.args, tt.stdin, err, tt.wantErr, stderr.String())
 			}
@@ -103,7 +108,7 @@ func TestRunHash(t *testing.T) {
 	if err := run(t.Context(), []string{"hash", "--block-size", "0"}, &stdout, &stderr); !errors.Is(err, errUsage) {
 		t.Errorf("run(hash --block-size 0) = %v, want %v", err, errUsage)
 	}
-	if !strings.Contains(stderr.String(), "Usage: kvrouter hash") {
-		t.Errorf("run(hash --block-size 0) stderr = %q, want the usage of hash", stderr.String())
+	if got := stderr.String(); !strings.Contains(got, "See 'kvrouter hash --help' for usage.") || strings.Contains(got, "Usage:") {
+		t.Errorf("run(hash --block-size 0) stderr = %q, want the problem and a hint at --help, not the usage", got)
 	}
 }

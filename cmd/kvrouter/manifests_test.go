@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,7 +61,7 @@ func TestManifestsConfig(t *testing.T) {
 	if !found {
 		t.Fatalf("kvrouter args %q have no --config=", args)
 	}
-	cfg, err := loadConfig(args[1:], io.Discard)
+	cfg, err := loadConfig(args[1:])
 	if err != nil {
 		t.Fatalf("serve %q: %v", args[1:], err)
 	}

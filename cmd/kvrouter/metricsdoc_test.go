@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"log/slog"
 	"os"
 	"regexp"
@@ -44,7 +43,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 users: [{name: u, user: {token: t}}]
 `)
-	c, err := loadConfig([]string{"--kubeconfig", kubeconfig}, io.Discard)
+	c, err := loadConfig([]string{"--kubeconfig", kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}

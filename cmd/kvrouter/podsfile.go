@@ -74,9 +74,16 @@ func (e podEntry) pod(defaultModel string) (pod.Pod, []string) {
 // takes a static pod's name. It returns the file's pods and its problems.
 func parsePods(path string, data []byte, static []pod.Pod, defaultModel string) ([]pod.Pod, []string) {
 	var doc podsDoc
-	list := decodeYAML(path, data, &doc)
+	list, positions := decodeYAML(path, data, &doc)
 	p := &problems{list: list}
-	pods := podsFrom(path+": pods", doc.Pods, defaultModel, p)
+	pods := podsFrom("pods", doc.Pods, defaultModel, p)
+	for i := len(list); i < len(p.list); i++ {
+		if where := locateIn(path, positions, p.list[i]); where != p.list[i] {
+			p.list[i] = where
+		} else {
+			p.list[i] = path + ": " + p.list[i]
+		}
+	}
 	for _, q := range pods {
 		if slices.ContainsFunc(static, func(s pod.Pod) bool { return s.Name == q.Name }) {
 			p.add("%s: pod %q is also a static pod", path, q.Name)

@@ -2,19 +2,59 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 
-	"github.com/kvrouter/kvrouter/tokenizer/chat"
+	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kvrouter/tokenizer"
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
 )
 
-func runRender(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	return renderChat(args, os.Stdin, stdout, stderr)
+func newRenderCommand(s streams) *cobra.Command {
+	var dir, templateFile string
+	var r renderer
+	var jsonl bool
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Render an OpenAI chat request read on stdin with the model's chat template",
+		Long: `Render the OpenAI chat completions request read on stdin with the model's
+chat template, as vLLM does, and print the prompt as a JSON string, or with
+--tokens the token ids vLLM hashes into its prefix cache.`,
+		Example: `  echo '{"model":"m","messages":[{"role":"user","content":"Hi"}]}' | kvrouter render --tokenizer /models/qwen --tokens`,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&dir, "tokenizer", "", "directory holding tokenizer_config.json (and chat_template.jinja, tokenizer.json)")
+	fs.StringVar(&templateFile, "chat-template", "", "file with a chat template replacing the model's (vLLM's --chat-template)")
+	fs.BoolVar(&r.tokens, "tokens", false, "print the token ids vLLM would hash instead of the prompt")
+	fs.BoolVar(&jsonl, "jsonl", false, "read one request per line and write one result per line; failures give {\"error\": ...}")
+	_ = cmd.MarkFlagRequired("tokenizer")
+	_ = cmd.MarkFlagDirname("tokenizer")
+	_ = cmd.MarkFlagFilename("chat-template")
+	cmd.RunE = runE(func(cmd *cobra.Command) error {
+		if err := checkDir("tokenizer", dir); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+		if err := r.load(dir, templateFile); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+		w := bufio.NewWriter(s.out)
+		var err error
+		if jsonl {
+			err = r.lines(cmd.InOrStdin(), w)
+		} else {
+			err = r.all(cmd.InOrStdin(), w)
+		}
+		if err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+		return w.Flush()
+	})
+	return cmd
 }
 
 // renderer renders chat requests for `kvrouter render`.
@@ -22,43 +62,6 @@ type renderer struct {
 	chat   *chat.Template
 	tok    *tokenizer.Tokenizer // nil without --tokens
 	tokens bool
-}
-
-// renderChat is `kvrouter render` with its input as an argument: it renders
-// the chat completions request on stdin (or, with --jsonl, one per line)
-// with the model's chat template and writes the prompt as a JSON string, or
-// its token ids with --tokens.
-func renderChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var dir, templateFile string
-	var r renderer
-	var jsonl bool
-	fs := newFlagSet("render", "--tokenizer DIR [--tokens] [--jsonl] < request.json", stderr)
-	fs.StringVar(&dir, "tokenizer", "", "directory holding tokenizer_config.json (and chat_template.jinja, tokenizer.json)")
-	fs.StringVar(&templateFile, "chat-template", "", "file with a chat template replacing the model's (vLLM's --chat-template)")
-	fs.BoolVar(&r.tokens, "tokens", false, "print the token ids vLLM would hash instead of the prompt")
-	fs.BoolVar(&jsonl, "jsonl", false, "read one request per line and write one result per line; failures give {\"error\": ...}")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	if dir == "" {
-		fmt.Fprintln(stderr, "kvrouter render: --tokenizer is required")
-		fs.Usage()
-		return errUsage
-	}
-	if err := r.load(dir, templateFile); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	w := bufio.NewWriter(stdout)
-	var err error
-	if jsonl {
-		err = r.lines(stdin, w)
-	} else {
-		err = r.all(stdin, w)
-	}
-	if err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	return w.Flush()
 }
 
 func (r *renderer) load(dir, templateFile string) error {
@@ -81,12 +84,9 @@ func (r *renderer) load(dir, templateFile string) error {
 }
 
 func (r *renderer) all(stdin io.Reader, w *bufio.Writer) error {
-	data, err := io.ReadAll(io.LimitReader(stdin, maxTokenizeInput+1))
+	data, err := readInput(stdin)
 	if err != nil {
-		return fmt.Errorf("stdin: %w", err)
-	}
-	if len(data) > maxTokenizeInput {
-		return fmt.Errorf("stdin: more than %d bytes", maxTokenizeInput)
+		return err
 	}
 	return r.one(data, w)
 }

@@ -46,16 +46,20 @@ func TestRender(t *testing.T) {
 			want:  "\"<|end|>user:hello\\nhe\"\n{\"error\":\"tokenizer: chat request: messages must be a list\"}\n\"\"\n",
 		},
 		{name: "bad request", args: []string{"--tokenizer", dir}, stdin: `{`, wantErr: errAny},
-		{name: "no tokenizer", args: nil, wantErr: errUsage, wantStderr: "--tokenizer is required"},
+		{name: "no tokenizer", args: nil, wantErr: errUsage, wantStderr: `kvrouter: required flag(s) "tokenizer" not set`},
+		{name: "missing dir", args: []string{"--tokenizer", "/nope"}, wantErr: os.ErrNotExist, wantStderr: ""},
 		{name: "stray argument", args: []string{"--tokenizer", dir, "x"}, wantErr: errUsage},
 		{name: "missing template file", args: []string{"--tokenizer", dir, "--chat-template", filepath.Join(dir, "nope")}, wantErr: os.ErrNotExist},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := renderChat(tt.args, strings.NewReader(tt.stdin), &stdout, &stderr)
+			err := runWith(t.Context(), append([]string{"render"}, tt.args...), streams{strings.NewReader(tt.stdin), &stdout, &stderr})
 			if (tt.wantErr == nil) != (err == nil) || (tt.wantErr != nil && !errors.Is(tt.wantErr, errAny) && !errors.Is(err, tt.wantErr)) {
 				t.Fatalf("render(%q) = %v, want %v (stderr %q)", tt.args, err, tt.wantErr, stderr.String())
+			}
+			if tt.name == "missing dir" && err.Error() != "render: --tokenizer /nope: no such directory" {
+				t.Errorf("render(%q) = %q, want it to say the directory is missing", tt.args, err)
 			}
 			if tt.wantErr == nil && stdout.String() != tt.want {
 				t.Errorf("render(%q) stdout = %q, want %q", tt.args, stdout.String(), tt.want)

@@ -3,123 +3,154 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// errUsage marks a command-line mistake whose usage text was already printed;
-// the process exits with status 2.
+// errUsage marks a command-line mistake, already reported with a hint at
+// --help; the process exits with status 2.
 var errUsage = errors.New("usage error")
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// command is one kvrouter subcommand.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-func commands() []command {
-	return []command{
-		{"serve", "run the router: ext_proc server, admin server, event subscribers", runServe},
-		{"hash", "print vLLM block hashes of a JSON token-id array read on stdin", runHash},
-		{"tokenize", "print the token ids of text read on stdin", runTokenize},
-		{"render", "render an OpenAI chat request read on stdin with the model's chat template", runRender},
-		{"version", "print the version", runVersion},
-	}
+// streams are a command's standard input and outputs.
+type streams struct {
+	in          io.Reader
+	out, errOut io.Writer
 }
 
 // run is the whole program behind main, testable: it parses args, runs one
-// subcommand and returns its error. A command-line mistake prints usage to
-// stderr and returns an error wrapping errUsage.
+// command and returns its error. Help goes to stdout. A command-line mistake
+// is reported on stderr with a hint at --help, never the whole usage, and
+// returns an error wrapping errUsage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("kvrouter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { printUsage(stderr) }
-	if err := fs.Parse(args); err != nil {
-		return helpIsSuccess(parseError(err))
-	}
-	if fs.NArg() == 0 {
-		printUsage(stderr)
-		return errUsage
-	}
-	name := fs.Arg(0)
-	for _, c := range commands() {
-		if c.name == name {
-			return helpIsSuccess(c.run(ctx, fs.Args()[1:], stdout, stderr))
-		}
-	}
-	fmt.Fprintf(stderr, "kvrouter: unknown command %q\n\n", name)
-	printUsage(stderr)
-	return errUsage
+	return runWith(ctx, args, streams{os.Stdin, stdout, stderr})
 }
 
-// parseError maps a flag parsing error: -h stays flag.ErrHelp (the caller
-// must stop; run turns it into success), anything else becomes a usage error
-// (the flag package already printed it).
-func parseError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
+func runWith(ctx context.Context, args []string, s streams) error {
+	root := newRootCommand(s)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return nil
 	}
+	var failed runFailed
+	if errors.As(err, &failed) {
+		return failed.err
+	}
+	path := "kvrouter"
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	fmt.Fprintf(s.errOut, "kvrouter: %s\nSee '%s --help' for usage.\n", flagError(err), path)
 	return fmt.Errorf("%w: %w", errUsage, err)
 }
 
-// helpIsSuccess turns a request for help, already answered, into success.
-func helpIsSuccess(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
+// runFailed wraps what a command's run returned, to tell it apart from
+// cobra's own command-line errors.
+type runFailed struct{ err error }
+
+func (r runFailed) Error() string { return r.err.Error() }
+
+// runE adapts a command's run to cobra: its error is the command's, not a
+// command-line mistake.
+func runE(fn func(cmd *cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		err := fn(cmd)
+		var u badUsage
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &u):
+			return u.error
+		}
+		return runFailed{err}
 	}
-	return err
 }
 
-func printUsage(w io.Writer) {
-	var b strings.Builder
-	b.WriteString("Usage: kvrouter <command> [flags]\n\nCommands:\n")
-	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
-	}
-	b.WriteString("\nRun 'kvrouter <command> -h' for the flags of a command.\n")
-	_, _ = io.WriteString(w, b.String())
-}
+// badUsage is a command's complaint about how it was called, reported as
+// cobra's own: with a hint at --help and exit status 2.
+type badUsage struct{ error }
 
-// newFlagSet returns a subcommand's flag set writing its errors and usage to
-// stderr.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("kvrouter "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: kvrouter %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseNoArgs parses a subcommand's flags and refuses positional arguments.
-func parseNoArgs(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		fs.Usage()
-		return errUsage
+// checkDir says, for a flag naming a directory, that it is missing or not
+// a directory, in those words.
+func checkDir(flag, dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return &dirError{flag, dir, "no such directory", err}
+	case err != nil:
+		return &dirError{flag, dir, err.Error(), err}
+	case !fi.IsDir():
+		return &dirError{flag, dir, "not a directory", nil}
 	}
 	return nil
 }
 
-func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "", stderr)
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
+type dirError struct {
+	flag, dir, what string
+	err             error
+}
+
+func (e *dirError) Error() string { return fmt.Sprintf("--%s %s: %s", e.flag, e.dir, e.what) }
+func (e *dirError) Unwrap() error { return e.err }
+
+// noArgs refuses positional arguments: every command reads flags and stdin.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q", args[0])
 	}
-	_, err := fmt.Fprintf(stdout, "kvrouter %s (%s%s)\n", version, runtime.Version(), vcsRevision())
-	return err
+	return nil
+}
+
+func newRootCommand(s streams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kvrouter",
+		Short: "A KV-cache-aware router for fleets of vLLM pods",
+		Long: `kvrouter sends every OpenAI-style request to the vLLM pod that already caches
+the longest prefix of its prompt, weighed against load. Envoy calls it as an
+ext_proc external processor (or it proxies requests itself); it follows each
+pod's KV-cache events and finds pods in Kubernetes or in a pods file.`,
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Runnable, so that a word that is no command is refused (with
+		// cobra's suggestions) rather than answered with help.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetIn(s.in)
+	root.SetOut(s.out)
+	root.SetErr(s.errOut)
+	root.SetVersionTemplate("kvrouter {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	root.AddCommand(newServeCommand(s), newHashCommand(s), newTokenizeCommand(s), newRenderCommand(s), newVersionCommand(s))
+	return root
+}
+
+func newVersionCommand(s streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  noArgs,
+		RunE: runE(func(*cobra.Command) error {
+			_, err := fmt.Fprintf(s.out, "kvrouter %s\n", versionString())
+			return err
+		}),
+	}
+}
+
+// versionString is the version, the Go release and the source revision.
+func versionString() string {
+	return fmt.Sprintf("%s (%s%s)", version, runtime.Version(), vcsRevision())
 }
 
 // vcsRevision returns ", rev <hash>[+dirty]" from the build info, or "".
@@ -146,4 +177,59 @@ func vcsRevision() string {
 		rev = rev[:12]
 	}
 	return ", rev " + rev + dirty
+}
+
+// badFlagValue is pflag's complaint about a value its flag cannot hold.
+var badFlagValue = regexp.MustCompile(`^invalid argument "(.*)" for "(?:-\w, )?(--[\w-]+)" flag: (.*)$`)
+
+// flagError says a command-line error in the words of this command line: a
+// value a flag cannot hold names the flag and what it wants, not the Go
+// function that refused it.
+func flagError(err error) string {
+	m := badFlagValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s: %q, want %s", m[2], m[1], wantOf(m[3]))
+}
+
+// wantOf turns a parse error of a flag value into what the flag wants.
+func wantOf(parseErr string) string {
+	switch {
+	case strings.Contains(parseErr, "ParseInt"), strings.Contains(parseErr, "ParseUint"):
+		return "an integer"
+	case strings.Contains(parseErr, "ParseFloat"):
+		return "a number"
+	case strings.Contains(parseErr, "ParseBool"):
+		return "true or false"
+	case strings.Contains(parseErr, "time: "):
+		return `a duration such as "1.5s" or "2m"`
+	}
+	return "a valid value: " + parseErr
+}
+
+// lenientFlags makes every flag of fs record a value it cannot hold in bad
+// instead of stopping the parse, so `kvrouter serve` reports every problem
+// of its command line and config file at once, in one format.
+func lenientFlags(fs *pflag.FlagSet, bad *[]string) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, list := f.Value.(pflag.SliceValue); !list { // a list takes any string
+			f.Value = &lenientValue{Value: f.Value, name: f.Name, bad: bad}
+		}
+	})
+}
+
+type lenientValue struct {
+	pflag.Value
+	name string
+	bad  *[]string
+}
+
+func (v *lenientValue) Set(s string) error {
+	old := v.String()
+	if err := v.Value.Set(s); err != nil {
+		_ = v.Value.Set(old) // pflag's numbers keep what they half-parsed
+		*v.bad = append(*v.bad, fmt.Sprintf("--%s: %q, want %s", v.name, s, wantOf(err.Error())))
+	}
+	return nil
 }

@@ -12,21 +12,27 @@ func TestRun(t *testing.T) {
 	tests := []struct {
 		name       string
 		args       []string
-		wantErr    error // nil or errUsage
+		wantErr    error // nil, errUsage or errConfig
 		wantStdout string
 		wantStderr string
 	}{
 		{name: "version", args: []string{"version"}, wantStdout: "kvrouter dev ("},
-		{name: "no command", args: nil, wantErr: errUsage, wantStderr: "Usage: kvrouter <command>"},
-		{name: "unknown command", args: []string{"nonsense"}, wantErr: errUsage, wantStderr: `unknown command "nonsense"`},
-		{name: "unknown global flag", args: []string{"-bogus", "version"}, wantErr: errUsage, wantStderr: "flag provided but not defined: -bogus"},
-		{name: "help", args: []string{"-h"}, wantStderr: "Commands:"},
-		{name: "bad serve flag", args: []string{"serve", "--nope"}, wantErr: errUsage, wantStderr: "Usage: kvrouter serve"},
-		{name: "bad log level", args: []string{"serve", "--log-level", "loud"}, wantErr: errUsage, wantStderr: `invalid -log-level "loud"`},
-		{name: "stray argument", args: []string{"version", "extra"}, wantErr: errUsage, wantStderr: `unexpected argument "extra"`},
-		{name: "serve help", args: []string{"serve", "-h"}, wantStderr: "-admin-addr"},
-		{name: "tokenize needs a tokenizer", args: []string{"tokenize"}, wantErr: errUsage, wantStderr: "--tokenizer is required"},
-		{name: "render needs a tokenizer", args: []string{"render"}, wantErr: errUsage, wantStderr: "--tokenizer is required"},
+		{name: "--version", args: []string{"--version"}, wantStdout: "kvrouter dev ("},
+		{name: "no command: help on stdout", args: nil, wantStdout: "Available Commands:"},
+		{name: "help", args: []string{"help"}, wantStdout: "Available Commands:"},
+		{name: "-h on stdout", args: []string{"-h"}, wantStdout: "Available Commands:"},
+		{name: "help serve", args: []string{"help", "serve"}, wantStdout: "--admin-addr"},
+		{name: "serve -h", args: []string{"serve", "-h"}, wantStdout: "--admin-addr"},
+		{name: "version -h names its flags", args: []string{"version", "-h"}, wantStdout: "Flags:\n  -h, --help"},
+		{name: "completion", args: []string{"completion", "bash"}, wantStdout: "bash completion"},
+		{name: "unknown command", args: []string{"nonsense"}, wantErr: errUsage, wantStderr: "kvrouter: unknown command \"nonsense\" for \"kvrouter\"\nSee 'kvrouter --help' for usage.\n"},
+		{name: "misspelled command", args: []string{"sevre"}, wantErr: errUsage, wantStderr: "Did you mean this?\n\tserve"},
+		{name: "unknown global flag", args: []string{"--bogus", "version"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --bogus\n"},
+		{name: "bad serve flag", args: []string{"serve", "--nope"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --nope\nSee 'kvrouter serve --help' for usage.\n"},
+		{name: "bad log level", args: []string{"serve", "--log-level", "loud"}, wantErr: errConfig, wantStderr: ""},
+		{name: "stray argument", args: []string{"version", "extra"}, wantErr: errUsage, wantStderr: "kvrouter: unexpected argument \"extra\"\nSee 'kvrouter version --help' for usage.\n"},
+		{name: "tokenize needs a tokenizer", args: []string{"tokenize"}, wantErr: errUsage, wantStderr: `required flag(s) "tokenizer" not set`},
+		{name: "render needs a tokenizer", args: []string{"render"}, wantErr: errUsage, wantStderr: `required flag(s) "tokenizer" not set`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,6 +46,9 @@ func TestRun(t *testing.T) {
 			}
 			if !strings.Contains(stderr.String(), tt.wantStderr) {
 				t.Errorf("run(%q) stderr = %q, want it to contain %q", tt.args, stderr.String(), tt.wantStderr)
+			}
+			if strings.Contains(stderr.String(), "Usage:") {
+				t.Errorf("run(%q) stderr = %q, want no usage dumped there", tt.args, stderr.String())
 			}
 		})
 	}

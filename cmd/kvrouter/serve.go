@@ -12,24 +12,65 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := loadConfig(args, stderr)
-	if err != nil {
-		return err
+func newServeCommand(s streams) *cobra.Command {
+	c := defaultConfig()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the router: ext_proc server, admin server, event subscribers",
+		Long: `Run the router: the Envoy ext_proc gRPC server (and, with --http-addr, an
+OpenAI-compatible proxy), the admin server, a KV-event subscriber per pod and
+the pods' /metrics scraper. Settings come from the defaults, then the
+--config file, then the flags given on the command line.`,
+		Example: `  kvrouter serve --pod a=10.0.0.1:8000 --pod b=10.0.0.2:8000 --model Qwen/Qwen3-0.6B=/models/qwen --default-model Qwen/Qwen3-0.6B
+  kvrouter serve --config /etc/kvrouter/kvrouter.yaml --log-level debug`,
+		Args: noArgs,
 	}
+	serveFlags(&c, cmd.Flags())
+	var flagProblems []string
+	lenientFlags(cmd.Flags(), &flagProblems)
+	cmd.RunE = runE(func(cmd *cobra.Command) error {
+		c.flagProblems = flagProblems
+		return serve(cmd.Context(), configOver(c, cmd.Flags()), s.errOut)
+	})
+	return cmd
+}
+
+// serve validates c and runs the router until ctx is done.
+func serve(ctx context.Context, c config, stderr io.Writer) error {
 	s, err := c.validate(os.Getenv("KUBERNETES_SERVICE_HOST"))
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
+	logger := newLogger(stderr, s.level, s.Log.Format)
 	a, err := newApp(s, logger)
 	if err != nil {
 		return err
 	}
-	return a.serve(ctx, s, stdout)
+	return a.serve(ctx, s)
+}
+
+// newLogger logs to w at level: JSON, text, or for "auto" text when w is a
+// terminal and JSON otherwise (a container's log collector).
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "text" || (format == "auto" && isTerminal(w)) {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // listen opens every configured listener before anything runs, so a busy
@@ -60,15 +101,14 @@ func listen(l listenConfig) (admin, grpc, proxy net.Listener, err error) {
 
 // serve runs every long-lived part until ctx is done, then drains: it reports
 // not-ready, waits the drain delay, and stops the servers gracefully.
-func (a *app) serve(ctx context.Context, s settings, stdout io.Writer) error {
+func (a *app) serve(ctx context.Context, s settings) error {
 	adminLn, grpcLn, proxyLn, err := listen(s.Listen)
 	if err != nil {
 		return err
 	}
 	say := func(what string, ln net.Listener, scheme string) {
 		if ln != nil {
-			fmt.Fprintf(stdout, "kvrouter: %s listening on %s%s\n", what, scheme, displayAddr(ln.Addr()))
-			a.logger.Info(what+" listening", "addr", ln.Addr().String(), "version", version)
+			a.logger.Info(what+" listening", "addr", ln.Addr().String(), "url", scheme+displayAddr(ln.Addr()), "version", version)
 		}
 	}
 	say("admin server", adminLn, "http://")

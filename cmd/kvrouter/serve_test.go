@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -25,18 +24,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// listenURL reads stdout until the admin server announces its address.
+// listenURL reads serve's JSON log until the admin server says where it
+// listens.
 func listenURL(t *testing.T, r io.Reader) string {
 	t.Helper()
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if _, url, ok := strings.Cut(sc.Text(), "admin server listening on "); ok {
-			go func() { _, _ = io.Copy(io.Discard, r) }()
-			return url
-		}
-	}
-	t.Fatalf("serve never announced its admin address (scan error: %v)", sc.Err())
-	return ""
+	return announced(t, r, "admin server")["admin server"]
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -59,7 +51,7 @@ func TestServeAdminEndpoints(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, io.Discard, pw)
 		_ = pw.Close()
 	}()
 	base := listenURL(t, pr)
@@ -105,7 +97,7 @@ func TestServeAddressInUse(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() {
-		_ = run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+		_ = run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, io.Discard, pw)
 	}()
 	addr := strings.TrimPrefix(listenURL(t, pr), "http://")
 	err := run(context.Background(), []string{"serve", "--admin-addr", addr, "--grpc-addr", "127.0.0.1:0"}, io.Discard, io.Discard)
@@ -115,20 +107,20 @@ func TestServeAddressInUse(t *testing.T) {
 }
 
 // TestProcessSignals runs the real binary: SIGINT and SIGTERM stop serve with
-// status 0, and an unknown command exits 2.
+// status 0, and an unknown command exits 2 with a hint at --help.
 func TestProcessSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "error")
+			cmd := exec.Command(os.Args[0], "serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json")
 			cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
-			stdout, err := cmd.StdoutPipe()
+			logs, err := cmd.StderrPipe()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			listenURL(t, stdout)
+			listenURL(t, logs)
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
@@ -141,8 +133,8 @@ func TestProcessSignals(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "nonsense")
 		cmd.Env = append(os.Environ(), "KVROUTER_TEST_MAIN=1")
 		out, err := cmd.CombinedOutput()
-		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "Usage:") {
-			t.Fatalf("kvrouter nonsense = exit %d (%v) %q, want exit 2 with usage", code, err, out)
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "See 'kvrouter --help' for usage.") {
+			t.Fatalf("kvrouter nonsense = exit %d (%v) %q, want exit 2 with a hint at --help", code, err, out)
 		}
 	})
 }

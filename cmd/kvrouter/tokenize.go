@@ -2,13 +2,14 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
@@ -17,37 +18,51 @@ import (
 // one line with --jsonl.
 const maxTokenizeInput = 64 << 20
 
-func runTokenize(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	return tokenizeText(args, os.Stdin, stdout, stderr)
+func newTokenizeCommand(s streams) *cobra.Command {
+	var o tokenizeOptions
+	cmd := &cobra.Command{
+		Use:   "tokenize",
+		Short: "Print the token ids of text read on stdin",
+		Long: `Print the token ids the model's tokenizer gives the text read on stdin, as
+vLLM sees a completion prompt. All of stdin is the text, a final newline
+included (echo adds one): --strip-newline drops it, and without the flag a
+final newline is said on stderr. With --jsonl each line is a JSON string.`,
+		Example: `  printf 'Hello world' | kvrouter tokenize --tokenizer /models/qwen
+  echo 'Hello world' | kvrouter tokenize --tokenizer /models/qwen --strip-newline`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&o.dir, "tokenizer", "", "directory holding tokenizer.json and tokenizer_config.json")
+	fs.BoolVar(&o.special, "add-special-tokens", false, "add the model's special tokens (BOS/EOS) as vLLM does for completion prompts")
+	fs.BoolVar(&o.stripNewline, "strip-newline", false, "drop one newline (\\n or \\r\\n) at the end of stdin, as echo adds")
+	fs.BoolVar(&o.jsonl, "jsonl", false, "read one JSON string per line and write one JSON id array per line")
+	_ = cmd.MarkFlagRequired("tokenizer")
+	_ = cmd.MarkFlagDirname("tokenizer")
+	cmd.RunE = runE(func(cmd *cobra.Command) error { return o.run(cmd.InOrStdin(), s.out, s.errOut) })
+	return cmd
 }
 
-// tokenizeText is `kvrouter tokenize` with its input as an argument: it
-// encodes stdin (or, with --jsonl, every line holding a JSON string) and
-// writes JSON arrays of token ids.
-func tokenizeText(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var dir string
-	var special, jsonl bool
-	fs := newFlagSet("tokenize", "--tokenizer DIR [--add-special-tokens] [--jsonl] < text", stderr)
-	fs.StringVar(&dir, "tokenizer", "", "directory holding tokenizer.json and tokenizer_config.json")
-	fs.BoolVar(&special, "add-special-tokens", false, "add the model's special tokens (BOS/EOS) as vLLM does for completion prompts")
-	fs.BoolVar(&jsonl, "jsonl", false, "read one JSON string per line and write one JSON id array per line")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
+type tokenizeOptions struct {
+	dir                          string
+	special, stripNewline, jsonl bool
+}
+
+// run encodes stdin (or, with --jsonl, every line holding a JSON string)
+// and writes JSON arrays of token ids.
+func (o tokenizeOptions) run(stdin io.Reader, stdout, stderr io.Writer) error {
+	if err := checkDir("tokenizer", o.dir); err != nil {
+		return fmt.Errorf("tokenize: %w", err)
 	}
-	if dir == "" {
-		fmt.Fprintln(stderr, "kvrouter tokenize: --tokenizer is required")
-		fs.Usage()
-		return errUsage
-	}
-	tok, err := tokenizer.Load(dir)
+	tok, err := tokenizer.Load(o.dir)
 	if err != nil {
 		return fmt.Errorf("tokenize: %w", err)
 	}
 	w := bufio.NewWriter(stdout)
-	if jsonl {
-		err = tokenizeLines(tok, special, stdin, w)
+	if o.jsonl {
+		err = tokenizeLines(tok, o.special, stdin, w)
 	} else {
-		err = tokenizeAll(tok, special, stdin, w)
+		err = o.tokenizeAll(tok, stdin, w, stderr)
 	}
 	if err != nil {
 		return fmt.Errorf("tokenize: %w", err)
@@ -55,15 +70,30 @@ func tokenizeText(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	return w.Flush()
 }
 
-func tokenizeAll(tok *tokenizer.Tokenizer, special bool, stdin io.Reader, w *bufio.Writer) error {
+func (o tokenizeOptions) tokenizeAll(tok *tokenizer.Tokenizer, stdin io.Reader, w *bufio.Writer, stderr io.Writer) error {
+	data, err := readInput(stdin)
+	if err != nil {
+		return err
+	}
+	text := string(data)
+	if o.stripNewline {
+		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
+	} else if strings.HasSuffix(text, "\n") {
+		fmt.Fprintln(stderr, "kvrouter: tokenize: the text ends with a newline, which is tokenized (--strip-newline drops it)")
+	}
+	return writeIDs(tok, o.special, text, w)
+}
+
+// readInput reads all of stdin, at most maxTokenizeInput bytes.
+func readInput(stdin io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, maxTokenizeInput+1))
 	if err != nil {
-		return fmt.Errorf("stdin: %w", err)
+		return nil, fmt.Errorf("stdin: %w", err)
 	}
 	if len(data) > maxTokenizeInput {
-		return fmt.Errorf("stdin: more than %d bytes", maxTokenizeInput)
+		return nil, fmt.Errorf("stdin: more than %d bytes", maxTokenizeInput)
 	}
-	return writeIDs(tok, special, string(data), w)
+	return data, nil
 }
 
 var errNotJSONString = errors.New("want a JSON string per line")

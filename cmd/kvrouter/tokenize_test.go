@@ -56,6 +56,7 @@ func TestTokenize(t *testing.T) {
 		stdin      string
 		want       string
 		wantErr    error
+		wantMsg    string // in the error
 		wantStderr string
 	}{
 		{name: "text", args: []string{"--tokenizer", dir}, stdin: "hello", want: "[256,257,111]\n"},
@@ -64,16 +65,24 @@ func TestTokenize(t *testing.T) {
 		{name: "empty", args: []string{"--tokenizer", dir}, stdin: "", want: "[]\n"},
 		{name: "jsonl", args: []string{"--tokenizer", dir, "--jsonl"}, stdin: "\"hello\"\n\n\"<|end|>he\\n\"\n", want: "[256,257,111]\n[258,256,10]\n"},
 		{name: "jsonl not a string", args: []string{"--tokenizer", dir, "--jsonl"}, stdin: "[1]\n", wantErr: errNotJSONString},
-		{name: "no tokenizer", args: nil, wantErr: errUsage, wantStderr: "--tokenizer is required"},
+		{name: "final newline kept and said", args: []string{"--tokenizer", dir}, stdin: "hello\n", want: "[256,257,111,10]\n", wantStderr: "kvrouter: tokenize: the text ends with a newline, which is tokenized (--strip-newline drops it)"},
+		{name: "strip newline", args: []string{"--tokenizer", dir, "--strip-newline"}, stdin: "hello\n", want: "[256,257,111]\n"},
+		{name: "strip CRLF", args: []string{"--tokenizer", dir, "--strip-newline"}, stdin: "hello\r\n", want: "[256,257,111]\n"},
+		{name: "strip one newline only", args: []string{"--tokenizer", dir, "--strip-newline"}, stdin: "he\n\n", want: "[256,10]\n"},
+		{name: "no tokenizer", args: nil, wantErr: errUsage, wantStderr: `kvrouter: required flag(s) "tokenizer" not set`},
 		{name: "stray argument", args: []string{"--tokenizer", dir, "x"}, wantErr: errUsage},
-		{name: "missing dir", args: []string{"--tokenizer", filepath.Join(dir, "nope")}, wantErr: os.ErrNotExist},
+		{name: "missing dir", args: []string{"--tokenizer", filepath.Join(dir, "nope")}, wantErr: os.ErrNotExist, wantMsg: "--tokenizer " + filepath.Join(dir, "nope") + ": no such directory"},
+		{name: "not a dir", args: []string{"--tokenizer", filepath.Join(dir, "tokenizer.json")}, wantErr: errAny, wantMsg: "tokenizer.json: not a directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := tokenizeText(tt.args, strings.NewReader(tt.stdin), &stdout, &stderr)
-			if (tt.wantErr == nil) != (err == nil) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
+			err := runWith(t.Context(), append([]string{"tokenize"}, tt.args...), streams{strings.NewReader(tt.stdin), &stdout, &stderr})
+			if (tt.wantErr == nil) != (err == nil) || (tt.wantErr != nil && !errors.Is(tt.wantErr, errAny) && !errors.Is(err, tt.wantErr)) {
 				t.Fatalf("tokenize(%q) = %v, want %v (stderr %q)", tt.args, err, tt.wantErr, stderr.String())
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("tokenize(%q) = %v, want it to say %q", tt.args, err, tt.wantMsg)
 			}
 			if tt.wantErr == nil && stdout.String() != tt.want {
 				t.Errorf("tokenize(%q) stdout = %q, want %q", tt.args, stdout.String(), tt.want)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,12 +42,16 @@ type settings struct {
 // named by its yaml path; serviceHost is KUBERNETES_SERVICE_HOST. The pods
 // file is read too: a broken one cannot start.
 func (c config) validate(serviceHost string) (settings, error) {
-	p := &problems{list: append([]string(nil), c.fileProblems...)}
+	p := &problems{list: append(append([]string(nil), c.fileProblems...), c.flagProblems...)}
+	located := len(p.list)
 	c.applyListFlags(p)
 	s := settings{config: c}
 	c.checkListen(p)
 	if err := s.level.UnmarshalText([]byte(c.Log.Level)); err != nil {
 		p.add("log.level: %q, want debug, info, warn or error", c.Log.Level)
+	}
+	if f := c.Log.Format; f != "json" && f != "text" && f != "auto" {
+		p.add("log.format: %q, want json, text or auto", f)
 	}
 	nonNegative(p, "shutdown.drain_delay", c.Shutdown.DrainDelay)
 	nonNegative(p, "shutdown.timeout", c.Shutdown.Timeout)
@@ -93,7 +100,48 @@ func (c config) validate(serviceHost string) (settings, error) {
 	if len(p.list) == 0 {
 		s.backstop(p)
 	}
+	for i := located; i < len(p.list); i++ {
+		p.list[i] = c.locate(p.list[i])
+	}
 	return s, p.err()
+}
+
+// problemKey is the config path a problem starts with.
+var problemKey = regexp.MustCompile(`^[a-z_]+(?:\.[a-z_0-9-]+|\[\d+\])*`)
+
+// locate says where the value a problem names came from: the flag given on
+// the command line, or the line and column in the config file.
+func (c config) locate(problem string) string {
+	key := problemKey.FindString(problem)
+	if key == "" {
+		return problem
+	}
+	for flag, path := range flagPaths {
+		if path == key && slices.Contains(c.flagsSet, flag) {
+			return "--" + flag + problem[len(key):]
+		}
+	}
+	return locateIn(c.file, c.positions, problem)
+}
+
+// locateIn prefixes a problem about a field of a YAML file with the file,
+// line and column of the value (or of the nearest field holding it).
+func locateIn(file string, positions map[string]position, problem string) string {
+	for k := problemKey.FindString(problem); k != ""; k = parentPath(k) {
+		if at, ok := positions[k]; ok {
+			return fmt.Sprintf("%s:%d:%d: %s", file, at.line, at.column, problem)
+		}
+	}
+	return problem
+}
+
+// parentPath is the path of the field that holds path's, "" at the top.
+func parentPath(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
 }
 
 // routerConfig is the router's configuration with the routing section's

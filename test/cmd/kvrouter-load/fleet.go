@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
@@ -45,7 +46,7 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 	pctx, cancel := context.WithCancel(ctx)
 	k := &kvr{cancel: cancel, pubDone: make(chan error, n)}
 	args := []string{
-		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "error",
+		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json",
 		"--model", "qwen3=" + o.oracle + "/tokenizer-qwen3/models",
 		"--model", "llama3=" + o.oracle + "/tokenizer-llama3_1/models",
 	}
@@ -65,8 +66,7 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 			i, 20000+i, portOf(p.Endpoint()), portOf(p.ReplayEndpoint())))
 	}
 	k.cmd = exec.Command(o.kvrouter, args...)
-	k.cmd.Stderr = os.Stderr
-	out, err := k.cmd.StdoutPipe()
+	out, err := k.cmd.StderrPipe()
 	if err != nil {
 		k.stop()
 		return nil, err
@@ -76,22 +76,13 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 		k.stop()
 		return nil, fmt.Errorf("start %s (make build): %w", o.kvrouter, err)
 	}
-	var grpcAddr string
-	sc := bufio.NewScanner(out)
-	for (grpcAddr == "" || k.admin == "") && sc.Scan() {
-		line := sc.Text()
-		if _, a, ok := strings.Cut(line, "ext_proc gRPC server listening on "); ok {
-			grpcAddr = a
-		}
-		if _, a, ok := strings.Cut(line, "admin server listening on "); ok {
-			k.admin = strings.TrimPrefix(a, "http://")
-		}
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if grpcAddr == "" || k.admin == "" {
+	urls, err := kvlog.Listening(out, os.Stderr, "admin server", "ext_proc gRPC server")
+	if err != nil {
 		k.stop()
-		return nil, errors.New("kvrouter did not announce its ext_proc and admin addresses")
+		return nil, err
 	}
+	grpcAddr := urls["ext_proc gRPC server"]
+	k.admin = strings.TrimPrefix(urls["admin server"], "http://")
 	if k.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		k.stop()
 		return nil, err
