@@ -71,6 +71,8 @@ func (f fixedRouter) Route(context.Context, router.Request) (*router.Decision, e
 	return f.d, nil
 }
 
+func (fixedRouter) Refused(string, string, string, *router.Error) {}
+
 // exchange is what Envoy sends for one FULL_DUPLEX_STREAMED request with
 // body in pieces of chunk bytes (0: one message) and the pod's reply in
 // the given pieces.

@@ -173,6 +173,8 @@ type keeper struct {
 	seen []decisionView
 }
 
+func (k *keeper) Refused(id, path, model string, e *router.Error) { k.r.Refused(id, path, model, e) }
+
 func (k *keeper) Route(ctx context.Context, req router.Request) (*router.Decision, error) {
 	d, err := k.r.Route(ctx, req)
 	if err == nil {

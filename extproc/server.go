@@ -25,6 +25,8 @@ type Router interface {
 	// Route decides for req. It must keep no reference to req.Body (nor
 	// to a slice of it) once it returns: the server recycles the buffer.
 	Route(ctx context.Context, req router.Request) (*router.Decision, error)
+	// Refused logs a request the server refuses before routing it.
+	Refused(id, path, model string, e *router.Error)
 }
 
 // The gRPC health services Envoy and Kubernetes probe.

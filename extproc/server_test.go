@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,8 +23,15 @@ import (
 
 // fakeRouter routes every request to one pod, or refuses it by model.
 type fakeRouter struct {
-	mu   sync.Mutex
-	seen []router.Request
+	mu      sync.Mutex
+	seen    []router.Request
+	refused []int // statuses of the requests refused before routing
+}
+
+func (f *fakeRouter) Refused(_, _, _ string, e *router.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refused = append(f.refused, e.Status)
 }
 
 var errBoom = errors.New("boom")
@@ -219,6 +227,12 @@ func TestImmediateResponses(t *testing.T) {
 				t.Fatalf("Result = %d %s %q, want %d with an OpenAI error of type %s", res.Status, res.ClientHeaders["content-type"], res.ClientBody, tt.want, tt.wantType)
 			}
 		})
+	}
+	h.router.mu.Lock()
+	refused := slices.Clone(h.router.refused)
+	h.router.mu.Unlock()
+	if !slices.Equal(refused, []int{413}) {
+		t.Errorf("refusals the server made itself and logged through Refused = %v, want [413] (the router logs its own)", refused)
 	}
 	res, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"crash","prompt":"x"}`)})
 	if err != nil || res.Status != 500 || !strings.Contains(res.Details, "gRPC_error") {

@@ -129,7 +129,9 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) (bool,
 	}
 	if len(st.body)+len(b.GetBody()) > st.srv.cfg.MaxBodyBytes {
 		st.srv.metrics.refused(413)
-		return true, st.send(immediate(router.TooLarge(st.srv.cfg.MaxBodyBytes)))
+		e := router.TooLarge(st.srv.cfg.MaxBodyBytes)
+		st.srv.router.Refused(st.req.ID, st.req.Path, "", e)
+		return true, st.send(immediate(e))
 	}
 	// BUFFERED sends the whole body in one message, its end_of_stream false
 	// only when trailers follow; every body message needs an answer.

@@ -37,6 +37,8 @@ func (c *capture) Send(r *extprocv3.ProcessingResponse) error {
 // copyRouter records a copy of each body it routes.
 type copyRouter struct{ bodies [][]byte }
 
+func (*copyRouter) Refused(string, string, string, *router.Error) {}
+
 func (c *copyRouter) Route(_ context.Context, req router.Request) (*router.Decision, error) {
 	c.bodies = append(c.bodies, bytes.Clone(req.Body))
 	return &router.Decision{Pod: "pod-a", Address: "10.1.2.3:8000", Reason: router.ReasonLoad}, nil

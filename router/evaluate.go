@@ -56,6 +56,9 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	}
 	r.candidates(snap, t, req.Subset, t0, sc)
 	if len(sc.members) == 0 {
+		if ev.model == "" {
+			return ev, unavailable("no ready pod to route to")
+		}
 		return ev, unavailable("no ready pod serves model %q", ev.model)
 	}
 	ev.stages.Parse = time.Since(t0)

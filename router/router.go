@@ -58,6 +58,8 @@ type Router struct {
 	metrics *metrics
 	scratch sync.Pool // *scratch
 	specs   sync.Pool // *hashBuf
+	// refusals logs refused requests.
+	refusals *refusalLog
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -70,7 +72,7 @@ func New(cfg Config, fleet *fleet.Fleet, index *kvindex.Index, hasher *blockhash
 	if err != nil {
 		return nil, err
 	}
-	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m}, nil
+	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}}, nil
 }
 
 // Decision is where one request goes. Call Prefilled when the pod's first
@@ -148,6 +150,9 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	ev, err := r.evaluate(req, sc)
 	if err != nil {
 		r.metrics.refused(err)
+		if e := AsError(err); e != nil {
+			r.Refused(req.ID, req.Path, ev.model, e)
+		}
 		return nil, err
 	}
 	i := r.pick(sc.scores)

@@ -71,23 +71,21 @@ func setRoutingHeaders(h http.Header, d *router.Decision) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, p.maxBody))
 	if err != nil {
+		e := &router.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "reading the request body: " + err.Error()}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, router.TooLarge(int(p.maxBody)))
-			return
+			e = router.TooLarge(int(p.maxBody))
 		}
-		writeError(w, &router.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "reading the request body: " + err.Error()})
+		p.router.Refused(requestID(req), req.URL.Path, "", e)
+		writeError(w, e)
 		return
 	}
-	id := req.Header.Get("X-Request-Id")
-	if id == "" {
-		id = newRequestID()
-		req.Header.Set("X-Request-Id", id)
-	}
+	id := requestID(req)
 	d, err := p.router.Route(req.Context(), router.Request{ID: id, Path: req.URL.Path, Body: body})
 	if err != nil {
 		e := router.AsError(err)
 		if e == nil {
+			p.logger.Error("routing failed", "request_id", id, "path", req.URL.Path, "error", err)
 			e = &router.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
 		}
 		writeError(w, e)
@@ -97,6 +95,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
 	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), decisionKey{}, d)))
+}
+
+// requestID is the request's X-Request-Id, given one first when it has none,
+// as Envoy does.
+func requestID(req *http.Request) string {
+	id := req.Header.Get("X-Request-Id")
+	if id == "" {
+		id = newRequestID()
+		req.Header.Set("X-Request-Id", id)
+	}
+	return id
 }
 
 // writeError answers with an OpenAI-style JSON error.

@@ -1,0 +1,82 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// logLines decodes the JSON log lines written to buf.
+func logLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestRouteLogsRefusals: every request the router refuses is logged once at
+// INFO with its id, path, model, status and reason.
+func TestRouteLogsRefusals(t *testing.T) {
+	tr := newTestRouter(t)
+	var buf bytes.Buffer
+	tr.refusals.logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	for _, body := range []string{`{"model":"missing","prompt":"x"}`, `{"model":`} {
+		if _, err := tr.Route(t.Context(), Request{ID: "req-1", Path: "/v1/completions", Body: []byte(body)}); AsError(err) == nil {
+			t.Fatalf("Route(%s) = %v, want a refusal", body, err)
+		}
+	}
+	lines := logLines(t, &buf)
+	if len(lines) != 2 {
+		t.Fatalf("logged %d lines for 2 refusals: %s", len(lines), buf.String())
+	}
+	want := map[string]any{
+		"level": "INFO", "msg": "request refused", "request_id": "req-1", "path": "/v1/completions",
+		"model": "missing", "status": float64(http.StatusNotFound), "type": "model_not_found", "param": "model",
+	}
+	for k, v := range want {
+		if lines[0][k] != v {
+			t.Errorf("refusal line %v: %s = %v, want %v", lines[0], k, lines[0][k], v)
+		}
+	}
+	if r, _ := lines[0]["reason"].(string); !strings.Contains(r, `"missing"`) {
+		t.Errorf("refusal line %v: reason %q, want it to name the model", lines[0], r)
+	}
+	if lines[1]["status"] != float64(http.StatusBadRequest) || lines[1]["model"] != "" {
+		t.Errorf("the unreadable body's line = %v, want status 400 and no model", lines[1])
+	}
+}
+
+// TestRefusalLogRateLimited: a flood logs refusalsPerSecond lines a second;
+// the next line logged counts those left out.
+func TestRefusalLogRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	l := &refusalLog{logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	e := unavailable("no ready pod serves model %q", "m")
+	now := time.Unix(1000, 0)
+	for range refusalsPerSecond + 7 {
+		l.log(now, "id", "/v1/completions", "m", e)
+	}
+	if n := len(logLines(t, &buf)); n != refusalsPerSecond {
+		t.Fatalf("a flood of %d refusals in one second logged %d lines, want %d", refusalsPerSecond+7, n, refusalsPerSecond)
+	}
+	buf.Reset()
+	l.log(now.Add(time.Second), "id", "/v1/completions", "m", e)
+	l.log(now.Add(time.Second), "id", "/v1/completions", "m", e)
+	lines := logLines(t, &buf)
+	if len(lines) != 2 || lines[0]["refusals_not_logged"] != float64(7) || lines[1]["refusals_not_logged"] != nil {
+		t.Errorf("the next second's lines = %v, want the first to count the 7 left out and the second none", lines)
+	}
+}
