@@ -24,11 +24,12 @@ func (a *app) adminHandler() http.Handler {
 		writeText(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.ready.Load() {
-			writeText(w, http.StatusServiceUnavailable, "not ready\n")
+		ready, why := a.readiness()
+		if !ready {
+			writeText(w, http.StatusServiceUnavailable, why+"\n")
 			return
 		}
-		writeText(w, http.StatusOK, "ready\n")
+		writeText(w, http.StatusOK, why+"\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

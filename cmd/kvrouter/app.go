@@ -41,6 +41,11 @@ type app struct {
 	logger  *slog.Logger
 	reg     registry
 	ready   atomic.Bool
+	// notReady says why the app is not ready; nil while it is.
+	notReady atomic.Pointer[string]
+	// nothing is set when no pod can ever be known: no static pods, no
+	// pods file, no discovery.
+	nothing bool
 	index   *kvindex.Index
 	fleet   *fleet.Fleet
 	router  *router.Router
@@ -82,6 +87,7 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	a.static = static
+	a.nothing = a.pods == nil && len(s.static) == 0 && s.Pods.File == ""
 	if err := a.static.Reload(); err != nil {
 		// The pods file changed since validate read it. Say what is wrong
 		// as validate does: Reload's error wraps the read error or
@@ -143,15 +149,47 @@ func (a *app) readyWhenSynced(ctx context.Context) {
 	select {
 	case <-a.pods.Synced():
 		if ctx.Err() == nil {
-			a.setReady(true)
+			a.setReady(true, "")
 		}
 	case <-ctx.Done():
 	}
 }
 
-func (a *app) setReady(ready bool) {
+// setReady reports ready, or not ready for the reason why. Ready with
+// nothing to route to is not ready.
+func (a *app) setReady(ready bool, why string) {
+	if ready && a.nothing {
+		ready, why = false, nothingToRoute
+	}
+	if ready {
+		a.notReady.Store(nil)
+	} else {
+		a.notReady.Store(&why)
+	}
 	a.ready.Store(ready)
 	a.ext.SetReady(ready)
+}
+
+// nothingToRoute is why a serve that can know no pod is not ready.
+const nothingToRoute = "nothing to route to: no pod is given (--pod, pods.static, --pods-file) and Kubernetes discovery is off (--kubeconfig); every request would be refused with 503"
+
+// readiness is /readyz's answer: whether the app is ready, and a line that
+// says why, or what it routes to.
+func (a *app) readiness() (bool, string) {
+	if why := a.notReady.Load(); why != nil || !a.ready.Load() {
+		if why == nil {
+			return false, "not ready: starting"
+		}
+		return false, "not ready: " + *why
+	}
+	switch n := len(a.fleet.Snapshot().Members()); n {
+	case 0:
+	case 1:
+		return true, "ready: 1 pod to route to"
+	default:
+		return true, fmt.Sprintf("ready: %d pods to route to", n)
+	}
+	return true, "ready, but no pod is ready now: requests are refused with 503 until one is"
 }
 
 // start runs every part in g; the servers stop when stop is done.

@@ -123,18 +123,22 @@ func (a *app) serve(ctx context.Context, s settings) error {
 	a.start(stopCtx, g, adminLn, grpcLn, proxyLn, time.Duration(s.Shutdown.Timeout))
 	// Ready at once with static pods; with discovery, once it synced. The
 	// drainer waits for that decision so not-ready is the last word.
+	if a.nothing {
+		a.logger.Warn(nothingToRoute)
+	}
 	readied := make(chan struct{})
 	if a.pods == nil {
-		a.setReady(true)
+		a.setReady(true, "")
 		close(readied)
 	} else {
+		a.setReady(false, "waiting for the first list of pods from Kubernetes")
 		g.Go(func() error { defer close(readied); a.readyWhenSynced(gctx); return nil })
 	}
 	g.Go(func() error {
 		defer stop()
 		<-gctx.Done()
 		<-readied
-		a.setReady(false)
+		a.setReady(false, "stopping")
 		if ctx.Err() == nil {
 			return nil // a part failed: no drain
 		}

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
 )
 
 // TestMain lets the tests run the real main in a child process: the test
@@ -51,7 +55,7 @@ func TestServeAdminEndpoints(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, io.Discard, pw)
+		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--pod", "a=127.0.0.1:1,model=m,events=2,replay=3"}, io.Discard, pw)
 		_ = pw.Close()
 	}()
 	base := listenURL(t, pr)
@@ -68,7 +72,7 @@ func TestServeAdminEndpoints(t *testing.T) {
 		wantBody string
 	}{
 		{"/healthz", http.StatusOK, "ok"},
-		{"/readyz", http.StatusOK, "ready"},
+		{"/readyz", http.StatusOK, "ready: 1 pod to route to\n"},
 		{"/metrics", http.StatusOK, `kvrouter_build_info{goversion="go`},
 		{"/metrics", http.StatusOK, "go_goroutines"},
 		{"/debug/pprof/", http.StatusOK, "goroutine"},
@@ -137,4 +141,63 @@ func TestProcessSignals(t *testing.T) {
 			t.Fatalf("kvrouter nonsense = exit %d (%v) %q, want exit 2 with a hint at --help", code, err, out)
 		}
 	})
+}
+
+// TestServeNothingToRoute runs serve with no pod and no discovery: it warns
+// once at start, and /readyz answers 503 saying why. Its start messages are
+// logged once, on stderr only.
+func TestServeNothingToRoute(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout bytes.Buffer
+	var log syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "", "--log-format", "json"}, &stdout, &log)
+	}()
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		urls, err := kvlog.Listening(strings.NewReader(log.String()), nil, "admin server")
+		if err == nil {
+			base = urls["admin server"]
+		}
+	}
+	if base == "" {
+		t.Fatalf("serve never logged its admin address:\n%s", log.String())
+	}
+	code, body := get(t, base+"/readyz")
+	if code != http.StatusServiceUnavailable || body != "not ready: "+nothingToRoute+"\n" {
+		t.Errorf("GET /readyz = %d %q, want 503 saying there is nothing to route to", code, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve = %v", err)
+	}
+	if n := strings.Count(log.String(), `"msg":"admin server listening"`); n != 1 {
+		t.Errorf("the admin server's start was logged %d times, want once:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), `"level":"WARN","msg":"`+nothingToRoute); n != 1 {
+		t.Errorf("the warning that there is nothing to route to was logged %d times, want once:\n%s", n, log.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("serve wrote %q on stdout, want its log on stderr only", stdout.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
