@@ -38,9 +38,9 @@ type registry interface {
 
 // app is kvrouter's parts, wired.
 type app struct {
-	logger  *slog.Logger
-	reg     registry
-	ready   atomic.Bool
+	logger *slog.Logger
+	reg    registry
+	ready  atomic.Bool
 	// notReady says why the app is not ready; nil while it is.
 	notReady atomic.Pointer[string]
 	// nothing is set when no pod can ever be known: no static pods, no
