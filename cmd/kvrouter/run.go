@@ -131,6 +131,11 @@ pod's KV-cache events and finds pods in Kubernetes or in a pods file.`,
 	root.SetOut(s.out)
 	root.SetErr(s.errOut)
 	root.SetVersionTemplate("kvrouter {{.Version}}\n")
+	// The root runs only to refuse a word that is no command: its usage
+	// shows the commands, not a bare "kvrouter [flags]".
+	if t := root.UsageTemplate(); strings.Contains(t, "{{if .Runnable}}") {
+		root.SetUsageTemplate(strings.Replace(t, "{{if .Runnable}}", "{{if and .Runnable .HasParent}}", 1))
+	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(newServeCommand(s), newHashCommand(s), newTokenizeCommand(s), newRenderCommand(s), newVersionCommand(s))
 	return root
