@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // logLines decodes the JSON log lines written to buf.
@@ -78,5 +82,26 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	lines := logLines(t, &buf)
 	if len(lines) != 2 || lines[0]["refusals_not_logged"] != float64(7) || lines[1]["refusals_not_logged"] != nil {
 		t.Errorf("the next second's lines = %v, want the first to count the 7 left out and the second none", lines)
+	}
+}
+
+// TestNothingToRouteTo: a request naming no model, with no pod at all, is
+// refused as having nowhere to go, not as a pod of model "".
+func TestNothingToRouteTo(t *testing.T) {
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasher, err := blockhash.NewHasher(blockhash.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(DefaultConfig(), fleet.New(index), index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Route(t.Context(), Request{ID: "r", Path: "/"})
+	if e := AsError(err); e == nil || e.Status != http.StatusServiceUnavailable || e.Message != "no ready pod to route to" {
+		t.Errorf("GET / with no pod = %v, want 503 \"no ready pod to route to\"", err)
 	}
 }
