@@ -136,7 +136,7 @@ index: {max_entries: 0, shards: 4}
 routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2, stale_metrics_after: -1s}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
-pods: {file: `+pods+`, file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}]}
+pods: {file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}], file: `+pods+`}
 discovery: {namespaces: [""]}
 `)
 	c, err := loadConfig([]string{"--config", file, "--hash-seed", "\xff"})
@@ -168,10 +168,10 @@ discovery: {namespaces: [""]}
 		"kvrouter.yaml:7:126: routing.stale_metrics_after: -1s",
 		`kvrouter.yaml:8:22: extproc.body_mode: "STREAMED"`,
 		"kvrouter.yaml:9:26: tokenizers.models.m: stat /does/not/exist",
-		"kvrouter.yaml:10:114: pods.static[0] (s): model: empty",
-		"kvrouter.yaml:10:114: pods.static[0] (s): dp_size: 2000",
-		"kvrouter.yaml:10:78: pods.file_interval: 0s",
-		"kvrouter.yaml:10:100: pods.metrics_interval: -1s",
+		"kvrouter.yaml:10:59: pods.static[0] (s): model: empty",
+		"kvrouter.yaml:10:59: pods.static[0] (s): dp_size: 2000",
+		"kvrouter.yaml:10:23: pods.file_interval: 0s",
+		"kvrouter.yaml:10:45: pods.metrics_interval: -1s",
 		`pods.yaml:2:3: pods[0] (a): address: "nowhere" is not ip:port`,
 		`pods.yaml:3:3: pods[1]: pod name "a" used twice`,
 		`pods.yaml:3:47: pods[1].flavor: unknown field`,
