@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -20,8 +22,37 @@ import (
 // type and typed_config must resolve, as Envoy itself would demand.
 func load(t *testing.T) *bootstrapv3.Bootstrap {
 	t.Helper()
+	return loadBytes(t, Bootstrap)
+}
+
+// TestKubernetesBootstrap: the Kubernetes variant (manifests/envoy.yaml) is
+// a valid bootstrap too, and speaks TLS with HTTP/2 to kvrouter.
+func TestKubernetesBootstrap(t *testing.T) {
+	data, err := os.ReadFile("../manifests/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := loadBytes(t, data)
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() != "kvrouter" {
+			continue
+		}
+		tlsCtx := &tlsv3.UpstreamTlsContext{}
+		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(tlsCtx); err != nil {
+			t.Fatalf("the kvrouter cluster's transport socket: %v, want TLS", err)
+		}
+		if got := tlsCtx.GetCommonTlsContext().GetAlpnProtocols(); len(got) != 1 || got[0] != "h2" {
+			t.Errorf("ALPN to kvrouter = %v, want [h2] (gRPC)", got)
+		}
+		return
+	}
+	t.Fatal("manifests/envoy.yaml has no kvrouter cluster")
+}
+
+func loadBytes(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
+	t.Helper()
 	var doc any
-	if err := yaml.Unmarshal(Bootstrap, &doc); err != nil {
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		t.Fatalf("envoy.yaml: %v", err)
 	}
 	js, err := json.Marshal(doc)

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -39,6 +40,9 @@ type Config struct {
 	// DrainTimeout bounds how long open streams may take to finish when the
 	// server stops. Default 10s.
 	DrainTimeout time.Duration
+	// TLS, when set, is what the server serves TLS with (its certificate,
+	// and client certificates it verifies); nil: plaintext.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.

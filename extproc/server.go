@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -83,8 +84,14 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	// No stats handler or interceptor: streams reuse their body-chunk
 	// message and recycle the request body once Send has marshaled it,
 	// which a handler that reads sent messages later would see changed.
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgBytes()), grpc.MaxSendMsgSize(s.cfg.maxRecvMsgBytes()),
-		grpc.ForceServerCodecV2(s.codec))
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgBytes()), grpc.MaxSendMsgSize(s.cfg.maxRecvMsgBytes()),
+		grpc.ForceServerCodecV2(s.codec),
+	}
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	}
+	gs := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(gs, s)
 	healthpb.RegisterHealthServer(gs, s.health)
 	errc := make(chan error, 1)

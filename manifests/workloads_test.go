@@ -169,7 +169,8 @@ func TestVLLMDeployment(t *testing.T) {
 }
 
 // TestEnvoy checks Envoy's Kubernetes configuration is envoy/envoy.yaml
-// except for the kvrouter cluster, which resolves the headless Service.
+// except for the kvrouter cluster, which resolves the headless Service and
+// speaks TLS to it (envoy_test.go checks the result is a valid bootstrap).
 func TestEnvoy(t *testing.T) {
 	o := build(t)
 	local, err := os.ReadFile("../envoy/envoy.yaml")
@@ -191,6 +192,10 @@ func TestEnvoy(t *testing.T) {
 			continue
 		}
 		c["type"], c["dns_lookup_family"] = "STRICT_DNS", "V4_ONLY"
+		c["transport_socket"] = map[string]any{"name": "envoy.transport_sockets.tls", "typed_config": map[string]any{
+			"@type":              "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+			"common_tls_context": map[string]any{"alpn_protocols": []any{"h2"}},
+		}}
 		ep := c["load_assignment"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)["lb_endpoints"].([]any)[0].(map[string]any)
 		sa := ep["endpoint"].(map[string]any)["address"].(map[string]any)["socket_address"].(map[string]any)
 		sa["address"], sa["port_value"] = svc.Name+"."+svc.Namespace+".svc.cluster.local", int(svc.Spec.Ports[0].Port)

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,7 +15,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
@@ -43,7 +44,10 @@ type kvrouterProcess struct {
 // waits until it says where it listens.
 func startKVRouter(t *testing.T, bin string, args ...string) *kvrouterProcess {
 	t.Helper()
-	args = append([]string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	// TLS on the ext_proc port with a self-signed certificate, as kvrouter
+	// serves in Kubernetes; the client encrypts without verifying, as
+	// gateways do with an Endpoint Picker's self-signed certificate.
+	args = append([]string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--grpc-tls", "on"}, args...)
 	cmd := exec.Command(bin, args...)
 	logs, err := cmd.StderrPipe()
 	if err != nil {
@@ -59,7 +63,7 @@ func startKVRouter(t *testing.T, bin string, args ...string) *kvrouterProcess {
 		t.Fatal(err)
 	}
 	p.admin, p.grpc = strings.TrimPrefix(urls["admin server"], "http://"), urls["ext_proc gRPC server"]
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}))) //nolint:gosec // a self-signed certificate, as gateways accept it
 	if err != nil {
 		t.Fatal(err)
 	}

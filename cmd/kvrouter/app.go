@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/internal/certs"
 	"github.com/kvrouter/kvrouter/internal/proxy"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
@@ -55,6 +56,7 @@ type app struct {
 	scraper *fleet.Scraper
 	pods    *discovery.Discovery // nil without Kubernetes
 	static  *discovery.Static    // --pod, pods.static and the pods file
+	certs   *certs.Source        // nil: the ext_proc port is plaintext
 	// staleAfter is routing.stale_metrics_after, for /debug/pods.
 	staleAfter time.Duration
 }
@@ -132,6 +134,12 @@ func (a *app) build(s settings) error {
 	if a.events, err = kvevents.NewManager(s.events, a.index, a.reg, a.logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if s.certs != nil {
+		if a.certs, err = certs.New(*s.certs, a.logger, a.reg); err != nil {
+			return &problems{list: []string{s.locate("extproc.tls: " + err.Error())}}
+		}
+		s.ext.TLS = a.certs.TLSConfig()
+	}
 	if a.ext, err = extproc.New(s.ext, a.router, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -205,12 +213,31 @@ func (a *app) start(stop context.Context, g *errgroup.Group, adminLn, grpcLn, pr
 		g.Go(func() error { return serveHTTP(stop, proxy, proxyLn, timeout) })
 	}
 	g.Go(func() error { return a.events.Run(stop) })
+	if a.certs != nil {
+		g.Go(func() error { return a.certs.Run(stop) })
+	}
 	g.Go(func() error { return a.scraper.Run(stop) })
 	g.Go(func() error { return a.static.Run(stop) })
 	if a.pods != nil {
 		g.Go(func() error { return a.pods.Run(stop) })
 	}
 	g.Go(func() error { return sweep(stop, a.index) })
+}
+
+// tlsMode says how the ext_proc port serves: off, self-signed or files,
+// with "+mtls" when client certificates are verified.
+func (a *app) tlsMode() string {
+	switch {
+	case a.certs == nil:
+		return "off"
+	case a.certs.SelfSigned() && !a.certs.MutualTLS():
+		return "self-signed"
+	case a.certs.SelfSigned():
+		return "self-signed+mtls"
+	case a.certs.MutualTLS():
+		return "files+mtls"
+	}
+	return "files"
 }
 
 // sweep frees expired speculative index entries every second.

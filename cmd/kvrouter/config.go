@@ -99,8 +99,18 @@ type tokenizersConfig struct {
 }
 
 type extprocConfig struct {
-	BodyMode     string `yaml:"body_mode"`      // --body-mode
-	MaxBodyBytes int    `yaml:"max_body_bytes"` // --max-body-bytes
+	BodyMode     string    `yaml:"body_mode"`      // --body-mode
+	MaxBodyBytes int       `yaml:"max_body_bytes"` // --max-body-bytes
+	TLS          tlsConfig `yaml:"tls"`
+}
+
+// tlsConfig is TLS on the ext_proc port.
+type tlsConfig struct {
+	Mode           string   `yaml:"mode"`            // --grpc-tls: auto, on or off
+	CertFile       string   `yaml:"cert_file"`       // --grpc-tls-cert
+	KeyFile        string   `yaml:"key_file"`        // --grpc-tls-key
+	ClientCAFile   string   `yaml:"client_ca_file"`  // --grpc-tls-client-ca
+	ReloadInterval duration `yaml:"reload_interval"` // --grpc-tls-reload-interval
 }
 
 // podsConfig is the pods known without Kubernetes, and the model of pods
@@ -127,13 +137,16 @@ type discoverySection struct {
 // defaults for the hash chain and event ports.
 func defaultConfig() config {
 	return config{
-		Listen:    listenConfig{Admin: ":9090", GRPC: ":9002"},
-		Log:       logConfig{Level: "info", Format: "auto"},
-		Shutdown:  shutdownConfig{Timeout: duration(10 * time.Second)},
-		Hash:      hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
-		Index:     indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
-		Routing:   routingDefaults(),
-		ExtProc:   extprocConfig{BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes},
+		Listen:   listenConfig{Admin: ":9090", GRPC: ":9002"},
+		Log:      logConfig{Level: "info", Format: "auto"},
+		Shutdown: shutdownConfig{Timeout: duration(10 * time.Second)},
+		Hash:     hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
+		Index:    indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
+		Routing:  routingDefaults(),
+		ExtProc: extprocConfig{
+			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes,
+			TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)},
+		},
 		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
 		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
 	}
@@ -178,6 +191,11 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
+	fs.StringVar(&c.ExtProc.TLS.Mode, "grpc-tls", c.ExtProc.TLS.Mode, "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)")
+	fs.StringVar(&c.ExtProc.TLS.CertFile, "grpc-tls-cert", c.ExtProc.TLS.CertFile, "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed")
+	fs.StringVar(&c.ExtProc.TLS.KeyFile, "grpc-tls-key", c.ExtProc.TLS.KeyFile, "PEM key of --grpc-tls-cert")
+	fs.StringVar(&c.ExtProc.TLS.ClientCAFile, "grpc-tls-client-ca", c.ExtProc.TLS.ClientCAFile, "PEM bundle of client CAs: clients must present a certificate one signed (mutual TLS)")
+	fs.DurationVar((*time.Duration)(&c.ExtProc.TLS.ReloadInterval), "grpc-tls-reload-interval", time.Duration(c.ExtProc.TLS.ReloadInterval), "how often the certificate files are read for changes")
 }
 
 // hashFlags defines the hash settings' flags, the same for serve and hash:
@@ -202,6 +220,8 @@ var flagPaths = map[string]string{
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
 	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes",
+	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
+	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",
 }
 
 // loadConfig parses serve's command line alone, as `kvrouter serve args`

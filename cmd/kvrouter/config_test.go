@@ -61,7 +61,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Index:      indexConfig{MaxEntries: 1000},
 		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second)},
 		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf"},
-		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100},
+		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
 		Pods: podsConfig{
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second), MetricsInterval: duration(250 * time.Millisecond),
 			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},

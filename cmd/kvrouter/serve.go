@@ -106,13 +106,13 @@ func (a *app) serve(ctx context.Context, s settings) error {
 	if err != nil {
 		return err
 	}
-	say := func(what string, ln net.Listener, scheme string) {
+	say := func(what string, ln net.Listener, scheme string, attrs ...any) {
 		if ln != nil {
-			a.logger.Info(what+" listening", "addr", ln.Addr().String(), "url", scheme+displayAddr(ln.Addr()), "version", version)
+			a.logger.Info(what+" listening", append([]any{"addr", ln.Addr().String(), "url", scheme + displayAddr(ln.Addr()), "version", version}, attrs...)...)
 		}
 	}
 	say("admin server", adminLn, "http://")
-	say("ext_proc gRPC server", grpcLn, "")
+	say("ext_proc gRPC server", grpcLn, "", "tls", a.tlsMode())
 	say("OpenAI proxy", proxyLn, "http://")
 
 	// The servers stop on stopCtx, which the drainer cancels once ctx is done

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/internal/certs"
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
@@ -35,6 +36,7 @@ type settings struct {
 	events kvevents.Config
 	tok    tokenizer.Config
 	disc   discovery.Config // Kubeconfig "" means no discovery
+	certs  *certs.Config    // nil: the ext_proc port is plaintext
 	static []pod.Pod        // pods.static or --pod
 }
 
@@ -94,6 +96,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 			p.add("discovery.namespaces[%d]: empty", i)
 		}
 	}
+	s.certs = c.tlsSettings(s.disc.Kubeconfig != "", p)
 	s.hash = blockhash.Config{Algorithm: blockhash.Algorithm(c.Hash.Algorithm), Seed: c.Hash.Seed, BlockSize: c.Hash.BlockSize}
 	s.events = kvevents.DefaultConfig()
 	s.events.Hash = s.hash
@@ -175,6 +178,48 @@ func (c config) routerConfig(p *problems) router.Config {
 		nonNegative(p, "routing.stale_metrics_after", v)
 	}
 	return r
+}
+
+// tlsSettings checks extproc.tls and says how the ext_proc port serves TLS:
+// nil for plaintext. auto is on when pods are discovered in Kubernetes.
+func (c config) tlsSettings(inCluster bool, p *problems) *certs.Config {
+	t := c.ExtProc.TLS
+	on := false
+	switch t.Mode {
+	case "on":
+		on = true
+	case "auto":
+		on = inCluster
+	case "off":
+	default:
+		p.add("extproc.tls.mode: %q, want auto, on or off", t.Mode)
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		p.add("extproc.tls.cert_file: without extproc.tls.key_file (--grpc-tls-key); give both, or neither for a self-signed certificate")
+	case t.CertFile == "" && t.KeyFile != "":
+		p.add("extproc.tls.key_file: without extproc.tls.cert_file (--grpc-tls-cert); give both, or neither for a self-signed certificate")
+	}
+	for _, f := range []struct{ key, path string }{
+		{"extproc.tls.cert_file", t.CertFile}, {"extproc.tls.key_file", t.KeyFile}, {"extproc.tls.client_ca_file", t.ClientCAFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			p.add("%s: %v", f.key, err)
+		}
+	}
+	if t.ReloadInterval <= 0 {
+		p.add("extproc.tls.reload_interval: %v, want > 0", t.ReloadInterval)
+	}
+	if !on {
+		if t.CertFile != "" || t.ClientCAFile != "" {
+			p.add("extproc.tls.mode: %q leaves TLS off (auto is on only with Kubernetes discovery), yet certificate files are given; set it to on", t.Mode)
+		}
+		return nil
+	}
+	return &certs.Config{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, CheckEvery: time.Duration(t.ReloadInterval)}
 }
 
 // backstop runs the parts' own validation, in case it is stricter than the

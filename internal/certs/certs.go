@@ -122,6 +122,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Source, e
 // SelfSigned reports whether the certificate is generated rather than read.
 func (s *Source) SelfSigned() bool { return s.cfg.CertFile == "" }
 
+// MutualTLS reports whether clients must present a certificate.
+func (s *Source) MutualTLS() bool { return s.cfg.ClientCAFile != "" }
+
 // TLSConfig is the server configuration to serve with: each handshake
 // takes the current certificate and client CAs, and offers HTTP/2 (gRPC).
 func (s *Source) TLSConfig() *tls.Config {

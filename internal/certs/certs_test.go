@@ -2,78 +2,19 @@ package certs
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/testca"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
-
-// ca is a test certificate authority.
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *ca {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a PEM certificate and key signed by c, for a server on
-// 127.0.0.1 or for a client.
-func (c *ca) issue(t *testing.T, serial int64, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: k})
-}
 
 func write(t *testing.T, path string, data []byte) {
 	t.Helper()
@@ -194,12 +135,11 @@ func TestSelfSignedRenewed(t *testing.T) {
 // open across the change keeps working; a broken change keeps the last good
 // certificate.
 func TestFilesReloaded(t *testing.T) {
-	auth := newCA(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(auth.cert)
+	auth := testca.New(t)
+	roots := auth.Pool()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c1, k1 := auth.issue(t, 100, x509.ExtKeyUsageServerAuth)
+	c1, k1 := auth.Issue(t, 100, x509.ExtKeyUsageServerAuth)
 	write(t, certFile, c1)
 	write(t, keyFile, k1)
 	src, err := New(Config{CertFile: certFile, KeyFile: keyFile}, logger(t), prometheus.NewRegistry())
@@ -214,7 +154,7 @@ func TestFilesReloaded(t *testing.T) {
 	if src.Reload() {
 		t.Error("Reload() of unchanged files = true")
 	}
-	c2, k2 := auth.issue(t, 200, x509.ExtKeyUsageServerAuth)
+	c2, k2 := auth.Issue(t, 200, x509.ExtKeyUsageServerAuth)
 	write(t, certFile, c2)
 	write(t, keyFile, k2)
 	if !src.Reload() {
@@ -244,9 +184,9 @@ func TestFilesReloaded(t *testing.T) {
 // TestMutualTLS: with a client CA file, a client without a certificate, or
 // with one from another CA, is refused; one the CA signed gets through.
 func TestMutualTLS(t *testing.T) {
-	clients, other := newCA(t), newCA(t)
+	clients, other := testca.New(t), testca.New(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	write(t, caFile, clients.pem)
+	write(t, caFile, clients.PEM)
 	src, err := New(Config{ClientCAFile: caFile}, logger(t), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -254,8 +194,8 @@ func TestMutualTLS(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(src.state.Load().cert.Leaf)
 	addr := echo(t, src)
-	pair := func(a *ca) *tls.Certificate {
-		c, k := a.issue(t, 7, x509.ExtKeyUsageClientAuth)
+	pair := func(a *testca.CA) *tls.Certificate {
+		c, k := a.Issue(t, 7, x509.ExtKeyUsageClientAuth)
 		cert, err := tls.X509KeyPair(c, k)
 		if err != nil {
 			t.Fatal(err)
