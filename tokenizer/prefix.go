@@ -50,6 +50,7 @@ type PrefixCache struct {
 	keys map[uint64]*prefixEntry // prefix hash → most recent entry with that prefix
 	lru  prefixEntry             // sentinel: lru.next is the most recently used
 	held int64
+	ids  int64 // ids held, each shared chunk once
 	n    int
 
 	lookups, hits, reused, resyncFails, evictions atomic.Uint64
@@ -95,6 +96,7 @@ type PrefixStats struct {
 	ResyncFailures uint64 // reuses refused by the resynchronization check
 	Evictions      uint64 // entries dropped for the budget
 	Entries        int
+	IDs            int64 // token ids held (shared ones once)
 	Bytes          int64 // held
 	Budget         int64
 }
@@ -104,7 +106,7 @@ func (s PrefixStats) Add(o PrefixStats) PrefixStats {
 	return PrefixStats{
 		Lookups: s.Lookups + o.Lookups, Hits: s.Hits + o.Hits, TokensReused: s.TokensReused + o.TokensReused,
 		ResyncFailures: s.ResyncFailures + o.ResyncFailures, Evictions: s.Evictions + o.Evictions,
-		Entries: s.Entries + o.Entries, Bytes: s.Bytes + o.Bytes, Budget: s.Budget + o.Budget,
+		Entries: s.Entries + o.Entries, IDs: s.IDs + o.IDs, Bytes: s.Bytes + o.Bytes, Budget: s.Budget + o.Budget,
 	}
 }
 
@@ -132,12 +134,12 @@ func (c *PrefixCache) Tokenizer() *Tokenizer { return c.t }
 // Stats returns what c has done and holds.
 func (c *PrefixCache) Stats() PrefixStats {
 	c.mu.Lock()
-	entries, held := c.n, c.held
+	entries, held, ids := c.n, c.held, c.ids
 	c.mu.Unlock()
 	return PrefixStats{
 		Lookups: c.lookups.Load(), Hits: c.hits.Load(), TokensReused: c.reused.Load(),
 		ResyncFailures: c.resyncFails.Load(), Evictions: c.evictions.Load(),
-		Entries: entries, Bytes: held, Budget: c.budget,
+		Entries: entries, IDs: ids, Bytes: held, Budget: c.budget,
 	}
 }
 
@@ -414,6 +416,7 @@ func (c *PrefixCache) store(text string, special bool, ids []uint32, marks []mar
 		ch := &idChunk{ids: append([]uint32(nil), ids[i:min(i+idChunkLen, len(ids))]...), refs: 1}
 		e.chunks = append(e.chunks, ch)
 		c.held += int64(len(ch.ids)) * 4
+		c.ids += int64(len(ch.ids))
 	}
 	c.held += e.size
 	c.n++
@@ -477,6 +480,7 @@ func (c *PrefixCache) drop(e *prefixEntry) {
 		ch.refs--
 		if ch.refs == 0 {
 			c.held -= int64(len(ch.ids)) * 4
+			c.ids -= int64(len(ch.ids))
 		}
 	}
 	c.held -= e.size

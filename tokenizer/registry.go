@@ -191,7 +191,7 @@ func (r *Registry) store(name string, tok *Tokenizer) {
 		delete(r.mu.entries, e.name)
 		if c := e.tok.prefixes; c != nil {
 			s := c.Stats()
-			s.Entries, s.Bytes, s.Budget = 0, 0, 0 // gone with the model
+			s.Entries, s.IDs, s.Bytes, s.Budget = 0, 0, 0, 0 // gone with the model
 			r.mu.retired = r.mu.retired.Add(s)
 		}
 	}
