@@ -110,7 +110,7 @@ func BenchmarkMooncakePrefixCache(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	// As fleetsim.ReadMooncake reads it: 512 tokens per hash id, the last
 	// block partial.
 	type line struct {
