@@ -102,9 +102,10 @@ func BenchmarkConversation(b *testing.B) {
 // chat message of text drawn from that id, so requests sharing leading
 // ids share their rendered prefix. Reported: the share of requests that
 // reused ids, the share of all prompt tokens reused (the trace's own block
-// reuse with an unbounded cache, 36.6%, bounds it), and the bytes held per
-// cached token at the cache's fullest. Run with -benchtime 1x; -short
-// replays the first 10 minutes.
+// reuse with an unbounded cache bounds it: trace-bound), and the bytes
+// held per cached token at the cache's fullest, with the default budget
+// and with 1 GiB. Run with -benchtime 1x; -short replays the first 10
+// minutes.
 func BenchmarkMooncakePrefixCache(b *testing.B) {
 	f, err := os.Open(filepath.Join(moduleRoot(b), "testdata", "traces", "conversation_trace.jsonl"))
 	if err != nil {
@@ -148,32 +149,51 @@ func BenchmarkMooncakePrefixCache(b *testing.B) {
 		}
 		sb.WriteString("<|im_end|>\n")
 	}
-	for b.Loop() {
-		c := tokenizer.NewPrefixCache(tk, tokenizer.DefaultPrefixCacheBytes)
-		var total, maxIDs, maxBytes int64
-		var dst []uint32
-		for _, req := range reqs {
-			var sb strings.Builder
-			for k, id := range req.HashIDs {
-				if n := min(512, req.InputLength-k*512); n > 0 {
-					block(&sb, id, max(n-12, 1))
-				}
+	// The trace's own bound: the tokens of blocks whose id (and so whole
+	// prefix) an earlier request had.
+	seen := map[uint64]bool{}
+	var bound, all int
+	for _, req := range reqs {
+		for k, id := range req.HashIDs {
+			n := max(min(512, req.InputLength-k*512), 0)
+			if seen[id] {
+				bound += n
 			}
-			sb.WriteString("<|im_start|>assistant\n")
-			dst, _, err = c.AppendEncode(dst[:0], sb.String(), false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += int64(len(dst))
-			if s := c.Stats(); s.IDs > maxIDs {
-				maxIDs, maxBytes = s.IDs, s.Bytes
-			}
+			seen[id] = true
+			all += n
 		}
-		s := c.Stats()
-		b.ReportMetric(float64(s.Hits)/float64(s.Lookups), "hit-ratio")
-		b.ReportMetric(float64(s.TokensReused)/float64(total), "tokens-reused")
-		b.ReportMetric(float64(maxBytes)/float64(maxIDs), "bytes/cached-token")
-		b.ReportMetric(float64(len(reqs)), "requests")
-		b.ReportMetric(float64(s.Evictions), "evictions")
+	}
+	for _, budget := range []int64{tokenizer.DefaultPrefixCacheBytes, 1 << 30} {
+		b.Run(fmt.Sprintf("budget=%dMiB", budget>>20), func(b *testing.B) {
+			for b.Loop() {
+				c := tokenizer.NewPrefixCache(tk, budget)
+				var total, maxIDs, maxBytes int64
+				var dst []uint32
+				for _, req := range reqs {
+					var sb strings.Builder
+					for k, id := range req.HashIDs {
+						if n := min(512, req.InputLength-k*512); n > 0 {
+							block(&sb, id, max(n-12, 1))
+						}
+					}
+					sb.WriteString("<|im_start|>assistant\n")
+					dst, _, err = c.AppendEncode(dst[:0], sb.String(), false)
+					if err != nil {
+						b.Fatal(err)
+					}
+					total += int64(len(dst))
+					if s := c.Stats(); s.IDs > maxIDs {
+						maxIDs, maxBytes = s.IDs, s.Bytes
+					}
+				}
+				s := c.Stats()
+				b.ReportMetric(float64(s.Hits)/float64(s.Lookups), "hit-ratio")
+				b.ReportMetric(float64(s.TokensReused)/float64(total), "tokens-reused")
+				b.ReportMetric(float64(bound)/float64(all), "trace-bound")
+				b.ReportMetric(float64(maxBytes)/float64(maxIDs), "bytes/cached-token")
+				b.ReportMetric(float64(len(reqs)), "requests")
+				b.ReportMetric(float64(s.Evictions), "evictions")
+			}
+		})
 	}
 }

@@ -255,7 +255,7 @@ func (c *PrefixCache) resume(dst []uint32, text string, special bool, prev *pref
 	}
 	if from >= 0 {
 		dst = prev.appendIDs(dst, int(start.n))
-		rec.marks = append(rec.marks, prev.marks[:from+1]...)
+		rec.marks = append(make([]mark, 0, from+1+64), prev.marks[:from+1]...)
 	}
 	rec.from = start.state()
 	keep := len(rec.marks)
