@@ -20,10 +20,12 @@ import (
 //     its own, so no normalizer, pre-tokenizer split or BPE merge spans a
 //     mark, and the post-processor only puts fixed ids around the whole.
 //   - A mark is reused only when the new text agrees with the cached one up
-//     to the mark's horizon: past the token, every byte the added-token scan
-//     may have read to decide the token and its lstrip, rstrip and
-//     single_word options (see addedSet.splitFrom). Up to the mark the two
-//     texts then split alike, into the same stretches, with the same ids.
+//     to the mark's horizon: one past the last byte any decision of the
+//     added-token scan up to that token read (trie walks, single_word's look
+//     at the next rune, rstrip's look past its whitespace; len+1 when a read
+//     ran into the end of the text, see addedSet.splitFrom). Up to the mark
+//     the two texts then split alike, into the same stretches, with the same
+//     ids, and leave the same scan state.
 //   - Resynchronization checks it: the encoding resumes at the mark before
 //     the chosen one and must reproduce the chosen mark's state and the
 //     cached ids between the two; anything else (which the argument above
@@ -32,6 +34,9 @@ import (
 // Cached texts are found by hashes of their first 512, 1024, … bytes; a
 // candidate's common prefix with the new text is then compared byte by
 // byte, so a hash collision costs a lookup, never an id.
+//
+// Reuse is counted in PrefixHit and in Stats, which the router exports as
+// kvrouter_tokenizer_prefix_* metrics.
 //
 // The cache holds at most its budget of bytes (texts, ids, marks, keys and
 // what callers attach), evicting the least recently used entries. A text
@@ -188,7 +193,7 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string, addSpecialTokens b
 	rec := &recorder{base: base}
 	var hit PrefixHit
 	var err error
-	reused, shared := 0, 0
+	reused, shared, lcp := 0, 0, 0
 	switch {
 	case prev != nil && prev.text == text && prev.special == addSpecialTokens:
 		// The same text again: its ids, all of them.
@@ -200,7 +205,8 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string, addSpecialTokens b
 		c.reused.Add(uint64(prev.n))
 		return dst, PrefixHit{Reused: prev.n, Prev: att, entry: prev}, nil
 	case prev != nil:
-		dst, reused, shared, err = c.resume(dst, text, addSpecialTokens, prev, rec)
+		lcp = commonPrefix(text, prev.text)
+		dst, reused, shared, err = c.resume(dst, text, addSpecialTokens, prev, lcp, rec)
 	default:
 		dst, err = t.appendEncode(dst, text, addSpecialTokens, rec)
 	}
@@ -218,7 +224,7 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string, addSpecialTokens b
 	if addSpecialTokens && t.post != nil {
 		ids = ids[:len(ids)-len(t.post.suffix)]
 	}
-	hit.entry = c.store(text, addSpecialTokens, ids, rec.marks, keys, prev, shared)
+	hit.entry = c.store(text, addSpecialTokens, ids, rec.marks, keys, prev, lcp, shared)
 	return dst, hit, nil
 }
 
@@ -226,9 +232,8 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string, addSpecialTokens b
 // resynchronization check; without one, or when the check fails, it encodes
 // text whole. It returns the ids, how many were reused and how many of
 // them are prev's (at most that many can be shared with prev).
-func (c *PrefixCache) resume(dst []uint32, text string, special bool, prev *prefixEntry, rec *recorder) (out []uint32, reused, shared int, err error) {
+func (c *PrefixCache) resume(dst []uint32, text string, special bool, prev *prefixEntry, lcp int, rec *recorder) (out []uint32, reused, shared int, err error) {
 	t, base := c.t, len(dst)
-	lcp := commonPrefix(text, prev.text)
 	// Marks' horizons grow with their position: the last usable one.
 	k := sort.Search(len(prev.marks), func(i int) bool { return int(prev.marks[i].horizon) > lcp }) - 1
 	if k < 0 {
@@ -321,37 +326,42 @@ func commonPrefix(a, b string) int {
 	return i
 }
 
-// textKeys returns the keys of text: hashes of its first prefixChunk,
-// 2·prefixChunk, … bytes, with the special-tokens flag.
+// textKeys returns the keys of text: hashes of its first chunk,
+// 2·chunk, … bytes (each chunk hashed on its own, chained by mixing), with
+// the special-tokens flag.
 func (c *PrefixCache) textKeys(text string, special bool) []uint64 {
 	if len(text) < c.chunk {
 		return nil
 	}
 	keys := make([]uint64, 0, len(text)/c.chunk)
-	var h maphash.Hash
-	h.SetSeed(c.seed)
+	k := uint64(0x6b767270) // any start
 	if special {
-		_ = h.WriteByte(1)
-	} else {
-		_ = h.WriteByte(0)
+		k = ^k
 	}
 	for off := 0; off+c.chunk <= len(text); off += c.chunk {
-		_, _ = h.WriteString(text[off : off+c.chunk])
-		keys = append(keys, h.Sum64())
+		k = mix64(k ^ maphash.String(c.seed, text[off:off+c.chunk]))
+		keys = append(keys, k)
 	}
 	return keys
 }
 
+// mix64 is splitmix64's finalizer: a bijection that spreads every bit.
+func mix64(x uint64) uint64 {
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
 // find returns the entry sharing the longest prefix with text, to within a
-// key, or nil. c.mu is held.
+// key, or nil: the deepest key found, searched from the end (the next
+// turn of a conversation misses only its last few). c.mu is held.
 func (c *PrefixCache) find(keys []uint64) *prefixEntry {
-	var best *prefixEntry
-	for _, k := range keys {
-		if e, ok := c.keys[k]; ok {
-			best = e
+	for i := len(keys) - 1; i >= 0; i-- {
+		if e, ok := c.keys[keys[i]]; ok {
+			return e
 		}
 	}
-	return best
+	return nil
 }
 
 // appendIDs appends the first n ids of e to dst.
@@ -382,8 +392,9 @@ func (e *prefixEntry) equalIDs(ids []uint32, from int) bool {
 
 // store caches text with its ids (suffix excluded) and marks, sharing the
 // whole chunks of prev's first shared ids, and returns the entry (nil when
-// it does not fit the budget).
-func (c *PrefixCache) store(text string, special bool, ids []uint32, marks []mark, keys []uint64, prev *prefixEntry, shared int) *prefixEntry {
+// it does not fit the budget). lcp is the length of the prefix text shares
+// with prev.
+func (c *PrefixCache) store(text string, special bool, ids []uint32, marks []mark, keys []uint64, prev *prefixEntry, lcp, shared int) *prefixEntry {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -428,7 +439,7 @@ func (c *PrefixCache) store(text string, special bool, ids []uint32, marks []mar
 	}
 	// A text extending prev's (the next turn) replaces it: any text prev
 	// could serve, e serves as far.
-	if prev != nil && prev.next != nil && prev.special == special && len(prev.text) <= len(text) && text[:len(prev.text)] == prev.text {
+	if prev != nil && prev.next != nil && prev.special == special && lcp == len(prev.text) {
 		c.drop(prev)
 	}
 	c.evict(e)
