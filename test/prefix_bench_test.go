@@ -151,17 +151,23 @@ func BenchmarkMooncakePrefixCache(b *testing.B) {
 	}
 	// The trace's own bound: the tokens of blocks whose id (and so whole
 	// prefix) an earlier request had.
+	// A request continues a conversation when it shares more than the
+	// system prompt (block 0) with an earlier one.
 	seen := map[uint64]bool{}
 	var bound, all int
-	for _, req := range reqs {
+	continues := make([]bool, len(reqs))
+	for i, req := range reqs {
+		shared := 0
 		for k, id := range req.HashIDs {
 			n := max(min(512, req.InputLength-k*512), 0)
 			if seen[id] {
 				bound += n
+				shared++
 			}
 			seen[id] = true
 			all += n
 		}
+		continues[i] = shared > 1
 	}
 	for _, budget := range []int64{tokenizer.DefaultPrefixCacheBytes, 1 << 30} {
 		b.Run(fmt.Sprintf("budget=%dMiB", budget>>20), func(b *testing.B) {
@@ -169,7 +175,8 @@ func BenchmarkMooncakePrefixCache(b *testing.B) {
 				c := tokenizer.NewPrefixCache(tk, budget)
 				var total, maxIDs, maxBytes int64
 				var dst []uint32
-				for _, req := range reqs {
+				var conts, contHits int
+				for i, req := range reqs {
 					var sb strings.Builder
 					for k, id := range req.HashIDs {
 						if n := min(512, req.InputLength-k*512); n > 0 {
@@ -177,9 +184,16 @@ func BenchmarkMooncakePrefixCache(b *testing.B) {
 						}
 					}
 					sb.WriteString("<|im_start|>assistant\n")
-					dst, _, err = c.AppendEncode(dst[:0], sb.String(), false)
+					var hit tokenizer.PrefixHit
+					dst, hit, err = c.AppendEncode(dst[:0], sb.String(), false)
 					if err != nil {
 						b.Fatal(err)
+					}
+					if continues[i] {
+						conts++
+						if hit.Reused > 600 { // more than the system prompt's message
+							contHits++
+						}
 					}
 					total += int64(len(dst))
 					if s := c.Stats(); s.IDs > maxIDs {
@@ -188,6 +202,8 @@ func BenchmarkMooncakePrefixCache(b *testing.B) {
 				}
 				s := c.Stats()
 				b.ReportMetric(float64(s.Hits)/float64(s.Lookups), "hit-ratio")
+				b.ReportMetric(float64(contHits)/float64(conts), "continuation-hit-ratio")
+				b.ReportMetric(float64(conts)/float64(len(reqs)), "continuations")
 				b.ReportMetric(float64(s.TokensReused)/float64(total), "tokens-reused")
 				b.ReportMetric(float64(bound)/float64(all), "trace-bound")
 				b.ReportMetric(float64(maxBytes)/float64(maxIDs), "bytes/cached-token")
