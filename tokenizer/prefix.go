@@ -93,17 +93,18 @@ type idChunk struct {
 	refs int
 }
 
-// PrefixStats is what a PrefixCache has done and holds.
+// PrefixStats is what a PrefixCache has done and holds, in the form an
+// admin endpoint can print as JSON.
 type PrefixStats struct {
-	Lookups        uint64 // encodings through the cache
-	Hits           uint64 // of them that reused cached ids
-	TokensReused   uint64 // ids taken from the cache instead of encoded
-	ResyncFailures uint64 // reuses refused by the resynchronization check
-	Evictions      uint64 // entries dropped for the budget
-	Entries        int
-	IDs            int64 // token ids held (shared ones once)
-	Bytes          int64 // held
-	Budget         int64
+	Lookups        uint64 `json:"lookups"`         // encodings through the cache
+	Hits           uint64 `json:"hits"`            // of them that reused cached ids
+	TokensReused   uint64 `json:"tokens_reused"`   // ids taken from the cache instead of encoded
+	ResyncFailures uint64 `json:"resync_failures"` // reuses refused by the resynchronization check
+	Evictions      uint64 `json:"evictions"`       // entries dropped for the budget
+	Entries        int    `json:"entries"`
+	IDs            int64  `json:"token_ids"`    // token ids held (shared ones once)
+	Bytes          int64  `json:"bytes"`        // held
+	Budget         int64  `json:"budget_bytes"` // the budget (a Registry's: summed over its loaded models)
 }
 
 // Add sums two stats (a registry's over its models).
