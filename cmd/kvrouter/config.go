@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // config is everything `kvrouter serve` can be told: the YAML config file
@@ -90,6 +91,8 @@ type routingConfig struct {
 type tokenizersConfig struct {
 	Models  map[string]string `yaml:"models"`   // --model NAME=DIR
 	HFCache string            `yaml:"hf_cache"` // --hf-cache
+	// PrefixCacheBytes is each loaded model's prefix cache budget; 0: off.
+	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
 }
 
 type extprocConfig struct {
@@ -121,15 +124,16 @@ type discoverySection struct {
 // defaults for the hash chain and event ports.
 func defaultConfig() config {
 	return config{
-		Listen:    listenConfig{Admin: ":9090", GRPC: ":9002"},
-		Log:       logConfig{Level: "info"},
-		Shutdown:  shutdownConfig{Timeout: duration(10 * time.Second)},
-		Hash:      hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
-		Index:     indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
-		Routing:   routingDefaults(),
-		ExtProc:   extprocConfig{BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes},
-		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
-		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
+		Listen:     listenConfig{Admin: ":9090", GRPC: ":9002"},
+		Log:        logConfig{Level: "info"},
+		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
+		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
+		Index:      indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
+		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes},
+		Routing:    routingDefaults(),
+		ExtProc:    extprocConfig{BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes},
+		Pods:       podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
+		Discovery:  discoverySection{Selector: discovery.DefaultConfig().Selector},
 	}
 }
 
