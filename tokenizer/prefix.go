@@ -59,6 +59,7 @@ type PrefixCache struct {
 	n    int
 
 	lookups, hits, reused, resyncFails, evictions atomic.Uint64
+	scanOnly                                      atomic.Uint64 // windows checked by the scan alone (for tests)
 }
 
 const (
@@ -252,6 +253,7 @@ func (c *PrefixCache) resume(dst []uint32, text string, special bool, prev *pref
 	}
 	from := k - 1
 	if target.done-start.done > resyncWindow {
+		c.scanOnly.Add(1)
 		if !c.scanReaches(text, start.state(), target.state()) {
 			c.resyncFails.Add(1)
 			out, err = t.appendEncode(dst, text, special, rec)

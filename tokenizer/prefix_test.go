@@ -47,7 +47,8 @@ func addedContents(t testing.TB, data []byte) []string {
 type prefixModel struct {
 	name  string
 	tok   *Tokenizer
-	added []string
+	added []string // a sample
+	all   []string // every added token
 }
 
 // prefixModels is every model of the parity suite, plus the variants whose
@@ -61,12 +62,13 @@ func prefixModels(t testing.TB) []prefixModel {
 		if err != nil {
 			t.Fatal(err)
 		}
-		added := addedContents(t, data)
+		all := addedContents(t, data)
 		// The chat markup first; a sample of the rest (reserved tokens).
+		added := all
 		if len(added) > 40 {
-			added = append(added[:20], added[len(added)-20:]...)
+			added = append(added[:20:20], added[len(added)-20:]...)
 		}
-		out = append(out, prefixModel{m, loadModel(t, m), added})
+		out = append(out, prefixModel{m, loadModel(t, m), added, all})
 	}
 	for _, v := range variants {
 		if v.name != "bytelevel-regex-prefix-added-options" && v.name != "metaspace-first" {
@@ -84,7 +86,8 @@ func prefixModels(t testing.TB) []prefixModel {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, prefixModel{v.name, tok, addedContents(t, patched)})
+		added := addedContents(t, patched)
+		out = append(out, prefixModel{v.name, tok, added, added})
 	}
 	return out
 }
@@ -101,6 +104,26 @@ func randomText(r *rand.Rand, added []string, n int) string {
 		default:
 			b.WriteString(prefixFragments[r.IntN(len(prefixFragments))])
 		}
+	}
+	return b.String()
+}
+
+// plainText is about n bytes of the fragments that neither hold an added
+// token nor markup that could join into one: a long stretch with no mark.
+func plainText(r *rand.Rand, added []string, n int) string {
+	var plain []string
+	for _, f := range prefixFragments {
+		ok := !strings.ContainsAny(f, "<>[]|_")
+		for _, a := range added {
+			ok = ok && !strings.Contains(f, a) && !strings.Contains(a, f)
+		}
+		if ok {
+			plain = append(plain, f)
+		}
+	}
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(plain[r.IntN(len(plain))])
 	}
 	return b.String()
 }
@@ -165,21 +188,28 @@ func TestPrefixDifferential(t *testing.T) {
 			t.Parallel()
 			r := rand.New(rand.NewPCG(uint64(len(m.name)), 27))
 			var reused, hits, total int
+			var scanOnly uint64
 			for i := range splits {
 				c := NewPrefixCache(m.tok, 1<<20)
 				c.chunk = []int{8, 64, prefixChunk}[i%3]
 				special := i%2 == 1
 				var prompt string
-				if i%4 < 2 {
+				switch {
+				case i%8 == 0 && len(m.added) > 0:
+					// A message longer than the resynchronization window, then
+					// an added token: continued after it, the window before
+					// that token's mark is checked by the scan alone.
+					prompt = chatText(r, m.added, 1) + plainText(r, m.all, resyncWindow+r.IntN(2000)) + m.added[r.IntN(min(8, len(m.added)))] + "\n"
+				case i%4 < 2:
 					prompt = chatText(r, m.added, 1+r.IntN(6))
-				} else {
+				default:
 					prompt = randomText(r, m.added, 100+r.IntN(1500))
 				}
 				checkPrefixEncode(t, m.name, c, prompt, special)
 				// The next turns: cut anywhere, continued; or extended.
-				for range 3 {
+				for k := range 3 {
 					cut := cutRune(r, prompt)
-					if r.IntN(3) == 0 {
+					if r.IntN(3) == 0 || k == 0 && i%8 == 0 {
 						cut = len(prompt)
 					}
 					next := prompt[:cut] + chatText(r, m.added, r.IntN(3)) + randomText(r, m.added, r.IntN(60))
@@ -194,8 +224,12 @@ func TestPrefixDifferential(t *testing.T) {
 				if s := c.Stats(); s.ResyncFailures != 0 {
 					t.Fatalf("%s: %d resynchronization failures", m.name, s.ResyncFailures)
 				}
+				scanOnly += c.scanOnly.Load()
 			}
-			t.Logf("%s: %d splits, %d reused ids (%d hits)", m.name, total, reused, hits)
+			if scanOnly == 0 {
+				t.Fatalf("%s: no window was long enough to be checked by the scan alone", m.name)
+			}
+			t.Logf("%s: %d splits, %d reused ids (%d hits, %d long windows)", m.name, total, reused, hits, scanOnly)
 			// The cache must actually serve: a test of an idle cache proves nothing.
 			if hits < total/4 {
 				t.Fatalf("%s: only %d of %d encodings reused ids", m.name, hits, total)
