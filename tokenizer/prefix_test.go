@@ -179,9 +179,12 @@ func checkPrefixEncode(t *testing.T, name string, c *PrefixCache, text string, s
 // whitespace runs, CJK, emoji, added tokens) and continued at random, with
 // and without special tokens.
 func TestPrefixDifferential(t *testing.T) {
-	splits := 2500
-	if testing.Short() {
+	splits := 2500 // prompts, each continued three times
+	switch {
+	case testing.Short():
 		splits = 200
+	case raceEnabled:
+		splits = 600
 	}
 	for _, m := range prefixModels(t) {
 		t.Run(m.name, func(t *testing.T) {
