@@ -48,7 +48,7 @@ func BenchmarkConversation(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		turns int
-	}{{"tokens=100k", 314}, {"tokens=8k", 26}} {
+	}{{"tokens=100k", 315}, {"tokens=8k", 25}} {
 		for _, mode := range []string{"cache=off/cold", "cache=on/cold", "cache=off/warm", "cache=on/warm"} {
 			b.Run(bc.name+"/"+mode, func(b *testing.B) {
 				var bytes int64

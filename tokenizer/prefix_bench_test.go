@@ -36,7 +36,7 @@ func BenchmarkPrefixEncode(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		turns int
-	}{{"tokens=100k", 310}, {"tokens=8k", 25}} {
+	}{{"tokens=100k", 311}, {"tokens=8k", 25}} {
 		for _, mode := range []string{"full", "cold", "warm"} {
 			b.Run(bc.name+"/"+mode, func(b *testing.B) {
 				c := NewPrefixCache(tok, DefaultPrefixCacheBytes)
