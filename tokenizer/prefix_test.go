@@ -378,3 +378,50 @@ func FuzzPrefixEncode(f *testing.F) {
 		}
 	})
 }
+
+// TestPrefixHorizon continues cached texts exactly where the text after an
+// added token changes what was matched: a longer token that the cached
+// text's end cut short, an rstrip token whose whitespace goes on, a
+// single_word token that the next text joins to a word. Each must be
+// encoded as a whole text is, reusing only what comes before.
+func TestPrefixHorizon(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(oracle.ModelDir(t, "qwen3"), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := qwenAddedVariant()
+	for i, c := range []string{"<|a|>", "<|a|>bc"} {
+		tokens = append(tokens, map[string]any{
+			"id": 151680 + i, "content": c, "special": true,
+			"lstrip": false, "rstrip": false, "single_word": false, "normalized": false,
+		})
+	}
+	patched, err := patchJSON(data, map[string]any{"added_tokens": tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := New(patched, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := "<|im_start|>user\nsome words first<|im_end|>\n"
+	for _, c := range []struct{ cached, next string }{
+		{head + "x<|a|>b", head + "x<|a|>bc and more"},
+		{head + "x<|a|>", head + "x<|a|>bc and more"},
+		{head + "x<|im_end|>  ", head + "x<|im_end|>   \n\tnext<|im_end|>"},
+		{head + "x<|im_end|>", head + "x<|im_end|> \nnext"},
+		{head + "say hello", head + "say helloworld<|im_end|>"},
+		{head + "say hello ", head + "say hello world"},
+		{head + "<|im_start|>", head + "<|im_start|><|im_end|>"},
+	} {
+		for _, special := range []bool{false, true} {
+			cache := NewPrefixCache(tok, 1<<20)
+			cache.chunk = 8
+			checkPrefixEncode(t, "horizon", cache, c.cached, special)
+			n := checkPrefixEncode(t, "horizon", cache, c.next, special)
+			if n == 0 {
+				t.Errorf("%q after %q reused nothing: the marks of the shared head should serve", c.next, c.cached)
+			}
+		}
+	}
+}
