@@ -9,6 +9,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/jsonlex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router/fleet"
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // evaluation is what evaluate learned of a request besides the scores.
@@ -135,9 +136,16 @@ func (r *Router) dropBlind(members []*fleet.Member, now time.Time) []*fleet.Memb
 func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reason, int) {
 	t0 := time.Now()
 	tokens := p.PromptTokens
+	extra := blockhash.Extra{LoRA: t.LoRA, CacheSalt: p.CacheSalt}
+	var hit tokenizer.PrefixHit
+	var cache *tokenizer.PrefixCache
 	if tokens == nil {
 		var err error
-		sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.Base, p)
+		if pt, ok := r.tok.(prefixTokenizers); ok {
+			sc.tokens, hit, cache, err = pt.appendTokensPrefix(sc.tokens[:0], t.Base, p)
+		} else {
+			sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.Base, p)
+		}
 		tokens = sc.tokens
 		st.Tokenize = time.Since(t0)
 		if err != nil {
@@ -149,7 +157,11 @@ func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reas
 		}
 	}
 	t1 := time.Now()
-	sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, blockhash.Extra{LoRA: t.LoRA, CacheSalt: p.CacheSalt})
+	if cache != nil {
+		r.hashPrefix(tokens, extra, hit, cache, sc)
+	} else {
+		sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, extra)
+	}
 	st.Hash = time.Since(t1)
 	return ReasonLoad, len(tokens)
 }

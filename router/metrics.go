@@ -71,3 +71,54 @@ func (m *metrics) refused(err error) {
 	}
 	m.refusals.WithLabelValues(status).Inc()
 }
+
+// prefixCollector reports the tokenizers' prefix caches (see
+// tokenizer.PrefixCache), summed over the loaded models.
+type prefixCollector struct{ tok prefixTokenizers }
+
+var prefixDescs = struct {
+	lookups, hits, reused, resyncFails, evictions, bytes, budget, entries *prometheus.Desc
+}{
+	lookups: prometheus.NewDesc("kvrouter_tokenizer_prefix_lookups_total",
+		"Prompts encoded through the tokenizers' prefix caches.", nil, nil),
+	hits: prometheus.NewDesc("kvrouter_tokenizer_prefix_hits_total",
+		"Prompts that reused the token ids of a cached prompt's prefix.", nil, nil),
+	reused: prometheus.NewDesc("kvrouter_tokenizer_prefix_reused_tokens_total",
+		"Token ids taken from the prefix caches instead of tokenized.", nil, nil),
+	resyncFails: prometheus.NewDesc("kvrouter_tokenizer_prefix_resync_failures_total",
+		"Reuses refused by the resynchronization check and tokenized whole instead (expected 0).", nil, nil),
+	evictions: prometheus.NewDesc("kvrouter_tokenizer_prefix_evictions_total",
+		"Cached prompts dropped to stay within the memory budget.", nil, nil),
+	bytes: prometheus.NewDesc("kvrouter_tokenizer_prefix_cache_bytes",
+		"Bytes the prefix caches hold: texts, token ids, block hashes.", nil, nil),
+	budget: prometheus.NewDesc("kvrouter_tokenizer_prefix_cache_budget_bytes",
+		"The prefix caches' memory budget, summed over the loaded models.", nil, nil),
+	entries: prometheus.NewDesc("kvrouter_tokenizer_prefix_cache_entries",
+		"Prompts the prefix caches hold.", nil, nil),
+}
+
+func (prefixCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := prefixDescs
+	for _, x := range []*prometheus.Desc{d.lookups, d.hits, d.reused, d.resyncFails, d.evictions, d.bytes, d.budget, d.entries} {
+		ch <- x
+	}
+}
+
+func (c prefixCollector) Collect(ch chan<- prometheus.Metric) {
+	s, _ := c.tok.prefixStats()
+	d := prefixDescs
+	counter := func(desc *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v))
+	}
+	gauge := func(desc *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(v))
+	}
+	counter(d.lookups, s.Lookups)
+	counter(d.hits, s.Hits)
+	counter(d.reused, s.TokensReused)
+	counter(d.resyncFails, s.ResyncFailures)
+	counter(d.evictions, s.Evictions)
+	gauge(d.bytes, s.Bytes)
+	gauge(d.budget, s.Budget)
+	gauge(d.entries, int64(s.Entries))
+}

@@ -72,6 +72,13 @@ func New(cfg Config, fleet *fleet.Fleet, index *kvindex.Index, hasher *blockhash
 	if err != nil {
 		return nil, err
 	}
+	if pt, ok := tok.(prefixTokenizers); ok {
+		if _, on := pt.prefixStats(); on {
+			if err := register(reg, prefixCollector{pt}); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}}, nil
 }
 
@@ -131,6 +138,7 @@ func (d *Decision) Done() {
 type scratch struct {
 	tokens  []uint32 // the prompt's ids while it is hashed
 	hashes  []uint64
+	digests []blockhash.Digest // the new blocks' digests, with a prefix cache
 	ids     []kvindex.PodID
 	members []*fleet.Member
 	matches []kvindex.PodMatch

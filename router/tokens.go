@@ -23,27 +23,63 @@ type RegistryTokenizers struct {
 
 // AppendTokens implements Tokenizers. It looks the model's tokenizer up
 // once, and for a chat request renders the template Chats holds for the
-// model and encodes the prompt with that tokenizer.
+// model and encodes the prompt with that tokenizer, through the model's
+// prefix cache when the registry keeps one.
 func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error) {
+	dst, _, _, err := t.appendTokensPrefix(dst, base, p)
+	return dst, err
+}
+
+// appendTokensPrefix is AppendTokens, also returning what the model's
+// prefix cache reused and the cache (nil: none).
+func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error) {
+	var none tokenizer.PrefixHit
 	tk, err := t.Registry.For(base)
 	if errors.Is(err, tokenizer.ErrUnknownModel) {
-		return dst, fmt.Errorf("%w: %s", ErrNoTokenizer, base)
+		return dst, none, nil, fmt.Errorf("%w: %s", ErrNoTokenizer, base)
 	}
 	if err != nil {
-		return dst, err
+		return dst, none, nil, err
 	}
-	if p.Chat == nil {
-		return tk.AppendEncode(dst, p.Prompt, true)
+	text, special := p.Prompt, true
+	if p.Chat != nil {
+		if t.Chats == nil {
+			return dst, none, nil, errNoChat
+		}
+		if p.chatErr != nil {
+			return dst, none, nil, p.chatErr
+		}
+		tmpl, err := t.Chats.For(base)
+		if err != nil {
+			return dst, none, nil, err
+		}
+		if text, err = tmpl.Render(p.Chat); err != nil {
+			return dst, none, nil, err
+		}
+		special = p.Chat.AddSpecialTokens
 	}
-	if t.Chats == nil {
-		return dst, errNoChat
+	c := tk.Prefixes()
+	if c == nil {
+		dst, err = tk.AppendEncode(dst, text, special)
+		return dst, none, nil, err
 	}
-	if p.chatErr != nil {
-		return dst, p.chatErr
+	dst, hit, err := c.AppendEncode(dst, text, special)
+	return dst, hit, c, err
+}
+
+// prefixStats implements prefixTokenizers.
+func (t RegistryTokenizers) prefixStats() (tokenizer.PrefixStats, bool) {
+	if t.Registry == nil || t.Registry.PrefixCacheBytes() == 0 {
+		return tokenizer.PrefixStats{}, false
 	}
-	tmpl, err := t.Chats.For(base)
-	if err != nil {
-		return dst, err
-	}
-	return tmpl.AppendEncode(dst, tk, p.Chat)
+	return t.Registry.PrefixStats(), true
+}
+
+// prefixTokenizers is a Tokenizers that encodes through prefix caches: the
+// router then keeps each prompt's block hashes with its ids, and hashes
+// only the blocks after the ids the next turn reuses.
+type prefixTokenizers interface {
+	Tokenizers
+	appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error)
+	prefixStats() (tokenizer.PrefixStats, bool)
 }

@@ -56,8 +56,15 @@ type benchRig struct {
 // blocks, with the router and the ext_proc server on loopback.
 func newBenchRig(b *testing.B, prompt string) *benchRig {
 	b.Helper()
+	return newBenchRigPrefix(b, prompt, 0)
+}
+
+// newBenchRigPrefix is newBenchRig with prefix caches of prefixBytes a
+// model (0: none).
+func newBenchRigPrefix(b *testing.B, prompt string, prefixBytes int64) *benchRig {
+	b.Helper()
 	dir := qwen3Dir(b)
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2})
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2, PrefixCacheBytes: prefixBytes})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -58,9 +58,18 @@
 // time (singleflight); the least recently used are dropped beyond
 // Config.MaxLoaded. An unknown model is [ErrUnknownModel]: route by load.
 //
+// # Prefix caches
+//
+// A PrefixCache (one per model a Registry loads, Config.PrefixCacheBytes)
+// encodes the next turn of a growing conversation from where the previous
+// one can be resumed exactly: after an added token the scan's decisions up
+// to which depend only on bytes the two texts share, checked by re-encoding
+// the window before it. Its ids are always Encode's; see PrefixCache and
+// docs/architecture.md.
+//
 // # Concurrency
 //
 // A Tokenizer is immutable after loading except for its word cache, which is
 // internally locked: one Tokenizer serves any number of goroutines. A
-// Registry is safe for concurrent use.
+// Registry and a PrefixCache are safe for concurrent use.
 package tokenizer

@@ -18,11 +18,25 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens boo
 	if !utf8.ValidString(text) {
 		text = validUTF8(text)
 	}
-	if addSpecialTokens && t.post != nil {
+	return t.appendEncode(dst, text, addSpecialTokens, nil)
+}
+
+// appendEncode encodes valid UTF-8 text. With a recorder it resumes at
+// rec.from (dst then already holds the ids of text before it, the
+// post-processor's prefix included, from rec.base on) and records a mark
+// after every added token matched in the raw text.
+func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecialTokens bool, rec *recorder) ([]uint32, error) {
+	if addSpecialTokens && t.post != nil && (rec == nil || rec.from == (scanState{})) {
 		dst = append(dst, t.post.prefix...)
 	}
-	e := encoder{t: t, ids: dst}
-	if err := t.raw.split(text, e.segment, e.token); err != nil {
+	e := encoder{t: t, ids: dst, rec: rec}
+	var err error
+	if rec == nil {
+		err = t.raw.split(text, e.segment, e.token)
+	} else {
+		err = t.raw.splitFrom(text, rec.from, e.segment, e.token, e.mark)
+	}
+	if err != nil {
 		return dst, fmt.Errorf("tokenizer: encode: %w", err)
 	}
 	if addSpecialTokens && t.post != nil {
@@ -31,14 +45,40 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens boo
 	return e.ids, nil
 }
 
+// recorder is where an encoding resumes and the marks it records.
+type recorder struct {
+	from  scanState
+	base  int    // index in the ids of the text's first id
+	marks []mark // appended to
+}
+
+// mark is a point of a text after an added token where an encoding can
+// resume: the scan state there, the number of ids before it (the
+// post-processor's prefix included) and the horizon, the length of the
+// text's prefix the state and those ids depend on (the split's reach, see
+// addedSet.splitFrom; at most len(text)+1).
+type mark struct {
+	i, done, n, horizon uint32
+}
+
+func (m mark) state() scanState {
+	return scanState{i: int(m.i), done: int(m.done), reach: int(m.horizon)}
+}
+
 // encoder is the state of one Encode call.
 type encoder struct {
 	t     *Tokenizer
 	ids   []uint32
 	err   error
+	rec   *recorder
 	first bool // the current segment starts the input
 	runs  [maxSteps]splitRun
 	next  [maxSteps]stepSink
+}
+
+func (e *encoder) mark(st scanState) {
+	r := e.rec
+	r.marks = append(r.marks, mark{i: uint32(st.i), done: uint32(st.done), n: uint32(len(e.ids) - r.base), horizon: uint32(st.reach)})
 }
 
 // maxSteps bounds the pre-tokenization steps of a tokenizer.

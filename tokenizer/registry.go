@@ -42,17 +42,28 @@ type Config struct {
 	HubToken string
 	// HubTimeout bounds one download request.
 	HubTimeout time.Duration
+	// PrefixCacheBytes is the memory budget of each loaded model's
+	// PrefixCache (the ids of recent prompts, reused by the next turn of a
+	// conversation); 0 turns the caches off.
+	PrefixCacheBytes int64
 }
 
-// DefaultConfig returns a Config with no models, room for 8 tokenizers and
-// a one-minute download timeout.
+// DefaultPrefixCacheBytes is DefaultConfig's PrefixCacheBytes: 64 MiB a
+// model, the ids of about 7 million prompt tokens.
+const DefaultPrefixCacheBytes = 64 << 20
+
+// DefaultConfig returns a Config with no models, room for 8 tokenizers, a
+// one-minute download timeout and a 64 MiB prefix cache per model.
 func DefaultConfig() Config {
-	return Config{MaxLoaded: 8, HubTimeout: time.Minute}
+	return Config{MaxLoaded: 8, HubTimeout: time.Minute, PrefixCacheBytes: DefaultPrefixCacheBytes}
 }
 
 // Validate reports every problem of the configuration.
 func (c Config) Validate() error {
 	var errs []error
+	if c.PrefixCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("tokenizer: PrefixCacheBytes %d: want at least 0", c.PrefixCacheBytes))
+	}
 	if c.MaxLoaded < 1 {
 		errs = append(errs, fmt.Errorf("tokenizer: MaxLoaded %d: want at least 1", c.MaxLoaded))
 	}
@@ -105,6 +116,7 @@ type Registry struct {
 		sync.Mutex
 		lru     *list.List               // of *registryEntry, most recent first
 		entries map[string]*list.Element // by base model name
+		retired PrefixStats              // counters of the prefix caches of dropped models
 	}
 }
 
@@ -146,6 +158,9 @@ func (r *Registry) For(model string) (*Tokenizer, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.cfg.PrefixCacheBytes > 0 {
+			tok.prefixes = NewPrefixCache(tok, r.cfg.PrefixCacheBytes)
+		}
 		r.store(name, tok)
 		return tok, nil
 	})
@@ -172,9 +187,32 @@ func (r *Registry) store(name string, tok *Tokenizer) {
 	for r.mu.lru.Len() > r.cfg.MaxLoaded {
 		oldest := r.mu.lru.Back()
 		r.mu.lru.Remove(oldest)
-		delete(r.mu.entries, oldest.Value.(*registryEntry).name)
+		e := oldest.Value.(*registryEntry)
+		delete(r.mu.entries, e.name)
+		if c := e.tok.prefixes; c != nil {
+			s := c.Stats()
+			s.Entries, s.IDs, s.Bytes, s.Budget = 0, 0, 0, 0 // gone with the model
+			r.mu.retired = r.mu.retired.Add(s)
+		}
 	}
 }
+
+// PrefixStats sums the prefix caches' stats over the loaded models; the
+// counters include those of models dropped since.
+func (r *Registry) PrefixStats() PrefixStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.mu.retired
+	for e := r.mu.lru.Front(); e != nil; e = e.Next() {
+		if c := e.Value.(*registryEntry).tok.prefixes; c != nil {
+			s = s.Add(c.Stats())
+		}
+	}
+	return s
+}
+
+// PrefixCacheBytes is the budget of each model's prefix cache (0: none).
+func (r *Registry) PrefixCacheBytes() int64 { return r.cfg.PrefixCacheBytes }
 
 // Base returns the name model's files are found under: model itself, or
 // the base model an alias in Config names.

@@ -21,8 +21,13 @@ type Tokenizer struct {
 	model      *bpe
 	post       *template // nil: add_special_tokens adds nothing
 	cache      *wordCache
+	prefixes   *PrefixCache // set by a Registry before it hands t out; nil: none
 	size       int
 }
+
+// Prefixes returns the prefix cache a Registry keeps for t (see
+// Config.PrefixCacheBytes), or nil: a Tokenizer from Load or New has none.
+func (t *Tokenizer) Prefixes() *PrefixCache { return t.prefixes }
 
 // Load reads tokenizer.json and, when present, tokenizer_config.json from dir.
 func Load(dir string) (*Tokenizer, error) {

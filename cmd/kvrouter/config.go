@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // config is everything `kvrouter serve` can be told: the YAML config file
@@ -96,6 +97,8 @@ type routingConfig struct {
 type tokenizersConfig struct {
 	Models  map[string]string `yaml:"models"`   // --model NAME=DIR
 	HFCache string            `yaml:"hf_cache"` // --hf-cache
+	// PrefixCacheBytes is each loaded model's prefix cache budget; 0: off.
+	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
 }
 
 type extprocConfig struct {
@@ -137,12 +140,13 @@ type discoverySection struct {
 // defaults for the hash chain and event ports.
 func defaultConfig() config {
 	return config{
-		Listen:   listenConfig{Admin: ":9090", GRPC: ":9002"},
-		Log:      logConfig{Level: "info", Format: "auto"},
-		Shutdown: shutdownConfig{Timeout: duration(10 * time.Second)},
-		Hash:     hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
-		Index:    indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
-		Routing:  routingDefaults(),
+		Listen:     listenConfig{Admin: ":9090", GRPC: ":9002"},
+		Log:        logConfig{Level: "info", Format: "auto"},
+		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
+		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
+		Index:      indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
+		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes},
+		Routing:    routingDefaults(),
 		ExtProc: extprocConfig{
 			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes,
 			TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)},

@@ -37,7 +37,7 @@ shutdown: {drain_delay: 5s, timeout: 1m}
 hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index: {max_entries: 1000}
 routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1, stale_metrics_after: 30s}
-tokenizers: {models: {m: /m}, hf_cache: /hf}
+tokenizers: {models: {m: /m}, hf_cache: /hf, prefix_cache_bytes: 1024}
 extproc: {body_mode: BUFFERED, max_body_bytes: 100}
 pods:
   default_model: dm
@@ -60,7 +60,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index:      indexConfig{MaxEntries: 1000},
 		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second)},
-		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf"},
+		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf", PrefixCacheBytes: 1024},
 		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
 		Pods: podsConfig{
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second), MetricsInterval: duration(250 * time.Millisecond),

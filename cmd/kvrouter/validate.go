@@ -66,6 +66,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 	s.router = c.routerConfig(p)
 	s.tok = tokenizer.DefaultConfig()
 	s.tok.Models, s.tok.HFCache = c.Tokenizers.Models, c.Tokenizers.HFCache
+	s.tok.PrefixCacheBytes = c.Tokenizers.PrefixCacheBytes
 	for name, dir := range c.Tokenizers.Models {
 		checkTokenizerDir(p, name, dir)
 	}

@@ -1,0 +1,61 @@
+package router
+
+import (
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/tokenizer"
+)
+
+// digestEvery is how many blocks apart a kept chain keeps its digests: a
+// reused chain resumes at the last kept digest within the reused ids and
+// rehashes fewer than digestEvery blocks before the new ones.
+const digestEvery = 16
+
+// chain is the block hash chain of a prompt, kept with its ids in the
+// tokenizer's prefix cache so that the next turn of the conversation
+// hashes only its new blocks.
+type chain struct {
+	hasher  *blockhash.Hasher
+	extra   blockhash.Extra
+	hashes  []uint64
+	digests []blockhash.Digest // digest of block (i+1)·digestEvery − 1
+}
+
+// size is about the bytes c holds.
+func (c *chain) size() int64 {
+	return int64(len(c.hashes))*8 + int64(len(c.digests))*int64(len(blockhash.Digest{})) + 96 + int64(len(c.extra.LoRA)+len(c.extra.CacheSalt))
+}
+
+// hashPrefix appends the block hashes of tokens to sc.hashes, reusing
+// those of hit's chain up to its ids reused when it was hashed alike, and
+// keeps the whole chain with the prompt's entry in cache.
+func (r *Router) hashPrefix(tokens []uint32, extra blockhash.Extra, hit tokenizer.PrefixHit, cache *tokenizer.PrefixCache, sc *scratch) {
+	bs := r.hasher.BlockSize()
+	start := len(sc.hashes)
+	reused := 0 // blocks
+	parent, first := r.hasher.Root(), true
+	if prev, ok := hit.Prev.(*chain); ok && prev.hasher == r.hasher && prev.extra == extra {
+		blocks := min(hit.Reused/bs, len(prev.hashes), len(tokens)/bs)
+		if k := blocks / digestEvery; k > 0 {
+			reused = k * digestEvery
+			parent, first = prev.digests[k-1], false
+			sc.hashes = append(sc.hashes, prev.hashes[:reused]...)
+		}
+	}
+	sc.digests = r.hasher.AppendDigests(sc.digests[:0], parent, first, tokens[reused*bs:], extra)
+	for _, d := range sc.digests {
+		sc.hashes = append(sc.hashes, d.Value())
+	}
+	if cache == nil {
+		return
+	}
+	c := &chain{hasher: r.hasher, extra: extra, hashes: append([]uint64(nil), sc.hashes[start:]...)}
+	n := len(c.hashes) / digestEvery
+	c.digests = make([]blockhash.Digest, 0, n)
+	if prev, ok := hit.Prev.(*chain); ok && reused > 0 {
+		c.digests = append(c.digests, prev.digests[:reused/digestEvery]...)
+	}
+	for i := len(c.digests); i < n; i++ {
+		c.digests = append(c.digests, sc.digests[(i+1)*digestEvery-1-reused])
+	}
+	cache.Attach(hit, c, c.size())
+}
