@@ -38,6 +38,12 @@ func (a *app) adminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /debug/pods", a.debugPods)
+	mux.HandleFunc("GET /debug/tokenizers", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{
+			"prefix_cache":                 a.tokenizers.PrefixStats(),
+			"prefix_cache_bytes_per_model": a.tokenizers.PrefixCacheBytes(),
+		})
+	})
 	mux.HandleFunc("POST /v1/score", a.score)
 	return mux
 }

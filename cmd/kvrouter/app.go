@@ -57,6 +57,8 @@ type app struct {
 	pods    *discovery.Discovery // nil without Kubernetes
 	static  *discovery.Static    // --pod, pods.static and the pods file
 	certs   *certs.Source        // nil: the ext_proc port is plaintext
+	// tokenizers are the models' tokenizers, for /debug/tokenizers.
+	tokenizers *tokenizer.Registry
 	// staleAfter is routing.stale_metrics_after, for /debug/pods.
 	staleAfter time.Duration
 }
@@ -115,6 +117,7 @@ func (a *app) build(s settings) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	a.tokenizers = toks
 	// Load the configured tokenizers now: a bad directory fails the start,
 	// and no request pays for a load.
 	bad := &problems{}

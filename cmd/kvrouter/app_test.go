@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // announced reads serve's JSON log until every named server said where it
@@ -62,6 +63,14 @@ func TestServeStaticPods(t *testing.T) {
 	}
 	if ev, _ := pods[0]["events"].([]any); len(ev) != 1 || ev[0].(map[string]any)["last_seq"] != -1.0 {
 		t.Fatalf("/debug/pods events = %v, want rank 0 with nothing applied", pods[0]["events"])
+	}
+	var toks struct {
+		PerModel int64          `json:"prefix_cache_bytes_per_model"`
+		Cache    map[string]any `json:"prefix_cache"`
+	}
+	getJSON(t, urls["admin server"]+"/debug/tokenizers", &toks)
+	if toks.PerModel != tokenizer.DefaultPrefixCacheBytes || toks.Cache["budget_bytes"] == nil || toks.Cache["hits"] == nil {
+		t.Fatalf("/debug/tokenizers = %+v, want each model's prefix cache budget (%d) and the caches' figures", toks, tokenizer.DefaultPrefixCacheBytes)
 	}
 	resp, err = http.Post(urls["admin server"]+"/v1/score", "application/json", strings.NewReader(`{"model":"m","prompt":"hello"}`))
 	if err != nil {
