@@ -5,36 +5,20 @@ import (
 	"log/slog"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
+
+	"github.com/kvrouter/kvrouter/internal/kube"
 )
 
 // newClient connects to the API server a kubeconfig file names, or to the
 // one the pod runs in for InCluster.
 func newClient(kubeconfig string) (kubernetes.Interface, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	if kubeconfig == InCluster {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
+	c, err := kube.NewClient(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("discovery: kubeconfig %s: %w", kubeconfig, err)
-	}
-	rc.UserAgent = "kvrouter"
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("discovery: client: %w", err)
+		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	return c, nil
 }
 
 // RouteClientLogs sends client-go's own logs (klog, which is process-wide)
 // to log, so they come out in the same format as kvrouter's.
-func RouteClientLogs(log *slog.Logger) {
-	klog.SetSlogLogger(log.With("component", "client-go"))
-}
+func RouteClientLogs(log *slog.Logger) { kube.RouteClientLogs(log) }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kube"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
 // InCluster as Config.Kubeconfig uses the pod's service account.
-const InCluster = "in-cluster"
+const InCluster = kube.InCluster
 
 // Config is what discovery watches and how it reads pods.
 type Config struct {

@@ -1,0 +1,46 @@
+// Package kube connects kvrouter to the Kubernetes API: one client built
+// from a kubeconfig file or the pod's service account, for the parts that
+// speak to the API server (pod discovery, admin authorization).
+package kube
+
+import (
+	"fmt"
+	"log/slog"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// InCluster as a kubeconfig uses the pod's service account.
+const InCluster = "in-cluster"
+
+// NewClient connects to the API server a kubeconfig file names, or to the
+// one the pod runs in for InCluster.
+func NewClient(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if kubeconfig == InCluster {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	rc.UserAgent = "kvrouter"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, nil
+}
+
+// RouteClientLogs sends client-go's own logs (klog, which is process-wide)
+// to log, so they come out in the same format as kvrouter's.
+func RouteClientLogs(log *slog.Logger) {
+	klog.SetSlogLogger(log.With("component", "client-go"))
+}
