@@ -23,6 +23,9 @@ type objects struct {
 	roles       map[string]*rbacv1.Role
 	bindings    map[string]*rbacv1.RoleBinding
 	namespaces  map[string]*corev1.Namespace
+	// Cluster-scoped: admin authorization.
+	clusterRoles    map[string]*rbacv1.ClusterRole
+	clusterBindings map[string]*rbacv1.ClusterRoleBinding
 }
 
 // build runs kustomize on this directory and decodes every object strictly
@@ -37,6 +40,7 @@ func build(t *testing.T) objects {
 		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, accounts: map[string]*corev1.ServiceAccount{},
 		roles: map[string]*rbacv1.Role{}, bindings: map[string]*rbacv1.RoleBinding{}, namespaces: map[string]*corev1.Namespace{},
+		clusterRoles: map[string]*rbacv1.ClusterRole{}, clusterBindings: map[string]*rbacv1.ClusterRoleBinding{},
 	}
 	for _, r := range res.Resources() {
 		y, err := r.AsYAML()
@@ -44,7 +48,8 @@ func build(t *testing.T) objects {
 			t.Fatal(err)
 		}
 		kind, name := r.GetKind(), r.GetName()
-		if kind != "Namespace" && r.GetNamespace() != "kvrouter" {
+		clusterScoped := kind == "Namespace" || kind == "ClusterRole" || kind == "ClusterRoleBinding"
+		if !clusterScoped && r.GetNamespace() != "kvrouter" {
 			t.Errorf("%s %s is in namespace %q, want kvrouter", kind, name, r.GetNamespace())
 		}
 		var into any
@@ -63,6 +68,10 @@ func build(t *testing.T) objects {
 			into = decode(t, y, o.bindings, name)
 		case "Namespace":
 			into = decode(t, y, o.namespaces, name)
+		case "ClusterRole":
+			into = decode(t, y, o.clusterRoles, name)
+		case "ClusterRoleBinding":
+			into = decode(t, y, o.clusterBindings, name)
 		}
 		if into == nil {
 			t.Errorf("unexpected %s %s", kind, name)
@@ -86,11 +95,13 @@ func TestObjects(t *testing.T) {
 	for kind, got := range map[string][]string{
 		"Deployment": keys(o.deployments), "Service": keys(o.services), "ConfigMap": keys(o.configMaps),
 		"ServiceAccount": keys(o.accounts), "Role": keys(o.roles), "RoleBinding": keys(o.bindings), "Namespace": keys(o.namespaces),
+		"ClusterRole": keys(o.clusterRoles), "ClusterRoleBinding": keys(o.clusterBindings),
 	} {
 		want := map[string][]string{
 			"Deployment": {"envoy", "kvrouter", "vllm-qwen3"}, "Service": {"envoy", "kvrouter"},
 			"ConfigMap": {"envoy-config", "kvrouter-config", "kvrouter-serve"}, "ServiceAccount": {"kvrouter"},
 			"Role": {"kvrouter"}, "RoleBinding": {"kvrouter"}, "Namespace": {"kvrouter"},
+			"ClusterRole": {"kvrouter-auth", "kvrouter-metrics-reader"}, "ClusterRoleBinding": {"kvrouter-auth"},
 		}[kind]
 		if !slices.Equal(got, want) {
 			t.Errorf("%s objects = %q, want %q", kind, got, want)
@@ -118,5 +129,21 @@ func TestRBAC(t *testing.T) {
 	if b == nil || b.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "kvrouter"}) ||
 		!reflect.DeepEqual(b.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kvrouter", Namespace: "kvrouter"}}) {
 		t.Errorf("RoleBinding kvrouter = %+v, want Role kvrouter bound to ServiceAccount kvrouter/kvrouter", b)
+	}
+	auth := []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+	if cr := o.clusterRoles["kvrouter-auth"]; cr == nil || !reflect.DeepEqual(cr.Rules, auth) {
+		t.Errorf("ClusterRole kvrouter-auth = %+v, want exactly creating token and access reviews", cr)
+	}
+	cb := o.clusterBindings["kvrouter-auth"]
+	if cb == nil || cb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "kvrouter-auth"}) ||
+		!reflect.DeepEqual(cb.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kvrouter", Namespace: "kvrouter"}}) {
+		t.Errorf("ClusterRoleBinding kvrouter-auth = %+v, want ClusterRole kvrouter-auth bound to ServiceAccount kvrouter/kvrouter", cb)
+	}
+	reader := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	if cr := o.clusterRoles["kvrouter-metrics-reader"]; cr == nil || !reflect.DeepEqual(cr.Rules, reader) {
+		t.Errorf("ClusterRole kvrouter-metrics-reader = %+v, want exactly get /metrics", cr)
 	}
 }

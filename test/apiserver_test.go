@@ -1,6 +1,7 @@
 package test
 
 import (
+	"net/http"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,9 @@ func TestE2EAPIServerRestart(t *testing.T) {
 	api.Stop()
 	kubeconfig := api.Kubeconfig(t, kubeapi.AdminToken)
 	router := startKVRouter(t, bin, "--kubeconfig", kubeconfig, "--namespace", "kvrouter", "--model", "qwen3="+qwen3Dir(t))
+	// With discovery the admin endpoints are behind the API server's
+	// authorization: the admin token's user may read them, no token may not.
+	router.token = kubeapi.AdminToken
 	// The API server is down: the informer cannot list, so kvrouter (which
 	// listens already) must not report ready.
 	if router.ready(t) {
@@ -80,6 +84,16 @@ func TestE2EAPIServerRestart(t *testing.T) {
 	runPod(t, api.Admin, "doomed")
 	if !poll(func() bool { p := router.pods(t); return p["kvrouter/before"] && p["kvrouter/doomed"] }) {
 		t.Fatalf("kvrouter's pods = %v, want before and doomed", router.pods(t))
+	}
+	for _, path := range []string{"/debug/pods", "/metrics"} {
+		resp, err := http.Get("http://" + router.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token = %s, want 401: kvrouter in Kubernetes guards its admin endpoints", path, resp.Status)
+		}
 	}
 
 	api.Stop()

@@ -38,6 +38,9 @@ type kvrouterProcess struct {
 	cmd         *exec.Cmd
 	admin, grpc string
 	envoy       *envoyclient.Client
+	// token is the bearer token sent to the debug endpoints: kvrouter
+	// asks the API server about it when it discovers pods in Kubernetes.
+	token string
 }
 
 // startKVRouter runs `kvrouter serve` with args on free loopback ports and
@@ -82,11 +85,21 @@ func (p *kvrouterProcess) kill() {
 // podEntries returns /debug/pods' index entries by pod.
 func (p *kvrouterProcess) podEntries(t *testing.T) map[string]int {
 	t.Helper()
-	resp, err := http.Get("http://" + p.admin + "/debug/pods")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+p.admin+"/debug/pods", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /debug/pods = %s", resp.Status)
+	}
 	var pods []struct {
 		Name    string `json:"name"`
 		Entries int    `json:"index_entries"`

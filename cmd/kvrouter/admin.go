@@ -31,20 +31,29 @@ func (a *app) adminHandler() http.Handler {
 		}
 		writeText(w, http.StatusOK, why+"\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /debug/pods", a.debugPods)
-	mux.HandleFunc("GET /debug/tokenizers", func(w http.ResponseWriter, _ *http.Request) {
+	// Beyond the probes, every endpoint is behind admin.auth.
+	guard := func(h http.Handler) http.Handler { return h }
+	if a.auth != nil {
+		guard = a.auth.Wrap
+	}
+	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})))
+	if !a.debug {
+		return mux
+	}
+	handle := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, guard(h)) }
+	handle("/debug/pprof/", pprof.Index)
+	handle("/debug/pprof/cmdline", pprof.Cmdline)
+	handle("/debug/pprof/profile", pprof.Profile)
+	handle("/debug/pprof/symbol", pprof.Symbol)
+	handle("/debug/pprof/trace", pprof.Trace)
+	handle("GET /debug/pods", a.debugPods)
+	handle("GET /debug/tokenizers", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"prefix_cache":                 a.tokenizers.PrefixStats(),
 			"prefix_cache_bytes_per_model": a.tokenizers.PrefixCacheBytes(),
 		})
 	})
-	mux.HandleFunc("POST /v1/score", a.score)
+	handle("POST /v1/score", a.score)
 	return mux
 }
 

@@ -20,6 +20,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/certs"
+	"github.com/kvrouter/kvrouter/internal/kube"
+	"github.com/kvrouter/kvrouter/internal/kubeauth"
 	"github.com/kvrouter/kvrouter/internal/proxy"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
@@ -57,6 +59,10 @@ type app struct {
 	pods    *discovery.Discovery // nil without Kubernetes
 	static  *discovery.Static    // --pod, pods.static and the pods file
 	certs   *certs.Source        // nil: the ext_proc port is plaintext
+	// auth guards the admin endpoints beyond the probes; nil: open.
+	auth *kubeauth.Authorizer
+	// debug serves the debug endpoints.
+	debug bool
 	// tokenizers are the models' tokenizers, for /debug/tokenizers.
 	tokenizers *tokenizer.Registry
 	// staleAfter is routing.stale_metrics_after, for /debug/pods.
@@ -136,6 +142,16 @@ func (a *app) build(s settings) error {
 	}
 	if a.events, err = kvevents.NewManager(s.events, a.index, a.reg, a.logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	a.debug = s.Admin.Debug
+	if s.adminAuth {
+		client, err := kube.NewClient(s.disc.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("serve: admin.auth: %w", err)
+		}
+		if a.auth, err = kubeauth.New(client, a.logger, a.reg); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
 	}
 	if s.certs != nil {
 		if a.certs, err = certs.New(*s.certs, a.logger, a.reg); err != nil {

@@ -28,6 +28,7 @@ import (
 // documents each one.
 type config struct {
 	Listen     listenConfig     `yaml:"listen"`
+	Admin      adminConfig      `yaml:"admin"`
 	Log        logConfig        `yaml:"log"`
 	Shutdown   shutdownConfig   `yaml:"shutdown"`
 	Hash       hashConfig       `yaml:"hash"`
@@ -57,6 +58,16 @@ type listenConfig struct {
 	Admin string `yaml:"admin"` // --admin-addr
 	GRPC  string `yaml:"grpc"`  // --grpc-addr
 	HTTP  string `yaml:"http"`  // --http-addr
+}
+
+// adminConfig is who may use the admin server's endpoints beyond the
+// health probes.
+type adminConfig struct {
+	// Auth guards /metrics and the debug endpoints: kubernetes (a bearer
+	// token authorized by the API server), none, or auto (kubernetes with
+	// discovery, none otherwise).
+	Auth  string `yaml:"auth"`  // --admin-auth
+	Debug bool   `yaml:"debug"` // --admin-debug: /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score
 }
 
 type logConfig struct {
@@ -141,6 +152,7 @@ type discoverySection struct {
 func defaultConfig() config {
 	return config{
 		Listen:     listenConfig{Admin: ":9090", GRPC: ":9002"},
+		Admin:      adminConfig{Auth: "auto", Debug: true},
 		Log:        logConfig{Level: "info", Format: "auto"},
 		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
@@ -172,6 +184,8 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Listen.Admin, "admin-addr", c.Listen.Admin, "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, POST /v1/score")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "Envoy ext_proc gRPC server; empty: off")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
+	fs.StringVar(&c.Admin.Auth, "admin-auth", c.Admin.Auth, "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)")
+	fs.BoolVar(&c.Admin.Debug, "admin-debug", c.Admin.Debug, "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json, text, or auto (text on a terminal, JSON otherwise)")
 	fs.DurationVar((*time.Duration)(&c.Shutdown.DrainDelay), "drain-delay", time.Duration(c.Shutdown.DrainDelay), "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work")
@@ -214,7 +228,7 @@ func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
 // a value names where it came from; --config, --pod and --model have none.
 var flagPaths = map[string]string{
 	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "http-addr": "listen.http",
-	"log-level": "log.level", "log-format": "log.format",
+	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug",
 	"drain-delay": "shutdown.drain_delay", "shutdown-timeout": "shutdown.timeout",
 	"kubeconfig": "discovery.kubeconfig", "namespace": "discovery.namespaces", "selector": "discovery.selector",
 	"pods-file": "pods.file", "pods-file-interval": "pods.file_interval", "pods-metrics-interval": "pods.metrics_interval",

@@ -55,6 +55,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	file := writeFile(t, "kvrouter.yaml", fileConfig)
 	fromFile := config{
 		Listen:     listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
+		Admin:      adminConfig{Auth: "auto", Debug: true},
 		Log:        logConfig{Level: "debug", Format: "auto"},
 		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},

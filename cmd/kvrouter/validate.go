@@ -37,7 +37,9 @@ type settings struct {
 	tok    tokenizer.Config
 	disc   discovery.Config // Kubeconfig "" means no discovery
 	certs  *certs.Config    // nil: the ext_proc port is plaintext
-	static []pod.Pod        // pods.static or --pod
+	// adminAuth: /metrics and the debug endpoints need a Kubernetes token.
+	adminAuth bool
+	static    []pod.Pod // pods.static or --pod
 }
 
 // validate checks every field of c and reports every problem at once, each
@@ -98,6 +100,18 @@ func (c config) validate(serviceHost string) (settings, error) {
 		}
 	}
 	s.certs = c.tlsSettings(s.disc.Kubeconfig != "", p)
+	switch c.Admin.Auth {
+	case "auto":
+		s.adminAuth = s.disc.Kubeconfig != ""
+	case "kubernetes":
+		s.adminAuth = true
+		if s.disc.Kubeconfig == "" {
+			p.add("admin.auth: kubernetes needs the Kubernetes API: discovery is off (--kubeconfig)")
+		}
+	case "none":
+	default:
+		p.add("admin.auth: %q, want auto, kubernetes or none", c.Admin.Auth)
+	}
 	s.hash = blockhash.Config{Algorithm: blockhash.Algorithm(c.Hash.Algorithm), Seed: c.Hash.Seed, BlockSize: c.Hash.BlockSize}
 	s.events = kvevents.DefaultConfig()
 	s.events.Hash = s.hash

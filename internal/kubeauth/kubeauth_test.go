@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
 )
@@ -44,10 +47,30 @@ func account(t *testing.T, c kubernetes.Interface, name string, role string) str
 	return tok.Status.Token
 }
 
-func clusterRole(t *testing.T, c kubernetes.Interface, name string, rules ...rbacv1.PolicyRule) {
+// manifestClusterRoles creates the ClusterRoles of manifests/rbac.yaml, so
+// the test proves the deployed permissions suffice.
+func manifestClusterRoles(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	if _, err := c.RbacV1().ClusterRoles().Create(t.Context(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+	b, err := os.ReadFile("../../manifests/rbac.yaml")
+	if err != nil {
 		t.Fatal(err)
+	}
+	n := 0
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind != "ClusterRole" {
+			continue
+		}
+		if _, err := c.RbacV1().ClusterRoles().Create(t.Context(), &r, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("manifests/rbac.yaml has %d ClusterRoles, want kvrouter-auth and kvrouter-metrics-reader", n)
 	}
 }
 
@@ -65,11 +88,8 @@ func TestAuthorizerOnRealAPIServer(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	clusterRole(t, admin, "kvrouter-auth-delegator",
-		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-		rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}})
-	clusterRole(t, admin, "kvrouter-metrics-reader", rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}})
-	self := account(t, admin, "kvrouter", "kvrouter-auth-delegator")
+	manifestClusterRoles(t, admin) // kvrouter-auth and kvrouter-metrics-reader, as deployed
+	self := account(t, admin, "kvrouter", "kvrouter-auth")
 	scraper := account(t, admin, "prometheus", "kvrouter-metrics-reader")
 	other := account(t, admin, "someone", "")
 

@@ -53,6 +53,14 @@ func applyRBAC(t *testing.T, c *kubernetes.Clientset) string {
 			var o rbacv1.RoleBinding
 			mustDecode(t, doc, &o)
 			_, err = c.RbacV1().RoleBindings(testNamespace).Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			mustDecode(t, doc, &o)
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			mustDecode(t, doc, &o)
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("rbac.yaml: unexpected kind %q", head.Kind)
 		}
