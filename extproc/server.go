@@ -119,6 +119,25 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
+// RunHealth serves only the gRPC health service on lis, in plaintext, until
+// ctx is done: the same statuses as Run's, for probes that cannot speak TLS.
+func (s *Server) RunHealth(ctx context.Context, lis net.Listener) error {
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, s.health)
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("extproc: serve health %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	gs.Stop() // health calls are unary and short: nothing to drain
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("extproc: serve health %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
 // Process handles one HTTP request's stream: it only receives and
 // dispatches; the stream type answers each phase.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {

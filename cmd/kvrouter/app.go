@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -220,16 +219,19 @@ func (a *app) readiness() (bool, string) {
 }
 
 // start runs every part in g; the servers stop when stop is done.
-func (a *app) start(stop context.Context, g *errgroup.Group, adminLn, grpcLn, proxyLn net.Listener, timeout time.Duration) {
+func (a *app) start(stop context.Context, g *errgroup.Group, ls listeners, timeout time.Duration) {
 	errLog := slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)
 	admin := &http.Server{Handler: a.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-	g.Go(func() error { return serveHTTP(stop, admin, adminLn, timeout) })
-	if grpcLn != nil {
-		g.Go(func() error { return a.ext.Run(stop, grpcLn) })
+	g.Go(func() error { return serveHTTP(stop, admin, ls.admin, timeout) })
+	if ls.grpc != nil {
+		g.Go(func() error { return a.ext.Run(stop, ls.grpc) })
 	}
-	if proxyLn != nil {
+	if ls.health != nil {
+		g.Go(func() error { return a.ext.RunHealth(stop, ls.health) })
+	}
+	if ls.proxy != nil {
 		proxy := &http.Server{Handler: a.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-		g.Go(func() error { return serveHTTP(stop, proxy, proxyLn, timeout) })
+		g.Go(func() error { return serveHTTP(stop, proxy, ls.proxy, timeout) })
 	}
 	g.Go(func() error { return a.events.Run(stop) })
 	if a.certs != nil {

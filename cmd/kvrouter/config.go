@@ -57,6 +57,10 @@ type config struct {
 type listenConfig struct {
 	Admin string `yaml:"admin"` // --admin-addr
 	GRPC  string `yaml:"grpc"`  // --grpc-addr
+	// GRPCHealth serves only the gRPC health service, in plaintext, for
+	// probes that cannot speak TLS (the kubelet's gRPC probes): what the
+	// reference Endpoint Picker serves on :9003.
+	GRPCHealth string `yaml:"grpc_health"` // --grpc-health-addr
 	HTTP  string `yaml:"http"`  // --http-addr
 }
 
@@ -183,6 +187,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
 	fs.StringVar(&c.Listen.Admin, "admin-addr", c.Listen.Admin, "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, POST /v1/score")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "Envoy ext_proc gRPC server; empty: off")
+	fs.StringVar(&c.Listen.GRPCHealth, "grpc-health-addr", c.Listen.GRPCHealth, "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
 	fs.StringVar(&c.Admin.Auth, "admin-auth", c.Admin.Auth, "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)")
 	fs.BoolVar(&c.Admin.Debug, "admin-debug", c.Admin.Debug, "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)")
@@ -227,7 +232,7 @@ func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
 // flagPaths names the config field each serve flag sets, so a problem with
 // a value names where it came from; --config, --pod and --model have none.
 var flagPaths = map[string]string{
-	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "http-addr": "listen.http",
+	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "grpc-health-addr": "listen.grpc_health", "http-addr": "listen.http",
 	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug",
 	"drain-delay": "shutdown.drain_delay", "shutdown-timeout": "shutdown.timeout",
 	"kubeconfig": "discovery.kubeconfig", "namespace": "discovery.namespaces", "selector": "discovery.selector",

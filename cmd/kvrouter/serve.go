@@ -75,7 +75,7 @@ func isTerminal(w io.Writer) bool {
 
 // listen opens every configured listener before anything runs, so a busy
 // port fails the start at once.
-func listen(l listenConfig) (admin, grpc, proxy net.Listener, err error) {
+func listen(l listenConfig) (listeners, error) {
 	var errs []error
 	open := func(what, addr string) net.Listener {
 		if addr == "" {
@@ -87,22 +87,30 @@ func listen(l listenConfig) (admin, grpc, proxy net.Listener, err error) {
 		}
 		return ln
 	}
-	admin, grpc, proxy = open("admin", l.Admin), open("ext_proc", l.GRPC), open("proxy", l.HTTP)
+	ls := listeners{
+		admin: open("admin", l.Admin), grpc: open("ext_proc", l.GRPC),
+		health: open("gRPC health", l.GRPCHealth), proxy: open("proxy", l.HTTP),
+	}
 	if err := errors.Join(errs...); err != nil {
-		for _, ln := range []net.Listener{admin, grpc, proxy} {
+		for _, ln := range []net.Listener{ls.admin, ls.grpc, ls.health, ls.proxy} {
 			if ln != nil {
 				_ = ln.Close()
 			}
 		}
-		return nil, nil, nil, fmt.Errorf("serve: %w", err)
+		return listeners{}, fmt.Errorf("serve: %w", err)
 	}
-	return admin, grpc, proxy, nil
+	return ls, nil
+}
+
+// listeners are the servers' sockets; nil for a server turned off.
+type listeners struct {
+	admin, grpc, health, proxy net.Listener
 }
 
 // serve runs every long-lived part until ctx is done, then drains: it reports
 // not-ready, waits the drain delay, and stops the servers gracefully.
 func (a *app) serve(ctx context.Context, s settings) error {
-	adminLn, grpcLn, proxyLn, err := listen(s.Listen)
+	ls, err := listen(s.Listen)
 	if err != nil {
 		return err
 	}
@@ -111,16 +119,17 @@ func (a *app) serve(ctx context.Context, s settings) error {
 			a.logger.Info(what+" listening", append([]any{"addr", ln.Addr().String(), "url", scheme + displayAddr(ln.Addr()), "version", version}, attrs...)...)
 		}
 	}
-	say("admin server", adminLn, "http://")
-	say("ext_proc gRPC server", grpcLn, "", "tls", a.tlsMode())
-	say("OpenAI proxy", proxyLn, "http://")
+	say("admin server", ls.admin, "http://")
+	say("ext_proc gRPC server", ls.grpc, "", "tls", a.tlsMode())
+	say("gRPC health server", ls.health, "")
+	say("OpenAI proxy", ls.proxy, "http://")
 
 	// The servers stop on stopCtx, which the drainer cancels once ctx is done
 	// and the drain delay has passed (or at once when a part failed).
 	stopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
-	a.start(stopCtx, g, adminLn, grpcLn, proxyLn, time.Duration(s.Shutdown.Timeout))
+	a.start(stopCtx, g, ls, time.Duration(s.Shutdown.Timeout))
 	// Ready at once with static pods; with discovery, once it synced. The
 	// drainer waits for that decision so not-ready is the last word.
 	if a.nothing {

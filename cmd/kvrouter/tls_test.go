@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/testca"
@@ -49,9 +50,27 @@ func TestServeTLS(t *testing.T) {
 		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json",
 		"--grpc-tls", "on", "--grpc-tls-cert", certFile, "--grpc-tls-key", keyFile, "--grpc-tls-client-ca", caFile,
 		"--grpc-tls-reload-interval", "20ms", "--pod", "p1=127.0.0.1:1,model=m,events=2,replay=3",
+		"--grpc-health-addr", "127.0.0.1:0",
 	}
 	go func() { done <- run(ctx, args, io.Discard, pw); _ = pw.Close() }()
-	addr := announced(t, pr, "ext_proc gRPC server")["ext_proc gRPC server"]
+	urls := announced(t, pr, "ext_proc gRPC server", "gRPC health server")
+	addr := urls["ext_proc gRPC server"]
+
+	// The health port answers in plaintext, as probes without TLS need.
+	hconn, err := grpc.NewClient(urls["gRPC health server"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hconn.Close() }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // until ready
+		hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
+		if err == nil && hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plaintext health check = %v, %v; want SERVING", hr, err)
+		}
+	}
 
 	c, k := clients.Issue(t, 7, x509.ExtKeyUsageClientAuth)
 	clientCert, err := tls.X509KeyPair(c, k)

@@ -297,7 +297,7 @@ func (c config) checkListen(p *problems) {
 	if c.Listen.Admin == "" {
 		p.add("listen.admin: empty; the admin server cannot be turned off")
 	}
-	for _, l := range []struct{ key, addr string }{{"admin", c.Listen.Admin}, {"grpc", c.Listen.GRPC}, {"http", c.Listen.HTTP}} {
+	for _, l := range []struct{ key, addr string }{{"admin", c.Listen.Admin}, {"grpc", c.Listen.GRPC}, {"grpc_health", c.Listen.GRPCHealth}, {"http", c.Listen.HTTP}} {
 		if l.addr == "" {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
@@ -49,6 +51,9 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json",
 		"--model", "qwen3=" + o.oracle + "/tokenizer-qwen3/models",
 		"--model", "llama3=" + o.oracle + "/tokenizer-llama3_1/models",
+	}
+	if o.tls {
+		args = append(args, "--grpc-tls", "on")
 	}
 	args = append(args, extra...)
 	for i := range n {
@@ -83,7 +88,11 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 	}
 	grpcAddr := urls["ext_proc gRPC server"]
 	k.admin = strings.TrimPrefix(urls["admin server"], "http://")
-	if k.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	creds := insecure.NewCredentials()
+	if o.tls { // a self-signed certificate: encrypted, not verified, as gateways call a picker
+		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // see above
+	}
+	if k.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(creds)); err != nil {
 		k.stop()
 		return nil, err
 	}

@@ -30,6 +30,7 @@ type options struct {
 	holders          int // pods that hold the measured prompt's blocks
 	markdown         bool
 	pprofDir         string // write kvrouter's CPU and allocation profiles of each stage here
+	tls              bool   // ext_proc over TLS (self-signed), as in a cluster
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -43,6 +44,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&pods, "pods", "8", "fleet sizes, comma-separated; kvrouter is restarted for each")
 	fs.StringVar(&rates, "rates", "", "rising request rates per second, comma-separated; 0: as fast as -workers allow (default: by prompt size)")
 	fs.IntVar(&o.workers, "workers", 8, "concurrent requests at rate 0")
+	fs.BoolVar(&o.tls, "tls", false, "serve and call ext_proc over TLS (a self-signed certificate), as kvrouter does in a cluster")
 	fs.DurationVar(&o.stage, "stage", 10*time.Second, "how long each rate is sent")
 	fs.IntVar(&o.fill, "fill", 0, "index entries to publish before measuring (e.g. 10000000)")
 	fs.IntVar(&o.holders, "holders", 2, "pods that hold the measured prompt's blocks")
