@@ -61,7 +61,7 @@ type listenConfig struct {
 	// probes that cannot speak TLS (the kubelet's gRPC probes): what the
 	// reference Endpoint Picker serves on :9003.
 	GRPCHealth string `yaml:"grpc_health"` // --grpc-health-addr
-	HTTP  string `yaml:"http"`  // --http-addr
+	HTTP       string `yaml:"http"`        // --http-addr
 }
 
 // adminConfig is who may use the admin server's endpoints beyond the
