@@ -40,6 +40,11 @@ type Config struct {
 	// DrainTimeout bounds how long open streams may take to finish when the
 	// server stops. Default 10s.
 	DrainTimeout time.Duration
+	// MaxStreams bounds the ext_proc streams open at once (one per HTTP
+	// request in flight through Envoy); one more is refused with gRPC
+	// RESOURCE_EXHAUSTED, so a flood cannot starve the streams already
+	// routed. Default 4096.
+	MaxStreams int
 	// TLS, when set, is what the server serves TLS with (its certificate,
 	// and client certificates it verifies); nil: plaintext.
 	TLS *tls.Config
@@ -51,6 +56,7 @@ func DefaultConfig() Config {
 		BodyMode:     FullDuplexStreamed,
 		MaxBodyBytes: 16 << 20,
 		ChunkBytes:   62_000,
+		MaxStreams:   4096,
 		DrainTimeout: 10 * time.Second,
 	}
 }
@@ -69,6 +75,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRecvMsgBytes < 0 {
 		errs = append(errs, fmt.Errorf("max receive message bytes = %d, want >= 0", c.MaxRecvMsgBytes))
+	}
+	if c.MaxStreams <= 0 {
+		errs = append(errs, fmt.Errorf("max streams = %d, want > 0", c.MaxStreams))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("drain timeout = %v, want >= 0", c.DrainTimeout))

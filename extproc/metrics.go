@@ -9,6 +9,8 @@ import (
 type metrics struct {
 	refusals     *prometheus.CounterVec
 	streamErrors prometheus.Counter
+	// streamsRefused counts streams refused over Config.MaxStreams.
+	streamsRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -21,9 +23,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "extproc", Name: "stream_errors_total",
 			Help: "ext_proc streams ended with a gRPC error (Envoy answers them with its status_on_error).",
 		}),
+		streamsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "extproc", Name: "streams_refused_total",
+			Help: "ext_proc streams refused because extproc.max_streams were open (Envoy answers them with its status_on_error).",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.refusals, m.streamErrors} {
+		for _, c := range []prometheus.Collector{m.refusals, m.streamErrors, m.streamsRefused} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -43,6 +43,8 @@ type Server struct {
 	health  *health.Server
 	codec   codec
 	bodies  bodyPool
+	// streams holds a token per open stream, MaxStreams at most.
+	streams chan struct{}
 }
 
 // New returns a server that routes with r. reg receives its metrics.
@@ -58,7 +60,7 @@ func New(cfg Config, r Router, logger *slog.Logger, reg prometheus.Registerer) (
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, router: r, logger: logger, metrics: m, health: health.NewServer(), codec: c}
+	s := &Server{cfg: cfg, router: r, logger: logger, metrics: m, health: health.NewServer(), codec: c, streams: make(chan struct{}, cfg.MaxStreams)}
 	s.SetReady(false)
 	return s, nil
 }
@@ -141,6 +143,13 @@ func (s *Server) RunHealth(ctx context.Context, lis net.Listener) error {
 // Process handles one HTTP request's stream: it only receives and
 // dispatches; the stream type answers each phase.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		s.metrics.streamsRefused.Inc()
+		return status.Errorf(codes.ResourceExhausted, "kvrouter: %d ext_proc streams are open, the most extproc.max_streams allows", cap(s.streams))
+	}
 	st := newStream(s, srv)
 	defer st.end()
 	for {

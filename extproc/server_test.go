@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fakeRouter routes every request to one pod, or refuses it by model.
@@ -294,4 +296,42 @@ func TestStreamedReplyEchoed(t *testing.T) {
 	if want := bytes.Join(pieces, nil); res.Status != 200 || !bytes.Equal(res.ClientBody, want) {
 		t.Fatalf("client got %d with %d bytes, want 200 with the pod's %d bytes in order", res.Status, len(res.ClientBody), len(want))
 	}
+}
+
+// TestMaxStreams: with extproc.max_streams open, one more stream is refused
+// with RESOURCE_EXHAUSTED and counted; once one ends, the next is served.
+func TestMaxStreams(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxStreams = 1
+	h := start(t, cfg)
+	held := envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{5}}
+	held.InFlight = func() {
+		for deadline := time.Now().Add(10 * time.Second); len(h.srv.streams) == 0; time.Sleep(time.Millisecond) { // the server took the stream
+			if time.Now().After(deadline) {
+				t.Fatal("the server never opened the first stream")
+			}
+		}
+		res, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body)})
+		if err != nil || res.Status != 500 || !strings.Contains(res.Details, "ResourceExhausted") {
+			t.Errorf("a second stream while one is open = %+v, %v; want a RESOURCE_EXHAUSTED gRPC error (Envoy: 500)", res, err)
+		}
+	}
+	res, err := h.client.Do(context.Background(), held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRouted(t, res, []byte(body))
+	if got := testutil.ToFloat64(h.srv.metrics.streamsRefused); got != 1 {
+		t.Errorf("streams refused = %v, want 1", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(h.srv.streams) > 0; time.Sleep(time.Millisecond) { // the server ended the stream
+		if time.Now().After(deadline) {
+			t.Fatal("the server never ended the first stream")
+		}
+	}
+	res, err = h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body)})
+	if err != nil {
+		t.Fatalf("a stream after the open one ended: %v", err)
+	}
+	checkRouted(t, res, []byte(body))
 }

@@ -31,10 +31,11 @@ func (a *app) adminHandler() http.Handler {
 		}
 		writeText(w, http.StatusOK, why+"\n")
 	})
-	// Beyond the probes, every endpoint is behind admin.auth.
-	guard := func(h http.Handler) http.Handler { return h }
+	// Beyond the probes, every endpoint is behind admin.auth and the bound
+	// on requests at once.
+	guard := a.adminLimit
 	if a.auth != nil {
-		guard = a.auth.Wrap
+		guard = func(h http.Handler) http.Handler { return a.adminLimit(a.auth.Wrap(h)) }
 	}
 	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})))
 	if !a.debug {
@@ -167,4 +168,20 @@ func newBuildInfo() prometheus.Collector {
 	})
 	g.Set(1)
 	return g
+}
+
+// adminLimit serves at most admin.max_concurrent requests through h at once;
+// one more gets 429, counted.
+func (a *app) adminLimit(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case a.adminSlots <- struct{}{}:
+			defer func() { <-a.adminSlots }()
+			h.ServeHTTP(w, r)
+		default:
+			a.adminShed.Inc()
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many admin requests at once (admin.max_concurrent)", http.StatusTooManyRequests)
+		}
+	})
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestDebugPodsMetricsState: /debug/pods tells a pod whose figures are
@@ -61,5 +63,57 @@ func TestDebugPodsMetricsState(t *testing.T) {
 	}
 	if p := got[0]; p.ScrapedAt == nil || !p.ScrapedAt.Equal(now.Add(-time.Second)) {
 		t.Errorf("/debug/pods fresh: metrics_scraped_at %v, want %v", p.ScrapedAt, now.Add(-time.Second))
+	}
+}
+
+// TestAdminLimit: with admin.max_concurrent requests in flight, one more
+// gets 429 with Retry-After and is counted; once one ends, the next is
+// served.
+func TestAdminLimit(t *testing.T) {
+	a := &app{adminSlots: make(chan struct{}, 1), adminShed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shed"})}
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := a.adminLimit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	done := make(chan int)
+	go func() {
+		resp, err := http.Get(srv.URL + "/slow")
+		if err != nil {
+			t.Error(err)
+			done <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("a request over the bound = %s (Retry-After %q), want 429 with Retry-After 1", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if got := testutil.ToFloat64(a.adminShed); got != 1 {
+		t.Errorf("shed = %v, want 1", got)
+	}
+	close(release)
+	if code := <-done; code != http.StatusOK {
+		t.Errorf("the request in flight = %d, want 200", code)
+	}
+	resp, err = http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a request after the bound freed = %s, want 200", resp.Status)
 	}
 }

@@ -62,6 +62,10 @@ type app struct {
 	auth *kubeauth.Authorizer
 	// debug serves the debug endpoints.
 	debug bool
+	// adminSlots holds a token per admin request served (probes aside),
+	// admin.max_concurrent at most; adminShed counts those refused.
+	adminSlots chan struct{}
+	adminShed  prometheus.Counter
 	// tokenizers are the models' tokenizers, for /debug/tokenizers.
 	tokenizers *tokenizer.Registry
 	// staleAfter is routing.stale_metrics_after, for /debug/pods.
@@ -143,6 +147,14 @@ func (a *app) build(s settings) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.debug = s.Admin.Debug
+	a.adminSlots = make(chan struct{}, s.Admin.MaxConcurrent)
+	a.adminShed = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "kvrouter", Subsystem: "admin", Name: "requests_shed_total",
+		Help: "Admin requests refused with 429 because admin.max_concurrent were being served.",
+	})
+	if err := a.reg.Register(a.adminShed); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	if s.adminAuth {
 		client, err := kube.NewClient(s.disc.Kubeconfig)
 		if err != nil {

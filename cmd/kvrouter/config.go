@@ -72,6 +72,9 @@ type adminConfig struct {
 	// discovery, none otherwise).
 	Auth  string `yaml:"auth"`  // --admin-auth
 	Debug bool   `yaml:"debug"` // --admin-debug: /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score
+	// MaxConcurrent bounds the requests served at once beyond the probes;
+	// one more gets 429.
+	MaxConcurrent int `yaml:"max_concurrent"` // --admin-max-concurrent
 }
 
 type logConfig struct {
@@ -119,6 +122,7 @@ type tokenizersConfig struct {
 type extprocConfig struct {
 	BodyMode     string    `yaml:"body_mode"`      // --body-mode
 	MaxBodyBytes int       `yaml:"max_body_bytes"` // --max-body-bytes
+	MaxStreams   int       `yaml:"max_streams"`    // --max-streams
 	TLS          tlsConfig `yaml:"tls"`
 }
 
@@ -156,7 +160,7 @@ type discoverySection struct {
 func defaultConfig() config {
 	return config{
 		Listen:     listenConfig{Admin: ":9090", GRPC: ":9002"},
-		Admin:      adminConfig{Auth: "auto", Debug: true},
+		Admin:      adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
 		Log:        logConfig{Level: "info", Format: "auto"},
 		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
@@ -164,7 +168,7 @@ func defaultConfig() config {
 		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes},
 		Routing:    routingDefaults(),
 		ExtProc: extprocConfig{
-			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes,
+			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes, MaxStreams: extproc.DefaultConfig().MaxStreams,
 			TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)},
 		},
 		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
@@ -190,6 +194,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Listen.GRPCHealth, "grpc-health-addr", c.Listen.GRPCHealth, "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
 	fs.StringVar(&c.Admin.Auth, "admin-auth", c.Admin.Auth, "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)")
+	fs.IntVar(&c.Admin.MaxConcurrent, "admin-max-concurrent", c.Admin.MaxConcurrent, "admin requests served at once beyond the probes; more get 429")
 	fs.BoolVar(&c.Admin.Debug, "admin-debug", c.Admin.Debug, "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json, text, or auto (text on a terminal, JSON otherwise)")
@@ -214,6 +219,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
+	fs.IntVar(&c.ExtProc.MaxStreams, "max-streams", c.ExtProc.MaxStreams, "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)")
 	fs.StringVar(&c.ExtProc.TLS.Mode, "grpc-tls", c.ExtProc.TLS.Mode, "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)")
 	fs.StringVar(&c.ExtProc.TLS.CertFile, "grpc-tls-cert", c.ExtProc.TLS.CertFile, "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed")
 	fs.StringVar(&c.ExtProc.TLS.KeyFile, "grpc-tls-key", c.ExtProc.TLS.KeyFile, "PEM key of --grpc-tls-cert")
@@ -233,7 +239,7 @@ func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
 // a value names where it came from; --config, --pod and --model have none.
 var flagPaths = map[string]string{
 	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "grpc-health-addr": "listen.grpc_health", "http-addr": "listen.http",
-	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug",
+	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug", "admin-max-concurrent": "admin.max_concurrent",
 	"drain-delay": "shutdown.drain_delay", "shutdown-timeout": "shutdown.timeout",
 	"kubeconfig": "discovery.kubeconfig", "namespace": "discovery.namespaces", "selector": "discovery.selector",
 	"pods-file": "pods.file", "pods-file-interval": "pods.file_interval", "pods-metrics-interval": "pods.metrics_interval",
@@ -242,7 +248,7 @@ var flagPaths = map[string]string{
 	"max-index-entries":         "index.max_entries",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
-	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes",
+	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
 	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
 	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",
 }

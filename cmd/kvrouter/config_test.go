@@ -55,14 +55,14 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	file := writeFile(t, "kvrouter.yaml", fileConfig)
 	fromFile := config{
 		Listen:     listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
-		Admin:      adminConfig{Auth: "auto", Debug: true},
+		Admin:      adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
 		Log:        logConfig{Level: "debug", Format: "auto"},
 		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index:      indexConfig{MaxEntries: 1000},
 		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second)},
 		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf", PrefixCacheBytes: 1024},
-		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
+		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
 		Pods: podsConfig{
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second), MetricsInterval: duration(250 * time.Millisecond),
 			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},

@@ -73,7 +73,13 @@ func (c config) validate(serviceHost string) (settings, error) {
 		checkTokenizerDir(p, name, dir)
 	}
 	s.ext = extproc.DefaultConfig()
-	s.ext.BodyMode, s.ext.MaxBodyBytes = extproc.BodyMode(c.ExtProc.BodyMode), c.ExtProc.MaxBodyBytes
+	s.ext.BodyMode, s.ext.MaxBodyBytes, s.ext.MaxStreams = extproc.BodyMode(c.ExtProc.BodyMode), c.ExtProc.MaxBodyBytes, c.ExtProc.MaxStreams
+	if c.ExtProc.MaxStreams <= 0 {
+		p.add("extproc.max_streams: %d, want > 0", c.ExtProc.MaxStreams)
+	}
+	if c.Admin.MaxConcurrent <= 0 {
+		p.add("admin.max_concurrent: %d, want > 0", c.Admin.MaxConcurrent)
+	}
 	if m := s.ext.BodyMode; m != extproc.FullDuplexStreamed && m != extproc.Buffered {
 		p.add("extproc.body_mode: %q, want %s or %s", m, extproc.FullDuplexStreamed, extproc.Buffered)
 	}
