@@ -60,6 +60,12 @@ type Config struct {
 	// for has blind pods. Default 10s; 0 never counts figures stale (a pod
 	// never scraped is still blind).
 	StaleMetricsAfter time.Duration
+	// MaxTokenizeBytes bounds the work one request may cost: a request whose
+	// body is larger is not tokenized but routed by load (ReasonTooLong),
+	// so one huge prompt cannot hold a core for long. About 4 bytes a
+	// token; tokenizing runs near 25 MB/s a core. Default 4 MiB; 0: no
+	// bound but the body's own.
+	MaxTokenizeBytes int
 	// SlowDecision is the decision time above which the decision is logged
 	// at Warn. Default 50ms.
 	SlowDecision time.Duration
@@ -82,6 +88,7 @@ func DefaultConfig() Config {
 		ToleranceSeconds:         0.001,
 		StaleMetricsAfter:        fleet.DefaultStaleAfter,
 		SlowDecision:             50 * time.Millisecond,
+		MaxTokenizeBytes:         4 << 20,
 	}
 }
 
@@ -102,6 +109,9 @@ func (c Config) Validate() error {
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
 	if c.StaleMetricsAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
+	}
+	if c.MaxTokenizeBytes < 0 {
+		errs = append(errs, fmt.Errorf("max tokenize bytes = %d, want >= 0", c.MaxTokenizeBytes))
 	}
 	for t, w := range c.TierWeights {
 		if w < 0 || w > 1 || w != w {

@@ -63,7 +63,11 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 		return ev, unavailable("no ready pod serves model %q", ev.model)
 	}
 	ev.stages.Parse = time.Since(t0)
-	if p != nil {
+	switch {
+	case p == nil:
+	case r.cfg.MaxTokenizeBytes > 0 && len(req.Body) > r.cfg.MaxTokenizeBytes && p.PromptTokens == nil:
+		ev.reason = ReasonTooLong
+	default:
 		ev.reason, ev.tokens = r.hash(t, p, sc, &ev.stages)
 	}
 	t1 := time.Now()

@@ -105,3 +105,29 @@ func TestNothingToRouteTo(t *testing.T) {
 		t.Errorf("GET / with no pod = %v, want 503 \"no ready pod to route to\"", err)
 	}
 }
+
+// TestTooLongNotTokenized: a body over MaxTokenizeBytes is routed by load,
+// reason too-long, without tokenizing; token ids given in the request are
+// hashed whatever their size, having nothing to tokenize.
+func TestTooLongNotTokenized(t *testing.T) {
+	tr := newTestRouter(t)
+	tr.cfg.MaxTokenizeBytes = 64
+	long := `{"model":"llama","prompt":"` + strings.Repeat("a", 100) + `"}`
+	d, err := tr.Route(t.Context(), Request{Path: "/v1/completions", Body: []byte(long)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Done()
+	if d.Reason != ReasonTooLong || d.Tokens != 0 || d.Stages.Tokenize != 0 {
+		t.Errorf("a %d-byte body over a 64-byte bound = reason %s, %d tokens, tokenized in %v; want too-long and no tokenizing", len(long), d.Reason, d.Tokens, d.Stages.Tokenize)
+	}
+	ids := `{"model":"llama","prompt":[` + strings.TrimSuffix(strings.Repeat("1,", 40), ",") + `]}`
+	d2, err := tr.Route(t.Context(), Request{Path: "/v1/completions", Body: []byte(ids)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Done()
+	if d2.Reason == ReasonTooLong || d2.Tokens != 40 {
+		t.Errorf("token ids over the bound = reason %s, %d tokens; want them hashed", d2.Reason, d2.Tokens)
+	}
+}

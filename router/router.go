@@ -45,6 +45,7 @@ const (
 	ReasonNoTokenizer   Reason = "no-tokenizer"   // the model has no tokenizer: picked by load
 	ReasonTokenizeError Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
 	ReasonOtherPath     Reason = "other-path"     // not a completion or chat request: picked by load
+	ReasonTooLong       Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
 )
 
 // Router turns requests into routing decisions.

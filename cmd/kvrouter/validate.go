@@ -193,6 +193,11 @@ func (c config) routerConfig(p *problems) router.Config {
 	} else {
 		p.add("routing.tolerance: %v, want in [0, 1]", v)
 	}
+	if v := rc.MaxTokenizeBytes; v >= 0 {
+		r.MaxTokenizeBytes = v
+	} else {
+		p.add("routing.max_tokenize_bytes: %d, want >= 0", v)
+	}
 	if v := c.Routing.StaleMetricsAfter; v >= 0 {
 		r.StaleMetricsAfter = time.Duration(v)
 	} else {
