@@ -5,12 +5,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kubeauth"
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // TestDebugPodsMetricsState: /debug/pods tells a pod whose figures are
@@ -115,5 +122,82 @@ func TestAdminLimit(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("a request after the bound freed = %s, want 200", resp.Status)
+	}
+}
+
+// TestAdminEndpointsGuarded: with admin.auth on, every endpoint beyond the
+// probes refuses a request without a token (401) or whose user may not use
+// it (403), and serves one whose user may; the probes stay open. The API
+// server is client-go's fake, answering reviews: token "good" is user
+// "reader", who may; "other" is user "someone", who may not.
+func TestAdminEndpointsGuarded(t *testing.T) {
+	c := defaultConfig()
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newApp(s, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	client.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		switch tr.Spec.Token {
+		case "good":
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "reader"}}
+		case "other":
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "someone"}}
+		}
+		return true, tr, nil
+	})
+	client.PrependReactor("create", "subjectaccessreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		sar := action.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
+		sar.Status.Allowed = sar.Spec.User == "reader"
+		return true, sar, nil
+	})
+	if a.auth, err = kubeauth.New(client, slog.New(slog.DiscardHandler), nil); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.adminHandler())
+	defer srv.Close()
+	do := func(method, path, token string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(`{"model":"m","prompt":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, e := range []struct{ method, path string }{
+		{"GET", "/metrics"},
+		{"GET", "/debug/pprof/"},
+		{"GET", "/debug/pprof/cmdline"},
+		{"GET", "/debug/pods"},
+		{"GET", "/debug/tokenizers"},
+		{"POST", "/v1/score"},
+	} {
+		if got := do(e.method, e.path, ""); got != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token = %d, want 401", e.method, e.path, got)
+		}
+		if got := do(e.method, e.path, "other"); got != http.StatusForbidden {
+			t.Errorf("%s %s as a user without the permission = %d, want 403", e.method, e.path, got)
+		}
+		if got := do(e.method, e.path, "good"); got == http.StatusUnauthorized || got == http.StatusForbidden {
+			t.Errorf("%s %s as a user with the permission = %d, want it served", e.method, e.path, got)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if got := do("GET", path, ""); got == http.StatusUnauthorized || got == http.StatusForbidden {
+			t.Errorf("GET %s without a token = %d, want the probe open", path, got)
+		}
 	}
 }
