@@ -44,15 +44,21 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	if kind == KindOther {
 		ev.reason = ReasonOtherPath
 		ev.model = modelOf(req.Body)
-		t = snap.Target(ev.model)
 	} else {
 		var err error
 		if p, err = Parse(kind, req.Body); err != nil {
 			return ev, err
 		}
 		ev.model = p.Model
-		if t = snap.Target(p.Model); t == nil {
-			return ev, notFound("model %q is served by no pod", p.Model)
+	}
+	// A request naming a model goes only to that model's pods; one naming
+	// none (GET /v1/models, say) to any.
+	if ev.model != "" || kind != KindOther {
+		if t = snap.Target(ev.model); t == nil {
+			if r.fleet.Known(ev.model) {
+				return ev, unavailable("no ready pod serves model %q: its pods are gone", ev.model)
+			}
+			return ev, notFound("model %q is served by no pod", ev.model)
 		}
 	}
 	r.candidates(snap, t, req.Subset, t0, sc)

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,10 @@ type Fleet struct {
 	// nobody scrapes (metrics off, tests, the fleet simulator) has no blind
 	// pods: its figures are whatever its owner stores.
 	scraped atomic.Bool
+	// known holds every model name a pod ever served (base, alias or LoRA),
+	// copied on write: a model whose pods are all gone is unavailable (503),
+	// one never known is not found (404).
+	known atomic.Pointer[map[string]bool]
 }
 
 // Snapshot is the fleet at one moment. It is never modified.
@@ -72,8 +77,12 @@ type Load struct {
 func New(index *kvindex.Index) *Fleet {
 	f := &Fleet{index: index}
 	f.snap.Store(&Snapshot{pods: map[string]*Member{}, models: map[string]*Target{}})
+	f.known.Store(&map[string]bool{})
 	return f
 }
+
+// Known reports whether any pod ever served model, though none may now.
+func (f *Fleet) Known(model string) bool { return (*f.known.Load())[model] }
 
 // Snapshot returns the fleet as it is now.
 func (f *Fleet) Snapshot() *Snapshot { return f.snap.Load() }
@@ -95,7 +104,19 @@ func (f *Fleet) Upsert(p pod.Pod) {
 	}
 	m.ID = f.index.AddPod(p.Name, p.Model)
 	pods[p.Name] = m
-	f.snap.Store(buildSnapshot(pods))
+	next := buildSnapshot(pods)
+	f.snap.Store(next)
+	known := *f.known.Load()
+	for name := range next.models {
+		if !known[name] {
+			grown := maps.Clone(known)
+			for name := range next.models {
+				grown[name] = true
+			}
+			f.known.Store(&grown)
+			break
+		}
+	}
 }
 
 // Remove forgets the named pod; its index entries stay until its event
