@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/router"
@@ -242,14 +243,63 @@ func TestImmediateResponses(t *testing.T) {
 	}
 }
 
+// TestSubsetHintReachesRouter: every form of the subset hint a gateway or a
+// header-to-metadata rule writes reaches the router as the same endpoints;
+// entries that name none are ignored and counted.
 func TestSubsetHintReachesRouter(t *testing.T) {
 	h := start(t, DefaultConfig())
-	subset := []string{"10.1.2.3:8000", "10.9.9.9:8000"}
-	if _, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Subset: subset}); err != nil {
+	list := func(vs ...any) *structpb.Value {
+		l, err := structpb.NewList(vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return structpb.NewListValue(l)
+	}
+	ignored := 0.0
+	for _, tt := range []struct {
+		name    string
+		value   *structpb.Value
+		allow   []string
+		deny    []string
+		ignored int
+	}{
+		{"a list", list("10.1.2.3:8000", "10.9.9.9:8000"), []string{"10.1.2.3:8000", "10.9.9.9:8000"}, []string{"10.1.2.4:8000", "10.1.2.3:9000"}, 0},
+		{"one string", structpb.NewStringValue("10.1.2.3:8000"), []string{"10.1.2.3:8000"}, []string{"10.1.2.4:8000"}, 0},
+		{"comma-separated", structpb.NewStringValue("10.1.2.4:8000, 10.1.2.3:8000"), []string{"10.1.2.3:8000", "10.1.2.4:8000"}, []string{"10.1.2.5:8000"}, 0},
+		{"bare IPs", list("10.1.2.3", "fd00::1"), []string{"10.1.2.3:8000", "10.1.2.3:9000", "[fd00::1]:8000"}, []string{"10.1.2.4:8000"}, 0},
+		{"malformed entries", list("nope", "10.1.2.3:8000", 5.0, "10.1.2.3:99999"), []string{"10.1.2.3:8000"}, []string{"10.1.2.4:8000"}, 3},
+		{"nothing usable", structpb.NewStringValue("garbage"), nil, []string{"10.1.2.3:8000"}, 1},
+		{"a number", structpb.NewNumberValue(1), nil, []string{"10.1.2.3:8000"}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body), SubsetValue: tt.value}); err != nil {
+				t.Fatal(err)
+			}
+			got := h.router.last().Subset
+			if got == nil {
+				t.Fatal("router saw no subset")
+			}
+			for _, ep := range tt.allow {
+				if !got.Allows(ep) {
+					t.Errorf("subset %v does not allow %s", tt.value, ep)
+				}
+			}
+			for _, ep := range tt.deny {
+				if got.Allows(ep) {
+					t.Errorf("subset %v allows %s", tt.value, ep)
+				}
+			}
+			ignored += float64(tt.ignored)
+			if n := testutil.ToFloat64(h.srv.metrics.subsetIgnored); n != ignored {
+				t.Errorf("ignored entries = %v, want %v", n, ignored)
+			}
+		})
+	}
+	if _, err := h.client.Do(context.Background(), envoyclient.Request{Path: "/v1/completions", Body: []byte(body)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.router.last().Subset; strings.Join(got, ",") != strings.Join(subset, ",") {
-		t.Fatalf("router saw subset %v, want %v", got, subset)
+	if got := h.router.last().Subset; got != nil {
+		t.Errorf("no hint = subset %v, want nil (any endpoint)", got)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvrouter/kvrouter/router"
 )
@@ -94,7 +95,7 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 			st.hint = bodyHint(headerValue(hv), st.srv.cfg.MaxBodyBytes)
 		}
 	}
-	st.req.Subset = subsetHint(md)
+	st.req.Subset = st.subsetHint(md)
 	switch {
 	case h.GetEndOfStream(): // no body: route now
 		return st.finish(ctx, false)
@@ -105,8 +106,11 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 	}
 }
 
-// subsetHint reads the endpoint subset Envoy allows, or nil for any.
-func subsetHint(md *corev3.Metadata) []string {
+// subsetHint reads the endpoint subset Envoy allows, or nil for any. The
+// value may be a list of strings or one string, each entry "ip:port", a
+// bare IP or several of them comma-separated (what header-to-metadata rules
+// produce); entries that are none of these are ignored and counted.
+func (st *stream) subsetHint(md *corev3.Metadata) *router.Subset {
 	fm, ok := md.GetFilterMetadata()[namespaceSubset]
 	if !ok {
 		return nil
@@ -115,10 +119,25 @@ func subsetHint(md *corev3.Metadata) []string {
 	if !ok {
 		return nil
 	}
-	list := v.GetListValue().GetValues()
-	subset := make([]string, 0, len(list))
-	for _, e := range list {
-		subset = append(subset, e.GetStringValue())
+	var entries []string
+	bad := 0
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		entries = []string{k.StringValue}
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if sv, ok := e.GetKind().(*structpb.Value_StringValue); ok {
+				entries = append(entries, sv.StringValue)
+			} else {
+				bad++
+			}
+		}
+	default:
+		bad++
+	}
+	subset, ignored := router.ParseSubset(entries)
+	if bad += ignored; bad > 0 {
+		st.srv.metrics.subsetIgnored.Add(float64(bad))
 	}
 	return subset
 }

@@ -2,7 +2,6 @@ package router
 
 import (
 	"errors"
-	"slices"
 	"strconv"
 	"time"
 
@@ -96,9 +95,9 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 // candidates fills sc.members with the ready pods of t (every ready pod when
 // t is nil) allowed by the subset hint, less the blind ones while any other
 // remains (dropBlind).
-func (r *Router) candidates(snap *fleet.Snapshot, t *fleet.Target, subset []string, now time.Time, sc *scratch) {
+func (r *Router) candidates(snap *fleet.Snapshot, t *fleet.Target, subset *Subset, now time.Time, sc *scratch) {
 	consider := func(m *fleet.Member) {
-		if m.Pod.Ready && (subset == nil || slices.Contains(subset, m.Endpoint)) {
+		if m.Pod.Ready && subset.Allows(m.Endpoint) {
 			sc.members = append(sc.members, m)
 		}
 	}

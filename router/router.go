@@ -29,10 +29,10 @@ type Tokenizers interface {
 
 // Request is what the router reads of an HTTP request.
 type Request struct {
-	ID     string   // x-request-id, for logs
-	Path   string   // :path
-	Body   []byte   // the whole body
-	Subset []string // endpoint addresses the request may go to (a subset hint); nil: any
+	ID     string  // x-request-id, for logs
+	Path   string  // :path
+	Body   []byte  // the whole body
+	Subset *Subset // the endpoints the request may go to (a subset hint); nil: any
 }
 
 // Reason says why a pod was picked; SREs see it in x-kvrouter-reason.

@@ -119,7 +119,11 @@ func (tr *testRouter) scoreOn(body, pod, when string) Score {
 }
 
 func (tr *testRouter) route(path, body string, subset ...string) (*Decision, error) {
-	return tr.Route(context.Background(), Request{ID: "req", Path: path, Body: []byte(body), Subset: subset})
+	var s *Subset
+	if subset != nil {
+		s, _ = ParseSubset(subset)
+	}
+	return tr.Route(context.Background(), Request{ID: "req", Path: path, Body: []byte(body), Subset: s})
 }
 
 const prompt = "the quick brown fox jumps over" // 30 bytes: 7 full blocks of 4
