@@ -12,6 +12,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"go.yaml.in/yaml/v3"
@@ -105,5 +107,50 @@ func TestBootstrap(t *testing.T) {
 	}
 	if c := clusters["kvrouter"]; c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"] == nil {
 		t.Errorf("kvrouter cluster has no HTTP/2 protocol options: gRPC needs HTTP/2")
+	}
+}
+
+// TestFallbackBootstrap: envoy-fallback.yaml, for kvrouter's fallback list, is
+// a valid bootstrap whose pod cluster balances with override_host on the
+// list (metadata first, then the header), records the endpoint that served
+// where kvrouter reads it, retries on the next endpoint, and forwards
+// envoy.lb to kvrouter.
+func TestFallbackBootstrap(t *testing.T) {
+	data, err := os.ReadFile("envoy-fallback.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := loadBytes(t, data)
+	var pods *clusterv3.Cluster
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == "vllm_pods" {
+			pods = c
+		}
+	}
+	oh := &overridehostv3.OverrideHost{}
+	if err := pods.GetLoadBalancingPolicy().GetPolicies()[0].GetTypedExtensionConfig().GetTypedConfig().UnmarshalTo(oh); err != nil {
+		t.Fatalf("vllm_pods' load balancing: %v, want override_host", err)
+	}
+	src := oh.GetOverrideHostSources()
+	if len(src) != 2 || src[0].GetMetadata().GetKey() != "envoy.lb" || src[0].GetMetadata().GetPath()[0].GetKey() != "x-gateway-destination-endpoint" ||
+		src[1].GetHeader() != "x-gateway-destination-endpoint" {
+		t.Errorf("override_host sources = %v, want envoy.lb metadata then the header", src)
+	}
+	if k := oh.GetSelectedHostKey(); k.GetKey() != "envoy.lb" || k.GetPath()[0].GetKey() != "x-gateway-destination-endpoint-served" {
+		t.Errorf("selected host key = %v, want envoy.lb x-gateway-destination-endpoint-served", k)
+	}
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
+		t.Fatal(err)
+	}
+	if rp := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetRetryPolicy(); rp.GetNumRetries().GetValue() < 1 || !strings.Contains(rp.GetRetryOn(), "connect-failure") {
+		t.Errorf("retry policy = %v, want retries on connect failures", rp)
+	}
+	ep := &extprocv3.ExternalProcessor{}
+	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(ep); err != nil {
+		t.Fatal(err)
+	}
+	if got := ep.GetMetadataOptions().GetForwardingNamespaces().GetUntyped(); len(got) != 1 || got[0] != "envoy.lb" {
+		t.Errorf("forwarding namespaces = %v, want [envoy.lb]: kvrouter reads the served endpoint there", got)
 	}
 }

@@ -167,10 +167,11 @@ func viewOf(d *router.Decision) decisionView {
 
 // keeper keeps every decision of a router and a copy of it as routed.
 type keeper struct {
-	r    *router.Router
-	mu   sync.Mutex
-	kept []*router.Decision
-	seen []decisionView
+	r     *router.Router
+	fleet *fleet.Fleet
+	mu    sync.Mutex
+	kept  []*router.Decision
+	seen  []decisionView
 }
 
 func (k *keeper) Refused(id, path, model string, e *router.Error) { k.r.Refused(id, path, model, e) }
@@ -187,6 +188,12 @@ func (k *keeper) Route(ctx context.Context, req router.Request) (*router.Decisio
 
 func newKeeper(t *testing.T) *keeper {
 	t.Helper()
+	return newKeeperWith(t, router.DefaultConfig())
+}
+
+// newKeeperWith is newKeeper with the router's configuration.
+func newKeeperWith(t *testing.T, cfg router.Config) *keeper {
+	t.Helper()
 	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -199,11 +206,11 @@ func newKeeper(t *testing.T) *keeper {
 	for i := range 4 {
 		fl.Upsert(pod.Pod{Name: fmt.Sprintf("pod-%d", i), IP: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Model: "llama", Ready: true})
 	}
-	r, err := router.New(router.DefaultConfig(), fl, index, hasher, promptBytes{}, slog.New(slog.DiscardHandler), nil)
+	r, err := router.New(cfg, fl, index, hasher, promptBytes{}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &keeper{r: r}
+	return &keeper{r: r, fleet: fl}
 }
 
 // TestRecyclingKeepsEveryResult routes requests of every shape through

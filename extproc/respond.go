@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"strings"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -14,6 +16,7 @@ import (
 const (
 	headerDestination = "x-gateway-destination-endpoint"
 	headerSubset      = "x-gateway-destination-endpoint-subset"
+	headerServed      = "x-gateway-destination-endpoint-served"
 	namespaceLB       = "envoy.lb"
 	namespaceSubset   = "envoy.lb.subset_hint"
 )
@@ -45,7 +48,7 @@ func routingHeaders(d *router.Decision) []string {
 // the destination header (with the routing headers) and a cleared route
 // cache.
 func destination(d *router.Decision) *extprocv3.CommonResponse {
-	kv := append([]string{headerDestination, d.Address}, routingHeaders(d)...)
+	kv := append([]string{headerDestination, endpoints(d)}, routingHeaders(d)...)
 	return &extprocv3.CommonResponse{HeaderMutation: setHeaders(kv...), ClearRouteCache: true}
 }
 
@@ -53,7 +56,7 @@ func destination(d *router.Decision) *extprocv3.CommonResponse {
 func destinationMetadata(d *router.Decision) *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
 		namespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			headerDestination: structpb.NewStringValue(d.Address),
+			headerDestination: structpb.NewStringValue(endpoints(d)),
 		}}),
 	}}
 }
@@ -129,4 +132,19 @@ func immediate(e *router.Error) *extprocv3.ProcessingResponse {
 			Details: "kvrouter_" + e.Type,
 		},
 	}}
+}
+
+// endpoints is the destination value: the pick, then its fallbacks, comma-
+// separated ("ip:port,ip:port", the Endpoint Picker protocol's list).
+func endpoints(d *router.Decision) string {
+	if len(d.Fallbacks) == 0 {
+		return d.Address
+	}
+	return d.Address + "," + strings.Join(d.Fallbacks, ",")
+}
+
+// servedEndpoint is the endpoint the proxy reports served the request
+// (envoy.lb metadata, x-gateway-destination-endpoint-served), or "".
+func servedEndpoint(md *corev3.Metadata) string {
+	return md.GetFilterMetadata()[namespaceLB].GetFields()[headerServed].GetStringValue()
 }

@@ -54,7 +54,7 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return st.requestTrailers(ctx)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return false, st.responseHeaders(r.ResponseHeaders)
+		return false, st.responseHeaders(r.ResponseHeaders, req.GetMetadataContext())
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return false, st.responseBody(r.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -255,10 +255,12 @@ func (st *stream) sendChunks(request bool, body []byte, eos bool) error {
 }
 
 // responseHeaders tells the client where its request went. The pod's first
-// response byte means its prefill is done.
-func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
+// response byte means its prefill is done. When the proxy walked the
+// fallback list, the endpoint that served takes the request's load.
+func (st *stream) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) error {
 	c := &extprocv3.CommonResponse{}
 	if d := st.decision; d != nil {
+		d.Served(servedEndpoint(md))
 		d.Prefilled()
 		c.HeaderMutation = setHeaders(routingHeaders(d)...)
 	}

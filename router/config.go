@@ -60,6 +60,12 @@ type Config struct {
 	// for has blind pods. Default 10s; 0 never counts figures stale (a pod
 	// never scraped is still blind).
 	StaleMetricsAfter time.Duration
+	// Endpoints is how many endpoints a decision names: the pick, then the
+	// next best by cost as fallbacks the proxy tries in order when one
+	// fails (the Endpoint Picker protocol's list, which needs the proxy's
+	// override_host load balancing; an ORIGINAL_DST cluster takes only
+	// one). Never a pod outside the subset or of another model. Default 1.
+	Endpoints int
 	// MaxTokenizeBytes bounds the work one request may cost: a request whose
 	// body is larger is not tokenized but routed by load (ReasonTooLong),
 	// so one huge prompt cannot hold a core for long. About 4 bytes a
@@ -89,6 +95,7 @@ func DefaultConfig() Config {
 		StaleMetricsAfter:        fleet.DefaultStaleAfter,
 		SlowDecision:             50 * time.Millisecond,
 		MaxTokenizeBytes:         4 << 20,
+		Endpoints:                1,
 	}
 }
 
@@ -109,6 +116,9 @@ func (c Config) Validate() error {
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
 	if c.StaleMetricsAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
+	}
+	if c.Endpoints < 1 || c.Endpoints > 16 {
+		errs = append(errs, fmt.Errorf("endpoints = %d, want in [1, 16]", c.Endpoints))
 	}
 	if c.MaxTokenizeBytes < 0 {
 		errs = append(errs, fmt.Errorf("max tokenize bytes = %d, want >= 0", c.MaxTokenizeBytes))

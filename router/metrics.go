@@ -12,6 +12,7 @@ type metrics struct {
 	duration  prometheus.Histogram
 	matched   prometheus.Counter
 	total     prometheus.Counter
+	moved     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,8 +38,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "router", Name: "prompt_blocks_total",
 			Help: "Full prompt blocks of routed requests.",
 		}),
+		moved: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "decisions_moved_total",
+			Help: "Decisions moved to a fallback endpoint the proxy reports served the request.",
+		}),
 	}
-	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total); err != nil {
+	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -1,9 +1,11 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +98,11 @@ type Decision struct {
 	Reason    Reason
 	Elapsed   time.Duration
 	Stages    Stages // where Elapsed went
+	// Fallbacks are the next best endpoints, in order, when
+	// Config.Endpoints > 1: the proxy tries them if Address fails, and
+	// Served moves the decision to the one that served.
+	Fallbacks []string
+	alts      []alternate
 
 	load      *fleet.Load
 	prefill   int64 // prefill work charged to the pod's queue, in tokens at no context
@@ -104,6 +111,13 @@ type Decision struct {
 	spec      *hashBuf // the block hashes speculated on pod; nil when none
 	prefilled atomic.Bool
 	done      atomic.Bool
+}
+
+// alternate is a fallback pod: what moving the decision to it takes.
+type alternate struct {
+	member  *fleet.Member
+	matched int
+	work    int64
 }
 
 // hashBuf holds a decision's speculated block hashes until Prefilled.
@@ -123,6 +137,46 @@ func (d *Decision) Prefilled() {
 		d.spec = nil
 		d.router.settle(d.pod, b)
 	}
+}
+
+// Served moves the decision to the fallback at address, the endpoint the
+// proxy reports served the request after the pick failed: the request's
+// in-flight count, its prefill work and its speculative index entries go
+// to that pod (the pick's entries are settled, so they lapse after the
+// index's grace period). It reports whether it moved; the pick itself, an
+// endpoint that is no fallback, or a decision already done change nothing.
+// Call it from the goroutine that calls Prefilled and Done.
+func (d *Decision) Served(address string) bool {
+	if d.load == nil || address == "" || address == d.Address || d.done.Load() {
+		return false
+	}
+	i := slices.IndexFunc(d.alts, func(a alternate) bool { return a.member.Endpoint == address })
+	if i < 0 {
+		return false
+	}
+	a := d.alts[i]
+	m := a.member
+	d.load.InFlight.Add(-1)
+	m.Load.InFlight.Add(1)
+	if !d.prefilled.Load() {
+		d.load.PrefillTokens.Add(-d.prefill)
+		d.load.Prefilling.Add(-1)
+		m.Load.PrefillTokens.Add(a.work)
+		m.Load.Prefilling.Add(1)
+		if b := d.spec; b != nil {
+			r := d.router
+			if err := r.index.Speculate(m.ID, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
+				r.logger.Warn("speculative entries not moved", "pod", m.Pod.Name, "error", err)
+			}
+			if err := r.index.Settle(d.pod, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
+				r.logger.Warn("speculative entries not settled", "error", err)
+			}
+		}
+	}
+	d.router.metrics.moved.Inc()
+	d.load, d.pod, d.prefill = m.Load, m.ID, a.work
+	d.Pod, d.Address, d.Matched = m.Pod.Name, m.Endpoint, a.matched
+	return true
 }
 
 // Done ends the request on its pod; a request that ends unprefilled (an
@@ -175,6 +229,9 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		d.Reason = ReasonPrefix
 	}
 	d.prefill = sc.scores[i].work
+	if r.cfg.Endpoints > 1 {
+		r.fallbacks(d, i, sc)
+	}
 	m.Load.InFlight.Add(1)
 	m.Load.PrefillTokens.Add(d.prefill)
 	m.Load.Prefilling.Add(1)
@@ -242,4 +299,25 @@ func (r *Router) observe(d *Decision) {
 			slog.Int64("match_us", d.Stages.Match.Microseconds()), slog.Int64("score_us", d.Stages.Score.Microseconds()))
 	}
 	r.logger.LogAttrs(ctx, level, "routed", attrs...)
+}
+
+// fallbacks names the next best candidates after the pick (index pick), by
+// cost, up to Config.Endpoints in all.
+func (r *Router) fallbacks(d *Decision, pick int, sc *scratch) {
+	order := make([]int, 0, len(sc.scores)-1)
+	for j := range sc.scores {
+		if j != pick {
+			order = append(order, j)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(sc.scores[a].Cost, sc.scores[b].Cost) })
+	if n := r.cfg.Endpoints - 1; len(order) > n {
+		order = order[:n]
+	}
+	d.Fallbacks = make([]string, len(order))
+	d.alts = make([]alternate, len(order))
+	for k, j := range order {
+		d.Fallbacks[k] = sc.members[j].Endpoint
+		d.alts[k] = alternate{member: sc.members[j], matched: sc.scores[j].Matched, work: sc.scores[j].work}
+	}
 }

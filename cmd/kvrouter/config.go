@@ -113,6 +113,9 @@ type routingConfig struct {
 	// MaxTokenizeBytes: a request body larger than this is routed by load
 	// without tokenizing its prompt.
 	MaxTokenizeBytes int `yaml:"max_tokenize_bytes"` // --max-tokenize-bytes
+	// DestinationEndpoints is how many endpoints each decision names: the
+	// pick, then fallbacks by cost (needs Envoy's override_host policy).
+	DestinationEndpoints int `yaml:"destination_endpoints"` // --destination-endpoints
 }
 
 type tokenizersConfig struct {
@@ -185,7 +188,7 @@ func routingDefaults() routingConfig {
 	return routingConfig{
 		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken,
 		KVPressure: r.KVPressure, Tolerance: r.Tolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
-		MaxTokenizeBytes: r.MaxTokenizeBytes,
+		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
 	}
 }
 
@@ -221,6 +224,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
+	fs.IntVar(&c.Routing.DestinationEndpoints, "destination-endpoints", c.Routing.DestinationEndpoints, "endpoints each decision names: the pick, then fallbacks by cost the proxy tries in turn (more than 1 needs Envoy's override_host policy: envoy/envoy-fallback.yaml)")
 	fs.IntVar(&c.Routing.MaxTokenizeBytes, "max-tokenize-bytes", c.Routing.MaxTokenizeBytes, "a request body larger than this is routed by load without tokenizing (reason too-long); 0: no bound but --max-body-bytes")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
@@ -253,8 +257,8 @@ var flagPaths = map[string]string{
 	"max-index-entries":         "index.max_entries",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
-	"max-tokenize-bytes": "routing.max_tokenize_bytes",
-	"body-mode":          "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
+	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
+	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
 	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
 	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",
 }

@@ -193,6 +193,11 @@ func (c config) routerConfig(p *problems) router.Config {
 	} else {
 		p.add("routing.tolerance: %v, want in [0, 1]", v)
 	}
+	if v := rc.DestinationEndpoints; v >= 1 && v <= 16 {
+		r.Endpoints = v
+	} else {
+		p.add("routing.destination_endpoints: %d, want in [1, 16]", v)
+	}
 	if v := rc.MaxTokenizeBytes; v >= 0 {
 		r.MaxTokenizeBytes = v
 	} else {
