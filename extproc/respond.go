@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"math"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -124,10 +126,14 @@ func trailersResponse(request bool) *extprocv3.ProcessingResponse {
 // an OpenAI-style JSON error body. This is the one place refusals become
 // responses.
 func immediate(e *router.Error) *extprocv3.ProcessingResponse {
+	headers := []string{"content-type", "application/json"}
+	if e.RetryAfter > 0 {
+		headers = append(headers, "retry-after", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
-			Headers: setHeaders("content-type", "application/json"),
+			Headers: setHeaders(headers...),
 			Body:    e.JSON(),
 			Details: "kvrouter_" + e.Type,
 		},

@@ -49,7 +49,7 @@ func (f *fakeRouter) Route(_ context.Context, req router.Request) (*router.Decis
 	case bytes.Contains(req.Body, []byte(`"model":"missing"`)):
 		return nil, &router.Error{Status: 404, Type: "model_not_found", Param: "model", Message: "no pod serves missing"}
 	case bytes.Contains(req.Body, []byte(`"model":"busy"`)):
-		return nil, &router.Error{Status: 429, Type: "rate_limit_exceeded", Message: "shedding"}
+		return nil, &router.Error{Status: 429, Type: "rate_limit_exceeded", Message: "shedding", RetryAfter: 1500 * time.Millisecond}
 	case bytes.Contains(req.Body, []byte(`"model":"crash"`)):
 		return nil, errBoom
 	}
@@ -214,7 +214,7 @@ func TestImmediateResponses(t *testing.T) {
 		wantType string
 	}{
 		{"not found", envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"missing","prompt":"x"}`)}, 404, "model_not_found"},
-		{"shed", envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"busy","prompt":"x"}`)}, 429, "rate_limit_exceeded"},
+		{"shed", envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"busy","prompt":"x"}`), Headers: [][2]string{{"x-gateway-inference-objective", "batch"}}}, 429, "rate_limit_exceeded"},
 		{"too large", envoyclient.Request{Path: "/v1/completions", Body: bytes.Repeat([]byte("x"), 5000), Chunks: []int{600, 600, 600}}, 413, "invalid_request_error"},
 	}
 	for _, tt := range tests {
@@ -228,6 +228,14 @@ func TestImmediateResponses(t *testing.T) {
 			}
 			if res.Status != tt.want || json.Unmarshal(res.ClientBody, &b) != nil || b.Error.Type != tt.wantType || res.ClientHeaders["content-type"] != "application/json" {
 				t.Fatalf("Result = %d %s %q, want %d with an OpenAI error of type %s", res.Status, res.ClientHeaders["content-type"], res.ClientBody, tt.want, tt.wantType)
+			}
+			if tt.want == 429 {
+				if got := res.ClientHeaders["retry-after"]; got != "2" {
+					t.Errorf("a shed request's Retry-After = %q, want 2 (1.5s rounded up)", got)
+				}
+				if got := h.router.last().Objective; got != "batch" {
+					t.Errorf("the router saw objective %q, want batch from x-gateway-inference-objective", got)
+				}
 			}
 		})
 	}

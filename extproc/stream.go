@@ -91,6 +91,8 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 			st.req.Path = headerValue(hv)
 		case "x-request-id":
 			st.req.ID = headerValue(hv)
+		case router.HeaderObjective:
+			st.req.Objective = headerValue(hv)
 		case "content-length":
 			st.hint = bodyHint(headerValue(hv), st.srv.cfg.MaxBodyBytes)
 		}

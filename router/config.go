@@ -66,6 +66,13 @@ type Config struct {
 	// override_host load balancing; an ORIGINAL_DST cluster takes only
 	// one). Never a pod outside the subset or of another model. Default 1.
 	Endpoints int
+	// SaturationWaiting and SaturationKV say when a pod is saturated: this
+	// many requests waiting in its queue, or its KV cache this full (0..1).
+	// When every candidate is, a request whose objective's priority is below
+	// zero is shed with 429. Defaults 5 and 0.8, the reference Endpoint
+	// Picker's.
+	SaturationWaiting int
+	SaturationKV      float64
 	// MaxTokenizeBytes bounds the work one request may cost: a request whose
 	// body is larger is not tokenized but routed by load (ReasonTooLong),
 	// so one huge prompt cannot hold a core for long. About 4 bytes a
@@ -96,6 +103,8 @@ func DefaultConfig() Config {
 		SlowDecision:             50 * time.Millisecond,
 		MaxTokenizeBytes:         4 << 20,
 		Endpoints:                1,
+		SaturationWaiting:        5,
+		SaturationKV:             0.8,
 	}
 }
 
@@ -116,6 +125,12 @@ func (c Config) Validate() error {
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
 	if c.StaleMetricsAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
+	}
+	if c.SaturationWaiting < 0 {
+		errs = append(errs, fmt.Errorf("saturation waiting = %d, want >= 0", c.SaturationWaiting))
+	}
+	if c.SaturationKV < 0 || c.SaturationKV > 1 || c.SaturationKV != c.SaturationKV {
+		errs = append(errs, fmt.Errorf("saturation KV = %v, want in [0, 1]", c.SaturationKV))
 	}
 	if c.Endpoints < 1 || c.Endpoints > 16 {
 		errs = append(errs, fmt.Errorf("endpoints = %d, want in [1, 16]", c.Endpoints))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Error is a request the router refuses, with the HTTP status and the
@@ -15,6 +16,9 @@ type Error struct {
 	Type    string // OpenAI error type, e.g. "invalid_request_error"
 	Param   string // the offending request field, or ""
 	Message string
+	// RetryAfter, when set, is said in a Retry-After header (a shed
+	// request's 429).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

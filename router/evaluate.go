@@ -67,6 +67,9 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 		}
 		return ev, unavailable("no ready pod serves model %q", ev.model)
 	}
+	if e := r.shed(req, ev.model, sc.members, t0); e != nil {
+		return ev, e
+	}
 	ev.stages.Parse = time.Since(t0)
 	switch {
 	case p == nil:

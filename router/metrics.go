@@ -13,6 +13,9 @@ type metrics struct {
 	matched   prometheus.Counter
 	total     prometheus.Counter
 	moved     prometheus.Counter
+	shed      *prometheus.CounterVec
+	// unknownObjectives counts requests naming an objective not known.
+	unknownObjectives prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,12 +41,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "router", Name: "prompt_blocks_total",
 			Help: "Full prompt blocks of routed requests.",
 		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "shed_total",
+			Help: "Requests shed with 429 (objective priority below zero, every candidate pod saturated), by objective.",
+		}, []string{"objective"}),
+		unknownObjectives: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "unknown_objectives_total",
+			Help: "Requests naming an InferenceObjective kvrouter does not know: routed at priority 0.",
+		}),
 		moved: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "decisions_moved_total",
 			Help: "Decisions moved to a fallback endpoint the proxy reports served the request.",
 		}),
 	}
-	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved); err != nil {
+	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -35,6 +35,9 @@ type Request struct {
 	Path   string  // :path
 	Body   []byte  // the whole body
 	Subset *Subset // the endpoints the request may go to (a subset hint); nil: any
+	// Objective is the x-gateway-inference-objective header: the
+	// InferenceObjective whose priority says whether the request may be shed.
+	Objective string
 }
 
 // Reason says why a pod was picked; SREs see it in x-kvrouter-reason.
@@ -63,6 +66,8 @@ type Router struct {
 	specs   sync.Pool // *hashBuf
 	// refusals logs refused requests.
 	refusals *refusalLog
+	// objectives are the InferenceObjectives' priorities.
+	objectives objectivesPtr
 }
 
 // New returns a router over fleet (whose pods are registered in index),

@@ -143,6 +143,7 @@ func (a *app) build(s settings) error {
 	if a.router, err = router.New(s.router, a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	a.router.SetObjectives(s.objectives)
 	if a.events, err = kvevents.NewManager(s.events, a.index, a.reg, a.logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

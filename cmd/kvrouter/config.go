@@ -37,6 +37,9 @@ type config struct {
 	Tokenizers tokenizersConfig `yaml:"tokenizers"`
 	ExtProc    extprocConfig    `yaml:"extproc"`
 	Pods       podsConfig       `yaml:"pods"`
+	// Objectives are the priorities of the InferenceObjectives requests
+	// name in x-gateway-inference-objective, without Kubernetes.
+	Objectives []objectiveEntry `yaml:"objectives"`
 	Discovery  discoverySection `yaml:"discovery"`
 
 	// file is --config, fileProblems what was wrong in it and positions
@@ -113,6 +116,11 @@ type routingConfig struct {
 	// MaxTokenizeBytes: a request body larger than this is routed by load
 	// without tokenizing its prompt.
 	MaxTokenizeBytes int `yaml:"max_tokenize_bytes"` // --max-tokenize-bytes
+	// SaturationWaiting and SaturationKV: a pod with this many requests
+	// waiting, or its KV cache this full, is saturated; when every candidate
+	// is, sheddable requests (objective priority < 0) get 429.
+	SaturationWaiting int     `yaml:"saturation_waiting"` // --saturation-waiting
+	SaturationKV      float64 `yaml:"saturation_kv"`      // --saturation-kv
 	// DestinationEndpoints is how many endpoints each decision names: the
 	// pick, then fallbacks by cost (needs Envoy's override_host policy).
 	DestinationEndpoints int `yaml:"destination_endpoints"` // --destination-endpoints
@@ -139,6 +147,13 @@ type tlsConfig struct {
 	KeyFile        string   `yaml:"key_file"`        // --grpc-tls-key
 	ClientCAFile   string   `yaml:"client_ca_file"`  // --grpc-tls-client-ca
 	ReloadInterval duration `yaml:"reload_interval"` // --grpc-tls-reload-interval
+}
+
+// objectiveEntry is one InferenceObjective: a name and its priority (below
+// zero: sheddable when the pods are saturated).
+type objectiveEntry struct {
+	Name     string `yaml:"name"`
+	Priority int    `yaml:"priority"`
 }
 
 // podsConfig is the pods known without Kubernetes, and the model of pods
@@ -189,6 +204,7 @@ func routingDefaults() routingConfig {
 		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken,
 		KVPressure: r.KVPressure, Tolerance: r.Tolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
 		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
+		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
 	}
 }
 
@@ -224,6 +240,8 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
+	fs.IntVar(&c.Routing.SaturationWaiting, "saturation-waiting", c.Routing.SaturationWaiting, "requests waiting on a pod that make it saturated: when every candidate is, sheddable requests (objective priority < 0) get 429")
+	fs.Float64Var(&c.Routing.SaturationKV, "saturation-kv", c.Routing.SaturationKV, "KV cache use (0 to 1) that makes a pod saturated")
 	fs.IntVar(&c.Routing.DestinationEndpoints, "destination-endpoints", c.Routing.DestinationEndpoints, "endpoints each decision names: the pick, then fallbacks by cost the proxy tries in turn (more than 1 needs Envoy's override_host policy: envoy/envoy-fallback.yaml)")
 	fs.IntVar(&c.Routing.MaxTokenizeBytes, "max-tokenize-bytes", c.Routing.MaxTokenizeBytes, "a request body larger than this is routed by load without tokenizing (reason too-long); 0: no bound but --max-body-bytes")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
@@ -258,6 +276,7 @@ var flagPaths = map[string]string{
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
+	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",
 	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
 	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
 	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",

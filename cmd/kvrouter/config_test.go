@@ -60,7 +60,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
 		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index:      indexConfig{MaxEntries: 1000},
-		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1},
+		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8},
 		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf", PrefixCacheBytes: 1024},
 		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
 		Pods: podsConfig{
@@ -85,7 +85,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--stale-metrics-after", "0s",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
-			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1}
+			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8}
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -242,6 +242,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if len(c.Pods.Static) == 0 {
 		c.Pods.Static = nil
+	}
+	if len(c.Objectives) == 0 {
+		c.Objectives = nil
 	}
 	if len(c.Discovery.Namespaces) == 0 {
 		c.Discovery.Namespaces = nil
@@ -404,6 +407,31 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 		if math.Abs(s.router.PrefillSecondsPerToken-want.PrefillSecondsPerToken) > 1e-15 || s.router.PrefillAttentionPerToken != want.PrefillAttentionPerToken ||
 			s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance {
 			t.Errorf("%q: router config %+v, want %+v", tt.args, s.router, want)
+		}
+	}
+}
+
+// TestObjectivesConfig: the objectives list becomes the router's
+// priorities; a nameless or repeated objective is a located problem.
+func TestObjectivesConfig(t *testing.T) {
+	good := writeFile(t, "kvrouter.yaml", "objectives:\n- {name: batch, priority: -1}\n- {name: chat, priority: 10}\n")
+	c, err := loadConfig([]string{"--config", good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.validate("")
+	if err != nil || !reflect.DeepEqual(s.objectives, router.Objectives{"batch": -1, "chat": 10}) {
+		t.Fatalf("objectives = %v, %v; want batch -1 and chat 10", s.objectives, err)
+	}
+	bad := writeFile(t, "bad.yaml", "objectives:\n- {name: batch, priority: -1}\n- {name: batch, priority: 2}\n- {priority: 3}\n")
+	c, err = loadConfig([]string{"--config", bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.validate("")
+	for _, want := range []string{`bad.yaml:3:3: objectives[1]: "batch" named twice`, "bad.yaml:4:3: objectives[2]: no name"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate = %v, want a problem %q", err, want)
 		}
 	}
 }

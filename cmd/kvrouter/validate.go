@@ -37,6 +37,8 @@ type settings struct {
 	tok    tokenizer.Config
 	disc   discovery.Config // Kubeconfig "" means no discovery
 	certs  *certs.Config    // nil: the ext_proc port is plaintext
+	// objectives are the InferenceObjectives' priorities from the config.
+	objectives router.Objectives
 	// adminAuth: /metrics and the debug endpoints need a Kubernetes token.
 	adminAuth bool
 	static    []pod.Pod // pods.static or --pod
@@ -106,6 +108,17 @@ func (c config) validate(serviceHost string) (settings, error) {
 		}
 	}
 	s.certs = c.tlsSettings(s.disc.Kubeconfig != "", p)
+	s.objectives = router.Objectives{}
+	for i, o := range c.Objectives {
+		switch _, dup := s.objectives[o.Name]; {
+		case o.Name == "":
+			p.add("objectives[%d]: no name", i)
+		case dup:
+			p.add("objectives[%d]: %q named twice", i, o.Name)
+		default:
+			s.objectives[o.Name] = o.Priority
+		}
+	}
 	switch c.Admin.Auth {
 	case "auto":
 		s.adminAuth = s.disc.Kubeconfig != ""
@@ -192,6 +205,16 @@ func (c config) routerConfig(p *problems) router.Config {
 		r.Tolerance = v
 	} else {
 		p.add("routing.tolerance: %v, want in [0, 1]", v)
+	}
+	if v := rc.SaturationWaiting; v >= 0 {
+		r.SaturationWaiting = v
+	} else {
+		p.add("routing.saturation_waiting: %d, want >= 0", v)
+	}
+	if v := rc.SaturationKV; v >= 0 && v <= 1 {
+		r.SaturationKV = v
+	} else {
+		p.add("routing.saturation_kv: %v, want in [0, 1]", v)
 	}
 	if v := rc.DestinationEndpoints; v >= 1 && v <= 16 {
 		r.Endpoints = v

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 
 	"github.com/kvrouter/kvrouter/router"
 )
@@ -81,7 +83,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := requestID(req)
-	d, err := p.router.Route(req.Context(), router.Request{ID: id, Path: req.URL.Path, Body: body})
+	d, err := p.router.Route(req.Context(), router.Request{ID: id, Path: req.URL.Path, Body: body, Objective: req.Header.Get(router.HeaderObjective)})
 	if err != nil {
 		e := router.AsError(err)
 		if e == nil {
@@ -111,6 +113,9 @@ func requestID(req *http.Request) string {
 // writeError answers with an OpenAI-style JSON error.
 func writeError(w http.ResponseWriter, e *router.Error) {
 	w.Header().Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.JSON())
 }
