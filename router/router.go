@@ -66,8 +66,8 @@ type Router struct {
 	specs   sync.Pool // *hashBuf
 	// refusals logs refused requests.
 	refusals *refusalLog
-	// objectives are the InferenceObjectives' priorities.
-	objectives objectivesPtr
+	// objectives are the InferenceObjectives' priorities, swapped whole.
+	objectives atomic.Pointer[Objectives]
 }
 
 // New returns a router over fleet (whose pods are registered in index),

@@ -3,7 +3,6 @@ package router
 import (
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/router/fleet"
@@ -79,6 +78,3 @@ func (r *Router) saturated(m *fleet.Member, now time.Time) bool {
 	return l.Waiting.Load() >= int64(r.cfg.SaturationWaiting) ||
 		float64(l.KVUsagePermille.Load()) >= r.cfg.SaturationKV*1000
 }
-
-// objectivesPtr is the router's objectives, swapped whole.
-type objectivesPtr = atomic.Pointer[Objectives]
