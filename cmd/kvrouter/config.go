@@ -212,7 +212,7 @@ func routingDefaults() routingConfig {
 func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
-	fs.StringVar(&c.Listen.Admin, "admin-addr", c.Listen.Admin, "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, POST /v1/score")
+	fs.StringVar(&c.Listen.Admin, "admin-addr", c.Listen.Admin, "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "Envoy ext_proc gRPC server; empty: off")
 	fs.StringVar(&c.Listen.GRPCHealth, "grpc-health-addr", c.Listen.GRPCHealth, "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
