@@ -67,11 +67,11 @@ func installCRD(t *testing.T, dyn dynamic.Interface, doc []byte, served schema.G
 	}
 }
 
-// applyGIERBAC applies manifests/gie/rbac.yaml (the Role that reads pools
+// applyGIERBAC applies manifests-gie/rbac.yaml (the Role that reads pools
 // and objectives, and its binding) in testNamespace.
 func applyGIERBAC(t *testing.T, c *kubernetes.Clientset) {
 	t.Helper()
-	b, err := os.ReadFile("../../manifests/gie/rbac.yaml")
+	b, err := os.ReadFile("../../manifests-gie/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
