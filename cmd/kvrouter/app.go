@@ -229,8 +229,11 @@ func (a *app) setPoolProblem(why string) {
 
 func (a *app) applyReadyLocked() {
 	why := *a.phase
-	if why == "" {
+	switch {
+	case why == "":
 		why = a.poolProblem
+	case a.poolProblem != "":
+		why += "; " + a.poolProblem
 	}
 	if why == "" && a.nothing {
 		why = nothingToRoute

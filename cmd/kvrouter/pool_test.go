@@ -23,9 +23,9 @@ import (
 )
 
 // TestServePool runs serve with --pool-name on a real kube-apiserver that
-// has the GIE module's InferencePool CRD and nothing of kvrouter's own (no
-// kvrouter.io/pool label): not ready while the pool is missing, /readyz
-// saying why; ready with the pool's pod to route to once the pool and a
+// gets the GIE module's InferencePool CRD and nothing of kvrouter's own (no
+// kvrouter.io/pool label): not ready while the CRD or the pool is missing,
+// /readyz saying why; ready with the pool's pod to route to once the pool and a
 // ready pod exist; not ready again, with no pod, once the pool is deleted.
 func TestServePool(t *testing.T) {
 	if testing.Short() {
@@ -46,6 +46,25 @@ func TestServePool(t *testing.T) {
 	if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	args := []string{
+		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none",
+		"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm", "--default-model", "Qwen/Qwen3-0.6B",
+	}
+	go func() { done <- run(runCtx, args, io.Discard, pw); _ = pw.Close() }()
+	base := listenURL(t, pr)
+	readyz := func(code int, says string) {
+		t.Helper()
+		waitFor(t, "/readyz to answer "+says, func() bool {
+			c, body := get(t, base+"/readyz")
+			return c == code && strings.Contains(body, says)
+		})
+	}
+	// No CRD yet: the pool cannot be listed, and /readyz says so.
+	readyz(http.StatusServiceUnavailable, "InferencePool llm/qwen cannot be read")
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
 	if err != nil {
 		t.Fatalf("go list the GIE module: %v", err)
@@ -68,23 +87,6 @@ func TestServePool(t *testing.T) {
 		return err == nil
 	})
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	args := []string{
-		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none",
-		"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm", "--default-model", "Qwen/Qwen3-0.6B",
-	}
-	go func() { done <- run(runCtx, args, io.Discard, pw); _ = pw.Close() }()
-	base := listenURL(t, pr)
-	readyz := func(code int, says string) {
-		t.Helper()
-		waitFor(t, "/readyz to answer "+says, func() bool {
-			c, body := get(t, base+"/readyz")
-			return c == code && strings.Contains(body, says)
-		})
-	}
 	readyz(http.StatusServiceUnavailable, "not ready: InferencePool llm/qwen not found: no pod is served")
 
 	p := &corev1.Pod{

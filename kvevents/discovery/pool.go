@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/pod"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -106,6 +107,11 @@ func (d *Discovery) runPool(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("discovery: pool %s: %w", ref, err)
 	}
+	// A pool that cannot be listed (no CRD, no RBAC) is a problem to
+	// report, not only a retry to log: the informer would never sync.
+	if err := poolInf.Informer().SetWatchErrorHandlerWithContext(d.poolWatchError); err != nil {
+		return fmt.Errorf("discovery: pool %s: %w", ref, err)
+	}
 	wg.Go(func() { podInf.RunWithContext(ctx) })
 	wg.Go(func() { poolInf.Informer().RunWithContext(ctx) })
 	if cache.WaitForCacheSync(ctx.Done(), podReg.HasSynced, poolReg.HasSynced) {
@@ -120,6 +126,23 @@ func (d *Discovery) runPool(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// poolWatchError reports a pool that cannot be read, for lack of its CRD
+// or of permission, and leaves other errors to client-go.
+func (d *Discovery) poolWatchError(ctx context.Context, r *cache.Reflector, err error) {
+	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		return
+	}
+	why := fmt.Sprintf("InferencePool %s cannot be read: %v", d.cfg.Pool, err)
+	d.pool.Lock()
+	defer d.pool.Unlock()
+	d.metrics.pool.Set(0)
+	if d.pool.reported == nil || *d.pool.reported != why {
+		d.log.Warn("InferencePool cannot be read", "pool", d.cfg.Pool.String(), "err", err)
+	}
+	d.reportLocked(why)
 }
 
 func (d *Discovery) onPoolObject(obj any) {
