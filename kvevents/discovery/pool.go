@@ -152,7 +152,6 @@ func (d *Discovery) onPoolObject(obj any) {
 	}
 	var p giev1.InferencePool
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-		d.metrics.ignored.Inc()
 		d.setPool(nil, fmt.Sprintf("InferencePool %s cannot be read: %v", d.cfg.Pool, err))
 		return
 	}
