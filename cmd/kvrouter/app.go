@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,12 @@ type app struct {
 	ready  atomic.Bool
 	// notReady says why the app is not ready; nil while it is.
 	notReady atomic.Pointer[string]
+	// readyMu orders the readiness changes: phase is what serve last set
+	// (nil until it did, "" for ready), poolProblem why the InferencePool
+	// cannot be served ("" while it can); either not ready is not ready.
+	readyMu     sync.Mutex
+	phase       *string
+	poolProblem string
 	// nothing is set when no pod can ever be known: no static pods, no
 	// pods file, no discovery.
 	nothing bool
@@ -93,6 +100,9 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 		a.pods = d
+		if s.disc.Pool.Name != "" {
+			d.OnPool(a.setPoolProblem)
+		}
 	}
 	parse := podsFileParser(s.Pods.File, s.static, s.Pods.DefaultModel)
 	static, err := discovery.NewStatic(s.static, s.Pods.File, parse, time.Duration(s.Pods.FileInterval), sink, a.reg, a.logger)
@@ -195,18 +205,47 @@ func (a *app) readyWhenSynced(ctx context.Context) {
 }
 
 // setReady reports ready, or not ready for the reason why. Ready with
-// nothing to route to is not ready.
+// nothing to route to, or with an InferencePool that cannot be served, is
+// not ready.
 func (a *app) setReady(ready bool, why string) {
-	if ready && a.nothing {
-		ready, why = false, nothingToRoute
-	}
+	a.readyMu.Lock()
+	defer a.readyMu.Unlock()
 	if ready {
+		why = ""
+	}
+	a.phase = &why
+	a.applyReadyLocked()
+}
+
+// setPoolProblem is told by discovery why its InferencePool cannot be
+// served, or "" once it can.
+func (a *app) setPoolProblem(why string) {
+	a.readyMu.Lock()
+	defer a.readyMu.Unlock()
+	a.poolProblem = why
+	if a.phase != nil {
+		a.applyReadyLocked()
+	}
+}
+
+func (a *app) applyReadyLocked() {
+	why := *a.phase
+	switch {
+	case why == "":
+		why = a.poolProblem
+	case a.poolProblem != "":
+		why += "; " + a.poolProblem
+	}
+	if why == "" && a.nothing {
+		why = nothingToRoute
+	}
+	if why == "" {
 		a.notReady.Store(nil)
 	} else {
 		a.notReady.Store(&why)
 	}
-	a.ready.Store(ready)
-	a.ext.SetReady(ready)
+	a.ready.Store(why == "")
+	a.ext.SetReady(why == "")
 }
 
 // nothingToRoute is why a serve that can know no pod is not ready.

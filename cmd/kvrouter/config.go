@@ -171,9 +171,16 @@ type podsConfig struct {
 type discoverySection struct {
 	// Kubeconfig: a path, "in-cluster", "off", or "" for in-cluster when
 	// KUBERNETES_SERVICE_HOST is set and off otherwise.
-	Kubeconfig string   `yaml:"kubeconfig"` // --kubeconfig
-	Namespaces []string `yaml:"namespaces"` // --namespace
-	Selector   string   `yaml:"selector"`   // --selector
+	Kubeconfig string      `yaml:"kubeconfig"` // --kubeconfig
+	Namespaces []string    `yaml:"namespaces"` // --namespace
+	Selector   string      `yaml:"selector"`   // --selector
+	Pool       poolSection `yaml:"pool"`
+}
+
+// poolSection names the InferencePool to serve instead of the selector.
+type poolSection struct {
+	Name      string `yaml:"name"`      // --pool-name
+	Namespace string `yaml:"namespace"` // --pool-namespace
 }
 
 // defaultConfig is serve's configuration when nothing is said: vLLM's own
@@ -226,6 +233,8 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Discovery.Kubeconfig, "kubeconfig", c.Discovery.Kubeconfig, "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off")
 	fs.Var(&replaceList{dst: &c.Discovery.Namespaces}, "namespace", "a namespace to discover pods in (repeatable); default: all")
 	fs.StringVar(&c.Discovery.Selector, "selector", c.Discovery.Selector, "the label selector of the vLLM pods to discover")
+	fs.StringVar(&c.Discovery.Pool.Name, "pool-name", c.Discovery.Pool.Name, "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector")
+	fs.StringVar(&c.Discovery.Pool.Namespace, "pool-namespace", c.Discovery.Pool.Namespace, "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\"")
 	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT] (repeatable)")
 	fs.StringVar(&c.Pods.File, "pods-file", c.Pods.File, "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.FileInterval), "pods-file-interval", time.Duration(c.Pods.FileInterval), "how often the pods file is checked for changes")
@@ -269,6 +278,7 @@ var flagPaths = map[string]string{
 	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug", "admin-max-concurrent": "admin.max_concurrent",
 	"drain-delay": "shutdown.drain_delay", "shutdown-timeout": "shutdown.timeout",
 	"kubeconfig": "discovery.kubeconfig", "namespace": "discovery.namespaces", "selector": "discovery.selector",
+	"pool-name": "discovery.pool.name", "pool-namespace": "discovery.pool.namespace",
 	"pods-file": "pods.file", "pods-file-interval": "pods.file_interval", "pods-metrics-interval": "pods.metrics_interval",
 	"default-model": "pods.default_model", "hf-cache": "tokenizers.hf_cache",
 	"hash-algo": "hash.algorithm", "hash-seed": "hash.seed", "block-size": "hash.block_size",

@@ -14,12 +14,29 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// TestManifestsConfig builds the kustomization in manifests/ and runs the
-// kvrouter Deployment's configuration through serve's own loading: its
-// args (with $(VAR) from its ConfigMaps) and the config file its --config
-// names, read from the ConfigMap mounted there, load and validate.
+// TestManifestsConfig builds the kustomizations in manifests/ and
+// manifests-gie/ and runs the kvrouter Deployment's configuration through
+// serve's own loading: its args (with $(VAR) from its ConfigMaps) and the
+// config file its --config names, read from the ConfigMap mounted there,
+// load and validate.
 func TestManifestsConfig(t *testing.T) {
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../../manifests")
+	t.Run("manifests", func(t *testing.T) {
+		s := manifestsSettings(t, "../../manifests")
+		if s.disc.Pool.Name != "" {
+			t.Errorf("manifests/ serves the pool %s, want the selector", s.disc.Pool)
+		}
+	})
+	t.Run("manifests-gie", func(t *testing.T) {
+		s := manifestsSettings(t, "../../manifests-gie")
+		if want := "placeholder/vllm-qwen3"; s.disc.Pool.String() != want { // POD_NAMESPACE/the pool
+			t.Errorf("manifests-gie/ serves the pool %q, want %q", s.disc.Pool, want)
+		}
+	})
+}
+
+func manifestsSettings(t *testing.T, dir string) settings {
+	t.Helper()
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build: %v", err)
 	}
@@ -72,6 +89,7 @@ func TestManifestsConfig(t *testing.T) {
 	if s.Shutdown.DrainDelay <= 0 || s.Tokenizers.HFCache != "/hf-cache" || s.disc.Kubeconfig == "" {
 		t.Errorf("the manifests' kvrouter configuration = %+v, want a drain delay, the /hf-cache tokenizers and discovery", s.config)
 	}
+	return s
 }
 
 var varRef = regexp.MustCompile(`\$\(([A-Z_]+)\)`)

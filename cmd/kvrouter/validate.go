@@ -107,6 +107,12 @@ func (c config) validate(serviceHost string) (settings, error) {
 			p.add("discovery.namespaces[%d]: empty", i)
 		}
 	}
+	if c.Discovery.Pool.Name != "" && s.disc.Kubeconfig == "" {
+		p.add("discovery.pool.name: %q needs Kubernetes discovery, which is off (--kubeconfig)", c.Discovery.Pool.Name)
+	}
+	if c.Discovery.Pool.Name == "" && c.Discovery.Pool.Namespace != "" {
+		p.add("discovery.pool.namespace: %q without discovery.pool.name", c.Discovery.Pool.Namespace)
+	}
 	s.certs = c.tlsSettings(s.disc.Kubeconfig != "", p)
 	s.objectives = router.Objectives{}
 	for i, o := range c.Objectives {
@@ -385,6 +391,12 @@ func (c config) discoveryConfig(serviceHost string) discovery.Config {
 	cfg := discovery.DefaultConfig()
 	cfg.Kubeconfig = resolveKubeconfig(c.Discovery.Kubeconfig, serviceHost)
 	cfg.Namespaces, cfg.DefaultModel, cfg.Selector = c.Discovery.Namespaces, c.Pods.DefaultModel, c.Discovery.Selector
+	if c.Discovery.Pool.Name != "" {
+		cfg.Pool = discovery.PoolRef{Name: c.Discovery.Pool.Name, Namespace: c.Discovery.Pool.Namespace}
+		if cfg.Pool.Namespace == "" {
+			cfg.Pool.Namespace = defaultPoolNamespace(cfg.Kubeconfig)
+		}
+	}
 	return cfg
 }
 
@@ -412,4 +424,19 @@ func podsFrom(where string, entries []podEntry, defaultModel string, p *problems
 
 func (s staticPod) entry() podEntry {
 	return podEntry{Name: s.name, Address: s.address(), Model: s.model, EventPort: s.events, ReplayPort: s.replay}
+}
+
+// serviceAccountNamespace is the file that holds the namespace of an
+// in-cluster pod.
+var serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// defaultPoolNamespace is --pool-namespace's default: kvrouter's own
+// namespace in-cluster, else "default" (as the reference picker's).
+func defaultPoolNamespace(kubeconfig string) string {
+	if kubeconfig == discovery.InCluster {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil && strings.TrimSpace(string(b)) != "" {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return "default"
 }

@@ -19,6 +19,20 @@ const InCluster = "in-cluster"
 // NewClient connects to the API server a kubeconfig file names, or to the
 // one the pod runs in for InCluster.
 func NewClient(kubeconfig string) (kubernetes.Interface, error) {
+	rc, err := NewConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, nil
+}
+
+// NewConfig is the client configuration of NewClient, for the clients it
+// does not build (the dynamic client of InferencePool discovery).
+func NewConfig(kubeconfig string) (*rest.Config, error) {
 	var (
 		rc  *rest.Config
 		err error
@@ -32,11 +46,7 @@ func NewClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	rc.UserAgent = "kvrouter"
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return c, nil
+	return rc, nil
 }
 
 // RouteClientLogs sends client-go's own logs (klog, which is process-wide)

@@ -28,7 +28,18 @@ type Config struct {
 	EventPort, ReplayPort int
 	// Resync replays every pod to the consumer this often; 0: never.
 	Resync time.Duration
+	// Pool, when its Name is set, is the InferencePool whose pods are
+	// served: Selector and Namespaces do not apply (see the package doc).
+	Pool PoolRef
 }
+
+// PoolRef names an InferencePool (inference.networking.k8s.io/v1).
+type PoolRef struct {
+	Name, Namespace string
+}
+
+// String is namespace/name.
+func (r PoolRef) String() string { return r.Namespace + "/" + r.Name }
 
 // DefaultConfig returns the defaults: every namespace, the pods labeled
 // kvrouter.io/pool=default, vLLM's ports.
@@ -65,6 +76,14 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("namespace %q is empty or repeated", ns))
 		}
 		seen[ns] = true
+	}
+	if c.Pool.Name != "" {
+		if c.Pool.Namespace == "" {
+			errs = append(errs, fmt.Errorf("pool %q has no namespace", c.Pool.Name))
+		}
+		if len(c.Namespaces) > 0 {
+			errs = append(errs, errors.New("namespaces are set with a pool: the pool's namespace is the one watched"))
+		}
 	}
 	if c.Resync < 0 {
 		errs = append(errs, fmt.Errorf("negative resync %s", c.Resync))

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -30,11 +31,13 @@ type Consumer interface {
 type Discovery struct {
 	cfg      Config
 	client   kubernetes.Interface
+	dyn      dynamic.Interface // pool mode only
 	selector labels.Selector
 	consumer Consumer
 	log      *slog.Logger
 	metrics  *metrics
 	synced   chan struct{} // closed once every informer synced
+	pool     poolState
 
 	mu struct {
 		sync.Mutex
@@ -53,7 +56,16 @@ func New(cfg Config, consumer Consumer, reg prometheus.Registerer, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	return newDiscovery(cfg, client, consumer, reg, log)
+	d, err := newDiscovery(cfg, client, consumer, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pool.Name != "" {
+		if d.dyn, err = newDynamic(cfg.Kubeconfig); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, reg prometheus.Registerer, log *slog.Logger) (*Discovery, error) {
@@ -77,6 +89,9 @@ func (d *Discovery) Synced() <-chan struct{} { return d.synced }
 // Run watches the pods until ctx is done and returns once the informers
 // have stopped.
 func (d *Discovery) Run(ctx context.Context) error {
+	if d.cfg.Pool.Name != "" {
+		return d.runPool(ctx)
+	}
 	namespaces := d.cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}

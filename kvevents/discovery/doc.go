@@ -6,6 +6,17 @@
 //   - Discovery, the Kubernetes informer: a pod informer per configured
 //     namespace, filtered by a label selector. This is the only package that
 //     imports client-go.
+//     With Config.Pool set it serves an InferencePool instead
+//     (inference.networking.k8s.io/v1, read with the GIE module's types
+//     through the dynamic client): it watches that pool and every pod of its
+//     namespace, and serves the pods its selector matches, on each of its
+//     target ports. Target port k of a pod is its DP rank k: one candidate
+//     named namespace/name for rank 0 and namespace/name:rank-k for the
+//     others (see RankName), on that port, with the KV event ports + k and
+//     DP size 1; with a single target port the kvrouter.io/dp-size
+//     annotation still applies. A pool edit re-reads every pod at once; a
+//     pool missing or deleted serves no pod, is logged, counted in
+//     kvrouter_discovery_pool_found and told to OnPool.
 //   - Static, the pods known without Kubernetes: the static pods, which never
 //     change, and those of a pods file, re-read on every tick and applied
 //     when its content changed. The file's format is the caller's: it hands

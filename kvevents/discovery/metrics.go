@@ -11,6 +11,7 @@ type metrics struct {
 	pods    *prometheus.GaugeVec // by state: ready, not_ready
 	synced  prometheus.Gauge
 	ignored prometheus.Counter
+	pool    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,11 +28,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "discovery", Name: "ignored_annotations_total",
 			Help: "kvrouter.io/* pod annotations ignored as invalid, or pods skipped for lack of a model.",
 		}),
+		pool: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "discovery", Name: "pool_found",
+			Help: "With --pool-name: 1 while the InferencePool exists, 0 while it is missing or unreadable (no pod is served). 0 without a pool.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.pods, m.synced, m.ignored} {
+	for _, c := range []prometheus.Collector{m.pods, m.synced, m.ignored, m.pool} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("discovery: register metrics: %w", err)
 		}

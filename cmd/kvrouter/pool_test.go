@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// TestServePool runs serve with --pool-name on a real kube-apiserver that
+// gets the GIE module's InferencePool CRD and nothing of kvrouter's own (no
+// kvrouter.io/pool label): not ready while the CRD or the pool is missing,
+// /readyz saying why; ready with the pool's pod to route to once the pool and a
+// ready pod exist; not ready again, with no pod, once the pool is deleted.
+func TestServePool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and kube-apiserver")
+	}
+	api := kubeapi.New(t, kubeapi.Options{})
+	api.Start(t)
+	ctx := t.Context()
+	kubeconfig := api.Kubeconfig(t, kubeapi.AdminToken)
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	args := []string{
+		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none",
+		"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm", "--default-model", "Qwen/Qwen3-0.6B",
+	}
+	go func() { done <- run(runCtx, args, io.Discard, pw); _ = pw.Close() }()
+	base := listenURL(t, pr)
+	readyz := func(code int, says string) {
+		t.Helper()
+		waitFor(t, "/readyz to answer "+says, func() bool {
+			c, body := get(t, base+"/readyz")
+			return c == code && strings.Contains(body, says)
+		})
+	}
+	// No CRD yet: the pool cannot be listed, and /readyz says so.
+	readyz(http.StatusServiceUnavailable, "InferencePool llm/qwen cannot be read")
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
+	if err != nil {
+		t.Fatalf("go list the GIE module: %v", err)
+	}
+	crd, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crdObj map[string]any
+	if err := yaml.Unmarshal(crd, &crdObj); err != nil {
+		t.Fatal(err)
+	}
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: crdObj}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create CRD: %v", err)
+	}
+	pools := dyn.Resource(schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}).Namespace("llm")
+	waitFor(t, "the InferencePool resource to be served", func() bool {
+		_, err := pools.List(ctx, metav1.ListOptions{})
+		return err == nil
+	})
+
+	readyz(http.StatusServiceUnavailable, "not ready: InferencePool llm/qwen not found: no pod is served")
+
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: "llm", Labels: map[string]string{"app": "vllm"}},
+		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
+	}
+	if p, err = api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.255.255.7"
+	p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err = api.Admin.CoreV1().Pods("llm").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pool map[string]any
+	if err := yaml.Unmarshal([]byte(`
+apiVersion: inference.networking.k8s.io/v1
+kind: InferencePool
+metadata: {name: qwen, namespace: llm}
+spec:
+  selector: {matchLabels: {app: vllm}}
+  targetPorts: [{number: 8000}]
+  endpointPickerRef: {kind: Service, name: kvrouter, port: {number: 9002}}
+`), &pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pools.Create(ctx, &unstructured.Unstructured{Object: pool}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	readyz(http.StatusOK, "ready: 1 pod to route to")
+	_, body := get(t, base+"/debug/pods")
+	for _, want := range []string{`"name": "llm/vllm-0"`, `"address": "10.255.255.7:8000"`, `"ready": true`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /debug/pods = %s, want it to contain %s", body, want)
+		}
+	}
+
+	if err := pools.Delete(ctx, "qwen", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	readyz(http.StatusServiceUnavailable, "not ready: InferencePool llm/qwen was deleted: no pod is served")
+	if _, body := get(t, base+"/debug/pods"); strings.Contains(body, "vllm-0") {
+		t.Errorf("GET /debug/pods after the pool was deleted = %s, want no pod", body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve after cancel = %v, want nil", err)
+	}
+}
+
+// waitFor polls cond, an outside process's state, until it holds; the
+// deadline is a hang guard, not a performance bound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPoolConfig checks the pool flags reach discovery, their defaults,
+// and the combinations refused.
+func TestPoolConfig(t *testing.T) {
+	kubeconfig := writeKubeconfig(t, "https://127.0.0.1:1")
+	for _, tt := range []struct {
+		args    []string
+		pool    string // namespace/name discovery is given; "" for none
+		problem string // a problem validate reports; "" for none
+	}{
+		{args: []string{"--kubeconfig", kubeconfig}},
+		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm"}, pool: "llm/qwen"},
+		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen"}, pool: "default/qwen"},
+		{args: []string{"--kubeconfig", "off", "--pool-name", "qwen"}, problem: `--pool-name: "qwen" needs Kubernetes discovery, which is off (--kubeconfig)`},
+		{args: []string{"--kubeconfig", kubeconfig, "--pool-namespace", "llm"}, problem: `--pool-namespace: "llm" without discovery.pool.name`},
+		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--namespace", "llm"}, problem: "namespaces are set with a pool"},
+	} {
+		c, err := loadConfig(tt.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.validate("")
+		switch {
+		case tt.problem != "":
+			if err == nil || !strings.Contains(err.Error(), tt.problem) {
+				t.Errorf("validate(%q) = %v, want the problem %q", tt.args, err, tt.problem)
+			}
+		case err != nil:
+			t.Errorf("validate(%q) = %v", tt.args, err)
+		case tt.pool == "" && s.disc.Pool.Name != "", tt.pool != "" && s.disc.Pool.String() != tt.pool:
+			t.Errorf("validate(%q): pool %+v, want %q", tt.args, s.disc.Pool, tt.pool)
+		}
+	}
+}
