@@ -1,14 +1,10 @@
 package manifests
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,9 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -261,35 +254,11 @@ func TestGIEPoolSchema(t *testing.T) {
 	o := buildGIE(t)
 	api := kubeapi.New(t, kubeapi.Options{})
 	api.Start(t)
-	rc, err := clientcmd.BuildConfigFromFlags("", api.Kubeconfig(t, kubeapi.AdminToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
-	if err != nil {
-		t.Fatalf("go list the GIE module: %v", err)
-	}
-	crd, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := t.Context()
 	if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvrouter"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var obj map[string]any
-	if err := sigsyaml.Unmarshal(crd, &obj); err != nil {
-		t.Fatal(err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create CRD: %v", err)
-	}
-	pools := dyn.Resource(schema.GroupVersionResource{Group: giev1.GroupName, Version: "v1", Resource: "inferencepools"}).Namespace("kvrouter")
+	pools := api.InstallInferencePoolCRD(t, "kvrouter")
 	create := func(y []byte) error {
 		var m map[string]any
 		if err := sigsyaml.Unmarshal(y, &m); err != nil {
@@ -299,15 +268,8 @@ func TestGIEPoolSchema(t *testing.T) {
 		return err
 	}
 	y := o.yaml["InferencePool/vllm-qwen3"]
-	var lastErr error
-	for range 300 { // the CRD takes a moment to be served
-		if lastErr = create(y); lastErr == nil || !strings.Contains(lastErr.Error(), "the server could not find the requested resource") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if lastErr != nil {
-		t.Fatalf("the API server refuses the overlay's InferencePool: %v", lastErr)
+	if err := create(y); err != nil {
+		t.Fatalf("the API server refuses the overlay's InferencePool: %v", err)
 	}
 	// The check bites: a field the schema lacks, and a port out of range.
 	for what, bad := range map[string]string{

@@ -4,9 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
@@ -35,14 +29,6 @@ func TestServePool(t *testing.T) {
 	api.Start(t)
 	ctx := t.Context()
 	kubeconfig := api.Kubeconfig(t, kubeapi.AdminToken)
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,27 +51,7 @@ func TestServePool(t *testing.T) {
 	}
 	// No CRD yet: the pool cannot be listed, and /readyz says so.
 	readyz(http.StatusServiceUnavailable, "InferencePool llm/qwen cannot be read")
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
-	if err != nil {
-		t.Fatalf("go list the GIE module: %v", err)
-	}
-	crd, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crdObj map[string]any
-	if err := yaml.Unmarshal(crd, &crdObj); err != nil {
-		t.Fatal(err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: crdObj}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create CRD: %v", err)
-	}
-	pools := dyn.Resource(schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}).Namespace("llm")
-	waitFor(t, "the InferencePool resource to be served", func() bool {
-		_, err := pools.List(ctx, metav1.ListOptions{})
-		return err == nil
-	})
+	pools := api.InstallInferencePoolCRD(t, "llm")
 
 	readyz(http.StatusServiceUnavailable, "not ready: InferencePool llm/qwen not found: no pod is served")
 
@@ -93,7 +59,8 @@ func TestServePool(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: "llm", Labels: map[string]string{"app": "vllm"}},
 		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
 	}
-	if p, err = api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	p, err := api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.255.255.7"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,51 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	"sigs.k8s.io/yaml"
 )
-
-// gieCRD is the InferencePool CRD as the GIE module ships it.
-func gieCRD(t *testing.T) []byte {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
-	if err != nil {
-		t.Fatalf("go list the GIE module: %v", err)
-	}
-	b, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// installCRD creates the CRD and waits until its resource is served.
-func installCRD(t *testing.T, dyn dynamic.Interface, doc []byte, served schema.GroupVersionResource) {
-	t.Helper()
-	var obj map[string]any
-	if err := yaml.Unmarshal(doc, &obj); err != nil {
-		t.Fatal(err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crds).Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create CRD: %v", err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := dyn.Resource(served).Namespace(testNamespace).List(t.Context(), metav1.ListOptions{})
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not served: %v", served.Resource, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // applyGIERBAC applies manifests-gie/rbac.yaml (the Role that reads pools
 // and objectives, and its binding) in testNamespace.
@@ -184,15 +143,7 @@ func TestRealAPIServerPool(t *testing.T) {
 	ctx := t.Context()
 	token := applyRBAC(t, api.Admin)
 	applyGIERBAC(t, api.Admin)
-	rc, err := clientcmd.BuildConfigFromFlags("", api.Kubeconfig(t, kubeapi.AdminToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	installCRD(t, admin, gieCRD(t), PoolResource)
+	pools := api.InstallInferencePoolCRD(t, testNamespace)
 
 	cfg := testConfig()
 	cfg.Kubeconfig, cfg.DefaultModel = api.Kubeconfig(t, token), "m"
@@ -223,7 +174,6 @@ func TestRealAPIServerPool(t *testing.T) {
 		t.Errorf("pool_found = %v, want 0", got)
 	}
 
-	pools := admin.Resource(PoolResource).Namespace(testNamespace)
 	pool := &giev1.InferencePool{
 		TypeMeta:   metav1.TypeMeta{APIVersion: giev1.GroupVersion.String(), Kind: "InferencePool"},
 		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: testNamespace},
