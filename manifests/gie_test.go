@@ -163,7 +163,7 @@ func TestGIEOverlay(t *testing.T) {
 	}
 	ref := pool.Spec.EndpointPickerRef
 	svc := o.services["kvrouter"]
-	if ref == nil || ref.Kind != "Service" || ref.Name != "kvrouter" || ref.Port == nil || ref.Port.Number != 9002 || svc == nil {
+	if ref.Kind != "Service" || ref.Name != "kvrouter" || ref.Port == nil || ref.Port.Number != 9002 || svc == nil {
 		t.Fatalf("endpointPickerRef %+v, want kvrouter's Service on 9002", ref)
 	}
 	var grpc *corev1.ServicePort

@@ -102,6 +102,14 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 		a.pods = d
 		if s.disc.Pool.Name != "" {
 			d.OnPool(a.setPoolProblem)
+			// The pool's InferenceObjectives win over the config's of the
+			// same name.
+			d.OnObjectives(func(fromCluster map[string]int) {
+				merged := router.Objectives{}
+				maps.Copy(merged, s.objectives)
+				maps.Copy(merged, fromCluster)
+				a.router.SetObjectives(merged)
+			})
 		}
 	}
 	parse := podsFileParser(s.Pods.File, s.static, s.Pods.DefaultModel)

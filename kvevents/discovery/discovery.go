@@ -38,6 +38,8 @@ type Discovery struct {
 	metrics  *metrics
 	synced   chan struct{} // closed once every informer synced
 	pool     poolState
+	// objectives are the pool's InferenceObjectives (pool mode).
+	objectives objectives
 
 	mu struct {
 		sync.Mutex

@@ -114,6 +114,7 @@ func (d *Discovery) runPool(ctx context.Context) error {
 	}
 	wg.Go(func() { podInf.RunWithContext(ctx) })
 	wg.Go(func() { poolInf.Informer().RunWithContext(ctx) })
+	wg.Go(func() { d.runObjectives(ctx) })
 	if cache.WaitForCacheSync(ctx.Done(), podReg.HasSynced, poolReg.HasSynced) {
 		d.pool.Lock()
 		if d.pool.spec == nil {

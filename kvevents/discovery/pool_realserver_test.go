@@ -180,7 +180,7 @@ func TestRealAPIServerPool(t *testing.T) {
 		Spec: giev1.InferencePoolSpec{
 			Selector:    giev1.LabelSelector{MatchLabels: map[giev1.LabelKey]giev1.LabelValue{"app": "vllm"}},
 			TargetPorts: []giev1.Port{{Number: 8000}},
-			EndpointPickerRef: &giev1.EndpointPickerRef{
+			EndpointPickerRef: giev1.EndpointPickerRef{
 				Kind: "Service", Name: "kvrouter", Port: &giev1.Port{Number: 9002},
 			},
 		},
