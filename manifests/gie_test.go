@@ -243,10 +243,10 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// TestGIEPoolSchema creates the overlay's InferencePool on a real
-// kube-apiserver that has the GIE module's CRD, with strict field validation
-// and dry run: the API server checks it against the CRD's OpenAPI schema and
-// its CEL rules.
+// TestGIEPoolSchema creates the overlay's InferencePool and
+// InferenceObjectives on a real kube-apiserver that has the GIE module's
+// CRDs, with strict field validation and dry run: the API server checks them
+// against the CRDs' OpenAPI schemas and CEL rules.
 func TestGIEPoolSchema(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -279,5 +279,24 @@ func TestGIEPoolSchema(t *testing.T) {
 		if err := create([]byte(bad)); err == nil {
 			t.Errorf("the API server accepts the pool with %s:\n%s", what, bad)
 		}
+	}
+	// The sample InferenceObjectives, against their CRD as the module ships it.
+	objectives := api.InstallInferenceObjectiveCRD(t, "kvrouter")
+	n := 0
+	for key, y := range o.yaml {
+		if !strings.HasPrefix(key, "InferenceObjective/") {
+			continue
+		}
+		n++
+		var m map[string]any
+		if err := sigsyaml.Unmarshal(y, &m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := objectives.Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+			t.Errorf("the API server refuses the overlay's %s: %v", key, err)
+		}
+	}
+	if n == 0 {
+		t.Error("the overlay has no InferenceObjective to check")
 	}
 }
