@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +45,17 @@ func TestServePool(t *testing.T) {
 		"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm", "--default-model", "Qwen/Qwen3-0.6B",
 	}
 	go func() { done <- run(runCtx, args, io.Discard, pw); _ = pw.Close() }()
-	base := listenURL(t, pr)
+	urls := announced(t, pr, "admin server", "ext_proc gRPC server")
+	base := urls["admin server"]
+	// In a cluster the ext_proc port serves TLS with a self-signed
+	// certificate: the client encrypts without verifying, as gateways do.
+	conn, err := grpc.NewClient(urls["ext_proc gRPC server"], grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}))) //nolint:gosec // see above
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	envoy := envoyclient.New(conn)
+	completion := envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"Qwen/Qwen3-0.6B","prompt":"hello"}`)}
 	readyz := func(code int, says string) {
 		t.Helper()
 		waitFor(t, "/readyz to answer "+says, func() bool {
@@ -59,7 +73,7 @@ func TestServePool(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: "llm", Labels: map[string]string{"app": "vllm"}},
 		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
 	}
-	p, err := api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{})
+	p, err = api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +99,9 @@ spec:
 		t.Fatal(err)
 	}
 	readyz(http.StatusOK, "ready: 1 pod to route to")
+	if res, err := envoy.Do(ctx, completion); err != nil || res.Destination != "10.255.255.7:8000" {
+		t.Errorf("a completion through ext_proc = %+v, %v; want routed to the pool's pod", res, err)
+	}
 	_, body := get(t, base+"/debug/pods")
 	for _, want := range []string{`"name": "llm/vllm-0"`, `"address": "10.255.255.7:8000"`, `"ready": true`} {
 		if !strings.Contains(body, want) {
@@ -98,6 +115,9 @@ spec:
 	readyz(http.StatusServiceUnavailable, "not ready: InferencePool llm/qwen was deleted: no pod is served")
 	if _, body := get(t, base+"/debug/pods"); strings.Contains(body, "vllm-0") {
 		t.Errorf("GET /debug/pods after the pool was deleted = %s, want no pod", body)
+	}
+	if res, err := envoy.Do(ctx, completion); err != nil || res.Status != http.StatusServiceUnavailable {
+		t.Errorf("a completion once the pool is gone = %+v, %v; want 503: its model was served", res, err)
 	}
 	cancel()
 	if err := <-done; err != nil {
