@@ -12,7 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	giev1alpha2 "sigs.k8s.io/gateway-api-inference-extension/apix/v1alpha2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -20,10 +23,9 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
 )
 
-// The Gateway API objects of the overlay, as far as it uses them: decoded
-// strictly, an unknown or misspelled field fails. The gateway-api module's
-// types would be a new dependency for two objects; these mirror its v1
-// field names.
+// The Gateway API objects of the overlay, as far as the checks below read
+// them (TestGIEPoolSchema decodes them into the Gateway API's own types and
+// validates them against its CRDs).
 type (
 	gateway struct {
 		APIVersion string            `json:"apiVersion"`
@@ -63,20 +65,6 @@ type (
 		Kind  string `json:"kind"`
 		Name  string `json:"name"`
 	}
-	// inferenceObjective mirrors inference.networking.x-k8s.io/v1alpha2,
-	// whose types the GIE module v1.6.0 no longer ships.
-	inferenceObjective struct {
-		APIVersion string            `json:"apiVersion"`
-		Kind       string            `json:"kind"`
-		Metadata   metav1.ObjectMeta `json:"metadata"`
-		Spec       struct {
-			Priority *int `json:"priority"`
-			PoolRef  struct {
-				Group string `json:"group"`
-				Name  string `json:"name"`
-			} `json:"poolRef"`
-		} `json:"spec"`
-	}
 )
 
 // gieObjects is the gie overlay, built and decoded strictly.
@@ -89,7 +77,7 @@ type gieObjects struct {
 	bindings    map[string]*rbacv1.RoleBinding
 	gateways    map[string]*gateway
 	routes      map[string]*httpRoute
-	objectives  map[string]*inferenceObjective
+	objectives  map[string]*giev1alpha2.InferenceObjective
 }
 
 func buildGIE(t *testing.T) gieObjects {
@@ -101,7 +89,7 @@ func buildGIE(t *testing.T) gieObjects {
 	o := gieObjects{
 		yaml: map[string][]byte{}, pools: map[string]*giev1.InferencePool{}, deployments: map[string]*appsv1.Deployment{},
 		services: map[string]*corev1.Service{}, roles: map[string]*rbacv1.Role{}, bindings: map[string]*rbacv1.RoleBinding{},
-		gateways: map[string]*gateway{}, routes: map[string]*httpRoute{}, objectives: map[string]*inferenceObjective{},
+		gateways: map[string]*gateway{}, routes: map[string]*httpRoute{}, objectives: map[string]*giev1alpha2.InferenceObjective{},
 	}
 	for _, r := range res.Resources() {
 		y, err := r.AsYAML()
@@ -221,7 +209,7 @@ func TestGIEOverlay(t *testing.T) {
 	}
 	var sheddable, kept bool
 	for name, ob := range o.objectives {
-		if ob.APIVersion != "inference.networking.x-k8s.io/v1alpha2" || ob.Spec.Priority == nil || ob.Spec.PoolRef.Name != pool.Name {
+		if ob.APIVersion != "inference.networking.x-k8s.io/v1alpha2" || ob.Spec.Priority == nil || string(ob.Spec.PoolRef.Name) != pool.Name {
 			t.Errorf("InferenceObjective %s = %+v, want v1alpha2 with a priority, on the pool", name, ob)
 			continue
 		}
@@ -243,10 +231,11 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// TestGIEPoolSchema creates the overlay's InferencePool and
-// InferenceObjectives on a real kube-apiserver that has the GIE module's
-// CRDs, with strict field validation and dry run: the API server checks them
-// against the CRDs' OpenAPI schemas and CEL rules.
+// TestGIEPoolSchema creates the overlay's InferencePool, InferenceObjectives,
+// Gateway and HTTPRoute on a real kube-apiserver that has the GIE module's
+// and the Gateway API module's CRDs, with strict field validation and dry
+// run: the API server checks them against the CRDs' OpenAPI schemas and CEL
+// rules.
 func TestGIEPoolSchema(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -298,5 +287,31 @@ func TestGIEPoolSchema(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("the overlay has no InferenceObjective to check")
+	}
+	// The Gateway and the HTTPRoute: strictly into the Gateway API's own
+	// types, and against its standard CRDs.
+	gateways, routes := api.InstallGatewayAPICRDs(t, "kvrouter")
+	for key, check := range map[string]struct {
+		into any
+		res  dynamic.ResourceInterface
+	}{
+		"Gateway/inference-gateway": {&gatewayv1.Gateway{}, gateways},
+		"HTTPRoute/vllm-qwen3":      {&gatewayv1.HTTPRoute{}, routes},
+	} {
+		y, ok := o.yaml[key]
+		if !ok {
+			t.Errorf("the overlay has no %s", key)
+			continue
+		}
+		if err := sigsyaml.UnmarshalStrict(y, check.into); err != nil {
+			t.Errorf("%s does not decode into the Gateway API's type: %v", key, err)
+		}
+		var m map[string]any
+		if err := sigsyaml.Unmarshal(y, &m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := check.res.Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+			t.Errorf("the API server refuses the overlay's %s: %v", key, err)
+		}
 	}
 }
