@@ -43,8 +43,8 @@ type registry interface {
 type app struct {
 	logger *slog.Logger
 	reg    registry
-	ready  atomic.Bool
-	// notReady says why the app is not ready; nil while it is.
+	// notReady says why the app is not ready ("starting" until serve says
+	// otherwise); nil while it is.
 	notReady atomic.Pointer[string]
 	// readyMu orders the readiness changes: phase is what serve last set
 	// (nil until it did, "" for ready), poolProblem why the InferencePool
@@ -88,6 +88,8 @@ func newApp(s settings, logger *slog.Logger) (*app, error) {
 // newAppOn is newApp with the parts' metrics registered on reg.
 func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 	a := &app{logger: logger, reg: reg}
+	starting := "starting"
+	a.notReady.Store(&starting)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfo())
 	if err := a.build(s); err != nil {
 		return nil, err
@@ -252,7 +254,6 @@ func (a *app) applyReadyLocked() {
 	} else {
 		a.notReady.Store(&why)
 	}
-	a.ready.Store(why == "")
 	a.ext.SetReady(why == "")
 }
 
@@ -262,10 +263,7 @@ const nothingToRoute = "nothing to route to: no pod is given (--pod, pods.static
 // readiness is /readyz's answer: whether the app is ready, and a line that
 // says why, or what it routes to.
 func (a *app) readiness() (bool, string) {
-	if why := a.notReady.Load(); why != nil || !a.ready.Load() {
-		if why == nil {
-			return false, "not ready: starting"
-		}
+	if why := a.notReady.Load(); why != nil {
 		return false, "not ready: " + *why
 	}
 	switch n := len(a.fleet.Snapshot().Members()); n {
