@@ -3,7 +3,6 @@ package discovery
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,39 +21,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // applyGIERBAC applies manifests-gie/rbac.yaml (the Role that reads pools
 // and objectives, and its binding) in testNamespace.
 func applyGIERBAC(t *testing.T, c *kubernetes.Clientset) {
 	t.Helper()
-	b, err := os.ReadFile("../../manifests-gie/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var err2 error
-	for doc := range strings.SplitSeq(string(b), "\n---\n") {
-		var head metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-			t.Fatal(err)
-		}
-		switch head.Kind {
-		case "Role":
-			var o rbacv1.Role
-			mustDecode(t, doc, &o)
-			_, err2 = c.RbacV1().Roles(testNamespace).Create(t.Context(), &o, metav1.CreateOptions{})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			mustDecode(t, doc, &o)
-			_, err2 = c.RbacV1().RoleBindings(testNamespace).Create(t.Context(), &o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("gie/rbac.yaml: unexpected kind %q", head.Kind)
-		}
-		if err2 != nil {
-			t.Fatalf("apply %s: %v", head.Kind, err2)
-		}
-	}
+	applyManifest(t, c, "../../manifests-gie/rbac.yaml")
 }
 
 // rankRecorder writes down the consumer's calls with the event ports.

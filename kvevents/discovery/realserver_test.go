@@ -24,16 +24,29 @@ const testNamespace = "kvrouter"
 func applyRBAC(t *testing.T, c *kubernetes.Clientset) string {
 	t.Helper()
 	ctx := t.Context()
-	b, err := os.ReadFile("../../manifests/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, ns := range []string{testNamespace, "elsewhere"} {
 		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var account string
+	account := applyManifest(t, c, "../../manifests/rbac.yaml")
+	tok, err := c.CoreV1().ServiceAccounts(testNamespace).CreateToken(ctx, account, &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Status.Token
+}
+
+// applyManifest creates the ServiceAccounts, Roles, bindings and cluster
+// roles of a manifest file, the namespaced ones in testNamespace, and
+// returns the name of its ServiceAccount ("" when it has none).
+func applyManifest(t *testing.T, c *kubernetes.Clientset, path string) (account string) {
+	t.Helper()
+	ctx := t.Context()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for doc := range strings.SplitSeq(string(b), "\n---\n") {
 		var head metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
@@ -62,17 +75,13 @@ func applyRBAC(t *testing.T, c *kubernetes.Clientset) string {
 			mustDecode(t, doc, &o)
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("rbac.yaml: unexpected kind %q", head.Kind)
+			t.Fatalf("%s: unexpected kind %q", path, head.Kind)
 		}
 		if err != nil {
-			t.Fatalf("apply %s: %v", head.Kind, err)
+			t.Fatalf("%s: apply %s: %v", path, head.Kind, err)
 		}
 	}
-	tok, err := c.CoreV1().ServiceAccounts(testNamespace).CreateToken(ctx, account, &authnv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok.Status.Token
+	return account
 }
 
 func mustDecode(t *testing.T, doc string, into any) {
