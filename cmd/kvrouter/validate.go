@@ -197,41 +197,14 @@ func (c config) routerConfig(p *problems) router.Config {
 	} else {
 		p.add("routing.prefill_tokens_per_second: %v, want > 0", v)
 	}
-	if v := rc.PrefillAttentionPerToken; v >= 0 && v < 1 {
-		r.PrefillAttentionPerToken = v
-	} else {
-		p.add("routing.prefill_attention_per_token: %v, want in [0, 1)", v)
-	}
-	if v := rc.KVPressure; v >= 0 && !math.IsInf(v, 0) {
-		r.KVPressure = v
-	} else {
-		p.add("routing.kv_pressure: %v, want >= 0", v)
-	}
-	if v := rc.Tolerance; v >= 0 && v <= 1 {
-		r.Tolerance = v
-	} else {
-		p.add("routing.tolerance: %v, want in [0, 1]", v)
-	}
-	if v := rc.SaturationWaiting; v >= 0 {
-		r.SaturationWaiting = v
-	} else {
-		p.add("routing.saturation_waiting: %d, want >= 0", v)
-	}
-	if v := rc.SaturationKV; v >= 0 && v <= 1 {
-		r.SaturationKV = v
-	} else {
-		p.add("routing.saturation_kv: %v, want in [0, 1]", v)
-	}
-	if v := rc.DestinationEndpoints; v >= 1 && v <= 16 {
-		r.Endpoints = v
-	} else {
-		p.add("routing.destination_endpoints: %d, want in [1, 16]", v)
-	}
-	if v := rc.MaxTokenizeBytes; v >= 0 {
-		r.MaxTokenizeBytes = v
-	} else {
-		p.add("routing.max_tokenize_bytes: %d, want >= 0", v)
-	}
+	setChecked(p, "routing.prefill_attention_per_token", rc.PrefillAttentionPerToken, "in [0, 1)", &r.PrefillAttentionPerToken,
+		func(v float64) bool { return v >= 0 && v < 1 })
+	setChecked(p, "routing.kv_pressure", rc.KVPressure, ">= 0", &r.KVPressure, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
+	setChecked(p, "routing.tolerance", rc.Tolerance, "in [0, 1]", &r.Tolerance, func(v float64) bool { return v >= 0 && v <= 1 })
+	setChecked(p, "routing.saturation_waiting", rc.SaturationWaiting, ">= 0", &r.SaturationWaiting, func(v int) bool { return v >= 0 })
+	setChecked(p, "routing.saturation_kv", rc.SaturationKV, "in [0, 1]", &r.SaturationKV, func(v float64) bool { return v >= 0 && v <= 1 })
+	setChecked(p, "routing.destination_endpoints", rc.DestinationEndpoints, "in [1, 16]", &r.Endpoints, func(v int) bool { return v >= 1 && v <= 16 })
+	setChecked(p, "routing.max_tokenize_bytes", rc.MaxTokenizeBytes, ">= 0", &r.MaxTokenizeBytes, func(v int) bool { return v >= 0 })
 	if v := c.Routing.StaleMetricsAfter; v >= 0 {
 		r.StaleMetricsAfter = time.Duration(v)
 	} else {
@@ -280,6 +253,16 @@ func (c config) tlsSettings(inCluster bool, p *problems) *certs.Config {
 		return nil
 	}
 	return &certs.Config{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, CheckEvery: time.Duration(t.ReloadInterval)}
+}
+
+// setChecked stores v in dst when ok holds for it, and otherwise adds the
+// problem "key: v, want want".
+func setChecked[T any](p *problems, key string, v T, want string, dst *T, ok func(T) bool) {
+	if ok(v) {
+		*dst = v
+		return
+	}
+	p.add("%s: %v, want %s", key, v, want)
 }
 
 // backstop runs the parts' own validation, in case it is stricter than the
