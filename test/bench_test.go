@@ -50,6 +50,7 @@ func benchPrompt(n int) string {
 type benchRig struct {
 	router *router.Router
 	envoy  *envoyclient.Client
+	tokens *tokenizer.Registry
 }
 
 // newBenchRig is 8 pods serving qwen3, one of which holds the prompt's
@@ -112,7 +113,7 @@ func newBenchRigPrefix(b *testing.B, prompt string, prefixBytes int64) *benchRig
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close() })
-	return &benchRig{router: r, envoy: envoyclient.New(conn)}
+	return &benchRig{router: r, envoy: envoyclient.New(conn), tokens: reg}
 }
 
 // BenchmarkDecision is one routing decision for a completion prompt of 500

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
@@ -18,10 +20,11 @@ import (
 )
 
 // conversation is the body of a chat request of turns messages (user and
-// assistant in turn, ending with a user message) of about per tokens each,
+// assistant in turn, ending with a user message) of about 250 tokens each,
 // its first message tagged with id so that conversations differ from
 // their first bytes on.
-func conversation(id, turns, per int) []byte {
+func conversation(id, turns int) []byte {
+	const per = 250
 	words := strings.Fields("the router reads each request and sends it to the pod that already holds the longest prefix of its prompt in cache while weighing load 12 345 6789")
 	msgs := []string{fmt.Sprintf(`{"role":"system","content":"conversation %d: you are helpful."}`, id)}
 	for t := range turns {
@@ -39,61 +42,80 @@ func conversation(id, turns, per int) []byte {
 // BenchmarkConversation routes the next turn of a chat conversation of
 // about 100k and 8k tokens: "warm", the previous turn (the same
 // conversation without its last answer and question, about 500 tokens
-// fewer) having just been routed; "cold", a conversation never seen. With
-// the prefix caches ("cache=on") and without them ("cache=off": every turn
-// tokenized and hashed whole, as before the caches). Each iteration is a
-// new conversation. Reported: the median decision and its tokenize and
-// hash stages; allocations are those of the measured turn only.
-func BenchmarkConversation(b *testing.B) {
+// fewer) having just been routed; "cold", a conversation never seen (see
+// BenchmarkColdTurn is the price of the prefix cache on a conversation it
+// has never seen, in the state of a production process: two routers in
+// one process, one without prefix caches and one whose cache is filled with
+// other conversations until it evicts (both route those, so their indexes
+// hold the same speculated blocks), route the same new conversation of
+// about 8k and 100k tokens, alternately and in alternating order, so that
+// the machine's swings fall on both alike. It fails unless the cached
+// router's stores evict and no measured request reuses an id. Reported:
+// each router's median decision, their ratio (on/off), and the collector's
+// CPU time per pair of decisions with the full cache's heap live (gc-ms/op).
+func BenchmarkColdTurn(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		turns int
-	}{{"tokens=100k", 315}, {"tokens=8k", 25}} {
-		for _, mode := range []string{"cache=off/cold", "cache=on/cold", "cache=off/warm", "cache=on/warm"} {
-			b.Run(bc.name+"/"+mode, func(b *testing.B) {
-				var bytes int64
-				if strings.HasPrefix(mode, "cache=on") {
-					bytes = tokenizer.DefaultPrefixCacheBytes
+	}{{"tokens=8k", 25}, {"tokens=100k", 315}} {
+		b.Run(bc.name, func(b *testing.B) {
+			off := newBenchRigPrefix(b, "unused", 0)
+			on := newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
+			route := func(rig *benchRig, body []byte) time.Duration {
+				d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
+				if err != nil || d.Reason == router.ReasonTokenizeError {
+					b.Fatalf("Route = %+v, %v", d, err)
 				}
-				rig := newBenchRigPrefix(b, "unused", bytes)
-				route := func(body []byte) *router.Decision {
-					d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
-					if err != nil || d.Reason == router.ReasonTokenizeError {
-						b.Fatalf("Route = %+v, %v", d, err)
-					}
-					d.Done()
-					return d
+				d.Done()
+				return d.Elapsed
+			}
+			i := 1 << 20 // the filling conversations' ids are below
+			// Both routers route the filling conversations, so that their
+			// indexes (speculated blocks) are alike too.
+			for j := 0; on.tokens.PrefixStats().Evictions == 0; j++ {
+				body := conversation(j, bc.turns)
+				route(on, body)
+				route(off, body)
+			}
+			full := on.tokens.PrefixStats()
+			runtime.GC()
+			gc0 := gcSeconds()
+			var offT, onT []time.Duration
+			for b.Loop() {
+				i++
+				body := conversation(i, bc.turns)
+				if i%2 == 0 {
+					offT = append(offT, route(off, body))
+					onT = append(onT, route(on, body))
+				} else {
+					onT = append(onT, route(on, body))
+					offT = append(offT, route(off, body))
 				}
-				var took, parse, tok, hash, match []time.Duration
-				var tokens int
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					i++
-					b.StopTimer()
-					next := conversation(i, bc.turns, 250)
-					if strings.HasSuffix(mode, "warm") {
-						route(conversation(i, bc.turns-2, 250))
-					}
-					b.StartTimer()
-					d := route(next)
-					took, parse, tok = append(took, d.Elapsed), append(parse, d.Stages.Parse), append(tok, d.Stages.Tokenize)
-					hash, match = append(hash, d.Stages.Hash), append(match, d.Stages.Match)
-					tokens = d.Tokens
-				}
-				p50 := func(ds []time.Duration) float64 {
-					slices.Sort(ds)
-					return float64(ds[len(ds)/2].Nanoseconds()) / 1e6
-				}
-				b.ReportMetric(p50(took), "p50-ms")
-				b.ReportMetric(p50(parse), "parse-p50-ms")
-				b.ReportMetric(p50(tok), "tokenize-p50-ms")
-				b.ReportMetric(p50(hash), "hash-p50-ms")
-				b.ReportMetric(p50(match), "match-p50-ms")
-				b.ReportMetric(float64(tokens), "tokens")
-			})
-		}
+			}
+			gcBoth := (gcSeconds() - gc0) / float64(b.N)
+			switch after := on.tokens.PrefixStats(); {
+			case after.Evictions == full.Evictions:
+				b.Fatal("the full cache evicted nothing: not the state measured")
+			case after.Hits != full.Hits:
+				b.Fatalf("new conversations reused cached ids (%d hits): not cold", after.Hits-full.Hits)
+			}
+			p50 := func(ds []time.Duration) float64 {
+				slices.Sort(ds)
+				return float64(ds[len(ds)/2].Nanoseconds()) / 1e6
+			}
+			b.ReportMetric(p50(offT), "off-p50-ms")
+			b.ReportMetric(p50(onT), "on-p50-ms")
+			b.ReportMetric(p50(onT)/p50(offT), "on/off")
+			b.ReportMetric(gcBoth*1e3, "gc-ms/op")
+		})
 	}
+}
+
+// gcSeconds is the CPU time the collector has used in this process so far.
+func gcSeconds() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64()
 }
 
 // BenchmarkMooncakePrefixCache replays the structure of the Mooncake
