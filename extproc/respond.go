@@ -47,10 +47,13 @@ func routingHeaders(d *router.Decision) []string {
 }
 
 // destination is the common response that sends the request to d's pod:
-// the destination header (with the routing headers) and a cleared route
-// cache.
+// the destination header (with the routing headers, and the data-parallel
+// rank when d chose one) and a cleared route cache.
 func destination(d *router.Decision) *extprocv3.CommonResponse {
 	kv := append([]string{headerDestination, endpoints(d)}, routingHeaders(d)...)
+	if rank, ok := d.RankHeader(); ok {
+		kv = append(kv, router.HeaderDPRank, rank)
+	}
 	return &extprocv3.CommonResponse{HeaderMutation: setHeaders(kv...), ClearRouteCache: true}
 }
 

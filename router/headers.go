@@ -1,6 +1,10 @@
 package router
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/kvrouter/kvrouter/router/fleet"
+)
 
 // The response and upstream-request headers that carry a routing decision,
 // for access logs: every front end (ext_proc, the HTTP proxy) writes these.
@@ -10,6 +14,13 @@ const (
 	HeaderReason       = "x-kvrouter-reason"        // why it was chosen (a Reason)
 )
 
+// HeaderDPRank is the request header vLLM's API server reads to send a
+// request to one of its data-parallel ranks instead of the one its own
+// balancer would pick (by queue length, blind to the ranks' caches). The
+// front ends set it on the request to the pod whenever the decision chose
+// a rank (Decision.DPRank ≥ 0), replacing any the client sent.
+const HeaderDPRank = "x-data-parallel-rank"
+
 // Headers returns d's routing headers as name, value pairs, names in lower
 // case.
 func (d *Decision) Headers() [3][2]string {
@@ -18,4 +29,22 @@ func (d *Decision) Headers() [3][2]string {
 		{HeaderCachedBlocks, strconv.Itoa(d.Matched) + "/" + strconv.Itoa(d.Total)},
 		{HeaderReason, string(d.Reason)},
 	}
+}
+
+// RankHeader returns the value of HeaderDPRank for d's pod, and false when
+// the pod is not one rank of several (nothing to set).
+func (d *Decision) RankHeader() (string, bool) {
+	if d.DPRank < 0 {
+		return "", false
+	}
+	return strconv.Itoa(d.DPRank), true
+}
+
+// rankOf is a member's data-parallel rank for Decision.DPRank: -1 unless it
+// is one rank of a server running several.
+func rankOf(m *fleet.Member) int {
+	if m.Pod.DPRanks == 0 {
+		return -1
+	}
+	return m.Pod.DPRank
 }

@@ -97,12 +97,16 @@ type Decision struct {
 	Model     string
 	Pod       string
 	Address   string // ip:port for x-gateway-destination-endpoint
-	Matched   int    // leading prompt blocks cached on the chosen pod
-	Total     int    // full blocks of the prompt
-	Tokens    int    // prompt tokens, 0 when unknown
-	Reason    Reason
-	Elapsed   time.Duration
-	Stages    Stages // where Elapsed went
+	// DPRank is the data-parallel rank chosen on the pod's server, sent to it
+	// as X-data-parallel-rank (RankHeader); -1 unless the pod is one rank of
+	// a server running several.
+	DPRank  int
+	Matched int // leading prompt blocks cached on the chosen pod
+	Total   int // full blocks of the prompt
+	Tokens  int // prompt tokens, 0 when unknown
+	Reason  Reason
+	Elapsed time.Duration
+	Stages  Stages // where Elapsed went
 	// Fallbacks are the next best endpoints, in order, when
 	// Config.Endpoints > 1: the proxy tries them if Address fails, and
 	// Served moves the decision to the one that served.
@@ -180,7 +184,7 @@ func (d *Decision) Served(address string) bool {
 	}
 	d.router.metrics.moved.Inc()
 	d.load, d.pod, d.prefill = m.Load, m.ID, a.work
-	d.Pod, d.Address, d.Matched = m.Pod.Name, m.Endpoint, a.matched
+	d.Pod, d.Address, d.Matched, d.DPRank = m.Pod.Name, m.Endpoint, a.matched, rankOf(m)
 	return true
 }
 
@@ -226,7 +230,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	i := r.pick(sc.scores)
 	m := sc.members[i]
 	d := &Decision{
-		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint,
+		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: rankOf(m),
 		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
 		Stages: ev.stages, load: m.Load, router: r, pod: m.ID,
 	}
@@ -307,11 +311,16 @@ func (r *Router) observe(d *Decision) {
 }
 
 // fallbacks names the next best candidates after the pick (index pick), by
-// cost, up to Config.Endpoints in all.
+// cost, up to Config.Endpoints in all. The request keeps the pick's
+// X-data-parallel-rank (or its absence) wherever it goes, so a candidate
+// qualifies only where that header sends it to the candidate itself: the
+// same rank on another server, or, for rank 0, a server of one rank (and
+// no rank of a server of several for a pick that names none: that server's
+// balancer would choose).
 func (r *Router) fallbacks(d *Decision, pick int, sc *scratch) {
 	order := make([]int, 0, len(sc.scores)-1)
 	for j := range sc.scores {
-		if j != pick {
+		if rank := rankOf(sc.members[j]); j != pick && (rank == d.DPRank || d.DPRank == 0 && rank < 0) {
 			order = append(order, j)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 type Score struct {
 	Pod     string  `json:"name"`
 	Address string  `json:"address"`
+	DPRank  int     `json:"dp_rank"` // the data-parallel rank the pod is on its server; -1: not a rank of several
 	Matched int     `json:"matched_blocks"`
 	Tiers   Tiers   `json:"matched_blocks_by_tier"`
 	Spec    int     `json:"speculative_blocks"`
@@ -55,7 +56,7 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*fleet.Member, tokens in
 		queue, behind := r.queue(l)
 		prefill := work * spt
 		out = append(out, Score{
-			Pod: mem.Pod.Name, Address: mem.Endpoint, Matched: m.Blocks, Spec: m.Speculative,
+			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative,
 			Tiers:   Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
 			Queue:   queue,
 			Prefill: prefill,

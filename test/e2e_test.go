@@ -75,6 +75,9 @@ type fleetOptions struct {
 	// ports returns the event and replay ports the subscriber of pod i
 	// connects to; nil: the publisher's own.
 	ports func(i int, pub *vllmpub.Publisher) (events, replay int)
+	// dpSize is every pod's number of data-parallel ranks (0: 1): each
+	// rank is a routing candidate, followed on its own publisher.
+	dpSize int
 }
 
 func startFleet(t *testing.T, n int) *fleet {
@@ -119,7 +122,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,14 +132,18 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name], f.sims[name] = addr, pod
 		rp := readyPod(t, name, addr, "qwen3")
-		rp.LoRAs = []string{"alice"}
-		f.routes.Upsert(rp)
-		events, replay := port(t, pod.Publisher().Endpoint()), port(t, pod.Publisher().ReplayEndpoint())
-		if o.ports != nil {
-			events, replay = o.ports(i, pod.Publisher())
-		}
-		if err := f.events.Ensure(kvpod.Pod{Name: name, IP: "127.0.0.1", EventPort: events, ReplayPort: replay, Model: "qwen3"}); err != nil {
-			t.Fatal(err)
+		rp.LoRAs, rp.DPSize = []string{"alice"}, o.dpSize
+		// As serve's pod sink does: one candidate per rank; each rank's
+		// publisher here binds any free port.
+		for k, c := range kvpod.Ranks(rp, 0, 0) {
+			c.EventPort, c.ReplayPort = port(t, pod.RankPublisher(k).Endpoint()), port(t, pod.RankPublisher(k).ReplayEndpoint())
+			if o.ports != nil {
+				c.EventPort, c.ReplayPort = o.ports(i, pod.RankPublisher(k))
+			}
+			f.routes.Upsert(c)
+			if err := f.events.Ensure(c); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	go func() { _ = f.events.Run(ctx) }()

@@ -235,7 +235,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Discovery.Selector, "selector", c.Discovery.Selector, "the label selector of the vLLM pods to discover")
 	fs.StringVar(&c.Discovery.Pool.Name, "pool-name", c.Discovery.Pool.Name, "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector")
 	fs.StringVar(&c.Discovery.Pool.Namespace, "pool-namespace", c.Discovery.Pool.Namespace, "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\"")
-	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT] (repeatable)")
+	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own)")
 	fs.StringVar(&c.Pods.File, "pods-file", c.Pods.File, "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.FileInterval), "pods-file-interval", time.Duration(c.Pods.FileInterval), "how often the pods file is checked for changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.MetricsInterval), "pods-metrics-interval", time.Duration(c.Pods.MetricsInterval), "how often each ready pod's vLLM /metrics is read for its queue and KV use")

@@ -2,6 +2,8 @@ package main
 
 import (
 	"log/slog"
+	"slices"
+	"sync"
 
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
@@ -30,24 +32,66 @@ func resolveKubeconfig(flag, serviceHost string) string {
 // fleetSink is the Consumer of both pod sources, discovery's informer and
 // its static pods: it keeps the router's fleet and the event manager in
 // step with the pods. A pod is routed to only while ready; its events are
-// followed from its first ready moment until it goes away.
+// followed from its first ready moment until it goes away. A pod of several
+// data-parallel ranks behind one API port enters both as one candidate per
+// rank (pod.Ranks), each followed on its own event ports.
 type fleetSink struct {
-	fleet  *fleet.Fleet
-	events *kvevents.Manager
-	log    *slog.Logger
+	fleet                 *fleet.Fleet
+	events                *kvevents.Manager
+	log                   *slog.Logger
+	eventPort, replayPort int // the subscriber's defaults, for pod.Ranks
+
+	mu    sync.Mutex
+	ranks map[string][]string // a pod's name → its candidates' names
 }
 
-func (s fleetSink) Upsert(p pod.Pod) {
-	s.fleet.Upsert(p)
-	if !p.Ready {
-		return
+// newFleetSink returns the sink of fleet and events; cfg is the event
+// manager's configuration (its default ports number the ranks).
+func newFleetSink(f *fleet.Fleet, events *kvevents.Manager, cfg kvevents.Config, log *slog.Logger) *fleetSink {
+	return &fleetSink{fleet: f, events: events, log: log, eventPort: cfg.EventPort, replayPort: cfg.ReplayPort, ranks: map[string][]string{}}
+}
+
+func (s *fleetSink) Upsert(p pod.Pod) {
+	cands := pod.Ranks(p, s.eventPort, s.replayPort)
+	names := make([]string, len(cands))
+	for i, c := range cands {
+		names[i] = c.Name
 	}
-	if err := s.events.Ensure(p); err != nil {
-		s.log.Warn("pod events not followed", "pod", p.Name, "err", err)
+	s.mu.Lock()
+	gone := s.ranks[p.Name]
+	s.ranks[p.Name] = names
+	s.mu.Unlock()
+	for _, name := range gone {
+		if !slices.Contains(names, name) { // fewer ranks than before
+			s.drop(name)
+		}
+	}
+	for _, c := range cands {
+		s.fleet.Upsert(c)
+		if !c.Ready {
+			continue
+		}
+		if err := s.events.Ensure(c); err != nil {
+			s.log.Warn("pod events not followed", "pod", c.Name, "err", err)
+		}
 	}
 }
 
-func (s fleetSink) Remove(name string) {
+func (s *fleetSink) Remove(name string) {
+	s.mu.Lock()
+	names, ok := s.ranks[name]
+	delete(s.ranks, name)
+	s.mu.Unlock()
+	if !ok {
+		names = []string{name}
+	}
+	for _, n := range names {
+		s.drop(n)
+	}
+}
+
+// drop removes one candidate from the fleet and the event manager.
+func (s *fleetSink) drop(name string) {
 	s.fleet.Remove(name)
 	s.events.Remove(name)
 }

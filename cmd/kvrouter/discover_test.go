@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestFleetSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet := fleet.New(idx)
-	s := fleetSink{fleet, events, log}
+	s := newFleetSink(fleet, events, kvevents.DefaultConfig(), log)
 	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", LoRAs: []string{"l"}, EventPort: 5557, ReplayPort: 5558, Ready: true}
 	steps := []struct {
 		name string
@@ -65,6 +66,46 @@ func TestFleetSink(t *testing.T) {
 		for _, q := range fleet.Pods() {
 			got = append(got, fmt.Sprintf("%s %s %s %v ready=%v", q.Name, q.Endpoint(), q.Model, q.LoRAs, q.Ready))
 		}
+		if strings.Join(got, ";") != st.want {
+			t.Errorf("%s: fleet = %q, want %q", st.name, got, st.want)
+		}
+	}
+}
+
+// TestFleetSinkRanks checks that a pod of several data-parallel ranks
+// enters the fleet as one candidate per rank, on its own event ports, and
+// that fewer ranks, or the pod's removal, take the others out.
+func TestFleetSinkRanks(t *testing.T) {
+	idx, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	events, err := kvevents.NewManager(kvevents.DefaultConfig(), idx, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := fleet.New(idx)
+	s := newFleetSink(fleet, events, kvevents.DefaultConfig(), log)
+	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", DPSize: 3, Ready: true}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"three ranks", func() { s.Upsert(p) }, "llm/a 10.0.0.1:8000 rank 0/3 events 5557;llm/a:rank-1 10.0.0.1:8000 rank 1/3 events 5558;llm/a:rank-2 10.0.0.1:8000 rank 2/3 events 5559"},
+		{"two ranks", func() { q := p; q.DPSize = 2; s.Upsert(q) }, "llm/a 10.0.0.1:8000 rank 0/2 events 5557;llm/a:rank-1 10.0.0.1:8000 rank 1/2 events 5558"},
+		{"one rank", func() { q := p; q.DPSize = 1; s.Upsert(q) }, "llm/a 10.0.0.1:8000 rank 0/0 events 0"},
+		{"three again", func() { s.Upsert(p) }, "llm/a 10.0.0.1:8000 rank 0/3 events 5557;llm/a:rank-1 10.0.0.1:8000 rank 1/3 events 5558;llm/a:rank-2 10.0.0.1:8000 rank 2/3 events 5559"},
+		{"removed", func() { s.Remove("llm/a") }, ""},
+	}
+	for _, st := range steps {
+		st.do()
+		var got []string
+		for _, q := range fleet.Pods() {
+			got = append(got, fmt.Sprintf("%s %s rank %d/%d events %d", q.Name, q.Endpoint(), q.DPRank, q.DPRanks, q.EventPort))
+		}
+		slices.Sort(got)
 		if strings.Join(got, ";") != st.want {
 			t.Errorf("%s: fleet = %q, want %q", st.name, got, st.want)
 		}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/pod"
 )
 
 // staticPod is one --pod flag: a vLLM pod known without Kubernetes.
@@ -13,15 +15,16 @@ type staticPod struct {
 	port           int
 	model          string
 	events, replay int // 0: the defaults
+	dp             int // data-parallel ranks behind the one port; 0: 1
 }
 
-// parseStaticPod reads name=ip:port[,model=M][,events=PORT][,replay=PORT].
+// parseStaticPod reads name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N].
 func parseStaticPod(s string) (staticPod, error) {
 	var p staticPod
 	parts := strings.Split(s, ",")
 	name, addr, ok := strings.Cut(parts[0], "=")
 	if !ok || name == "" {
-		return p, fmt.Errorf("pod %q: want name=ip:port[,model=M][,events=PORT][,replay=PORT]", s)
+		return p, fmt.Errorf("pod %q: want name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N]", s)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || net.ParseIP(host) == nil {
@@ -40,6 +43,10 @@ func parseStaticPod(s string) (staticPod, error) {
 			p.events, err = parsePort(v)
 		case "replay":
 			p.replay, err = parsePort(v)
+		case "dp":
+			if p.dp, err = strconv.Atoi(v); err != nil || p.dp < 1 || p.dp > pod.MaxDPSize {
+				err = fmt.Errorf("dp %q is not in [1, %d]", v, pod.MaxDPSize)
+			}
 		default:
 			err = fmt.Errorf("unknown field %q", k)
 		}

@@ -19,6 +19,9 @@ func TestParseStaticPod(t *testing.T) {
 		{in: "a=10.0.0.1:0", wantErr: "not in [1, 65535]"},
 		{in: "a=10.0.0.1:80,events=x", wantErr: "not in [1, 65535]"},
 		{in: "a=10.0.0.1:80,flavor=red", wantErr: "unknown field"},
+		{in: "d=10.0.0.4:8000,dp=4", want: staticPod{name: "d", ip: "10.0.0.4", port: 8000, dp: 4}},
+		{in: "d=10.0.0.4:8000,dp=0", wantErr: "dp \"0\" is not in [1, 1024]"},
+		{in: "d=10.0.0.4:8000,dp=x", wantErr: "dp \"x\" is not in [1, 1024]"},
 	}
 	for _, tt := range tests {
 		got, err := parseStaticPod(tt.in)

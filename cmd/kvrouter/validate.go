@@ -406,7 +406,7 @@ func podsFrom(where string, entries []podEntry, defaultModel string, p *problems
 }
 
 func (s staticPod) entry() podEntry {
-	return podEntry{Name: s.name, Address: s.address(), Model: s.model, EventPort: s.events, ReplayPort: s.replay}
+	return podEntry{Name: s.name, Address: s.address(), Model: s.model, EventPort: s.events, ReplayPort: s.replay, DPSize: s.dp}
 }
 
 // serviceAccountNamespace is the file that holds the namespace of an

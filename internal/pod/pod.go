@@ -32,8 +32,14 @@ type Pod struct {
 	// of DP rank 0 (rank k uses the port + k); 0 means the subscriber's
 	// default.
 	EventPort, ReplayPort int
-	// DPSize is the data-parallel size; 0 means 1.
+	// DPSize is the data-parallel size; 0 means 1. A pod of more than one
+	// rank is routed to rank by rank: Ranks expands it.
 	DPSize int
+	// DPRank is the data-parallel rank this candidate stands for when
+	// DPRanks > 0: it is one rank of a server running DPRanks ranks behind
+	// one API port, and requests sent to it carry X-data-parallel-rank:
+	// DPRank so that the server's own balancer does not pick another.
+	DPRank, DPRanks int
 	// Ready is true while the pod may be routed to.
 	Ready bool
 }
@@ -45,7 +51,47 @@ func (p Pod) Endpoint() string { return net.JoinHostPort(p.IP, strconv.Itoa(p.Po
 func (p Pod) Equal(q Pod) bool {
 	return p.Name == q.Name && p.IP == q.IP && p.Port == q.Port && p.Model == q.Model &&
 		slices.Equal(p.Aliases, q.Aliases) && slices.Equal(p.LoRAs, q.LoRAs) &&
-		p.EventPort == q.EventPort && p.ReplayPort == q.ReplayPort && p.DPSize == q.DPSize && p.Ready == q.Ready
+		p.EventPort == q.EventPort && p.ReplayPort == q.ReplayPort && p.DPSize == q.DPSize &&
+		p.DPRank == q.DPRank && p.DPRanks == q.DPRanks && p.Ready == q.Ready
+}
+
+// RankName is the name of data-parallel rank k of the pod named name:
+// rank 0 keeps the pod's name, rank k ≥ 1 is name:rank-k. ':' never occurs
+// in a Kubernetes name, so no pod's name is another's rank.
+func RankName(name string, k int) string {
+	if k == 0 {
+		return name
+	}
+	return name + ":rank-" + strconv.Itoa(k)
+}
+
+// Ranks returns the routing candidates of p: p itself when it runs one
+// data-parallel rank, else one candidate per rank (DPSize ranks behind one
+// API port, vLLM's --data-parallel-size), named by RankName, each with its
+// own KV-event ports (vLLM's numbering: rank k publishes on the event and
+// replay ports + k; a port of 0 is first resolved to eventPort or
+// replayPort, the subscriber's defaults), DPSize 0 and DPRank k of
+// DPRanks. Each rank then has its own index entries, speculation and load,
+// and requests to it name its rank.
+func Ranks(p Pod, eventPort, replayPort int) []Pod {
+	if p.DPSize <= 1 {
+		return []Pod{p}
+	}
+	if p.EventPort == 0 {
+		p.EventPort = eventPort
+	}
+	if p.ReplayPort == 0 {
+		p.ReplayPort = replayPort
+	}
+	out := make([]Pod, p.DPSize)
+	for k := range out {
+		c := p
+		c.Name = RankName(p.Name, k)
+		c.EventPort, c.ReplayPort = p.EventPort+k, p.ReplayPort+k
+		c.DPSize, c.DPRank, c.DPRanks = 0, k, p.DPSize
+		out[k] = c
+	}
+	return out
 }
 
 // Validate reports every problem of p at once.
@@ -66,6 +112,9 @@ func (p Pod) Validate() error {
 	}
 	if p.DPSize < 0 || p.DPSize > MaxDPSize {
 		errs = append(errs, fmt.Errorf("DP size %d, want in [0, %d]", p.DPSize, MaxDPSize))
+	}
+	if p.DPRanks < 0 || p.DPRanks > MaxDPSize || p.DPRank < 0 || p.DPRanks > 0 && p.DPRank >= p.DPRanks || p.DPRanks == 0 && p.DPRank != 0 {
+		errs = append(errs, fmt.Errorf("DP rank %d of %d, want a rank below the count", p.DPRank, p.DPRanks))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pod %q: %w", p.Name, err)

@@ -41,6 +41,9 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", d.Address, ""
 			pr.SetXForwarded()
 			setRoutingHeaders(pr.Out.Header, d)
+			if rank, ok := d.RankHeader(); ok {
+				pr.Out.Header.Set(router.HeaderDPRank, rank)
+			}
 		},
 		Transport:     transport,
 		FlushInterval: -1, // flush every write: SSE streams through unbuffered

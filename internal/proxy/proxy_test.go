@@ -35,7 +35,7 @@ func (p *podServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	if !strings.Contains(string(body), `"stream":true`) {
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"pod":%q,"path":%q,"pod_header":%q,"body_bytes":%d}`, p.name, r.URL.Path, r.Header.Get("X-Kvrouter-Pod"), len(body))
+		fmt.Fprintf(w, `{"pod":%q,"path":%q,"pod_header":%q,"rank_header":%q,"body_bytes":%d}`, p.name, r.URL.Path, r.Header.Get("X-Kvrouter-Pod"), r.Header.Get(router.HeaderDPRank), len(body))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -147,6 +147,40 @@ func TestProxyRoutes(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("X-Kvrouter-Pod") != "b" || resp.Header.Get("X-Kvrouter-Cached-Blocks") != "7/7" ||
 		resp.Header.Get("X-Kvrouter-Reason") != "prefix" || got.PodHeader != "b" || got.BodyBytes != len(completion("llama", prompt, "")) {
 		t.Fatalf("proxied reply = %d %v %s, want 200 from pod b with 7/7 cached blocks", resp.StatusCode, resp.Header, raw)
+	}
+}
+
+// TestProxyDPRank: a pod of two data-parallel ranks is two candidates; the
+// request goes to its server with the chosen rank's header, replacing the
+// one the client sent.
+func TestProxyDPRank(t *testing.T) {
+	tr, front, _ := startProxy(t)
+	c := tr.fleet.Pods()[2]
+	c.DPSize = 2
+	for _, r := range pod.Ranks(c, 5557, 5558) {
+		tr.fleet.Upsert(r)
+	}
+	tr.store("c:rank-1", prompt)
+	req, err := http.NewRequest(http.MethodPost, front.URL+"/v1/completions", strings.NewReader(completion("llama", prompt, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Data-Parallel-Rank", "0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var got struct {
+		Pod  string `json:"pod"`
+		Rank string `json:"rank_header"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("reply %q: %v", raw, err)
+	}
+	if got.Pod != "c" || got.Rank != "1" || resp.Header.Get("X-Kvrouter-Pod") != "c:rank-1" {
+		t.Fatalf("proxied to server %s with rank header %q (decision %s), want c with rank 1", got.Pod, got.Rank, resp.Header.Get("X-Kvrouter-Pod"))
 	}
 }
 

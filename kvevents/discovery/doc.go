@@ -12,7 +12,7 @@
 //     namespace, and serves the pods its selector matches, on each of its
 //     target ports. Target port k of a pod is its DP rank k: one candidate
 //     named namespace/name for rank 0 and namespace/name:rank-k for the
-//     others (see RankName), on that port, with the KV event ports + k and
+//     others (see pod.RankName), on that port, with the KV event ports + k and
 //     DP size 1; with a single target port the kvrouter.io/dp-size
 //     annotation still applies. A pool edit re-reads every pod at once; a
 //     pool missing or deleted serves no pod, is logged, counted in

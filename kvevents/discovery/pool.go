@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/kvrouter/kvrouter/internal/kube"
@@ -237,16 +236,6 @@ func (d *Discovery) onPoolPodDelete(obj any) {
 	}
 }
 
-// RankName is the name of DP rank k (k ≥ 1) of a pool's pod named name
-// (namespace/name); rank 0 is the pod's own name. ':' never occurs in a
-// Kubernetes name, so no pod's name is another's rank.
-func RankName(name string, k int) string {
-	if k == 0 {
-		return name
-	}
-	return name + ":rank-" + strconv.Itoa(k)
-}
-
 // candidates are the routing candidates of a pod under the current pool:
 // none outside it, else one per target port, port k being DP rank k with
 // the event ports + k (vLLM's numbering). With one target port the pod's
@@ -278,7 +267,7 @@ func (d *Discovery) candidates(k *corev1.Pod) []pod.Pod {
 	out := make([]pod.Pod, 0, len(spec.ports))
 	for r, port := range spec.ports {
 		c := p
-		c.Name, c.Port = RankName(name, r), port
+		c.Name, c.Port = pod.RankName(name, r), port
 		if len(spec.ports) > 1 {
 			c.DPSize = 0
 			c.EventPort, c.ReplayPort = shift(p.EventPort, r), shift(p.ReplayPort, r)

@@ -111,15 +111,15 @@ func spec(sel map[string]string, ports ...int32) giev1.InferencePoolSpec {
 	return s
 }
 
-// TestRankName checks rank names: rank 0 is the pod's name, and no other
+// TestRankName checks pod.RankName: rank 0 is the pod's name, and no other
 // rank's name is a name a pod can have.
 func TestRankName(t *testing.T) {
-	if got := RankName("llm/a", 0); got != "llm/a" {
-		t.Errorf("RankName(llm/a, 0) = %q, want llm/a", got)
+	if got := pod.RankName("llm/a", 0); got != "llm/a" {
+		t.Errorf("pod.RankName(llm/a, 0) = %q, want llm/a", got)
 	}
-	got := RankName("llm/a", 3)
+	got := pod.RankName("llm/a", 3)
 	if got != "llm/a:rank-3" {
-		t.Errorf("RankName(llm/a, 3) = %q, want llm/a:rank-3", got)
+		t.Errorf("pod.RankName(llm/a, 3) = %q, want llm/a:rank-3", got)
 	}
 	if _, name, _ := strings.Cut(got, "/"); len(validation.IsDNS1123Subdomain(name)) == 0 {
 		t.Errorf("rank name %q is also a valid pod name", got)

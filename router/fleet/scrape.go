@@ -205,7 +205,11 @@ func (s *Scraper) scrape(ctx context.Context, m *Member) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("fleet: GET %s/metrics: %s", m.Endpoint, resp.Status)
 	}
-	q := ParseVLLMMetrics(io.LimitReader(resp.Body, 8<<20))
+	engine := "" // every engine's
+	if m.Pod.DPRanks > 0 {
+		engine = strconv.Itoa(m.Pod.DPRank)
+	}
+	q := ParseVLLMEngineMetrics(io.LimitReader(resp.Body, 8<<20), engine)
 	if q.Waiting >= 0 {
 		m.Load.Waiting.Store(q.Waiting)
 	}
@@ -227,7 +231,13 @@ type Queue struct {
 // ParseVLLMMetrics reads vLLM's Prometheus text exposition, summing series
 // across labels (one per model or engine). Names of older releases
 // (vllm:gpu_cache_usage_perc) are accepted.
-func ParseVLLMMetrics(r io.Reader) Queue {
+func ParseVLLMMetrics(r io.Reader) Queue { return ParseVLLMEngineMetrics(r, "") }
+
+// ParseVLLMEngineMetrics is ParseVLLMMetrics over the series of one
+// engine: those whose engine label (vLLM's data-parallel rank) is engine;
+// "" reads every engine's. A server of several ranks labels each rank's
+// queue and cache so; a series without the label counts for every engine.
+func ParseVLLMEngineMetrics(r io.Reader, engine string) Queue {
 	q := Queue{Waiting: -1, Running: -1, KVUsage: -1}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -244,6 +254,9 @@ func ParseVLLMMetrics(r io.Reader) Queue {
 		}
 		rest := line[len(name):]
 		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			if v, ok := labelValue(rest[:i], "engine"); engine != "" && ok && v != engine {
+				continue
+			}
 			rest = rest[i+1:]
 		}
 		fields := strings.Fields(rest) // value [timestamp]
@@ -264,4 +277,38 @@ func ParseVLLMMetrics(r io.Reader) Queue {
 		}
 	}
 	return q
+}
+
+// labelValue returns the value of label name in a series' label set (the
+// text from '{' to before '}'), unescaped, and whether it is there.
+func labelValue(set, name string) (string, bool) {
+	set = strings.TrimPrefix(set, "{")
+	for set != "" {
+		set = strings.TrimLeft(set, " ,")
+		eq := strings.IndexByte(set, '=')
+		if eq < 0 || eq+1 >= len(set) || set[eq+1] != '"' {
+			return "", false
+		}
+		key := strings.TrimSpace(set[:eq])
+		var val strings.Builder
+		i := eq + 2
+		for ; i < len(set) && set[i] != '"'; i++ {
+			c := set[i]
+			if c == '\\' && i+1 < len(set) {
+				i++
+				if c = set[i]; c == 'n' {
+					c = '\n'
+				}
+			}
+			val.WriteByte(c)
+		}
+		if i >= len(set) {
+			return "", false // unterminated
+		}
+		if key == name {
+			return val.String(), true
+		}
+		set = set[i+1:]
+	}
+	return "", false
 }

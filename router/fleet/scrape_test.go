@@ -53,6 +53,29 @@ func TestParseVLLMMetrics(t *testing.T) {
 	}
 }
 
+// TestParseVLLMEngineMetrics checks the figures of one data-parallel
+// rank: its engine's series only, a series without the label counting for
+// every engine, and label values read with their escapes.
+func TestParseVLLMEngineMetrics(t *testing.T) {
+	tests := []struct {
+		in, engine string
+		want       Queue
+	}{
+		{vllmMetrics, "0", Queue{Waiting: 7, Running: 3, KVUsage: 0.25}},
+		{vllmMetrics, "1", Queue{Waiting: -1, Running: 2, KVUsage: 0.5}},
+		{vllmMetrics, "2", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
+		{vllmMetrics, "", Queue{Waiting: 7, Running: 5, KVUsage: 0.5}},
+		{"vllm:num_requests_waiting{model_name=\"m\"} 4\n", "3", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
+		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
+		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "0", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
+	}
+	for _, tt := range tests {
+		if got := ParseVLLMEngineMetrics(strings.NewReader(tt.in), tt.engine); got != tt.want {
+			t.Errorf("ParseVLLMEngineMetrics(%.60q, %q) = %+v, want %+v", tt.in, tt.engine, got, tt.want)
+		}
+	}
+}
+
 func TestScraperFeedsLoad(t *testing.T) {
 	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
 	if err != nil {

@@ -1,0 +1,108 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
+	"github.com/kvrouter/kvrouter/router"
+)
+
+// TestE2EDataParallelRanks: two simulated pods of 4 data-parallel ranks
+// each, every rank with its own cache and event stream, and a balancer of
+// their own that spreads requests without a rank header. Each turn of a
+// conversation goes to the rank that holds the earlier turns: kvrouter's
+// x-data-parallel-rank names it, the pod serves the request on that rank
+// (its reply says which), and the rank's cache answers for the shared
+// prefix.
+func TestE2EDataParallelRanks(t *testing.T) {
+	f := startFleetWith(t, fleetOptions{pods: 2, dpSize: 4})
+	ranks := map[string]bool{}
+	for c := range 4 {
+		system := fmt.Sprintf("Conversation %d. ", c) + strings.Repeat("You answer questions about distributed caches with care and precision. ", 10)
+		msgs := []string{fmt.Sprintf(`{"role":"system","content":%q}`, system), `{"role":"user","content":"What is a prefix cache?"}`}
+		var pod, rank string
+		for turn := range 3 {
+			body := fmt.Sprintf(`{"model":"qwen3","messages":[%s]}`, strings.Join(msgs, ","))
+			res, err := f.envoy.Do(t.Context(), envoyclient.Request{Path: "/v1/chat/completions", Body: []byte(body)})
+			if err != nil || res.Status != 200 {
+				t.Fatalf("conversation %d turn %d: routing = %v, %v", c, turn, res, err)
+			}
+			got, hdr := res.UpstreamHeaders[router.HeaderPod], res.UpstreamHeaders[router.HeaderDPRank]
+			if hdr == "" {
+				t.Fatalf("conversation %d turn %d: to %s without %s", c, turn, got, router.HeaderDPRank)
+			}
+			served, cached := forward(t, res, "/v1/chat/completions")
+			if served != hdr {
+				t.Fatalf("conversation %d turn %d: %s=%s but rank %s served it", c, turn, router.HeaderDPRank, hdr, served)
+			}
+			if turn == 0 {
+				pod, rank = got, hdr
+				ranks[got] = true
+			} else {
+				if got != pod || hdr != rank || res.UpstreamHeaders[router.HeaderReason] != "prefix" {
+					t.Fatalf("conversation %d turn %d: to %s rank %s (%s, %s), want %s rank %s by prefix", c, turn, got, hdr,
+						res.UpstreamHeaders[router.HeaderReason], res.UpstreamHeaders[router.HeaderCachedBlocks], pod, rank)
+				}
+				if cached == 0 {
+					t.Fatalf("conversation %d turn %d: rank %s of %s cached none of the prompt", c, turn, rank, pod)
+				}
+			}
+			_, total, _ := strings.Cut(res.UpstreamHeaders[router.HeaderCachedBlocks], "/")
+			blocks, err := strconv.Atoi(total)
+			if err != nil {
+				t.Fatalf("%s: %q", router.HeaderCachedBlocks, res.UpstreamHeaders[router.HeaderCachedBlocks])
+			}
+			f.awaitEvents(t, pod, blocks) // the prompt's blocks, stored by the rank's own events
+			msgs = append(msgs, fmt.Sprintf(`{"role":"assistant","content":"Answer %d."}`, turn), `{"role":"user","content":"Tell me more."}`)
+		}
+	}
+	if len(ranks) < 2 {
+		t.Errorf("four new conversations all went to %v: want the load spread over ranks", ranks)
+	}
+}
+
+// forward sends a routed request to its pod as Envoy does, with the
+// headers ext_proc set, and returns the rank that served it and the
+// prompt tokens its cache held.
+func forward(t *testing.T, res *envoyclient.Result, path string) (rank string, cached int) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+res.Destination+path, bytes.NewReader(res.UpstreamBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range res.UpstreamHeaders {
+		if !strings.HasPrefix(k, ":") {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var reply struct {
+		Usage struct {
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("pod %s answered %s", res.Destination, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
+		t.Fatal(err)
+	}
+	rank = resp.Header.Get(vllmsim.HeaderServedRank)
+	if _, err := strconv.Atoi(rank); err != nil {
+		t.Fatalf("pod %s named no serving rank: %q", res.Destination, rank)
+	}
+	return rank, reply.Usage.Details.Cached
+}
