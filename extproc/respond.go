@@ -39,20 +39,27 @@ func setHeaders(kv ...string) *extprocv3.HeaderMutation {
 // key, value….
 func routingHeaders(d *router.Decision) []string {
 	hs := d.Headers()
-	kv := make([]string, 0, 2*len(hs))
+	kv := make([]string, 0, 2*len(hs)+2)
 	for _, h := range hs {
 		kv = append(kv, h[0], h[1])
+	}
+	if d.PrefillPod != "" {
+		kv = append(kv, router.HeaderPrefillPod, d.PrefillPod)
 	}
 	return kv
 }
 
 // destination is the common response that sends the request to d's pod:
-// the destination header (with the routing headers, and the data-parallel
-// rank when d chose one) and a cleared route cache.
+// the destination header (with the routing headers, the data-parallel rank
+// when d chose one, and the prefill pod's header when one computes the
+// prompt) and a cleared route cache.
 func destination(d *router.Decision) *extprocv3.CommonResponse {
 	kv := append([]string{headerDestination, endpoints(d)}, routingHeaders(d)...)
 	if rank, ok := d.RankHeader(); ok {
 		kv = append(kv, router.HeaderDPRank, rank)
+	}
+	if name, value, ok := d.PrefillHeader(); ok {
+		kv = append(kv, name, value)
 	}
 	return &extprocv3.CommonResponse{HeaderMutation: setHeaders(kv...), ClearRouteCache: true}
 }

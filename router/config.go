@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -79,6 +80,17 @@ type Config struct {
 	// token; tokenizing runs near 25 MB/s a core. Default 4 MiB; 0: no
 	// bound but the body's own.
 	MaxTokenizeBytes int
+	// PDThreshold is where prefill/decode disaggregation starts to pay:
+	// when a model's candidates include prefill pods (pod.RolePrefill), the
+	// destination is a decode pod (or one of both roles), and a prefill pod
+	// computes the prompt first only when the destination lacks at least
+	// this many of its tokens; a smaller uncached part is computed by the
+	// decode pod itself, sparing the KV transfer. Default 512 tokens.
+	PDThreshold int
+	// PrefillHeader is the request header that names the chosen prefill
+	// pod (ip:port) for the decode pod's sidecar. Default
+	// x-prefiller-host-port, llm-d's routing sidecar's (and Dynamo's).
+	PrefillHeader string
 	// SlowDecision is the decision time above which the decision is logged
 	// at Warn. Default 50ms.
 	SlowDecision time.Duration
@@ -105,6 +117,8 @@ func DefaultConfig() Config {
 		Endpoints:                1,
 		SaturationWaiting:        5,
 		SaturationKV:             0.8,
+		PDThreshold:              512,
+		PrefillHeader:            "x-prefiller-host-port",
 	}
 }
 
@@ -131,6 +145,12 @@ func (c Config) Validate() error {
 	}
 	if c.SaturationKV < 0 || c.SaturationKV > 1 || c.SaturationKV != c.SaturationKV {
 		errs = append(errs, fmt.Errorf("saturation KV = %v, want in [0, 1]", c.SaturationKV))
+	}
+	if c.PDThreshold < 0 {
+		errs = append(errs, fmt.Errorf("P/D threshold = %d tokens, want >= 0", c.PDThreshold))
+	}
+	if c.PrefillHeader == "" || strings.ToLower(c.PrefillHeader) != c.PrefillHeader || strings.ContainsAny(c.PrefillHeader, " :\t") {
+		errs = append(errs, fmt.Errorf("prefill header %q, want a lower-case header name", c.PrefillHeader))
 	}
 	if c.Endpoints < 1 || c.Endpoints > 16 {
 		errs = append(errs, fmt.Errorf("endpoints = %d, want in [1, 16]", c.Endpoints))

@@ -12,6 +12,10 @@ const (
 	HeaderPod          = "x-kvrouter-pod"           // the chosen pod's name
 	HeaderCachedBlocks = "x-kvrouter-cached-blocks" // cached/total prompt blocks on it
 	HeaderReason       = "x-kvrouter-reason"        // why it was chosen (a Reason)
+	// HeaderPrefillPod names the prefill pod of a disaggregated decision
+	// (Decision.PrefillPod); absent when the chosen pod computes the
+	// prompt itself.
+	HeaderPrefillPod = "x-kvrouter-prefill-pod"
 )
 
 // HeaderDPRank is the request header vLLM's API server reads to send a
@@ -22,7 +26,7 @@ const (
 const HeaderDPRank = "x-data-parallel-rank"
 
 // Headers returns d's routing headers as name, value pairs, names in lower
-// case.
+// case; with a prefill pod, HeaderPrefillPod comes besides them.
 func (d *Decision) Headers() [3][2]string {
 	return [3][2]string{
 		{HeaderPod, d.Pod},

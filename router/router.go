@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router/fleet"
@@ -97,6 +98,10 @@ type Decision struct {
 	Model     string
 	Pod       string
 	Address   string // ip:port for x-gateway-destination-endpoint
+	// PrefillPod and PrefillAddress name the prefill pod that computes the
+	// prompt before Pod decodes (prefill/decode disaggregation; see
+	// PrefillHeader); "" when Pod computes it itself.
+	PrefillPod, PrefillAddress string
 	// DPRank is the data-parallel rank chosen on the pod's server, sent to it
 	// as X-data-parallel-rank (RankHeader); -1 unless the pod is one rank of
 	// a server running several.
@@ -118,6 +123,7 @@ type Decision struct {
 	router    *Router
 	pod       kvindex.PodID
 	spec      *hashBuf // the block hashes speculated on pod; nil when none
+	hop       *prefillHop
 	prefilled atomic.Bool
 	done      atomic.Bool
 }
@@ -140,8 +146,12 @@ func (d *Decision) Prefilled() {
 	if d.load == nil || !d.prefilled.CompareAndSwap(false, true) {
 		return
 	}
-	d.load.PrefillTokens.Add(-d.prefill)
-	d.load.Prefilling.Add(-1)
+	if d.hop != nil {
+		d.hop.prefilled(d.router)
+	} else {
+		d.load.PrefillTokens.Add(-d.prefill)
+		d.load.Prefilling.Add(-1)
+	}
 	if b := d.spec; b != nil {
 		d.spec = nil
 		d.router.settle(d.pod, b)
@@ -168,10 +178,12 @@ func (d *Decision) Served(address string) bool {
 	d.load.InFlight.Add(-1)
 	m.Load.InFlight.Add(1)
 	if !d.prefilled.Load() {
-		d.load.PrefillTokens.Add(-d.prefill)
-		d.load.Prefilling.Add(-1)
-		m.Load.PrefillTokens.Add(a.work)
-		m.Load.Prefilling.Add(1)
+		if d.hop == nil { // with a hop, the prefill pod keeps the prefill work
+			d.load.PrefillTokens.Add(-d.prefill)
+			d.load.Prefilling.Add(-1)
+			m.Load.PrefillTokens.Add(a.work)
+			m.Load.Prefilling.Add(1)
+		}
 		if b := d.spec; b != nil {
 			r := d.router
 			if err := r.index.Speculate(m.ID, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
@@ -183,7 +195,10 @@ func (d *Decision) Served(address string) bool {
 		}
 	}
 	d.router.metrics.moved.Inc()
-	d.load, d.pod, d.prefill = m.Load, m.ID, a.work
+	d.load, d.pod = m.Load, m.ID
+	if d.hop == nil {
+		d.prefill = a.work
+	}
 	d.Pod, d.Address, d.Matched, d.DPRank = m.Pod.Name, m.Endpoint, a.matched, rankOf(m)
 	return true
 }
@@ -227,7 +242,12 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		}
 		return nil, err
 	}
-	i := r.pick(sc.scores)
+	var dest func(int) bool
+	pd := disaggregated(sc.members)
+	if pd {
+		dest = isDestination(sc)
+	}
+	i := r.pick(sc.scores, dest)
 	m := sc.members[i]
 	d := &Decision{
 		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: rankOf(m),
@@ -238,12 +258,17 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		d.Reason = ReasonPrefix
 	}
 	d.prefill = sc.scores[i].work
+	if pd {
+		r.addPrefillHop(d, i, sc)
+	}
 	if r.cfg.Endpoints > 1 {
 		r.fallbacks(d, i, sc)
 	}
 	m.Load.InFlight.Add(1)
-	m.Load.PrefillTokens.Add(d.prefill)
-	m.Load.Prefilling.Add(1)
+	if d.hop == nil {
+		m.Load.PrefillTokens.Add(d.prefill)
+		m.Load.Prefilling.Add(1)
+	}
 	if len(sc.hashes) > 0 {
 		err := r.index.Speculate(m.ID, sc.hashes)
 		switch {
@@ -302,6 +327,9 @@ func (r *Router) observe(d *Decision) {
 		slog.Int("total_blocks", d.Total), slog.String("reason", string(d.Reason)),
 		slog.Int64("decision_us", d.Elapsed.Microseconds()),
 	}
+	if d.PrefillPod != "" {
+		attrs = append(attrs, slog.String("prefill_pod", d.PrefillPod))
+	}
 	if r.logger.Enabled(ctx, slog.LevelDebug) {
 		attrs = append(attrs, slog.Int("prompt_tokens", d.Tokens),
 			slog.Int64("tokenize_us", d.Stages.Tokenize.Microseconds()), slog.Int64("hash_us", d.Stages.Hash.Microseconds()),
@@ -319,8 +347,10 @@ func (r *Router) observe(d *Decision) {
 // balancer would choose).
 func (r *Router) fallbacks(d *Decision, pick int, sc *scratch) {
 	order := make([]int, 0, len(sc.scores)-1)
+	dest := sc.members[pick].Pod.Role != pod.RolePrefill // a prefill pod is no fallback for a destination
 	for j := range sc.scores {
-		if rank := rankOf(sc.members[j]); j != pick && (rank == d.DPRank || d.DPRank == 0 && rank < 0) {
+		if rank := rankOf(sc.members[j]); j != pick && (rank == d.DPRank || d.DPRank == 0 && rank < 0) &&
+			(!dest || sc.members[j].Pod.Role != pod.RolePrefill) {
 			order = append(order, j)
 		}
 	}

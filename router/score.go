@@ -19,7 +19,8 @@ type Score struct {
 	Prefill float64 `json:"prefill_seconds"`
 	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + requests queued on the pod)
 
-	work int64 // the prefill of the prompt tokens the pod does not cache, in tokens at no context: its charge to the pod's queue
+	work     int64 // the prefill of the prompt tokens the pod does not cache, in tokens at no context: its charge to the pod's queue
+	uncached int   // the prompt tokens the pod does not cache (nor will soon)
 }
 
 // Tiers is a match per cache tier.
@@ -57,11 +58,12 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*fleet.Member, tokens in
 		prefill := work * spt
 		out = append(out, Score{
 			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative,
-			Tiers:   Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
-			Queue:   queue,
-			Prefill: prefill,
-			Cost:    queue + prefill*(pressure+behind),
-			work:    int64(work),
+			Tiers:    Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
+			Queue:    queue,
+			Prefill:  prefill,
+			Cost:     queue + prefill*(pressure+behind),
+			work:     int64(work),
+			uncached: int(uncached),
 		})
 	}
 	return out
@@ -118,12 +120,13 @@ func (r *Router) queue(l *fleet.Load) (seconds, waiting float64) {
 	return seconds, float64(n + foreign)
 }
 
-// pick returns the index of the cheapest score, at random among those
-// within the tolerance of the best.
-func (r *Router) pick(scores []Score) int {
-	best := 0
+// pick returns the index of the cheapest score among those ok allows (nil:
+// all; at least one must be), or of one chosen uniformly among those
+// within the tolerance of it.
+func (r *Router) pick(scores []Score, ok func(int) bool) int {
+	best := -1
 	for i, s := range scores {
-		if s.Cost < scores[best].Cost {
+		if (ok == nil || ok(i)) && (best < 0 || s.Cost < scores[best].Cost) {
 			best = i
 		}
 	}
@@ -134,7 +137,7 @@ func (r *Router) pick(scores []Score) int {
 	}
 	n, chosen := 0, best
 	for i, s := range scores {
-		if s.Cost <= limit {
+		if s.Cost <= limit && (ok == nil || ok(i)) {
 			n++
 			if intN(n) == 0 { // reservoir sampling: uniform among the near-best
 				chosen = i

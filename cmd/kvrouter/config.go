@@ -124,6 +124,10 @@ type routingConfig struct {
 	// DestinationEndpoints is how many endpoints each decision names: the
 	// pick, then fallbacks by cost (needs Envoy's override_host policy).
 	DestinationEndpoints int `yaml:"destination_endpoints"` // --destination-endpoints
+	// PDThresholdTokens and PrefillHeader: prefill/decode disaggregation
+	// (pods of role prefill and decode).
+	PDThresholdTokens int    `yaml:"pd_threshold_tokens"` // --pd-threshold-tokens
+	PrefillHeader     string `yaml:"prefill_header"`      // --prefill-header
 }
 
 type tokenizersConfig struct {
@@ -212,6 +216,7 @@ func routingDefaults() routingConfig {
 		KVPressure: r.KVPressure, Tolerance: r.Tolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
 		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
 		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
+		PDThresholdTokens: r.PDThreshold, PrefillHeader: r.PrefillHeader,
 	}
 }
 
@@ -235,7 +240,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Discovery.Selector, "selector", c.Discovery.Selector, "the label selector of the vLLM pods to discover")
 	fs.StringVar(&c.Discovery.Pool.Name, "pool-name", c.Discovery.Pool.Name, "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector")
 	fs.StringVar(&c.Discovery.Pool.Namespace, "pool-namespace", c.Discovery.Pool.Namespace, "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\"")
-	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own)")
+	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both)")
 	fs.StringVar(&c.Pods.File, "pods-file", c.Pods.File, "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.FileInterval), "pods-file-interval", time.Duration(c.Pods.FileInterval), "how often the pods file is checked for changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.MetricsInterval), "pods-metrics-interval", time.Duration(c.Pods.MetricsInterval), "how often each ready pod's vLLM /metrics is read for its queue and KV use")
@@ -251,6 +256,8 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.IntVar(&c.Routing.SaturationWaiting, "saturation-waiting", c.Routing.SaturationWaiting, "requests waiting on a pod that make it saturated: when every candidate is, sheddable requests (objective priority < 0) get 429")
 	fs.Float64Var(&c.Routing.SaturationKV, "saturation-kv", c.Routing.SaturationKV, "KV cache use (0 to 1) that makes a pod saturated")
+	fs.IntVar(&c.Routing.PDThresholdTokens, "pd-threshold-tokens", c.Routing.PDThresholdTokens, "with prefill and decode pods: a prefill pod computes the prompt when the chosen decode pod lacks at least this many of its tokens")
+	fs.StringVar(&c.Routing.PrefillHeader, "prefill-header", c.Routing.PrefillHeader, "the request header naming the prefill pod (ip:port) for the decode pod's sidecar")
 	fs.IntVar(&c.Routing.DestinationEndpoints, "destination-endpoints", c.Routing.DestinationEndpoints, "endpoints each decision names: the pick, then fallbacks by cost the proxy tries in turn (more than 1 needs Envoy's override_host policy: envoy/envoy-fallback.yaml)")
 	fs.IntVar(&c.Routing.MaxTokenizeBytes, "max-tokenize-bytes", c.Routing.MaxTokenizeBytes, "a request body larger than this is routed by load without tokenizing (reason too-long); 0: no bound but --max-body-bytes")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
@@ -286,6 +293,7 @@ var flagPaths = map[string]string{
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
+	"pd-threshold-tokens": "routing.pd_threshold_tokens", "prefill-header": "routing.prefill_header",
 	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",
 	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
 	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",

@@ -16,15 +16,16 @@ type staticPod struct {
 	model          string
 	events, replay int // 0: the defaults
 	dp             int // data-parallel ranks behind the one port; 0: 1
+	role           pod.Role
 }
 
-// parseStaticPod reads name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N].
+// parseStaticPod reads name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R].
 func parseStaticPod(s string) (staticPod, error) {
 	var p staticPod
 	parts := strings.Split(s, ",")
 	name, addr, ok := strings.Cut(parts[0], "=")
 	if !ok || name == "" {
-		return p, fmt.Errorf("pod %q: want name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N]", s)
+		return p, fmt.Errorf("pod %q: want name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R]", s)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || net.ParseIP(host) == nil {
@@ -43,6 +44,8 @@ func parseStaticPod(s string) (staticPod, error) {
 			p.events, err = parsePort(v)
 		case "replay":
 			p.replay, err = parsePort(v)
+		case "role":
+			p.role, err = pod.ParseRole(v)
 		case "dp":
 			if p.dp, err = strconv.Atoi(v); err != nil || p.dp < 1 || p.dp > pod.MaxDPSize {
 				err = fmt.Errorf("dp %q is not in [1, %d]", v, pod.MaxDPSize)

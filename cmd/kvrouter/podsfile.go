@@ -23,6 +23,7 @@ type podEntry struct {
 	EventPort  int      `yaml:"event_port"`  // KV events PUB port; 0: 5557
 	ReplayPort int      `yaml:"replay_port"` // KV events replay port; 0: 5558
 	DPSize     int      `yaml:"dp_size"`     // data-parallel size; 0: 1
+	Role       string   `yaml:"role"`        // prefill, decode or both (default)
 }
 
 // podsDoc is the pods file.
@@ -66,6 +67,9 @@ func (e podEntry) pod(defaultModel string) (pod.Pod, []string) {
 	}
 	if e.DPSize < 0 || e.DPSize > 1024 {
 		errs = append(errs, fmt.Sprintf("dp_size: %d, want in [0, 1024]", e.DPSize))
+	}
+	if p.Role, err = pod.ParseRole(e.Role); err != nil {
+		errs = append(errs, err.Error())
 	}
 	return p, errs
 }

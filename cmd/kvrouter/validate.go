@@ -205,6 +205,10 @@ func (c config) routerConfig(p *problems) router.Config {
 	setChecked(p, "routing.saturation_kv", rc.SaturationKV, "in [0, 1]", &r.SaturationKV, func(v float64) bool { return v >= 0 && v <= 1 })
 	setChecked(p, "routing.destination_endpoints", rc.DestinationEndpoints, "in [1, 16]", &r.Endpoints, func(v int) bool { return v >= 1 && v <= 16 })
 	setChecked(p, "routing.max_tokenize_bytes", rc.MaxTokenizeBytes, ">= 0", &r.MaxTokenizeBytes, func(v int) bool { return v >= 0 })
+	setChecked(p, "routing.pd_threshold_tokens", rc.PDThresholdTokens, ">= 0", &r.PDThreshold, func(v int) bool { return v >= 0 })
+	setChecked(p, "routing.prefill_header", rc.PrefillHeader, "a lower-case header name", &r.PrefillHeader, func(v string) bool {
+		return v != "" && strings.ToLower(v) == v && !strings.ContainsAny(v, " :\t")
+	})
 	if v := c.Routing.StaleMetricsAfter; v >= 0 {
 		r.StaleMetricsAfter = time.Duration(v)
 	} else {
@@ -406,7 +410,7 @@ func podsFrom(where string, entries []podEntry, defaultModel string, p *problems
 }
 
 func (s staticPod) entry() podEntry {
-	return podEntry{Name: s.name, Address: s.address(), Model: s.model, EventPort: s.events, ReplayPort: s.replay, DPSize: s.dp}
+	return podEntry{Name: s.name, Address: s.address(), Model: s.model, EventPort: s.events, ReplayPort: s.replay, DPSize: s.dp, Role: string(s.role)}
 }
 
 // serviceAccountNamespace is the file that holds the namespace of an

@@ -40,8 +40,35 @@ type Pod struct {
 	// one API port, and requests sent to it carry X-data-parallel-rank:
 	// DPRank so that the server's own balancer does not pick another.
 	DPRank, DPRanks int
+	// Role is the pod's part in prefill/decode disaggregation: RolePrefill
+	// pods compute prompts for decode pods, RoleDecode pods take requests
+	// whose prompt a prefill pod computed; RoleBoth ("") serves whole
+	// requests, and may be a decode destination too.
+	Role Role
 	// Ready is true while the pod may be routed to.
 	Ready bool
+}
+
+// Role is a pod's part in prefill/decode disaggregation, as llm-d names
+// them.
+type Role string
+
+// The roles.
+const (
+	RoleBoth    Role = ""
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// ParseRole reads a role: prefill, decode, or both ("" too).
+func ParseRole(s string) (Role, error) {
+	switch s {
+	case "", "both":
+		return RoleBoth, nil
+	case string(RolePrefill), string(RoleDecode):
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("role %q, want prefill, decode or both", s)
 }
 
 // Endpoint returns ip:port of the pod's OpenAI server.
@@ -52,7 +79,7 @@ func (p Pod) Equal(q Pod) bool {
 	return p.Name == q.Name && p.IP == q.IP && p.Port == q.Port && p.Model == q.Model &&
 		slices.Equal(p.Aliases, q.Aliases) && slices.Equal(p.LoRAs, q.LoRAs) &&
 		p.EventPort == q.EventPort && p.ReplayPort == q.ReplayPort && p.DPSize == q.DPSize &&
-		p.DPRank == q.DPRank && p.DPRanks == q.DPRanks && p.Ready == q.Ready
+		p.DPRank == q.DPRank && p.DPRanks == q.DPRanks && p.Role == q.Role && p.Ready == q.Ready
 }
 
 // RankName is the name of data-parallel rank k of the pod named name:
@@ -115,6 +142,9 @@ func (p Pod) Validate() error {
 	}
 	if p.DPRanks < 0 || p.DPRanks > MaxDPSize || p.DPRank < 0 || p.DPRanks > 0 && p.DPRank >= p.DPRanks || p.DPRanks == 0 && p.DPRank != 0 {
 		errs = append(errs, fmt.Errorf("DP rank %d of %d, want a rank below the count", p.DPRank, p.DPRanks))
+	}
+	if _, err := ParseRole(string(p.Role)); err != nil || p.Role == "both" {
+		errs = append(errs, fmt.Errorf("role %q, want prefill, decode or none", p.Role))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pod %q: %w", p.Name, err)

@@ -44,6 +44,9 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 			if rank, ok := d.RankHeader(); ok {
 				pr.Out.Header.Set(router.HeaderDPRank, rank)
 			}
+			if name, value, ok := d.PrefillHeader(); ok {
+				pr.Out.Header.Set(name, value)
+			}
 		},
 		Transport:     transport,
 		FlushInterval: -1, // flush every write: SSE streams through unbuffered
@@ -69,6 +72,9 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 func setRoutingHeaders(h http.Header, d *router.Decision) {
 	for _, kv := range d.Headers() {
 		h.Set(kv[0], kv[1])
+	}
+	if d.PrefillPod != "" {
+		h.Set(router.HeaderPrefillPod, d.PrefillPod)
 	}
 }
 

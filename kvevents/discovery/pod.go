@@ -19,7 +19,11 @@ const (
 	AnnotationEventPort   = "kvrouter.io/events-port"
 	AnnotationReplayPort  = "kvrouter.io/replay-port"
 	AnnotationDPSize      = "kvrouter.io/dp-size"
+	AnnotationRole        = "kvrouter.io/role"
 	LabelModel            = "kvrouter.io/model"
+	// LabelRole is llm-d's label for a pod's prefill/decode role (prefill,
+	// decode, both), read when the pod has no kvrouter.io/role annotation.
+	LabelRole = "llm-d.ai/role"
 	// ServingPortName is the container port name read when the pod has no
 	// kvrouter.io/port annotation.
 	ServingPortName = "http"
@@ -60,6 +64,13 @@ func podFrom(k *corev1.Pod, cfg Config) (p pod.Pod, ok bool, problems []error) {
 	p.EventPort = number(AnnotationEventPort, cfg.EventPort, 65535)
 	p.ReplayPort = number(AnnotationReplayPort, cfg.ReplayPort, 65535)
 	p.DPSize = number(AnnotationDPSize, 0, 1024)
+	if v := firstOf(a[AnnotationRole], k.Labels[LabelRole]); v != "" {
+		role, err := pod.ParseRole(strings.TrimSpace(v))
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s or label %s: %w", AnnotationRole, LabelRole, err))
+		}
+		p.Role = role
+	}
 	return p, true, problems
 }
 

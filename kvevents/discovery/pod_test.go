@@ -80,6 +80,28 @@ func TestPodFrom(t *testing.T) {
 			problems: 3,
 		},
 		{
+			name: "llm-d's role label",
+			edit: func(k *corev1.Pod) { k.Labels[LabelRole] = "prefill" },
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Role: pod.RolePrefill, Ready: true},
+			ok:   true,
+		},
+		{
+			name: "role annotation over the label; both is no role",
+			edit: func(k *corev1.Pod) {
+				k.Labels[LabelRole] = "prefill"
+				k.Annotations = map[string]string{AnnotationRole: "both"}
+			},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			ok:   true,
+		},
+		{
+			name:     "bad role",
+			edit:     func(k *corev1.Pod) { k.Annotations = map[string]string{AnnotationRole: "encode"} },
+			want:     pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			ok:       true,
+			problems: 1,
+		},
+		{
 			name: "not ready",
 			edit: func(k *corev1.Pod) { k.Status.Conditions[0].Status = corev1.ConditionFalse },
 			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
