@@ -45,8 +45,8 @@ func appendCBORText(b []byte, s string) []byte {
 // canonical=True) where extra is None, (lora,), (salt,) or (lora, salt), an
 // empty string meaning absent.
 func appendCBORBlock(b []byte, parent *Digest, tokens []uint32, lora, salt string) []byte {
-	b = append(b, cborArray|3, cborBytes|24, byte(len(parent)))
-	b = append(b, parent[:]...)
+	pb := parent.bytes()
+	b = append(appendCBORHead(append(b, cborArray|3), cborBytes, uint64(len(pb))), pb...)
 	b = appendCBORUints(appendCBORHead(b, cborArray, uint64(len(tokens))), tokens)
 	switch {
 	case lora == "" && salt == "":

@@ -22,8 +22,7 @@ func TestCBORMatchesFxamacker(t *testing.T) {
 		}
 		for i := range 2000 {
 			c := randomCase(rng, i)
-			var parent Digest
-			fillRandom(rng, parent[:])
+			parent := randomDigest(rng, i%3 == 0)
 			tokens := c.Tokens[:min(len(c.Tokens), c.BlockSize)]
 			salt := ""
 			if rng.IntN(2) == 0 {
@@ -38,7 +37,7 @@ func TestCBORMatchesFxamacker(t *testing.T) {
 			case salt != "":
 				extra = []string{salt}
 			}
-			want, err := em.Marshal([]any{parent[:], tokens, extra})
+			want, err := em.Marshal([]any{parent.bytes(), tokens, extra})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,10 +55,21 @@ func TestCBORMatchesFxamacker(t *testing.T) {
 	}
 }
 
-func fillRandom(rng *rand.Rand, b []byte) {
+// randomDigest returns a random digest of 16 bytes (xxh3_128) when short,
+// else of 32 (SHA-256).
+func randomDigest(rng *rand.Rand, short bool) Digest {
+	b := make([]byte, SHA256Size)
+	if short {
+		b = b[:XXH128Size]
+	}
 	for i := range b {
 		b[i] = byte(rng.Uint32())
 	}
+	d, err := DigestFromBytes(b)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }
 
 // TestPickleSmallMatchesFramed checks the straight-line pickle encoder of
@@ -69,8 +79,7 @@ func TestPickleSmallMatchesFramed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 2000 {
 		c := randomCase(rng, i)
-		var parent Digest
-		fillRandom(rng, parent[:])
+		parent := randomDigest(rng, i%3 == 0)
 		small := appendPickleSmallBlock(nil, &parent, c.Tokens, c.LoRA, c.Salt)
 		if framed := appendPickleFramedBlock(nil, &parent, c.Tokens, c.LoRA, c.Salt); !bytes.Equal(small, framed) {
 			t.Fatalf("appendPickleSmallBlock(%v, %q, %q) = %x, want %x", c.Tokens, c.LoRA, c.Salt, small, framed)

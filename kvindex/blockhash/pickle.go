@@ -250,8 +250,9 @@ func appendPickleFramedBlock(b []byte, parent *Digest, tokens []uint32, lora, sa
 	p := newPickler(b)
 	p.boundary() // the outer tuple
 	p.boundary() // the parent bytes
-	p.op(pkShortBinBytes, byte(len(parent)))
-	p.b = append(p.b, parent[:]...)
+	pb := parent.bytes()
+	p.op(pkShortBinBytes, byte(len(pb)))
+	p.b = append(p.b, pb...)
 	p.memoize()
 	p.saveTokens(tokens)
 	p.saveExtra(lora, salt)
@@ -264,8 +265,9 @@ func appendPickleFramedBlock(b []byte, parent *Digest, tokens []uint32, lora, sa
 // pickle fits one frame: straight-line code with no frame bookkeeping.
 func appendPickleSmallBlock(b []byte, parent *Digest, tokens []uint32, lora, salt string) []byte {
 	start := len(b)
-	b = append(b, pkProto, 5, pkFrame, 0, 0, 0, 0, 0, 0, 0, 0, pkShortBinBytes, byte(len(parent)))
-	b = append(append(b, parent[:]...), pkMemoize)
+	pb := parent.bytes()
+	b = append(b, pkProto, 5, pkFrame, 0, 0, 0, 0, 0, 0, 0, 0, pkShortBinBytes, byte(len(pb)))
+	b = append(append(b, pb...), pkMemoize)
 	memo := 1
 	switch n := len(tokens); {
 	case n == 0:
