@@ -75,6 +75,8 @@ type fleetOptions struct {
 	// ports returns the event and replay ports the subscriber of pod i
 	// connects to; nil: the publisher's own.
 	ports func(i int, pub *vllmpub.Publisher) (events, replay int)
+	// sim adjusts simulated pod i's configuration.
+	sim func(i int, c *vllmsim.Config)
 }
 
 func startFleet(t *testing.T, n int) *fleet {
@@ -119,7 +121,11 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		simCfg := vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond}
+		if o.sim != nil {
+			o.sim(i, &simCfg)
+		}
+		pod, err := vllmsim.New(simCfg)
 		if err != nil {
 			t.Fatal(err)
 		}
