@@ -31,7 +31,7 @@ type applyFixture struct {
 	log *bytes.Buffer
 }
 
-func newApplyFixture(t *testing.T) *applyFixture {
+func newApplyFixture(t testing.TB) *applyFixture {
 	t.Helper()
 	idx, err := kvindex.New(kvindex.DefaultConfig(), nil)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // podChain returns the hashes a pod with another root (seed "7", as a pod
 // without PYTHONHASHSEED seeds its own) publishes for tokens, continuing
 // from parent (nil: the root), and the digest of its last block.
-func podChain(t *testing.T, parent *blockhash.Digest, tokens []uint32) ([]uint64, blockhash.Digest) {
+func podChain(t testing.TB, parent *blockhash.Digest, tokens []uint32) ([]uint64, blockhash.Digest) {
 	t.Helper()
 	h, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256CBOR, Seed: "7", BlockSize: 16})
 	if err != nil {
@@ -31,7 +31,7 @@ func podChain(t *testing.T, parent *blockhash.Digest, tokens []uint32) ([]uint64
 
 // routerHashes returns what the router computes for tokens from the root:
 // the fixture's configuration (sha256_cbor, seed "0", block size 16).
-func routerHashes(t *testing.T, tokens []uint32) []uint64 {
+func routerHashes(t testing.TB, tokens []uint32) []uint64 {
 	t.Helper()
 	h, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256CBOR, Seed: "0", BlockSize: 16})
 	if err != nil {
@@ -46,7 +46,7 @@ func (f *applyFixture) matched(hashes []uint64) int {
 	return m[0].Blocks
 }
 
-func (f *applyFixture) applyEvents(t *testing.T, events ...wire.Event) {
+func (f *applyFixture) applyEvents(t testing.TB, events ...wire.Event) {
 	t.Helper()
 	if err := f.a.apply(&wire.Batch{Events: events}); err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ var prompts = [][]uint32{u32s(0, 48), u32s(1000, 48), u32s(2000, 48)}
 // mismatchFixture is an apply fixture whose pod has published the root
 // chains of prompts with its own root, which makes it mismatch (three
 // failures) and rekeyed.
-func mismatchFixture(t *testing.T) (*applyFixture, [][]uint64) {
+func mismatchFixture(t testing.TB) (*applyFixture, [][]uint64) {
 	t.Helper()
 	f := newApplyFixture(t)
 	var pod [][]uint64
