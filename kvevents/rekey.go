@@ -138,16 +138,16 @@ func (r *rekeyer) removed(e *wire.Event) []uint64 {
 // has), as the newest entry; the entry of the oldest insertion leaves the
 // map if it is still there.
 func (r *rekeyer) insert(hash uint64, d blockhash.Digest, tier uint8) {
+	tiers := r.blocks[hash].tiers | tier
 	old := r.ring[r.next]
-	if b, ok := r.blocks[old.hash]; ok && b.seq == old.seq && old.seq != 0 {
+	if b, ok := r.blocks[old.hash]; ok && b.seq == old.seq && old.seq != 0 && old.hash != hash {
 		delete(r.blocks, old.hash)
 		if r.active {
 			r.m.rekeyEvicted.Inc()
 		}
 	}
 	r.seq++
-	b := r.blocks[hash]
-	r.blocks[hash] = rekeyedBlock{d: d, tiers: b.tiers | tier, seq: r.seq}
+	r.blocks[hash] = rekeyedBlock{d: d, tiers: tiers, seq: r.seq}
 	r.ring[r.next] = ringSlot{hash: hash, seq: r.seq}
 	r.next = (r.next + 1) % len(r.ring)
 }
