@@ -1,8 +1,6 @@
 package router
 
 import (
-	"unsafe"
-
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
@@ -24,7 +22,7 @@ type chain struct {
 
 // size is about the bytes c holds.
 func (c *chain) size() int64 {
-	return int64(len(c.hashes))*8 + int64(len(c.digests))*int64(unsafe.Sizeof(blockhash.Digest{})) + 96 + int64(len(c.extra.LoRA)+len(c.extra.CacheSalt))
+	return int64(len(c.hashes))*8 + int64(len(c.digests))*int64(len(blockhash.Digest{})) + 96 + int64(len(c.extra.LoRA)+len(c.extra.CacheSalt))
 }
 
 // hashPrefix appends the block hashes of tokens to sc.hashes, reusing

@@ -125,29 +125,17 @@ const (
 )
 
 // Digest is the full digest of one block, the parent of the next block in a
-// chain: 32 bytes for the SHA-256 algorithms, 16 for the xxHash ones. The
-// zero Digest is 32 zero bytes. Digests compare with ==; a 16-byte digest
-// never equals a 32-byte one.
-type Digest struct {
-	b     [SHA256Size]byte // the digest in its first Len() bytes, zeros after
-	short bool             // XXH128Size bytes long rather than SHA256Size
-}
-
-// Len returns the length of d in bytes: SHA256Size or XXH128Size.
-func (d Digest) Len() int {
-	if d.short {
-		return XXH128Size
-	}
-	return SHA256Size
-}
+// chain: the 32 bytes of a SHA-256 digest, or the 16 bytes of an xxh3_128
+// digest right-aligned (its first 16 bytes are zero), so that Value reads
+// the last 8 bytes of either. The Hasher that made a Digest knows its size
+// (DigestSize); the zero Digest is 32 zero bytes.
+type Digest [SHA256Size]byte
 
 // Value returns the 64-bit integer vLLM publishes in KV events for d, its
 // int.from_bytes(digest, "big") & (2**64-1): the last 8 bytes of the digest
 // read big-endian (for xxh3_128, its low 64 bits). It is the key of the
 // Index.
-func (d Digest) Value() uint64 {
-	return binary.BigEndian.Uint64(d.b[d.Len()-8 : d.Len()])
-}
+func (d Digest) Value() uint64 { return binary.BigEndian.Uint64(d[SHA256Size-8:]) }
 
 // ErrDigestLength is returned for a digest that is neither 32 nor 16 bytes
 // long.
@@ -155,34 +143,29 @@ var ErrDigestLength = errors.New("blockhash: digest is neither 32 (SHA-256) nor 
 
 // DigestFromBytes returns the Digest held in b, such as a raw block hash of a
 // KV event sent with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0: 32 bytes
-// (SHA-256) or 16 (xxh3_128). It refuses any other length (truncated input).
+// (SHA-256), or 16 (xxh3_128), which it right-aligns. It refuses any other
+// length (truncated input).
 func DigestFromBytes(b []byte) (Digest, error) {
 	var d Digest
-	switch len(b) {
-	case SHA256Size:
-	case XXH128Size:
-		d.short = true
-	default:
-		return Digest{}, fmt.Errorf("%w: got %d bytes", ErrDigestLength, len(b))
+	if len(b) != SHA256Size && len(b) != XXH128Size {
+		return d, fmt.Errorf("%w: got %d bytes", ErrDigestLength, len(b))
 	}
-	copy(d.b[:], b)
+	copy(d[SHA256Size-len(b):], b)
 	return d, nil
 }
 
-// xxhDigest returns the Digest of an xxh3_128 sum: hi64‖lo64, big-endian,
-// as Python's xxhash.xxh3_128_digest spells it.
-func xxhDigest(u xxh3.Uint128) Digest {
-	d := Digest{short: true}
-	binary.BigEndian.PutUint64(d.b[:8], u.Hi)
-	binary.BigEndian.PutUint64(d.b[8:16], u.Lo)
+// xxhSum returns the xxh3_128 Digest of b: hi64‖lo64, big-endian, as
+// Python's xxhash.xxh3_128_digest spells it, right-aligned.
+func xxhSum(b []byte) (d Digest) {
+	u := xxh3.Hash128(b)
+	binary.BigEndian.PutUint64(d[SHA256Size-16:], u.Hi)
+	binary.BigEndian.PutUint64(d[SHA256Size-8:], u.Lo)
 	return d
 }
 
-// bytes returns the digest bytes of *d, aliasing it.
-func (d *Digest) bytes() []byte { return d.b[:d.Len()] }
-
-// String returns d in lowercase hex.
-func (d Digest) String() string { return hex.EncodeToString(d.b[:d.Len()]) }
+// String returns d in lowercase hex, all 32 bytes (a 16-byte digest after
+// 32 zeros).
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
 
 // Extra holds a request's extra hash keys. The empty string means absent.
 type Extra struct {
@@ -203,6 +186,7 @@ type Extra struct {
 type Hasher struct {
 	cfg       Config
 	cbor, xxh bool // cfg.Algorithm's serialization and hash function
+	size      int  // SHA256Size or XXH128Size
 	root      Digest
 	pool      sync.Pool // of *scratch
 }
@@ -215,7 +199,10 @@ func NewHasher(cfg Config) (*Hasher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Hasher{cfg: cfg, cbor: cfg.Algorithm.cbor(), xxh: cfg.Algorithm.xxh()}
+	h := &Hasher{cfg: cfg, cbor: cfg.Algorithm.cbor(), xxh: cfg.Algorithm.xxh(), size: SHA256Size}
+	if h.xxh {
+		h.size = XXH128Size
+	}
 	h.pool.New = func() any { return &scratch{buf: make([]byte, 0, 256)} }
 	s := h.get()
 	h.root = h.sum(s, h.encodeSeed(s.buf[:0]))
@@ -225,6 +212,11 @@ func NewHasher(cfg Config) (*Hasher, error) {
 
 // Config returns the configuration h was built with.
 func (h *Hasher) Config() Config { return h.cfg }
+
+// DigestSize returns the length of h's digests in bytes: SHA256Size, or
+// XXH128Size for the xxHash algorithms, whose digests are the last
+// XXH128Size bytes of a Digest.
+func (h *Hasher) DigestSize() int { return h.size }
 
 // BlockSize returns the number of tokens per block.
 func (h *Hasher) BlockSize() int { return h.cfg.BlockSize }
@@ -306,10 +298,11 @@ func (h *Hasher) encodeBlock(b []byte, parent *Digest, tokens []uint32, extra Ex
 	if first {
 		salt = extra.CacheSalt
 	}
+	p := parent[SHA256Size-h.size:]
 	if h.cbor {
-		return appendCBORBlock(b, parent, tokens, extra.LoRA, salt)
+		return appendCBORBlock(b, p, tokens, extra.LoRA, salt)
 	}
-	return appendPickleBlock(b, parent, tokens, extra.LoRA, salt)
+	return appendPickleBlock(b, p, tokens, extra.LoRA, salt)
 }
 
 // encodeSeed appends the serialization of the seed string.
@@ -324,9 +317,9 @@ func (h *Hasher) encodeSeed(b []byte) []byte {
 func (h *Hasher) sum(s *scratch, b []byte) Digest {
 	s.buf = b
 	if h.xxh {
-		return xxhDigest(xxh3.Hash128(b))
+		return xxhSum(b)
 	}
-	return Digest{b: sha256.Sum256(b)}
+	return sha256.Sum256(b)
 }
 
 func (h *Hasher) get() *scratch { return h.pool.Get().(*scratch) }

@@ -1,6 +1,7 @@
 package blockhash
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -82,8 +83,8 @@ func TestXXHashVectors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/%s/%+v", tt.algo, tt.seed, tt.extra), func(t *testing.T) {
 			h := mustHasher(t, tt.algo, tt.seed, 16)
-			if got := h.Root(); got.String() != tt.root || got.Len() != XXH128Size {
-				t.Errorf("Root() = %s (%d bytes), want %s (16 bytes)", got, got.Len(), tt.root)
+			if got := h.Root(); hexOf(h, got) != tt.root || got != mustDigest(t, tt.root) || h.DigestSize() != XXH128Size {
+				t.Errorf("Root() = %s (digest size %d), want %s right-aligned (16 bytes)", got, h.DigestSize(), tt.root)
 			}
 			tokens := append(iota32(48), 48, 49, 50) // a partial block is ignored
 			if got := h.AppendHashes(nil, tokens, tt.extra); !slices.Equal(got, tt.want) {
@@ -96,9 +97,9 @@ func TestXXHashVectors(t *testing.T) {
 // TestEncodings checks the byte strings docs/vllm.md spells out and a few
 // shapes Python produced (the differential test covers the rest).
 func TestEncodings(t *testing.T) {
-	parent := mustDigest(t, strings.Repeat("11", SHA256Size))
-	short := mustDigest(t, strings.Repeat("11", XXH128Size))
-	p := parent.String()
+	parent := bytes.Repeat([]byte{0x11}, SHA256Size)
+	short := bytes.Repeat([]byte{0x11}, XXH128Size)
+	p := hex.EncodeToString(parent)
 	tests := []struct {
 		name string
 		got  []byte
@@ -107,15 +108,15 @@ func TestEncodings(t *testing.T) {
 		{"pickle seed 0", appendPickleString(nil, "0"), "80059505000000000000008c0130942e"},
 		{"pickle seed empty", appendPickleString(nil, ""), "80059504000000000000008c00942e"},
 		{"cbor seed 0", appendCBORText(nil, "0"), "6130"},
-		{"pickle 1 token", appendPickleBlock(nil, &parent, []uint32{1}, "", ""), "8005952b000000000000004320" + p + "944b0185944e87942e"},
-		{"pickle 3 tokens", appendPickleBlock(nil, &parent, []uint32{1, 2, 3}, "", ""), "8005952f000000000000004320" + p + "944b014b024b0387944e87942e"},
-		{"pickle 4 tokens", appendPickleBlock(nil, &parent, []uint32{1, 2, 3, 4}, "", ""), "80059532000000000000004320" + p + "94284b014b024b034b0474944e87942e"},
-		{"pickle no tokens", appendPickleBlock(nil, &parent, nil, "", ""), "80059528000000000000004320" + p + "94294e87942e"},
-		{"pickle shared string", appendPickleBlock(nil, &parent, []uint32{1, 2}, "a", "a"), "80059534000000000000004320" + p + "944b014b0286948c0161946802869487942e"},
-		{"cbor widths", appendCBORBlock(nil, &parent, []uint32{1, 2, 300, 70000, 1<<32 - 1}, "ab", ""), "835820" + p + "85010219012c1a000111701affffffff81626162"},
-		{"cbor no tokens", appendCBORBlock(nil, &parent, nil, "", ""), "835820" + p + "80f6"},
-		{"pickle 16-byte parent", appendPickleBlock(nil, &short, []uint32{1}, "", ""), "8005951b00000000000000431011111111111111111111111111111111944b0185944e87942e"},
-		{"cbor 16-byte parent", appendCBORBlock(nil, &short, []uint32{1}, "", ""), "8350111111111111111111111111111111118101f6"},
+		{"pickle 1 token", appendPickleBlock(nil, parent, []uint32{1}, "", ""), "8005952b000000000000004320" + p + "944b0185944e87942e"},
+		{"pickle 3 tokens", appendPickleBlock(nil, parent, []uint32{1, 2, 3}, "", ""), "8005952f000000000000004320" + p + "944b014b024b0387944e87942e"},
+		{"pickle 4 tokens", appendPickleBlock(nil, parent, []uint32{1, 2, 3, 4}, "", ""), "80059532000000000000004320" + p + "94284b014b024b034b0474944e87942e"},
+		{"pickle no tokens", appendPickleBlock(nil, parent, nil, "", ""), "80059528000000000000004320" + p + "94294e87942e"},
+		{"pickle shared string", appendPickleBlock(nil, parent, []uint32{1, 2}, "a", "a"), "80059534000000000000004320" + p + "944b014b0286948c0161946802869487942e"},
+		{"cbor widths", appendCBORBlock(nil, parent, []uint32{1, 2, 300, 70000, 1<<32 - 1}, "ab", ""), "835820" + p + "85010219012c1a000111701affffffff81626162"},
+		{"cbor no tokens", appendCBORBlock(nil, parent, nil, "", ""), "835820" + p + "80f6"},
+		{"pickle 16-byte parent", appendPickleBlock(nil, short, []uint32{1}, "", ""), "8005951b00000000000000431011111111111111111111111111111111944b0185944e87942e"},
+		{"cbor 16-byte parent", appendCBORBlock(nil, short, []uint32{1}, "", ""), "8350111111111111111111111111111111118101f6"},
 	}
 	for _, tt := range tests {
 		if got := hex.EncodeToString(tt.got); got != tt.want {
@@ -123,6 +124,9 @@ func TestEncodings(t *testing.T) {
 		}
 	}
 }
+
+// hexOf returns the digest bytes of d, as h made it, in hex.
+func hexOf(h *Hasher, d Digest) string { return hex.EncodeToString(d[SHA256Size-h.DigestSize():]) }
 
 // mustDigest returns the Digest of the hex string s.
 func mustDigest(t testing.TB, s string) Digest {
@@ -259,21 +263,21 @@ func TestParseAlgorithm(t *testing.T) {
 func TestDigestFromBytes(t *testing.T) {
 	h := mustHasher(t, SHA256, "0", 16)
 	root := h.Root()
-	if got, err := DigestFromBytes(root.bytes()); got != root || err != nil {
+	if got, err := DigestFromBytes(root[:]); got != root || err != nil {
 		t.Errorf("DigestFromBytes(root) = %s, %v, want %s, nil", got, err, root)
 	}
 	x := mustHasher(t, XXHash, "0", 16).Root()
-	if got, err := DigestFromBytes(x.bytes()); got != x || err != nil || got.Len() != XXH128Size {
-		t.Errorf("DigestFromBytes(xxhash root) = %s, %v, want %s, nil", got, err, x)
+	if got, err := DigestFromBytes(x[XXH128Size:]); got != x || err != nil || x != xxhSum(appendPickleString(nil, "0")) {
+		t.Errorf("DigestFromBytes(xxhash root's 16 bytes) = %s, %v, want %s, nil", got, err, x)
 	}
 	for _, n := range []int{0, 8, 15, 17, 31, 33} {
 		if got, err := DigestFromBytes(make([]byte, n)); !errors.Is(err, ErrDigestLength) || got != (Digest{}) {
 			t.Errorf("DigestFromBytes(%d bytes) = %s, %v, want a zero digest and %v", n, got, err, ErrDigestLength)
 		}
 	}
-	// A 16-byte digest never equals a 32-byte one, even with equal leading bytes.
-	if long, short := mustDigest(t, strings.Repeat("00", 32)), mustDigest(t, strings.Repeat("00", 16)); long == short || long != (Digest{}) {
-		t.Errorf("zero digests: 32 bytes %s, 16 bytes %s, want different, the first equal to Digest{}", long, short)
+	// A 16-byte digest is right-aligned, after 16 zero bytes.
+	if got, want := mustDigest(t, strings.Repeat("ab", 16)), mustDigest(t, strings.Repeat("00", 16)+strings.Repeat("ab", 16)); got != want {
+		t.Errorf("DigestFromBytes(16 bytes) = %s, want %s", got, want)
 	}
 	tests := []struct {
 		hex  string

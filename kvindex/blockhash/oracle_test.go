@@ -237,12 +237,12 @@ func compareCase(c hashCase, want oracleResult) error {
 			return err
 		}
 	}
-	if got := h.Root().String(); got != want.Root {
+	if got := hexOf(h, h.Root()); got != want.Root {
 		return fmt.Errorf("Root() = %s, want %s", got, want.Root)
 	}
 	got := make([]string, len(digests))
 	for i, d := range digests {
-		got[i] = d.String()
+		got[i] = hexOf(h, d)
 	}
 	if i := firstDiff(got, want.Blocks); i >= 0 {
 		return fmt.Errorf("block %d = %s, want %s", i, at(got, i), at(want.Blocks, i))
