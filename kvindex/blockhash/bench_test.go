@@ -28,24 +28,24 @@ import (
 // 200 ns per block of 16 tokens.
 //
 // The xxhash algorithms, measured 2026-11-24 in one run with the SHA-256
-// ones (same machine, busier):
+// ones (same machine, load average about 3):
 //
 //	go test -run '^$' -bench . -benchmem ./kvindex/blockhash/
-//	BenchmarkHash/sha256-2                 142502 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/sha256/sha256-only-2      83290 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/sha256_cbor-2            122949 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/sha256_cbor/sha256-only-2 87700 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/xxhash-2                  50870 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/xxhash/xxh3-only-2         8411 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/xxhash_cbor-2             55223 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHash/xxhash_cbor/xxh3-only-2    7071 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHashBlock/sha256-2               225.8 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHashBlock/sha256_cbor-2          223.4 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHashBlock/xxhash-2               102.4 ns/op  0 B/op  0 allocs/op
-//	BenchmarkHashBlock/xxhash_cbor-2           93.5 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256-2                 125714 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256/sha256-only-2      91949 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256_cbor-2            128479 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/sha256_cbor/sha256-only-2 86963 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/xxhash-2                  50850 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/xxhash/xxh3-only-2         6807 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/xxhash_cbor-2             46250 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHash/xxhash_cbor/xxh3-only-2    7355 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHashBlock/sha256-2               206.4 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHashBlock/sha256_cbor-2          212.3 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHashBlock/xxhash-2                87.4 ns/op  0 B/op  0 allocs/op
+//	BenchmarkHashBlock/xxhash_cbor-2           69.5 ns/op  0 B/op  0 allocs/op
 //
-// xxhash takes 0.36x the time of sha256 and xxhash_cbor 0.45x that of
-// sha256_cbor (target: at most 1x); xxh3 itself is about a sixth of the
+// xxhash takes 0.40x the time of sha256 and xxhash_cbor 0.36x that of
+// sha256_cbor (target: at most 1x); xxh3 itself is about a seventh of the
 // xxhash path, the rest is encoding the pickle or CBOR bytes.
 func BenchmarkHash(b *testing.B) {
 	tokens := iota32(8192)
