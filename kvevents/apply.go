@@ -24,11 +24,12 @@ type applier struct {
 	id     kvindex.PodID
 	dec    *wire.Decoder
 	verify *verifier
+	rekey  *rekeyer // nil: rekeying off
 	m      *podMetrics
 }
 
-func newApplier(idx Index, id kvindex.PodID, v *verifier, m *podMetrics) *applier {
-	return &applier{idx: idx, id: id, dec: wire.NewDecoder(), verify: v, m: m}
+func newApplier(idx Index, id kvindex.PodID, v *verifier, rk *rekeyer, m *podMetrics) *applier {
+	return &applier{idx: idx, id: id, dec: wire.NewDecoder(), verify: v, rekey: rk, m: m}
 }
 
 // applyPayload decodes and applies one batch.
@@ -62,18 +63,93 @@ func (a *applier) apply(b *wire.Batch) error {
 			if (len(e.Tokens) > 0 || e.BlockSize > 0) && !e.TokensMatch() {
 				a.m.tokenMismatch.Inc()
 			}
-			err = a.idx.Stored(a.id, e.Tier(), e.Hashes)
-			a.verify.observe(e)
+			err = a.stored(e)
 		case wire.BlockRemoved:
-			err = a.idx.Removed(a.id, e.Tier(), e.Hashes)
+			err = a.removed(e)
 		case wire.AllBlocksCleared:
 			err = a.idx.ClearPod(a.id)
+			if a.rekey != nil {
+				a.rekey.reset()
+			}
 			a.m.clearEvent.Inc()
 		}
 		if err != nil {
 			return fmt.Errorf("kvevents: apply %v: %w", e.Type, err)
 		}
 		a.m.events[e.Type].Inc()
+	}
+	return nil
+}
+
+// stored applies a BlockStored event after verifying it: under the pod's
+// own hashes, or kvrouter's when the pod is rekeyed.
+func (a *applier) stored(e *wire.Event) error {
+	a.verify.observe(e)
+	if err := a.followVerification(); err != nil {
+		return err
+	}
+	if a.rekey == nil || a.verify.state == Verified {
+		return a.idx.Stored(a.id, e.Tier(), e.Hashes)
+	}
+	keys := a.rekey.stored(e)
+	if !a.rekey.active {
+		return a.idx.Stored(a.id, e.Tier(), e.Hashes)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return a.idx.Stored(a.id, e.Tier(), keys)
+}
+
+// removed applies a BlockRemoved event, through the rekeyer's map unless
+// the pod is verified.
+func (a *applier) removed(e *wire.Event) error {
+	if a.rekey == nil || a.verify.state == Verified {
+		return a.idx.Removed(a.id, e.Tier(), e.Hashes)
+	}
+	keys := a.rekey.removed(e)
+	if !a.rekey.active {
+		return a.idx.Removed(a.id, e.Tier(), e.Hashes)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return a.idx.Removed(a.id, e.Tier(), keys)
+}
+
+// followVerification starts rekeying the pod when its hashes mismatch, and
+// stops when they are verified: a pod's entries switch from its own hashes
+// to kvrouter's (the blocks the map holds so far) or back (none: its own
+// hashes of the blocks it holds are unknown until it stores them again).
+// A verified pod keeps no map.
+func (a *applier) followVerification() error {
+	rk := a.rekey
+	if rk == nil {
+		return nil
+	}
+	mismatch := a.verify.state == VerifyMismatch
+	switch {
+	case mismatch && !rk.active:
+		if err := a.idx.ClearPod(a.id); err != nil {
+			return fmt.Errorf("kvevents: rekey pod: %w", err)
+		}
+		for t, keys := range rk.byTier() {
+			if len(keys) == 0 {
+				continue
+			}
+			if err := a.idx.Stored(a.id, kvindex.Tier(t), keys); err != nil {
+				return fmt.Errorf("kvevents: rekey pod: %w", err)
+			}
+		}
+		rk.setActive(true)
+	case !mismatch && rk.active:
+		rk.setActive(false)
+		rk.reset()
+		if err := a.idx.ClearPod(a.id); err != nil {
+			return fmt.Errorf("kvevents: stop rekeying pod: %w", err)
+		}
+	case a.verify.state == Verified:
+		rk.reset()
 	}
 	return nil
 }
@@ -86,8 +162,14 @@ func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error 
 	case clearRestart:
 		a.m.clearRestart.Inc()
 		a.verify.reset()
+		if a.rekey != nil {
+			a.rekey.setActive(false)
+		}
 	case clearExhausted:
 		a.m.clearExhausted.Inc()
+	}
+	if a.rekey != nil {
+		a.rekey.reset()
 	}
 	log.Warn("kvevents: clearing the pod's index entries", "pod", pod, "reason", reason.String())
 	if err := a.idx.ClearPod(a.id); err != nil {

@@ -31,7 +31,7 @@ type applyFixture struct {
 	log *bytes.Buffer
 }
 
-func newApplyFixture(t *testing.T) *applyFixture {
+func newApplyFixture(t testing.TB) *applyFixture {
 	t.Helper()
 	idx, err := kvindex.New(kvindex.DefaultConfig(), nil)
 	if err != nil {
@@ -50,7 +50,7 @@ func newApplyFixture(t *testing.T) *applyFixture {
 	}
 	f := &applyFixture{idx: idx, id: idx.AddPod("pod-a", "model"), m: m.forPod("pod-a"), log: &bytes.Buffer{}}
 	log := slog.New(slog.NewTextHandler(f.log, nil))
-	f.a = newApplier(idx, f.id, newVerifier(&cfg, h, "pod-a", log, f.m), f.m)
+	f.a = newApplier(idx, f.id, newVerifier(&cfg, h, "pod-a", log, f.m), newRekeyer(&cfg, h, "pod-a", log, f.m), f.m)
 	return f
 }
 

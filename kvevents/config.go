@@ -55,6 +55,12 @@ type Config struct {
 	// VerifySample checks one in VerifySample eligible events once a pod is
 	// verified (every event until then). Default 64.
 	VerifySample int
+	// RekeyBlocks bounds, per pod, the map from a pod's block hashes to
+	// kvrouter's that rekeying keeps (see the package documentation): the
+	// blocks of the last RekeyBlocks stores and parent lookups. About 100
+	// bytes per block, only for pods not verified. Default 65536; 0 turns
+	// rekeying off (a mismatching pod is then routed by load alone).
+	RekeyBlocks int
 	// Clock is the time source for backoff delays; nil means the real clock.
 	Clock Clock
 }
@@ -91,6 +97,7 @@ func DefaultConfig() Config {
 		VerifyWindow:      64,
 		VerifyMinFailures: 8,
 		VerifySample:      64,
+		RekeyBlocks:       1 << 16,
 	}
 }
 
@@ -129,6 +136,9 @@ func (c Config) Validate() error {
 		}
 		positive("verify window", int64(c.VerifyWindow))
 		positive("verify sample", int64(c.VerifySample))
+		if c.RekeyBlocks < 0 {
+			errs = append(errs, fmt.Errorf("rekey blocks = %d, want >= 0", c.RekeyBlocks))
+		}
 		if c.VerifyMinFailures <= 0 || c.VerifyMinFailures > c.VerifyWindow {
 			errs = append(errs, fmt.Errorf("verify min failures = %d, want in [1, verify window]", c.VerifyMinFailures))
 		}

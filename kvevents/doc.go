@@ -49,6 +49,24 @@
 // entries are cleared because its publisher restarted, its verification
 // starts over from "unknown": the new process may hash with another seed.
 //
+// A pod whose hashes mismatch is rekeyed, so requests match it again: its
+// index entries become kvrouter's own hashes of the token ids its
+// BlockStored events carry, chained from kvrouter's root (a chain from the
+// root) or from the rehashed digest of the event's parent. A map from the
+// pod's hashes to kvrouter's digests, bounded to the last Config.RekeyBlocks
+// blocks stored or used as a parent, resolves those parents and the
+// BlockRemoved events; until the pod is verified the map is kept beside the
+// pod's own entries, so that the blocks stored before the mismatch was
+// concluded are rekeyed at that moment, and a verified pod keeps none.
+// What cannot be rekeyed is skipped and counted by reason: blocks whose
+// extra keys the event names but kvrouter cannot reproduce (multimodal
+// inputs, prompt embeddings) and those after them, a parent missing from
+// the map, events without token ids or of another block size, and removals
+// the map cannot resolve. A cache_salt that an older event does not spell
+// out cannot be seen: such a block is rekeyed as unsalted. Rekeying also
+// covers a hash algorithm kvrouter does not reproduce, which fails
+// verification like another seed. Status reports a rekeyed pod.
+//
 // Metrics are named kvrouter_kvevents_*; per-pod series are deleted when the
 // pod is removed.
 //

@@ -297,3 +297,42 @@ func TestInteropRestartVerifiesAfresh(t *testing.T) {
 		t.Errorf("restarts = %v, want 1", got)
 	}
 }
+
+// TestInteropRandomRootRekeyed follows a Python publisher whose real vLLM
+// chains start from 32 random bytes, as a vLLM started without
+// PYTHONHASHSEED: the pod mismatches, and its index entries become what
+// Python computes from the same token ids with kvrouter's seed (a root
+// chain, a chain continued from it, a LoRA chain); the round's synthetic
+// blocks of another block size or without token ids are not rekeyed.
+func TestInteropRandomRootRekeyed(t *testing.T) {
+	checkGoroutines(t)
+	py := startPyPublisher(t, "--seed", "42", "--random-root")
+	type round struct {
+		Rekeyed []uint64 `json:"rekeyed"`
+	}
+	var round0, round1 round
+	py.read(t, &round0)
+	if len(round0.Rekeyed) != 6 {
+		t.Fatalf("publisher.py's rekeyed hashes = %v, want 6", round0.Rekeyed)
+	}
+	cfg := testConfig()
+	cfg.RekeyBlocks = DefaultConfig().RekeyBlocks
+	cfg.Hash = blockhash.Config{Algorithm: blockhash.SHA256, Seed: "42", BlockSize: 16}
+	cfg.VerifySample = 1
+	cfg.VerifyMinFailures = 2 // the round's first two root chains
+	f := newFleet(t, cfg)
+	py.follow(f)
+	f.waitHashes("pod-a", round0.Rekeyed...) // round 0, by replay
+	py.send(t, "next")
+	py.read(t, &round1)
+	f.waitHashes("pod-a", round1.Rekeyed...) // round 1, live, after AllBlocksCleared
+	if st := f.mgr.Status(); len(st) != 1 || st[0].Verification != VerifyMismatch || !st[0].Rekeyed {
+		t.Errorf("Status() = %+v, want pod-a mismatch and rekeyed", st)
+	}
+	if got := f.counter(f.mgr.metrics.rekeyFailed, "pod-a", "parent_missing"); got != 0 {
+		t.Errorf("rekey failures parent_missing = %v, want 0", got)
+	}
+	if got := f.counter(f.mgr.metrics.rekeyFailed, "pod-a", "block_size"); got == 0 {
+		t.Error("rekey failures block_size = 0, want the synthetic blocks of size 4 counted")
+	}
+}

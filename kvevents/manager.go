@@ -55,7 +55,10 @@ type runningPod struct {
 type PodStatus struct {
 	Name         string
 	Verification Verification
-	Ranks        []RankStatus
+	// Rekeyed is true while the pod's index entries are kvrouter's own
+	// hashes of its events' token ids (its own failed verification).
+	Rekeyed bool
+	Ranks   []RankStatus
 }
 
 // RankStatus is the state of one DP rank of a followed pod.
@@ -125,7 +128,7 @@ func (m *Manager) Status() []PodStatus {
 	defer m.mu.Unlock()
 	out := make([]PodStatus, 0, len(m.mu.running))
 	for name, r := range m.mu.running {
-		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification(), Ranks: r.sub.Ranks()})
+		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification(), Rekeyed: r.sub.Rekeyed(), Ranks: r.sub.Ranks()})
 	}
 	slices.SortFunc(out, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -17,7 +17,8 @@ type metrics struct {
 	batches, decodeErrors, gaps, restarts, queueDrops *prometheus.CounterVec
 	oversize, reconnects, tokenMismatch, ignored      *prometheus.CounterVec
 	events, replays, clears, hashChecks               *prometheus.CounterVec
-	connected, lastSeq, verification                  *prometheus.GaugeVec
+	rekeyFailed, rekeyEvicted                         *prometheus.CounterVec
+	connected, lastSeq, verification, rekeyed         *prometheus.GaugeVec
 	applySeconds                                      prometheus.Histogram
 	perPod                                            []*prometheus.MetricVec
 }
@@ -51,6 +52,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.tokenMismatch = counter("token_mismatch_total", "BlockStored events whose token_ids length is not block_size times the number of hashes.")
 	m.ignored = counter("ignored_events_total", "Events of unknown types or of non-full-attention groups.")
 	m.hashChecks = counter("hash_checks_total", "Hash chain checks of BlockStored events, by result (ok, mismatch).", "result")
+	m.rekeyFailed = counter("rekey_failed_blocks_total", "Blocks of a rekeyed pod not stored under kvrouter's hash, or whose removal did not resolve, by reason (no_tokens, block_size, extra_keys, parent_missing, removal_unknown).", "reason")
+	m.rekeyEvicted = counter("rekey_evicted_total", "Blocks of a rekeyed pod that fell out of its bounded map from the pod's hashes to kvrouter's.")
+	m.rekeyed = gauge("rekeyed", "1 while the pod's index entries are kvrouter's own hashes of its events' token ids (its own failed verification).")
 	m.connected = gauge("connected", "1 while the subscriber is connected to the pod's rank.", "rank")
 	m.lastSeq = gauge("last_seq", "Sequence number of the last batch of the pod's rank applied to the index.", "rank")
 	m.verification = gauge("hash_verification", "The pod's hash verification state: 0 unknown, 1 verified, 2 mismatch.")
@@ -66,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.batches, m.events, m.decodeErrors, m.gaps, m.replays, m.restarts, m.clears, m.queueDrops,
 		m.oversize, m.reconnects, m.tokenMismatch, m.ignored, m.hashChecks, m.connected, m.lastSeq,
-		m.verification, m.applySeconds,
+		m.verification, m.rekeyFailed, m.rekeyEvicted, m.rekeyed, m.applySeconds,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -93,7 +97,9 @@ type podMetrics struct {
 	replayRetried                                     prometheus.Counter
 	clearRestart, clearExhausted, clearEvent          prometheus.Counter
 	checkOK, checkMismatch                            prometheus.Counter
-	verification                                      prometheus.Gauge
+	rekeyFailed                                       [numRekeyReasons]prometheus.Counter
+	rekeyEvicted                                      prometheus.Counter
+	verification, rekeyed                             prometheus.Gauge
 	applySeconds                                      prometheus.Histogram
 	m                                                 *metrics
 	pod                                               string
@@ -123,6 +129,11 @@ func (m *metrics) forPod(pod string) *podMetrics {
 	p.checkOK = m.hashChecks.WithLabelValues(pod, "ok")
 	p.checkMismatch = m.hashChecks.WithLabelValues(pod, "mismatch")
 	p.verification = m.verification.WithLabelValues(pod)
+	for r := range p.rekeyFailed {
+		p.rekeyFailed[r] = m.rekeyFailed.WithLabelValues(pod, rekeyReasonNames[r])
+	}
+	p.rekeyEvicted = m.rekeyEvicted.WithLabelValues(pod)
+	p.rekeyed = m.rekeyed.WithLabelValues(pod)
 	return p
 }
 

@@ -24,6 +24,7 @@ type Subscriber struct {
 	ranks   []*rankState
 	queue   chan item
 	state   atomic.Uint32 // Verification, for Status
+	rekeyed atomic.Bool   // the pod's entries are kvrouter's hashes, for Status
 }
 
 // newSubscriber returns a subscriber that applies pod's events to idx under
@@ -35,7 +36,11 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 	s := &Subscriber{cfg: cfg, pod: pod, log: log, queue: make(chan item, cfg.QueueSize)}
 	v := newVerifier(&s.cfg, hasher, pod.Name, log, m)
 	v.onChange = func(st Verification) { s.state.Store(uint32(st)) }
-	s.applier = newApplier(idx, id, v, m)
+	rk := newRekeyer(&s.cfg, hasher, pod.Name, log, m)
+	if rk != nil {
+		rk.onChange = s.rekeyed.Store
+	}
+	s.applier = newApplier(idx, id, v, rk, m)
 	for r := range max(pod.DPSize, 1) {
 		state := m.rank(r)
 		s.ranks = append(s.ranks, state)
@@ -59,6 +64,10 @@ func (s *Subscriber) Ranks() []RankStatus {
 
 // Verification returns the pod's hash verification state.
 func (s *Subscriber) Verification() Verification { return Verification(s.state.Load()) }
+
+// Rekeyed reports whether the pod's index entries are kvrouter's own hashes
+// of its events' token ids, its own having failed verification.
+func (s *Subscriber) Rekeyed() bool { return s.rekeyed.Load() }
 
 // Run follows the pod until ctx is done, then returns nil once every
 // goroutine it started has exited and every socket is closed.

@@ -25,11 +25,16 @@ type fleet struct {
 	mgr *Manager
 }
 
+// testConfig is the subscribers' configuration for the transport tests:
+// short delays, and rekeying off, since their publishers' synthetic hashes
+// mismatch and the tests follow the pod's own hashes (rekey_test.go and the
+// end-to-end tests rekey).
 func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 20*time.Millisecond
 	cfg.PollInterval = 10 * time.Millisecond
 	cfg.ReplayTimeout = 2 * time.Second
+	cfg.RekeyBlocks = 0
 	return cfg
 }
 

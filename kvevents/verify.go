@@ -21,7 +21,8 @@ const (
 	Verified
 	// VerifyMismatch: chains keep failing and none matched over the window:
 	// the pod's --prefix-caching-hash-algo or PYTHONHASHSEED (or block size)
-	// differ from kvrouter's hash configuration.
+	// differ from kvrouter's hash configuration. The pod is then rekeyed
+	// (see rekey.go) unless Config.RekeyBlocks is 0.
 	VerifyMismatch
 )
 

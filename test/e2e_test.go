@@ -78,6 +78,8 @@ type fleetOptions struct {
 	// dpSize is every pod's number of data-parallel ranks (0: 1): each
 	// rank is a routing candidate, followed on its own publisher.
 	dpSize int
+	// sim adjusts simulated pod i's configuration.
+	sim func(i int, c *vllmsim.Config)
 }
 
 func startFleet(t *testing.T, n int) *fleet {
@@ -122,7 +124,11 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize})
+		simCfg := vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize}
+		if o.sim != nil {
+			o.sim(i, &simCfg)
+		}
+		pod, err := vllmsim.New(simCfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -83,6 +83,7 @@ type podReport struct {
 	Events       []kvevents.RankStatus `json:"events"` // per DP rank: connected, last applied seq
 	Entries      int                   `json:"index_entries"`
 	Verification string                `json:"hash_verification"`
+	IndexKeys    string                `json:"index_keys"` // pod: its own hashes; rekeyed: kvrouter's of its token ids
 	InFlight     int64                 `json:"in_flight"`
 	Waiting      int64                 `json:"vllm_waiting"`
 	Running      int64                 `json:"vllm_running"`
@@ -102,7 +103,10 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		st := status[p.Name]
 		r := podReport{
 			Name: p.Name, Address: p.Endpoint(), Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
-			Events: st.Ranks, Verification: st.Verification.String(),
+			Events: st.Ranks, Verification: st.Verification.String(), IndexKeys: "pod",
+		}
+		if st.Rekeyed {
+			r.IndexKeys = "rekeyed"
 		}
 		if r.Events == nil {
 			r.Events = []kvevents.RankStatus{}

@@ -273,7 +273,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 // hashFlags defines the hash settings' flags, the same for serve and hash:
 // they must equal the pods' vLLM settings.
 func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
-	fs.StringVar(algo, "hash-algo", *algo, "the pods' --prefix-caching-hash-algo: sha256 or sha256_cbor")
+	fs.StringVar(algo, "hash-algo", *algo, "the pods' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor")
 	fs.StringVar(seed, "hash-seed", *seed, "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset; the empty string is a seed too)")
 	fs.IntVar(blockSize, "block-size", *blockSize, "the pods' KV cache block size in tokens")
 }

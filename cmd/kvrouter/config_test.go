@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 
 	"github.com/spf13/pflag"
@@ -433,5 +434,26 @@ func TestObjectivesConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate = %v, want a problem %q", err, want)
 		}
+	}
+}
+
+// TestHashAlgorithms checks that hash.algorithm takes every vLLM algorithm
+// and names them all when it refuses one.
+func TestHashAlgorithms(t *testing.T) {
+	for _, algo := range blockhash.Algorithms {
+		c := defaultConfig()
+		c.Hash.Algorithm = string(algo)
+		var p problems
+		c.checkHash(&p)
+		if err := p.err(); err != nil {
+			t.Errorf("hash.algorithm %q: %v, want no problem", algo, err)
+		}
+	}
+	c := defaultConfig()
+	c.Hash.Algorithm = "xxh3"
+	var p problems
+	c.checkHash(&p)
+	if err := p.err(); err == nil || !strings.Contains(err.Error(), `hash.algorithm: "xxh3", want one of "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"`) {
+		t.Errorf("hash.algorithm xxh3: %v, want it refused with every name", err)
 	}
 }

@@ -52,6 +52,15 @@ func TestHash(t *testing.T) {
 			wantStdout: "[14620552727165982086,2501229464696595326,4995737767712428611]\n",
 			wantStderr: "kvrouter: --algo is now --hash-algo\nkvrouter: --seed is now --hash-seed\n",
 		},
+		// docs/vllm.md §1 xxhash vectors (Python's xxhash.xxh3_128_digest).
+		{
+			name: "xxhash vector seed 0", args: []string{"--hash-algo", "xxhash", "--hash-seed", "0"}, stdin: tokens48,
+			wantStdout: "[12446601617588617037,15415768829451575322,9624497515420564099]\n",
+		},
+		{
+			name: "xxhash_cbor vector lora", args: []string{"--hash-algo=xxhash_cbor", "--hash-seed=0", "--lora", "my-lora"}, stdin: tokens48,
+			wantStdout: "[1800048193177735191,8423925966018769841,13876067864793695936]\n",
+		},
 		// Python's pickle + hashlib (see kvindex/testdata/hash_oracle.py).
 		{
 			name: "defaults: sha256, vllm-none-hash, 16", stdin: jsonRange(40),
@@ -67,7 +76,7 @@ func TestHash(t *testing.T) {
 
 		{name: "block size 0", args: []string{"--block-size", "0"}, wantErr: errUsage, wantStderr: "block size 0"},
 		{name: "negative block size", args: []string{"--block-size=-4"}, wantErr: errUsage, wantStderr: "block size -4"},
-		{name: "unknown algo", args: []string{"--hash-algo", "xxhash"}, wantErr: errUsage, wantStderr: `unknown hash algorithm "xxhash"`},
+		{name: "unknown algo", args: []string{"--hash-algo", "xxhash64"}, wantErr: errUsage, wantStderr: `unknown hash algorithm "xxhash64": want one of "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"`},
 		{name: "bad flag", args: []string{"--nope"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --nope\nSee 'kvrouter hash --help' for usage.\n"},
 		{name: "stray argument", args: []string{"tokens.json"}, wantErr: errUsage, wantStderr: `unexpected argument "tokens.json"`},
 

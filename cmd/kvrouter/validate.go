@@ -342,7 +342,7 @@ func (c config) checkListen(p *problems) {
 
 func (c config) checkHash(p *problems) {
 	if _, err := blockhash.ParseAlgorithm(c.Hash.Algorithm); err != nil {
-		p.add("hash.algorithm: %q, want %s or %s", c.Hash.Algorithm, blockhash.SHA256, blockhash.SHA256CBOR)
+		p.add("hash.algorithm: %q, want one of %s", c.Hash.Algorithm, blockhash.AlgorithmNames())
 	}
 	if !utf8.ValidString(c.Hash.Seed) {
 		p.add("hash.seed: %q is not valid UTF-8", c.Hash.Seed)

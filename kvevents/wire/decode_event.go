@@ -167,7 +167,7 @@ func (d *Decoder) field(e *Event, s *span, f field) error {
 
 // hash decodes one block hash: an unsigned integer of any width, or raw
 // digest bytes reduced to their last 8 bytes big-endian. full is the digest
-// when the bytes were exactly 32.
+// when the bytes were exactly 32 (SHA-256) or 16 (xxh3_128).
 func (d *Decoder) hash() (v uint64, full *blockhash.Digest, err error) {
 	c, err := d.d.PeekCode()
 	if err != nil {
@@ -179,8 +179,7 @@ func (d *Decoder) hash() (v uint64, full *blockhash.Digest, err error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if len(b) == len(blockhash.Digest{}) {
-			dg := blockhash.Digest(b)
+		if dg, err := blockhash.DigestFromBytes(b); err == nil {
 			return dg.Value(), &dg, nil
 		}
 		var tail [8]byte

@@ -44,9 +44,21 @@ func u32s(lo, n int) []uint32 {
 	return out
 }
 
-func digest(b byte) []byte {
-	d := bytes.Repeat([]byte{b}, 32)
-	d[31] = 0x01
+func digest(b byte) []byte { return digestN(b, 32) }
+
+// digestN returns n bytes b ending in 0x01.
+func digestN(b byte, n int) []byte {
+	d := bytes.Repeat([]byte{b}, n)
+	d[n-1] = 0x01
+	return d
+}
+
+// fullDigest returns the Digest of b.
+func fullDigest(b []byte) blockhash.Digest {
+	d, err := blockhash.DigestFromBytes(b)
+	if err != nil {
+		panic(err)
+	}
 	return d
 }
 
@@ -135,8 +147,20 @@ var decodeCases = []decodeCase{
 		}, nil},
 		want: Batch{TS: 5, Events: []Event{{
 			Type: BlockStored, Hashes: []uint64{0xaaaaaaaaaaaaaa01, 0xbbbbbbbbbbbbbb01},
-			Digests: []blockhash.Digest{blockhash.Digest(digest(0xaa)), blockhash.Digest(digest(0xbb))},
-			Parent:  0xcccccccccccccc01, HasParent: true, ParentDigest: blockhash.Digest(digest(0xcc)), HasParentDigest: true,
+			Digests: []blockhash.Digest{fullDigest(digest(0xaa)), fullDigest(digest(0xbb))},
+			Parent:  0xcccccccccccccc01, HasParent: true, ParentDigest: fullDigest(digest(0xcc)), HasParentDigest: true,
+			Medium: "CPU",
+		}}},
+	},
+	{
+		name: "raw xxh3_128 digest hashes and parent",
+		payload: []any{5.0, []any{
+			[]any{"BlockStored", [][]byte{digestN(0xaa, 16), digestN(0xbb, 16)}, digestN(0xcc, 16), []any{}, 0, nil, "CPU"},
+		}, nil},
+		want: Batch{TS: 5, Events: []Event{{
+			Type: BlockStored, Hashes: []uint64{0xaaaaaaaaaaaaaa01, 0xbbbbbbbbbbbbbb01},
+			Digests: []blockhash.Digest{fullDigest(digestN(0xaa, 16)), fullDigest(digestN(0xbb, 16))},
+			Parent:  0xcccccccccccccc01, HasParent: true, ParentDigest: fullDigest(digestN(0xcc, 16)), HasParentDigest: true,
 			Medium: "CPU",
 		}}},
 	},

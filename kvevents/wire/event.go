@@ -58,15 +58,15 @@ type Event struct {
 	// digest bytes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) are reduced to
 	// their last 8 bytes read big-endian.
 	Hashes []uint64
-	// Digests holds the full digests when every hash was sent as 32 raw
-	// bytes; nil otherwise.
+	// Digests holds the full digests when every hash was sent as raw digest
+	// bytes, 32 (SHA-256) or 16 (xxh3_128); nil otherwise.
 	Digests []blockhash.Digest
 	// Parent is the hash of the block before Hashes[0]; HasParent is false
 	// when the chain starts at the root (parent_block_hash nil).
 	Parent    uint64
 	HasParent bool
-	// ParentDigest is the parent's full digest when it was sent as 32 raw
-	// bytes (HasParentDigest).
+	// ParentDigest is the parent's full digest when it was sent as raw
+	// digest bytes, 32 or 16 (HasParentDigest).
 	ParentDigest    blockhash.Digest
 	HasParentDigest bool
 	// Tokens are the token ids of exactly these blocks, BlockSize per block

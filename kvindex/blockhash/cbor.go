@@ -42,11 +42,10 @@ func appendCBORText(b []byte, s string) []byte {
 }
 
 // appendCBORBlock appends cbor2.dumps((parent, tuple(tokens), extra),
-// canonical=True) where extra is None, (lora,), (salt,) or (lora, salt), an
+// canonical=True), parent being the digest bytes, where extra is None, (lora,), (salt,) or (lora, salt), an
 // empty string meaning absent.
-func appendCBORBlock(b []byte, parent *Digest, tokens []uint32, lora, salt string) []byte {
-	b = append(b, cborArray|3, cborBytes|24, byte(len(parent)))
-	b = append(b, parent[:]...)
+func appendCBORBlock(b, parent []byte, tokens []uint32, lora, salt string) []byte {
+	b = append(appendCBORHead(append(b, cborArray|3), cborBytes, uint64(len(parent))), parent...)
 	b = appendCBORUints(appendCBORHead(b, cborArray, uint64(len(tokens))), tokens)
 	switch {
 	case lora == "" && salt == "":

@@ -42,7 +42,7 @@ func checkChain(t testing.TB, h *Hasher, tokens []uint32, extra Extra, cut int) 
 
 func TestChain(t *testing.T) {
 	extras := []Extra{{}, {LoRA: "lora"}, {CacheSalt: "salt"}, {LoRA: "a", CacheSalt: "a"}}
-	for _, algo := range []Algorithm{SHA256, SHA256CBOR} {
+	for _, algo := range Algorithms {
 		for _, bs := range []int{1, 2, 3, 4, 16} {
 			h := mustHasher(t, algo, "0", bs)
 			for _, extra := range extras {
@@ -62,7 +62,7 @@ func TestChain(t *testing.T) {
 // TestExtraKeys checks which blocks the extra keys change: the salt block 0
 // only (and through the chain every later block), the LoRA name every block.
 func TestExtraKeys(t *testing.T) {
-	for _, algo := range []Algorithm{SHA256, SHA256CBOR} {
+	for _, algo := range Algorithms {
 		h := mustHasher(t, algo, "0", 4)
 		tokens := iota32(12)
 		base := digestsOf(h, tokens, Extra{})
@@ -119,7 +119,7 @@ func TestAllocs(t *testing.T) {
 	for i := range tokens {
 		tokens[i] *= 524309 // every integer width
 	}
-	for _, algo := range []Algorithm{SHA256, SHA256CBOR} {
+	for _, algo := range Algorithms {
 		h := mustHasher(t, algo, DefaultSeed, 16)
 		extra := Extra{LoRA: "adapter", CacheSalt: "salt"}
 		dst := make([]uint64, 0, 512)

@@ -12,14 +12,16 @@
 // the key of kvrouter's index.
 //
 // A Hasher reproduces the chain for one Config: the algorithm (SHA256, which
-// hashes Python's pickle protocol 5 and is vLLM's default, or SHA256CBOR,
-// canonical CBOR), the seed string and the block size, all of which must equal
-// the pods' settings. Hasher.AppendHashes hashes a request's tokens from the
+// hashes Python's pickle protocol 5 and is vLLM's default, SHA256CBOR,
+// canonical CBOR, or XXHash and XXHashCBOR, the same bytes hashed with
+// xxh3_128 into 16-byte digests), the seed string and the block size, all of
+// which must equal the pods' settings. Hasher.AppendHashes hashes a request's tokens from the
 // root; Hasher.Extend and Hasher.AppendDigests continue a chain from a known
 // parent digest without rehashing the prefix; Hasher.Block hashes one block,
 // as a verifier of KV events needs. The pickle and CBOR bytes come from small
 // hand-written encoders (pickle.go, cbor.go) that are tested byte for byte
-// against Python's pickle and cbor2 and against fxamacker/cbor.
+// against Python's pickle and cbor2 and against fxamacker/cbor; the digests
+// against Python's hashlib and xxhash.
 //
 // # Concurrency
 //

@@ -9,20 +9,41 @@ import (
 	"slices"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Algorithm names one of vLLM's prefix-caching hash functions, spelled as
 // vLLM's --prefix-caching-hash-algo flag spells it.
 type Algorithm string
 
-// The hash algorithms kvrouter implements. Both hash with SHA-256; they differ
-// in how the hashed Python object is serialized.
+// The hash algorithms kvrouter implements: every value of vLLM's
+// --prefix-caching-hash-algo. They differ in the hash function (SHA-256, or
+// xxHash's XXH3 with 128 bits) and in how the hashed Python object is
+// serialized (pickle protocol 5, or canonical CBOR).
 const (
-	// SHA256 hashes pickle.dumps(obj, protocol=5). It is vLLM's default.
+	// SHA256 hashes pickle.dumps(obj, protocol=5) with SHA-256. It is vLLM's
+	// default.
 	SHA256 Algorithm = "sha256"
-	// SHA256CBOR hashes cbor2.dumps(obj, canonical=True).
+	// SHA256CBOR hashes cbor2.dumps(obj, canonical=True) with SHA-256.
 	SHA256CBOR Algorithm = "sha256_cbor"
+	// XXHash hashes the pickle bytes of SHA256 with xxh3_128; the digest is
+	// 16 bytes, the high 64 bits first, each half big-endian (Python's
+	// xxhash.xxh3_128_digest).
+	XXHash Algorithm = "xxhash"
+	// XXHashCBOR hashes the CBOR bytes of SHA256CBOR with xxh3_128, giving
+	// the same 16-byte digest as XXHash.
+	XXHashCBOR Algorithm = "xxhash_cbor"
 )
+
+// Algorithms lists every Algorithm, vLLM's default first.
+var Algorithms = []Algorithm{SHA256, SHA256CBOR, XXHash, XXHashCBOR}
+
+// cbor reports whether a serializes with canonical CBOR rather than pickle.
+func (a Algorithm) cbor() bool { return a == SHA256CBOR || a == XXHashCBOR }
+
+// xxh reports whether a hashes with xxh3_128 rather than SHA-256.
+func (a Algorithm) xxh() bool { return a == XXHash || a == XXHashCBOR }
 
 // DefaultSeed is the seed vLLM ≥ v0.30 uses when PYTHONHASHSEED is unset.
 const DefaultSeed = "vllm-none-hash"
@@ -34,15 +55,26 @@ const DefaultBlockSize = 16
 // implement.
 var ErrUnknownAlgorithm = errors.New("blockhash: unknown hash algorithm")
 
-// ParseAlgorithm returns the Algorithm named s ("sha256" or "sha256_cbor"),
-// for command-line flags and configuration files.
+// ParseAlgorithm returns the Algorithm named s ("sha256", "sha256_cbor",
+// "xxhash" or "xxhash_cbor"), for command-line flags and configuration files.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	switch a := Algorithm(s); a {
-	case SHA256, SHA256CBOR:
+	if a := Algorithm(s); slices.Contains(Algorithms, a) {
 		return a, nil
-	default:
-		return "", fmt.Errorf("%w %q: want %q or %q", ErrUnknownAlgorithm, s, SHA256, SHA256CBOR)
 	}
+	return "", fmt.Errorf("%w %q: want one of %s", ErrUnknownAlgorithm, s, AlgorithmNames())
+}
+
+// AlgorithmNames returns the names of Algorithms, quoted and separated by
+// commas, for error messages and help texts.
+func AlgorithmNames() string {
+	var b []byte
+	for i, a := range Algorithms {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = fmt.Appendf(b, "%q", a)
+	}
+	return string(b)
 }
 
 // Config says how a vLLM pod hashes its prefix-cache blocks. Every field
@@ -50,7 +82,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // match an event from that pod.
 type Config struct {
 	// Algorithm is the pod's --prefix-caching-hash-algo: SHA256 (vLLM's
-	// default) or SHA256CBOR.
+	// default), SHA256CBOR, XXHash or XXHashCBOR.
 	Algorithm Algorithm
 	// Seed is the pod's PYTHONHASHSEED as a string ("0", "42", ...); the chain
 	// root is the hash of this string. The empty string is a real seed, hashed
@@ -84,28 +116,55 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Digest is the full SHA-256 digest of one block, the parent of the next
-// block in a chain.
-type Digest [32]byte
+// The digest lengths, in bytes.
+const (
+	// SHA256Size is the length of a SHA-256 digest (SHA256, SHA256CBOR).
+	SHA256Size = sha256.Size
+	// XXH128Size is the length of an xxh3_128 digest (XXHash, XXHashCBOR).
+	XXH128Size = 16
+)
 
-// Value returns the 64-bit integer vLLM publishes in KV events for d: its
-// last 8 bytes read big-endian. It is the key of the Index.
-func (d Digest) Value() uint64 { return binary.BigEndian.Uint64(d[len(d)-8:]) }
+// Digest is the full digest of one block, the parent of the next block in a
+// chain: the 32 bytes of a SHA-256 digest, or the 16 bytes of an xxh3_128
+// digest right-aligned (its first 16 bytes are zero), so that Value reads
+// the last 8 bytes of either. The Hasher that made a Digest knows its size
+// (DigestSize); the zero Digest is 32 zero bytes.
+type Digest [SHA256Size]byte
 
-// ErrDigestLength is returned for a digest that is not 32 bytes long.
-var ErrDigestLength = errors.New("blockhash: digest is not 32 bytes")
+// Value returns the 64-bit integer vLLM publishes in KV events for d, its
+// int.from_bytes(digest, "big") & (2**64-1): the last 8 bytes of the digest
+// read big-endian (for xxh3_128, its low 64 bits). It is the key of the
+// Index.
+func (d Digest) Value() uint64 { return binary.BigEndian.Uint64(d[SHA256Size-8:]) }
+
+// ErrDigestLength is returned for a digest that is neither 32 nor 16 bytes
+// long.
+var ErrDigestLength = errors.New("blockhash: digest is neither 32 (SHA-256) nor 16 (xxh3_128) bytes")
 
 // DigestFromBytes returns the Digest held in b, such as a raw block hash of a
-// KV event sent with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0. It refuses any
-// length but 32 bytes (xxhash digests, truncated input).
+// KV event sent with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0: 32 bytes
+// (SHA-256), or 16 (xxh3_128), which it right-aligns. It refuses any other
+// length (truncated input).
 func DigestFromBytes(b []byte) (Digest, error) {
-	if len(b) != len(Digest{}) {
-		return Digest{}, fmt.Errorf("%w: got %d bytes", ErrDigestLength, len(b))
+	var d Digest
+	if len(b) != SHA256Size && len(b) != XXH128Size {
+		return d, fmt.Errorf("%w: got %d bytes", ErrDigestLength, len(b))
 	}
-	return Digest(b), nil
+	copy(d[SHA256Size-len(b):], b)
+	return d, nil
 }
 
-// String returns d in lowercase hex.
+// xxhSum returns the xxh3_128 Digest of b: hi64‖lo64, big-endian, as
+// Python's xxhash.xxh3_128_digest spells it, right-aligned.
+func xxhSum(b []byte) (d Digest) {
+	u := xxh3.Hash128(b)
+	binary.BigEndian.PutUint64(d[SHA256Size-16:], u.Hi)
+	binary.BigEndian.PutUint64(d[SHA256Size-8:], u.Lo)
+	return d
+}
+
+// String returns d in lowercase hex, all 32 bytes (a 16-byte digest after
+// 32 zeros).
 func (d Digest) String() string { return hex.EncodeToString(d[:]) }
 
 // Extra holds a request's extra hash keys. The empty string means absent.
@@ -125,9 +184,11 @@ type Extra struct {
 // configuration. Its methods allocate nothing in steady state beyond growing
 // the caller's slice: each call borrows a scratch encoding buffer from a pool.
 type Hasher struct {
-	cfg  Config
-	root Digest
-	pool sync.Pool // of *scratch
+	cfg       Config
+	cbor, xxh bool // cfg.Algorithm's serialization and hash function
+	size      int  // SHA256Size or XXH128Size
+	root      Digest
+	pool      sync.Pool // of *scratch
 }
 
 // scratch is the per-call encoding buffer.
@@ -138,7 +199,10 @@ func NewHasher(cfg Config) (*Hasher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Hasher{cfg: cfg}
+	h := &Hasher{cfg: cfg, cbor: cfg.Algorithm.cbor(), xxh: cfg.Algorithm.xxh(), size: SHA256Size}
+	if h.xxh {
+		h.size = XXH128Size
+	}
 	h.pool.New = func() any { return &scratch{buf: make([]byte, 0, 256)} }
 	s := h.get()
 	h.root = h.sum(s, h.encodeSeed(s.buf[:0]))
@@ -148,6 +212,11 @@ func NewHasher(cfg Config) (*Hasher, error) {
 
 // Config returns the configuration h was built with.
 func (h *Hasher) Config() Config { return h.cfg }
+
+// DigestSize returns the length of h's digests in bytes: SHA256Size, or
+// XXH128Size for the xxHash algorithms, whose digests are the last
+// XXH128Size bytes of a Digest.
+func (h *Hasher) DigestSize() int { return h.size }
 
 // BlockSize returns the number of tokens per block.
 func (h *Hasher) BlockSize() int { return h.cfg.BlockSize }
@@ -229,23 +298,27 @@ func (h *Hasher) encodeBlock(b []byte, parent *Digest, tokens []uint32, extra Ex
 	if first {
 		salt = extra.CacheSalt
 	}
-	if h.cfg.Algorithm == SHA256CBOR {
-		return appendCBORBlock(b, parent, tokens, extra.LoRA, salt)
+	p := parent[SHA256Size-h.size:]
+	if h.cbor {
+		return appendCBORBlock(b, p, tokens, extra.LoRA, salt)
 	}
-	return appendPickleBlock(b, parent, tokens, extra.LoRA, salt)
+	return appendPickleBlock(b, p, tokens, extra.LoRA, salt)
 }
 
 // encodeSeed appends the serialization of the seed string.
 func (h *Hasher) encodeSeed(b []byte) []byte {
-	if h.cfg.Algorithm == SHA256CBOR {
+	if h.cbor {
 		return appendCBORText(b, h.cfg.Seed)
 	}
 	return appendPickleString(b, h.cfg.Seed)
 }
 
 // sum hashes b, keeping it as s's buffer so its capacity is reused.
-func (*Hasher) sum(s *scratch, b []byte) Digest {
+func (h *Hasher) sum(s *scratch, b []byte) Digest {
 	s.buf = b
+	if h.xxh {
+		return xxhSum(b)
+	}
 	return sha256.Sum256(b)
 }
 

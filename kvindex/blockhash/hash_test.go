@@ -1,9 +1,11 @@
 package blockhash
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,14 +62,44 @@ func TestKnownVectors(t *testing.T) {
 	}
 }
 
+// TestXXHashVectors checks the xxhash vectors of docs/vllm.md §1, computed
+// with Python's pickle, cbor2 and xxhash.xxh3_128_digest: the 16-byte root
+// and the event integers of three blocks of 0..47 (block size 16).
+func TestXXHashVectors(t *testing.T) {
+	tests := []struct {
+		algo  Algorithm
+		seed  string
+		extra Extra
+		root  string
+		want  []uint64
+	}{
+		{XXHash, "0", Extra{}, "6fb31cc38bba6066183f7f2104b9c051", []uint64{12446601617588617037, 15415768829451575322, 9624497515420564099}},
+		{XXHash, DefaultSeed, Extra{}, "d98f72b9c430d985211489af307f0229", []uint64{1222083579125300142, 5699067059169647355, 13514554514139066512}},
+		{XXHash, "0", Extra{LoRA: "my-lora"}, "6fb31cc38bba6066183f7f2104b9c051", []uint64{12632952623463347640, 12993064451490850988, 8966365483136314140}},
+		{XXHashCBOR, "0", Extra{}, "1ebe36576dcb573f26b99533a20aaeca", []uint64{4168120356241826254, 9934807162112882475, 13167754217454818525}},
+		{XXHashCBOR, DefaultSeed, Extra{}, "a4e364baa0791a6f63bbf917db9b700d", []uint64{11534027033812148684, 206661239557022900, 16401314966178489093}},
+		{XXHashCBOR, "0", Extra{LoRA: "my-lora"}, "1ebe36576dcb573f26b99533a20aaeca", []uint64{1800048193177735191, 8423925966018769841, 13876067864793695936}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%s/%+v", tt.algo, tt.seed, tt.extra), func(t *testing.T) {
+			h := mustHasher(t, tt.algo, tt.seed, 16)
+			if got := h.Root(); hexOf(h, got) != tt.root || got != mustDigest(t, tt.root) || h.DigestSize() != XXH128Size {
+				t.Errorf("Root() = %s (digest size %d), want %s right-aligned (16 bytes)", got, h.DigestSize(), tt.root)
+			}
+			tokens := append(iota32(48), 48, 49, 50) // a partial block is ignored
+			if got := h.AppendHashes(nil, tokens, tt.extra); !slices.Equal(got, tt.want) {
+				t.Errorf("AppendHashes(0..50, %+v) = %v, want %v", tt.extra, got, tt.want)
+			}
+		})
+	}
+}
+
 // TestEncodings checks the byte strings docs/vllm.md spells out and a few
 // shapes Python produced (the differential test covers the rest).
 func TestEncodings(t *testing.T) {
-	var parent Digest
-	for i := range parent {
-		parent[i] = 0x11
-	}
-	p := hex.EncodeToString(parent[:])
+	parent := bytes.Repeat([]byte{0x11}, SHA256Size)
+	short := bytes.Repeat([]byte{0x11}, XXH128Size)
+	p := hex.EncodeToString(parent)
 	tests := []struct {
 		name string
 		got  []byte
@@ -76,19 +108,38 @@ func TestEncodings(t *testing.T) {
 		{"pickle seed 0", appendPickleString(nil, "0"), "80059505000000000000008c0130942e"},
 		{"pickle seed empty", appendPickleString(nil, ""), "80059504000000000000008c00942e"},
 		{"cbor seed 0", appendCBORText(nil, "0"), "6130"},
-		{"pickle 1 token", appendPickleBlock(nil, &parent, []uint32{1}, "", ""), "8005952b000000000000004320" + p + "944b0185944e87942e"},
-		{"pickle 3 tokens", appendPickleBlock(nil, &parent, []uint32{1, 2, 3}, "", ""), "8005952f000000000000004320" + p + "944b014b024b0387944e87942e"},
-		{"pickle 4 tokens", appendPickleBlock(nil, &parent, []uint32{1, 2, 3, 4}, "", ""), "80059532000000000000004320" + p + "94284b014b024b034b0474944e87942e"},
-		{"pickle no tokens", appendPickleBlock(nil, &parent, nil, "", ""), "80059528000000000000004320" + p + "94294e87942e"},
-		{"pickle shared string", appendPickleBlock(nil, &parent, []uint32{1, 2}, "a", "a"), "80059534000000000000004320" + p + "944b014b0286948c0161946802869487942e"},
-		{"cbor widths", appendCBORBlock(nil, &parent, []uint32{1, 2, 300, 70000, 1<<32 - 1}, "ab", ""), "835820" + p + "85010219012c1a000111701affffffff81626162"},
-		{"cbor no tokens", appendCBORBlock(nil, &parent, nil, "", ""), "835820" + p + "80f6"},
+		{"pickle 1 token", appendPickleBlock(nil, parent, []uint32{1}, "", ""), "8005952b000000000000004320" + p + "944b0185944e87942e"},
+		{"pickle 3 tokens", appendPickleBlock(nil, parent, []uint32{1, 2, 3}, "", ""), "8005952f000000000000004320" + p + "944b014b024b0387944e87942e"},
+		{"pickle 4 tokens", appendPickleBlock(nil, parent, []uint32{1, 2, 3, 4}, "", ""), "80059532000000000000004320" + p + "94284b014b024b034b0474944e87942e"},
+		{"pickle no tokens", appendPickleBlock(nil, parent, nil, "", ""), "80059528000000000000004320" + p + "94294e87942e"},
+		{"pickle shared string", appendPickleBlock(nil, parent, []uint32{1, 2}, "a", "a"), "80059534000000000000004320" + p + "944b014b0286948c0161946802869487942e"},
+		{"cbor widths", appendCBORBlock(nil, parent, []uint32{1, 2, 300, 70000, 1<<32 - 1}, "ab", ""), "835820" + p + "85010219012c1a000111701affffffff81626162"},
+		{"cbor no tokens", appendCBORBlock(nil, parent, nil, "", ""), "835820" + p + "80f6"},
+		{"pickle 16-byte parent", appendPickleBlock(nil, short, []uint32{1}, "", ""), "8005951b00000000000000431011111111111111111111111111111111944b0185944e87942e"},
+		{"cbor 16-byte parent", appendCBORBlock(nil, short, []uint32{1}, "", ""), "8350111111111111111111111111111111118101f6"},
 	}
 	for _, tt := range tests {
 		if got := hex.EncodeToString(tt.got); got != tt.want {
 			t.Errorf("%s: encoding = %s, want %s", tt.name, got, tt.want)
 		}
 	}
+}
+
+// hexOf returns the digest bytes of d, as h made it, in hex.
+func hexOf(h *Hasher, d Digest) string { return hex.EncodeToString(d[SHA256Size-h.DigestSize():]) }
+
+// mustDigest returns the Digest of the hex string s.
+func mustDigest(t testing.TB, s string) Digest {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DigestFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // vllmCapture is a KV event captured from a real vLLM (see
@@ -162,7 +213,7 @@ func TestBadConfig(t *testing.T) {
 	}{
 		{Config{Algorithm: SHA256, BlockSize: 0}, []string{"block size 0"}},
 		{Config{Algorithm: SHA256CBOR, BlockSize: -16}, []string{"block size -16"}},
-		{Config{Algorithm: "xxhash", BlockSize: 16}, []string{`unknown hash algorithm "xxhash"`}},
+		{Config{Algorithm: "xxhash64", BlockSize: 16}, []string{`unknown hash algorithm "xxhash64"`, `"xxhash_cbor"`}},
 		{Config{Algorithm: "", BlockSize: 16}, []string{`unknown hash algorithm ""`}},
 		{Config{Algorithm: "md5", Seed: "\xff", BlockSize: -1}, []string{"unknown hash algorithm", "not valid UTF-8", "block size -1"}},
 	}
@@ -194,8 +245,11 @@ func TestParseAlgorithm(t *testing.T) {
 	}{
 		{"sha256", SHA256, false},
 		{"sha256_cbor", SHA256CBOR, false},
+		{"xxhash", XXHash, false},
+		{"xxhash_cbor", XXHashCBOR, false},
 		{"SHA256", "", true},
-		{"xxhash", "", true},
+		{"XXHASH", "", true},
+		{"xxh3_128", "", true},
 		{"", "", true},
 	}
 	for _, tt := range tests {
@@ -212,14 +266,31 @@ func TestDigestFromBytes(t *testing.T) {
 	if got, err := DigestFromBytes(root[:]); got != root || err != nil {
 		t.Errorf("DigestFromBytes(root) = %s, %v, want %s, nil", got, err, root)
 	}
-	for _, n := range []int{0, 8, 16, 31, 33} {
+	x := mustHasher(t, XXHash, "0", 16).Root()
+	if got, err := DigestFromBytes(x[XXH128Size:]); got != x || err != nil || x != xxhSum(appendPickleString(nil, "0")) {
+		t.Errorf("DigestFromBytes(xxhash root's 16 bytes) = %s, %v, want %s, nil", got, err, x)
+	}
+	for _, n := range []int{0, 8, 15, 17, 31, 33} {
 		if got, err := DigestFromBytes(make([]byte, n)); !errors.Is(err, ErrDigestLength) || got != (Digest{}) {
 			t.Errorf("DigestFromBytes(%d bytes) = %s, %v, want a zero digest and %v", n, got, err, ErrDigestLength)
 		}
 	}
-	var d Digest
-	d[24], d[31] = 0x80, 1
-	if got, want := d.Value(), uint64(1<<63|1); got != want {
-		t.Errorf("Digest(%s).Value() = %d, want %d", d, got, want)
+	// A 16-byte digest is right-aligned, after 16 zero bytes.
+	if got, want := mustDigest(t, strings.Repeat("ab", 16)), mustDigest(t, strings.Repeat("00", 16)+strings.Repeat("ab", 16)); got != want {
+		t.Errorf("DigestFromBytes(16 bytes) = %s, want %s", got, want)
+	}
+	tests := []struct {
+		hex  string
+		want uint64
+	}{
+		{strings.Repeat("ff", 24) + "8000000000000001", 1<<63 | 1},          // the last 8 bytes of 32
+		{"ffffffffffffffff" + "8000000000000002", 1<<63 | 2},                // the low half of xxh3_128
+		{strings.Repeat("00", 8) + "0102030405060708", 0x0102030405060708},  // 16 bytes
+		{strings.Repeat("00", 24) + "0102030405060708", 0x0102030405060708}, // 32 bytes
+	}
+	for _, tt := range tests {
+		if got := mustDigest(t, tt.hex).Value(); got != tt.want {
+			t.Errorf("Digest(%s).Value() = %#x, want %#x", tt.hex, got, tt.want)
+		}
 	}
 }

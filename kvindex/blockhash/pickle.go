@@ -237,7 +237,7 @@ func sharedPyString(s string) bool {
 // appendPickleBlock appends pickle.dumps((parent, tuple(tokens), extra), 5)
 // where extra is None, (lora,), (salt,) or (lora, salt), an empty string
 // meaning absent.
-func appendPickleBlock(b []byte, parent *Digest, tokens []uint32, lora, salt string) []byte {
+func appendPickleBlock(b, parent []byte, tokens []uint32, lora, salt string) []byte {
 	if pkMaxInt*len(tokens)+len(lora)+len(salt)+64 < pkFrameTarget {
 		return appendPickleSmallBlock(b, parent, tokens, lora, salt)
 	}
@@ -246,12 +246,12 @@ func appendPickleBlock(b []byte, parent *Digest, tokens []uint32, lora, salt str
 
 // appendPickleFramedBlock is appendPickleBlock for any block, with CPython's
 // framing rules for pickles beyond one frame.
-func appendPickleFramedBlock(b []byte, parent *Digest, tokens []uint32, lora, salt string) []byte {
+func appendPickleFramedBlock(b, parent []byte, tokens []uint32, lora, salt string) []byte {
 	p := newPickler(b)
 	p.boundary() // the outer tuple
 	p.boundary() // the parent bytes
 	p.op(pkShortBinBytes, byte(len(parent)))
-	p.b = append(p.b, parent[:]...)
+	p.b = append(p.b, parent...)
 	p.memoize()
 	p.saveTokens(tokens)
 	p.saveExtra(lora, salt)
@@ -262,10 +262,10 @@ func appendPickleFramedBlock(b []byte, parent *Digest, tokens []uint32, lora, sa
 
 // appendPickleSmallBlock is appendPickleBlock for the usual block, whose
 // pickle fits one frame: straight-line code with no frame bookkeeping.
-func appendPickleSmallBlock(b []byte, parent *Digest, tokens []uint32, lora, salt string) []byte {
+func appendPickleSmallBlock(b, parent []byte, tokens []uint32, lora, salt string) []byte {
 	start := len(b)
 	b = append(b, pkProto, 5, pkFrame, 0, 0, 0, 0, 0, 0, 0, 0, pkShortBinBytes, byte(len(parent)))
-	b = append(append(b, parent[:]...), pkMemoize)
+	b = append(append(b, parent...), pkMemoize)
 	memo := 1
 	switch n := len(tokens); {
 	case n == 0:

@@ -21,6 +21,9 @@ Protocol with the test, one JSON object per stdout line:
   {"event_port": P, "replay_port": R}   once bound
   {"round": n, "expected": [...]}        after publishing each round: the
                                          hashes the pod must hold, sorted
+                                         (with --random-root, also "rekeyed":
+                                         what a router rekeying the pod with
+                                         --seed must hold)
   {"reset": true}                        after a "reset" command
 A round is published at start (unless --idle) and one more per command read
 on stdin, one per line:
@@ -36,6 +39,7 @@ python3-msgpack (run it with /usr/bin/python3).
 import argparse
 import hashlib
 import json
+import os
 import pickle
 import struct
 import sys
@@ -77,11 +81,13 @@ def value_of(h):
 class Round:
     """One round of batches; tracks the hashes the subscriber must end with."""
 
-    def __init__(self, base, rank, seed=None):
+    def __init__(self, base, rank, seed=None, root=None):
         self.seed = seed
+        self.root = root  # the chains' NONE_HASH; None: H(seed)
         self.base = base
         self.rank = rank
         self.live = {}
+        self.rekeyed = []
         self.batches = []
 
     def h(self, i):
@@ -158,16 +164,19 @@ class Round:
     def build_real(self, ts):
         """Events with real vLLM hashes (block size 16), checkable by kvrouter."""
         toks = list(range(self.base % 50000, self.base % 50000 + 64))
-        chain = vllm_chain(self.seed, toks, 16)
+        chain = vllm_chain(self.seed, toks, 16, parent=self.root)
         ints = [value_of(d) for d in chain]
         self.add([ts, [["BlockStored", ints[:3], None, toks[:48], 16, None, None],
                        ["BlockStored", ints[3:], ints[2], toks[48:], 16, None, None]], self.rank])
         self.store(ints)
-        lora = vllm_chain(self.seed, toks[:32], 16, extra=("alice",))
+        lora = vllm_chain(self.seed, toks[:32], 16, extra=("alice",), parent=self.root)
         self.add([ts, [{"type": "BlockStored", "block_hashes": lora, "parent_block_hash": None,
                         "token_ids": toks[:32], "block_size": 16, "lora_name": "alice",
                         "extra_keys": [["alice"], ["alice"]]}], self.rank])
         self.store(lora)
+        # A router hashing the same token ids from H(seed): every real block.
+        self.rekeyed = sorted(value_of(d) for d in vllm_chain(self.seed, toks, 16)
+                              + vllm_chain(self.seed, toks[:32], 16, extra=("alice",)))
 
 
 class Publisher:
@@ -242,7 +251,10 @@ def main():
     ap.add_argument("--buffer", type=int, default=10000)
     ap.add_argument("--seed", help="PYTHONHASHSEED string: also publish events with real vLLM hashes")
     ap.add_argument("--idle", action="store_true", help="publish nothing until told")
+    ap.add_argument("--random-root", action="store_true",
+                    help="chain the real events from 32 random bytes, as vLLM without PYTHONHASHSEED")
     args = ap.parse_args()
+    root = os.urandom(32) if args.random_root else None  # one per process, as vLLM's NONE_HASH
 
     p = Publisher(args)
     say({"event_port": p.event_port, "replay_port": p.replay_port})
@@ -252,12 +264,15 @@ def main():
     def publish_round(lose=0):
         rnd = rounds[0]
         rounds[0] += 1
-        r = Round(args.base + rnd * 1000000, args.rank, args.seed)
+        r = Round(args.base + rnd * 1000000, args.rank, args.seed, root)
         for i, payload in enumerate(r.build()):
             p.publish(payload, lost=i < lose)
         expected.clear()  # each round starts with AllBlocksCleared
         expected.update(r.live)
-        say({"round": rnd, "expected": sorted(expected)})
+        said = {"round": rnd, "expected": sorted(expected)}
+        if args.random_root:
+            said["rekeyed"] = r.rekeyed
+        say(said)
 
     if not args.idle:
         publish_round()

@@ -1,15 +1,20 @@
 #!/usr/bin/python3
 """Reference block hashes for kvindex's differential test, computed the way
 vLLM computes them (docs/vllm.md section 1), with Python's own pickle and
-hashlib and Debian's python3-cbor2. Independent of the Go code under test.
+hashlib, Debian's python3-cbor2 and, for the xxhash algorithms, Debian's
+python3-xxhash (xxhash.xxh3_128_digest, as vLLM calls it). Independent of
+the Go code under test.
 
-stdin:  {"cases": [{"algo": "sha256"|"sha256_cbor", "seed": str,
+stdin:  {"cases": [{"algo": "sha256"|"sha256_cbor"|"xxhash"|"xxhash_cbor", "seed": str,
           "block_size": int, "tokens": [int], "lora": str, "salt": str,
           "bytes": bool}]}           ("" means no LoRA / no salt)
-stdout: {"python": version, "cbor2": version, "results": [{"root": hex,
+stdout: {"python": version, "cbor2": version, "xxhash": version or "",
+          "results": [{"root": hex,
           "blocks": [hex digest of every full block],
+          "values": [the event integer of every block],
           "seed_bytes": hex, "block_bytes": [hex]}]}   (bytes only if asked)
-Exit status 3 when cbor2 is missing.
+Exit status 3 when cbor2 is missing, 4 when a case asks for an xxhash
+algorithm and xxhash is missing.
 """
 import hashlib
 import json
@@ -23,20 +28,32 @@ except ImportError:
     sys.exit(3)
 
 
+try:
+    import xxhash
+except ImportError:
+    xxhash = None
+
+
 def serialize(algo, obj):
-    if algo == "sha256":
+    if algo in ("sha256", "xxhash"):
         return pickle.dumps(obj, protocol=5)
-    if algo == "sha256_cbor":
+    if algo in ("sha256_cbor", "xxhash_cbor"):
         return cbor2.dumps(obj, canonical=True)
     raise ValueError("unknown algorithm %r" % algo)
+
+
+def digest(algo, data):
+    if algo.startswith("sha256"):
+        return hashlib.sha256(data).digest()
+    return xxhash.xxh3_128_digest(data)
 
 
 def run_case(case):
     algo, size, tokens = case["algo"], case["block_size"], case["tokens"]
     want_bytes = case.get("bytes", False)
     seed_bytes = serialize(algo, case["seed"])
-    parent = hashlib.sha256(seed_bytes).digest()  # NONE_HASH
-    res = {"root": parent.hex(), "blocks": []}
+    parent = digest(algo, seed_bytes)  # NONE_HASH
+    res = {"root": parent.hex(), "blocks": [], "values": []}
     if want_bytes:
         res["seed_bytes"] = seed_bytes.hex()
         res["block_bytes"] = []
@@ -48,8 +65,10 @@ def run_case(case):
             keys.append(case["salt"])  # block 0 only
         extra = tuple(keys) if keys else None
         data = serialize(algo, (parent, tuple(tokens[i * size:(i + 1) * size]), extra))
-        parent = hashlib.sha256(data).digest()
+        parent = digest(algo, data)
         res["blocks"].append(parent.hex())
+        # vLLM's maybe_convert_block_hash: the integer KV events carry.
+        res["values"].append(int.from_bytes(parent, byteorder="big") & ((1 << 64) - 1))
         if want_bytes:
             res["block_bytes"].append(data.hex())
     return res
@@ -65,9 +84,13 @@ def cbor2_version():
 
 def main():
     doc = json.load(sys.stdin)
+    if xxhash is None and any(c["algo"].startswith("xxhash") for c in doc["cases"]):
+        sys.stderr.write("hash_oracle.py: cannot import xxhash (Debian python3-xxhash): run `make deps`\n")
+        sys.exit(4)
     out = {
         "python": sys.version.split()[0],
         "cbor2": cbor2_version(),
+        "xxhash": xxhash.VERSION if xxhash else "",
         "results": [run_case(c) for c in doc["cases"]],
     }
     json.dump(out, sys.stdout)

@@ -41,7 +41,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.ReplayEndpoint, "replay-endpoint", cfg.ReplayEndpoint, `replay ROUTER bind address ("" disables replay)`)
 	fs.StringVar(&cfg.Topic, "topic", cfg.Topic, "topic frame")
 	fs.IntVar(&cfg.BufferSteps, "buffer", cfg.BufferSteps, "batches kept for replay")
-	algo := fs.String("algo", string(blockhash.SHA256), "hash algorithm: sha256 or sha256_cbor")
+	algo := fs.String("algo", string(blockhash.SHA256), "hash algorithm: sha256, sha256_cbor, xxhash or xxhash_cbor")
 	seed := fs.String("seed", blockhash.DefaultSeed, "PYTHONHASHSEED string")
 	blockSize := fs.Int("block-size", blockhash.DefaultBlockSize, "tokens per block")
 	blocks := fs.Int("blocks", 16, "blocks per BlockStored event")
