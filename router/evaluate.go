@@ -149,6 +149,9 @@ func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reas
 	t0 := time.Now()
 	tokens := p.PromptTokens
 	extra := blockhash.Extra{LoRA: t.LoRA, CacheSalt: p.CacheSalt}
+	if p.Chat != nil && tokens == nil && p.Chat.HasMedia() {
+		r.metrics.multimodal.Inc()
+	}
 	var hit tokenizer.PrefixHit
 	var cache *tokenizer.PrefixCache
 	if tokens == nil {

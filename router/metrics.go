@@ -16,6 +16,7 @@ type metrics struct {
 	shed      *prometheus.CounterVec
 	// unknownObjectives counts requests naming an objective not known.
 	unknownObjectives prometheus.Counter
+	multimodal        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,8 +54,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "router", Name: "decisions_moved_total",
 			Help: "Decisions moved to a fallback endpoint the proxy reports served the request.",
 		}),
+		multimodal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "multimodal_requests_total",
+			Help: "Chat requests with media content parts: matched on the full blocks before their first media item only.",
+		}),
 	}
-	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives); err != nil {
+	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal); err != nil {
 		return nil, err
 	}
 	return m, nil

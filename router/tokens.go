@@ -53,6 +53,10 @@ func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Par
 		if err != nil {
 			return dst, none, nil, err
 		}
+		if p.Chat.HasMedia() {
+			dst, err = appendMediaTokens(dst, tk, tmpl, p.Chat)
+			return dst, none, nil, err
+		}
 		if text, err = tmpl.Render(p.Chat); err != nil {
 			return dst, none, nil, err
 		}
@@ -82,4 +86,23 @@ type prefixTokenizers interface {
 	Tokenizers
 	appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error)
 	prefixStats() (tokenizer.PrefixStats, bool)
+}
+
+// appendMediaTokens appends the ids of a chat request with media content
+// parts that vLLM computes before its first media token, and no others:
+// the pods expand each media item into tokens the router cannot reproduce,
+// and the blocks holding them hash with the media's own hash, so only the
+// full blocks before them can match (chat.Template.RenderMedia,
+// tokenizer.AppendEncodeStable). The prefix cache is bypassed.
+func appendMediaTokens(dst []uint32, tk *tokenizer.Tokenizer, tmpl *chat.Template, req *chat.Request) ([]uint32, error) {
+	text, known, err := tmpl.RenderMedia(req)
+	if err != nil {
+		return dst, err
+	}
+	base := len(dst)
+	dst, stable, err := tk.AppendEncodeStable(dst, text, req.AddSpecialTokens, known)
+	if err != nil {
+		return dst, err
+	}
+	return dst[:base+stable], nil
 }

@@ -82,9 +82,9 @@ type fleetOptions struct {
 	sim func(i int, c *vllmsim.Config)
 }
 
-func startFleet(t *testing.T, n int) *fleet {
+func startFleet(t *testing.T) *fleet {
 	t.Helper()
-	return startFleetWith(t, fleetOptions{pods: n})
+	return startFleetWith(t, fleetOptions{pods: 3})
 }
 
 func startFleetWith(t *testing.T, o fleetOptions) *fleet {
@@ -221,7 +221,7 @@ func (f *fleet) sendTo(t *testing.T, path, body string) *envoyclient.Result {
 // TestE2EPrefixFollowsEvents: a follow-up whose prefix one pod stored (as
 // its own ZMQ events report) goes to that pod.
 func TestE2EPrefixFollowsEvents(t *testing.T) {
-	f := startFleet(t, 3)
+	f := startFleet(t)
 	system := strings.Repeat("You are a careful assistant who answers in full sentences. ", 12)
 	first := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"What is a KV cache?"))
 	pod := first.UpstreamHeaders["x-kvrouter-pod"]
@@ -258,7 +258,7 @@ func (f *fleet) awaitEvents(t *testing.T, pod string, n int) {
 // turn (rendered by the real template on both sides); a different
 // cache_salt never matches another salt's blocks.
 func TestE2EChatAndSalt(t *testing.T) {
-	f := startFleet(t, 3)
+	f := startFleet(t)
 	system := strings.Repeat("You review Go code for races and leaks and explain every finding. ", 10)
 	turn1 := fmt.Sprintf(`{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":"Review my worker pool."}]}`, system)
 	first := f.sendTo(t, "/v1/chat/completions", turn1)
@@ -287,7 +287,7 @@ func TestE2EChatAndSalt(t *testing.T) {
 // for that adapter; streamed replies pass through; refusals reach the client
 // as OpenAI errors.
 func TestE2ELoRAStreamingAndErrors(t *testing.T) {
-	f := startFleet(t, 3)
+	f := startFleet(t)
 	prompt := strings.Repeat("Adapters change every block's hash, so base and LoRA caches never mix. ", 12)
 	lora := f.send(t, fmt.Sprintf(`{"model":"alice","prompt":%q}`, prompt))
 	pod := lora.UpstreamHeaders["x-kvrouter-pod"]

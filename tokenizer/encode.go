@@ -170,3 +170,30 @@ func validUTF8(s string) string {
 	}
 	return string(out)
 }
+
+// AppendEncodeStable is AppendEncode, also returning how many of the ids
+// it appended (the post-processor's prefix included, its suffix not) are
+// fixed by text[:limit] alone: those before the last added token matched
+// in the raw text whose every decision read only bytes below limit (see
+// PrefixCache). Any text that agrees with text below limit encodes to the
+// same first stable ids, whatever follows. A router that knows a prompt
+// only up to limit (a multimodal prompt, whose media the pods expand into
+// tokens the router cannot reproduce) hashes those ids and no others.
+// Invalid UTF-8 text gives stable 0.
+func (t *Tokenizer) AppendEncodeStable(dst []uint32, text string, addSpecialTokens bool, limit int) (out []uint32, stable int, err error) {
+	if !utf8.ValidString(text) {
+		out, err = t.AppendEncode(dst, text, addSpecialTokens)
+		return out, 0, err
+	}
+	rec := &recorder{base: len(dst)}
+	if out, err = t.appendEncode(dst, text, addSpecialTokens, rec); err != nil {
+		return out, 0, err
+	}
+	for _, m := range rec.marks {
+		if int(m.horizon) > limit {
+			break // horizons grow with their position
+		}
+		stable = int(m.n)
+	}
+	return out, stable, nil
+}

@@ -213,7 +213,7 @@ func (c *Template) prepare(req *Request) (templateInput, error) {
 	if err != nil {
 		return templateInput{}, fmt.Errorf("tokenizer: chat template: %w", err)
 	}
-	conv, err := conversation(req.Messages, t.LoopsOverContent())
+	conv, err := conversation(req.Messages, t.LoopsOverContent(), req.media)
 	if err != nil {
 		return templateInput{}, err
 	}

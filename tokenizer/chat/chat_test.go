@@ -87,7 +87,7 @@ func TestChatRenderErrors(t *testing.T) {
 	for _, body := range []string{
 		`{"messages": [1]}`,
 		`{"messages": [{"role": 1}]}`,
-		`{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`,
+		`{"messages": [{"role": "user", "content": [{"type": "hologram"}]}]}`,
 		`{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}, 1]}]}`,
 		`{"messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`,
 	} {

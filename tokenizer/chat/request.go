@@ -29,6 +29,8 @@ type Request struct {
 	ChatTemplate string
 	// Kwargs are chat_template_kwargs (e.g. enable_thinking); nil: none.
 	Kwargs *jinja.Dict
+
+	media mediaStyle // how a rendering shows media items (RenderMedia)
 }
 
 // ParseRequest reads the prompt-relevant fields of a chat completions
@@ -169,16 +171,17 @@ func get(d *jinja.Dict, key string) jinja.Value {
 
 // conversation turns request messages into what vLLM hands the template:
 // text parts joined by "\n" (or, when the template loops over content, a
-// list of {"type": "text", "text": ...}), tool_calls, tool_call_id, name
-// and reasoning kept, and tool call arguments given as JSON strings parsed.
-func conversation(msgs []jinja.Value, parts bool) ([]jinja.Value, error) {
+// list of {"type": "text", "text": ...}), media parts as media renders them,
+// tool_calls, tool_call_id, name and reasoning kept, and tool call
+// arguments given as JSON strings parsed.
+func conversation(msgs []jinja.Value, parts bool, media mediaStyle) ([]jinja.Value, error) {
 	out := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
 		d, ok := m.(*jinja.Dict)
 		if !ok {
 			return nil, fmt.Errorf("tokenizer: chat: message %d is not an object", i)
 		}
-		msg, err := convertMessage(d, parts)
+		msg, err := convertMessage(d, parts, media)
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: chat: message %d: %w", i, err)
 		}
@@ -192,28 +195,50 @@ func conversation(msgs []jinja.Value, parts bool) ([]jinja.Value, error) {
 	return out, nil
 }
 
-func convertMessage(d *jinja.Dict, parts bool) (*jinja.Dict, error) {
+func convertMessage(d *jinja.Dict, parts bool, media mediaStyle) (*jinja.Dict, error) {
 	role, ok := get(d, "role").(string)
 	if !ok {
 		return nil, errors.New("role must be a string")
 	}
-	texts, err := contentTexts(get(d, "content"))
+	items, err := contentParts(get(d, "content"))
 	if err != nil {
 		return nil, err
 	}
 	msg := jinja.NewDict()
 	msg.SetString("role", role)
 	if parts && role != "tool" { // vLLM flattens tool messages of text parts
-		items := make([]jinja.Value, len(texts))
-		for i, t := range texts {
+		list := make([]jinja.Value, len(items))
+		for i, it := range items {
 			p := jinja.NewDict()
-			p.SetString("type", "text")
-			p.SetString("text", t)
-			items[i] = p
+			switch {
+			case it.modality == "":
+				p.SetString("type", "text")
+				p.SetString("text", it.text)
+			case media.asText != "": // the other rendering, to find where media start
+				p.SetString("type", "text")
+				p.SetString("text", media.asText)
+			default: // as vLLM hands a media item to a template
+				p.SetString("type", it.modality)
+			}
+			list[i] = p
 		}
-		msg.SetString("content", jinja.NewList(items...))
+		msg.SetString("content", jinja.NewList(list...))
 	} else {
-		msg.SetString("content", strings.Join(texts, "\n"))
+		// vLLM puts one placeholder per media item before the text (its
+		// model's placeholder string; kvrouter's media.placeholder).
+		var texts, placeholders []string
+		for _, it := range items {
+			if it.modality == "" {
+				texts = append(texts, it.text)
+			} else {
+				placeholders = append(placeholders, media.placeholder)
+			}
+		}
+		text := strings.Join(texts, "\n")
+		if len(placeholders) > 0 {
+			text = strings.Join(append(placeholders, text), "\n")
+		}
+		msg.SetString("content", text)
 	}
 	if err := copyExtras(d, msg, role); err != nil {
 		return nil, err
@@ -221,47 +246,72 @@ func convertMessage(d *jinja.Dict, parts bool) (*jinja.Dict, error) {
 	return msg, nil
 }
 
-func contentTexts(content jinja.Value) ([]string, error) {
+// contentPart is a message's content part: text, or a media item of a
+// modality (image, audio, video).
+type contentPart struct {
+	text     string
+	modality string
+}
+
+func contentParts(content jinja.Value) ([]contentPart, error) {
 	switch c := content.(type) {
 	case nil:
 		return nil, nil
 	case string:
-		return []string{c}, nil
+		return []contentPart{{text: c}}, nil
 	case *jinja.List:
-		texts := make([]string, 0, len(c.Items))
+		items := make([]contentPart, 0, len(c.Items))
 		for _, p := range c.Items {
-			t, err := partText(p)
+			it, skip, err := part(p)
 			if err != nil {
 				return nil, err
 			}
-			if t, ok := t.(string); ok {
-				texts = append(texts, t)
+			if !skip {
+				items = append(items, it)
 			}
 		}
-		return texts, nil
+		return items, nil
 	}
 	return nil, errors.New("content must be a string, a list of parts or null")
 }
 
-// partText returns a text or refusal part's text (nil when null: vLLM
-// skips it).
-func partText(p jinja.Value) (jinja.Value, error) {
+// mediaParts maps vLLM's media content part types to their modality.
+var mediaParts = map[string]string{
+	"image_url": "image", "input_image": "image", "image_embeds": "image", "image_pil": "image",
+	"audio_url": "audio", "input_audio": "audio", "audio_embeds": "audio",
+	"video_url": "video", "video_embeds": "video",
+}
+
+// textParts maps vLLM's text content part types to the field holding
+// their text.
+var textParts = map[string]string{"text": "text", "refusal": "refusal", "input_text": "text", "output_text": "text"}
+
+// part reads one content part: a text part's text (skip when null: vLLM
+// skips it), or a media part's modality. A media part's payload (URL,
+// base64 data, embeddings) is not read: the pod fetches and processes it.
+func part(p jinja.Value) (it contentPart, skip bool, err error) {
 	if s, ok := p.(string); ok {
-		return s, nil
+		return contentPart{text: s}, false, nil
 	}
 	d, ok := p.(*jinja.Dict)
 	if !ok {
-		return nil, fmt.Errorf("unsupported content part %v", p)
+		return it, false, fmt.Errorf("unsupported content part %v", p)
 	}
 	typ, _ := get(d, "type").(string)
-	if typ != "text" && typ != "refusal" {
-		return nil, fmt.Errorf("unsupported content part type %q", typ)
+	if m, ok := mediaParts[typ]; ok {
+		return contentPart{modality: m}, false, nil
 	}
-	switch t := get(d, typ).(type) {
-	case nil, string:
-		return t, nil
+	field, ok := textParts[typ]
+	if !ok {
+		return it, false, fmt.Errorf("unsupported content part type %q", typ)
 	}
-	return nil, fmt.Errorf("%s part without a string %s", typ, typ)
+	switch t := get(d, field).(type) {
+	case nil:
+		return it, true, nil
+	case string:
+		return contentPart{text: t}, false, nil
+	}
+	return it, false, fmt.Errorf("%s part without a string %s", typ, field)
 }
 
 // copyExtras copies what vLLM keeps besides role and content.
