@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/pyoracle"
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
 
 // visionTemplate is written for these tests after the chat templates of
@@ -157,6 +160,54 @@ func TestRenderMediaExact(t *testing.T) {
 	}
 	if text, known, err := vision.RenderMedia(plain); err != nil || known != len(text) || plain.HasMedia() {
 		t.Errorf("a chat without media: known %d of %q, %v; want all of it", known, text, err)
+	}
+}
+
+// TestMediaTemplatesAgainstJinja2 renders chats with media through both
+// test templates, with vLLM's media parts and with each of RenderMedia's
+// two stylings, in kvrouter and in Python's jinja2 from the same context:
+// the renderings must be byte-identical.
+func TestMediaTemplatesAgainstJinja2(t *testing.T) {
+	o := pyoracle.Get(t)
+	var reqs []any
+	var outs []string
+	var names []string
+	r := rand.New(rand.NewPCG(6, 28))
+	for _, src := range []string{visionTemplate, stringTemplate} {
+		c, err := New(nil, "", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 40 {
+			turns := 1 + r.IntN(6)
+			body := mediaRequest(r, turns, r.IntN(turns)&^1)
+			for k, style := range []mediaStyle{{placeholder: "<|vision_start|><|image_pad|><|vision_end|>"}, mediaFirst, mediaSecond} {
+				req, err := ParseRequest(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.media = style
+				in, err := c.prepare(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := in.tmpl.RenderWith(in.ctx, jinja.RenderOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs, names = append(outs, out), append(names, fmt.Sprintf("chat %d, styling %d: %s", i, k, body))
+				reqs = append(reqs, map[string]any{"template": src, "context": contextJSON(t, in.ctx)})
+			}
+		}
+	}
+	res, err := o.Query(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		if d := pyoracle.Check(outs[i], nil, res[i]); d != "" {
+			t.Errorf("%s:\n%s", names[i], d)
+		}
 	}
 }
 
