@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/router"
 )
@@ -105,4 +106,41 @@ func forward(t *testing.T, res *envoyclient.Result, path string) (rank string, c
 		t.Fatalf("pod %s named no serving rank: %q", res.Destination, rank)
 	}
 	return rank, reply.Usage.Details.Cached
+}
+
+// TestE2EPrefillDecodeHeaders: with one prefill pod and two decode pods, a
+// new long prompt goes to a decode pod with the prefill pod named in
+// llm-d's x-prefiller-host-port (and x-kvrouter-prefill-pod); once the
+// decode pod's own events hold the prompt, its next turn, lacking fewer
+// tokens than the threshold, goes there with no prefill hop.
+func TestE2EPrefillDecodeHeaders(t *testing.T) {
+	f := startFleetWith(t, fleetOptions{pods: 3, role: func(i int) kvpod.Role {
+		return [3]kvpod.Role{kvpod.RolePrefill, kvpod.RoleDecode, kvpod.RoleDecode}[i]
+	}})
+	system := strings.Repeat("You plan database migrations step by step and explain each risk. ", 60) // ~800 tokens
+	body := func(question string) string {
+		return fmt.Sprintf(`{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, system, question)
+	}
+	first, err := f.envoy.Do(t.Context(), envoyclient.Request{Path: "/v1/chat/completions", Body: []byte(body("Plan the first step."))})
+	if err != nil || first.Status != 200 {
+		t.Fatalf("routing = %v, %v", first, err)
+	}
+	dest, prefill := first.UpstreamHeaders[router.HeaderPod], first.UpstreamHeaders[router.HeaderPrefillPod]
+	if dest == "sim-0" || prefill != "sim-0" || first.UpstreamHeaders["x-prefiller-host-port"] != f.pods["sim-0"] {
+		t.Fatalf("a new prompt: to %s, prefill pod %q, x-prefiller-host-port %q; want a decode pod, and sim-0 at %s",
+			dest, prefill, first.UpstreamHeaders["x-prefiller-host-port"], f.pods["sim-0"])
+	}
+	// The decode pod computes the prompt here (the simulated pods have no
+	// sidecar), so its events then hold it.
+	forward(t, first, "/v1/chat/completions")
+	_, total, _ := strings.Cut(first.UpstreamHeaders[router.HeaderCachedBlocks], "/")
+	blocks, _ := strconv.Atoi(total)
+	f.awaitEvents(t, dest, blocks)
+	next, err := f.envoy.Do(t.Context(), envoyclient.Request{Path: "/v1/chat/completions", Body: []byte(body("Plan the first step, then the second."))})
+	if err != nil || next.Status != 200 {
+		t.Fatalf("routing = %v, %v", next, err)
+	}
+	if next.UpstreamHeaders[router.HeaderPod] != dest || next.UpstreamHeaders["x-prefiller-host-port"] != "" || next.UpstreamHeaders[router.HeaderPrefillPod] != "" {
+		t.Errorf("the next turn: to %s, x-prefiller-host-port %q; want %s with no prefill hop", next.UpstreamHeaders[router.HeaderPod], next.UpstreamHeaders["x-prefiller-host-port"], dest)
+	}
 }

@@ -80,6 +80,8 @@ type fleetOptions struct {
 	dpSize int
 	// sim adjusts simulated pod i's configuration.
 	sim func(i int, c *vllmsim.Config)
+	// role is pod i's prefill/decode role; nil: none.
+	role func(i int) kvpod.Role
 }
 
 func startFleet(t *testing.T) *fleet {
@@ -139,6 +141,9 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		f.pods[name], f.sims[name] = addr, pod
 		rp := readyPod(t, name, addr, "qwen3")
 		rp.LoRAs, rp.DPSize = []string{"alice"}, o.dpSize
+		if o.role != nil {
+			rp.Role = o.role(i)
+		}
 		// As serve's pod sink does: one candidate per rank; each rank's
 		// publisher here binds any free port.
 		for k, c := range kvpod.Ranks(rp, 0, 0) {
