@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
-	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/router"
 )
 
