@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvrouter/kvrouter/tokenizer/chat"
 
 	"google.golang.org/grpc"
@@ -60,27 +62,40 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 	return newBenchRigPrefix(b, prompt, 0)
 }
 
-// newBenchRigPrefix is newBenchRig with prefix caches of prefixBytes a
-// model (0: none).
-func newBenchRigPrefix(b *testing.B, prompt string, prefixBytes int64) *benchRig {
-	b.Helper()
-	dir := qwen3Dir(b)
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2, PrefixCacheBytes: prefixBytes})
+// qwen3Router is a router over 8 ready pods serving qwen3 (pod-0 …
+// pod-7, 10.0.0.1 … 10.0.0.8), Qwen3's tokenizer with prefix caches of
+// prefixBytes (0: none) and its chat template, its metrics registered in
+// metrics (nil: none).
+func qwen3Router(tb testing.TB, prefixBytes int64, metrics prometheus.Registerer) (*router.Router, *tokenizer.Registry, *kvindex.Index, *blockhash.Hasher) {
+	tb.Helper()
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": qwen3Dir(tb)}, MaxLoaded: 2, PrefixCacheBytes: prefixBytes})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	hasher, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	fleet := kvfleet.New(index)
 	for i := range 8 {
 		fleet.Upsert(kvpod.Pod{Name: fmt.Sprintf("pod-%d", i), IP: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Model: "qwen3", Ready: true})
 	}
+	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), metrics)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r, reg, index, hasher
+}
+
+// newBenchRigPrefix is newBenchRig with prefix caches of prefixBytes a
+// model (0: none).
+func newBenchRigPrefix(b *testing.B, prompt string, prefixBytes int64) *benchRig {
+	b.Helper()
+	r, reg, index, hasher := qwen3Router(b, prefixBytes, nil)
 	tk, err := reg.For("qwen3")
 	if err != nil {
 		b.Fatal(err)
@@ -91,10 +106,6 @@ func newBenchRigPrefix(b *testing.B, prompt string, prefixBytes int64) *benchRig
 	}
 	pod, _ := index.Pod("pod-3")
 	if err := index.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, ids, blockhash.Extra{})); err != nil {
-		b.Fatal(err)
-	}
-	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
 		b.Fatal(err)
 	}
 	ext, err := extproc.New(extproc.DefaultConfig(), r, slog.New(slog.DiscardHandler), nil)

@@ -3,20 +3,13 @@ package test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	kvpod "github.com/kvrouter/kvrouter/internal/pod"
-	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
-	kvfleet "github.com/kvrouter/kvrouter/router/fleet"
-	"github.com/kvrouter/kvrouter/tokenizer"
-	"github.com/kvrouter/kvrouter/tokenizer/chat"
 )
 
 // imageChat is a chat whose second user message shows an image, continued
@@ -66,26 +59,8 @@ func TestE2EMultimodalPrefix(t *testing.T) {
 // kvrouter_router_multimodal_requests_total, and routes it by the text
 // before its first media item (a plain chat is not counted).
 func TestMultimodalCounted(t *testing.T) {
-	dir := qwen3Dir(t)
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hasher, err := blockhash.NewHasher(blockhash.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := kvfleet.New(index)
-	fl.Upsert(kvpod.Pod{Name: "a", IP: "10.0.0.1", Port: 8000, Model: "qwen3", Ready: true})
 	metrics := prometheus.NewRegistry()
-	r, err := router.New(router.DefaultConfig(), fl, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _, _, _ := qwen3Router(t, 0, metrics)
 	system := strings.Repeat("You describe pictures. ", 20)
 	for _, body := range []string{imageChat(system, "x", 0), fmt.Sprintf(`{"model":"qwen3","messages":[{"role":"system","content":%q},{"role":"user","content":"no picture"}]}`, system)} {
 		d, err := r.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: []byte(body)})

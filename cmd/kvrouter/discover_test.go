@@ -36,9 +36,10 @@ func TestResolveKubeconfig(t *testing.T) {
 	}
 }
 
-// TestFleetSink checks that discovery's reports reach the fleet: routed
-// while ready, kept but excluded while not, gone when removed.
-func TestFleetSink(t *testing.T) {
+// testSink is serve's pod sink over a new index, fleet and event manager
+// (not running).
+func testSink(t *testing.T) (*fleetSink, *fleet.Fleet) {
+	t.Helper()
 	idx, err := kvindex.New(kvindex.DefaultConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -48,8 +49,14 @@ func TestFleetSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet := fleet.New(idx)
-	s := newFleetSink(fleet, events, kvevents.DefaultConfig(), log)
+	fl := fleet.New(idx)
+	return newFleetSink(fl, events, kvevents.DefaultConfig(), log), fl
+}
+
+// TestFleetSink checks that discovery's reports reach the fleet: routed
+// while ready, kept but excluded while not, gone when removed.
+func TestFleetSink(t *testing.T) {
+	s, fleet := testSink(t)
 	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", LoRAs: []string{"l"}, EventPort: 5557, ReplayPort: 5558, Ready: true}
 	steps := []struct {
 		name string
@@ -76,17 +83,7 @@ func TestFleetSink(t *testing.T) {
 // enters the fleet as one candidate per rank, on its own event ports, and
 // that fewer ranks, or the pod's removal, take the others out.
 func TestFleetSinkRanks(t *testing.T) {
-	idx, err := kvindex.New(kvindex.DefaultConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	events, err := kvevents.NewManager(kvevents.DefaultConfig(), idx, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fleet := fleet.New(idx)
-	s := newFleetSink(fleet, events, kvevents.DefaultConfig(), log)
+	s, fleet := testSink(t)
 	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", DPSize: 3, Ready: true}
 	steps := []struct {
 		name string
