@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kvrouter/kvrouter/tokenizer"
@@ -30,7 +32,11 @@ var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_to
 // a Template renders what the template (and so transformers) gives, which can
 // differ from the prompt vLLM tokenizes.
 type Template struct {
-	template string         // the model's template; "" none
+	template string            // the template a request without one uses; "" see named
+	named    map[string]string // tokenizer_config.json's named templates; nil: none
+	toolUse  string            // the named "tool_use" template, for requests with tools; "": none
+	format   ContentFormat
+	source   string         // where an override came from, for errors; "" none
 	special  map[string]any // special token strings for the context
 	cache    *jinja.Cache
 }
@@ -39,6 +45,11 @@ type Template struct {
 // (tokenizer_config.json, chat_template.jinja). A non-empty override
 // replaces the model's template, as vLLM's --chat-template does.
 func Load(dir, override string) (*Template, error) {
+	return LoadWith(dir, Options{Template: override})
+}
+
+// LoadWith is Load with a model's chat options.
+func LoadWith(dir string, opt Options) (*Template, error) {
 	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -47,7 +58,7 @@ func Load(dir, override string) (*Template, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	return New(cfg, string(tmpl), override)
+	return NewWith(cfg, string(tmpl), opt)
 }
 
 // New builds a Template from the contents of tokenizer_config.json (nil:
@@ -55,7 +66,17 @@ func Load(dir, override string) (*Template, error) {
 // precedence: override, chat_template.jinja, tokenizer_config.json's
 // chat_template (a string, or the entry named "default" of a list).
 func New(configJSON []byte, templateFile, override string) (*Template, error) {
-	c := &Template{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16)}
+	return NewWith(configJSON, templateFile, Options{Template: override})
+}
+
+// NewWith is New with a model's chat options. An override naming one of
+// the model's named templates stands for that template.
+func NewWith(configJSON []byte, templateFile string, opt Options) (*Template, error) {
+	format, err := ParseContentFormat(string(opt.ContentFormat))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: chat: %w", err)
+	}
+	c := &Template{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16), format: format, source: opt.Source}
 	var cfg map[string]json.RawMessage
 	if len(configJSON) > 0 {
 		if err := json.Unmarshal(configJSON, &cfg); err != nil {
@@ -65,43 +86,76 @@ func New(configJSON []byte, templateFile, override string) (*Template, error) {
 	if err := c.readSpecial(cfg); err != nil {
 		return nil, err
 	}
-	c.template = override
-	if c.template == "" {
-		c.template = templateFile
+	t, named, err := configTemplate(cfg["chat_template"])
+	if err != nil {
+		return nil, err
 	}
-	if c.template == "" {
-		t, err := configTemplate(cfg["chat_template"])
-		if err != nil {
-			return nil, err
+	c.named = named
+	if opt.Named != "" {
+		t, ok := named[opt.Named]
+		if !ok {
+			return nil, fmt.Errorf("%w%s: the model has no chat template named %q (named: %s)", ErrNoChatTemplate, c.from(), opt.Named, names(named))
 		}
-		c.template = t
+		opt.Template = t
+	}
+	switch {
+	case opt.Template != "" && named[opt.Template] != "":
+		c.template = named[opt.Template]
+	case opt.Template != "":
+		c.template = opt.Template
+	case templateFile != "":
+		c.template = templateFile
+	default:
+		c.template, c.toolUse = t, named["tool_use"]
+	}
+	if opt.Template != "" {
+		if _, err := c.cache.Get(c.template); err != nil {
+			return nil, fmt.Errorf("tokenizer: chat template%s: %w", c.from(), err)
+		}
 	}
 	return c, nil
 }
 
-// configTemplate reads tokenizer_config.json's chat_template: a string or
-// a list of {"name", "template"} whose "default" entry is used.
-func configTemplate(raw json.RawMessage) (string, error) {
+// names lists the names of named templates, sorted.
+func names(named map[string]string) string {
+	if len(named) == 0 {
+		return "none"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(named)), ", ")
+}
+
+// from names where an override came from, for errors.
+func (c *Template) from() string {
+	if c.source == "" {
+		return ""
+	}
+	return " (" + c.source + ")"
+}
+
+// configTemplate reads tokenizer_config.json's chat_template: a string, or
+// a list of {"name", "template"} whose "default" entry a request uses
+// unless it has tools and a "tool_use" entry exists (transformers'
+// get_chat_template).
+func configTemplate(raw json.RawMessage) (string, map[string]string, error) {
 	if isNull(raw) {
-		return "", nil
+		return "", nil, nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
+		return s, nil, nil
 	}
-	var named []struct {
+	var list []struct {
 		Name     string `json:"name"`
 		Template string `json:"template"`
 	}
-	if err := json.Unmarshal(raw, &named); err != nil {
-		return "", fmt.Errorf("tokenizer: tokenizer_config.json: chat_template: %w", err)
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return "", nil, fmt.Errorf("tokenizer: tokenizer_config.json: chat_template: %w", err)
 	}
-	for _, n := range named {
-		if n.Name == "default" {
-			return n.Template, nil
-		}
+	named := make(map[string]string, len(list))
+	for _, n := range list {
+		named[n.Name] = n.Template
 	}
-	return "", fmt.Errorf("%w: tokenizer_config.json has named chat templates but none called \"default\"", ErrNoChatTemplate)
+	return named["default"], named, nil
 }
 
 func tokenString(raw json.RawMessage) (string, bool) {
@@ -178,7 +232,7 @@ func (c *Template) renderWith(req *Request, opt jinja.RenderOptions) (string, er
 	}
 	out, err := in.tmpl.RenderWith(in.ctx, opt)
 	if err != nil {
-		return "", fmt.Errorf("tokenizer: chat template: %w", err)
+		return "", fmt.Errorf("tokenizer: chat template%s: %w", c.from(), err)
 	}
 	if in.cont {
 		return continueFinal(out, in.last)
@@ -198,12 +252,9 @@ type templateInput struct {
 // prepare resolves the template and builds its context from the request
 // as vLLM and transformers do.
 func (c *Template) prepare(req *Request) (templateInput, error) {
-	src := c.template
-	if req.ChatTemplate != "" {
-		src = req.ChatTemplate
-	}
-	if src == "" {
-		return templateInput{}, ErrNoChatTemplate
+	src, err := c.pick(req)
+	if err != nil {
+		return templateInput{}, err
 	}
 	p := resolveParams(req)
 	if (req.AddGenerationPrompt && req.ContinueFinalMessage) || (p.truthy(p.gen) && p.truthy(p.cont)) {
@@ -211,9 +262,10 @@ func (c *Template) prepare(req *Request) (templateInput, error) {
 	}
 	t, err := c.cache.Get(src)
 	if err != nil {
-		return templateInput{}, fmt.Errorf("tokenizer: chat template: %w", err)
+		return templateInput{}, fmt.Errorf("tokenizer: chat template%s: %w", c.from(), err)
 	}
-	conv, err := conversation(req.Messages, t.LoopsOverContent())
+	parts := c.format == FormatOpenAI || (c.format == FormatAuto && t.LoopsOverContent())
+	conv, err := conversation(req.Messages, parts)
 	if err != nil {
 		return templateInput{}, err
 	}
@@ -222,6 +274,31 @@ func (c *Template) prepare(req *Request) (templateInput, error) {
 		in.cont, in.last = true, conv[len(conv)-1]
 	}
 	return in, nil
+}
+
+// pick returns the template a request renders with, as vLLM and
+// transformers choose it: the request's chat_template (the name of one
+// of the model's named templates, or a template), else the configured or
+// the model's template; with named templates and no override, "tool_use"
+// for a request with tools when there is one, else "default".
+func (c *Template) pick(req *Request) (string, error) {
+	if req.ChatTemplate != "" {
+		if t, ok := c.named[req.ChatTemplate]; ok {
+			return t, nil
+		}
+		return req.ChatTemplate, nil
+	}
+	src := c.template
+	if req.Tools != nil && c.toolUse != "" {
+		src = c.toolUse
+	}
+	if src == "" {
+		if c.named != nil {
+			return "", fmt.Errorf("%w: tokenizer_config.json has named chat templates but none called \"default\"", ErrNoChatTemplate)
+		}
+		return "", ErrNoChatTemplate
+	}
+	return src, nil
 }
 
 // renderParams are apply_chat_template's arguments after vLLM merged
