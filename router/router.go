@@ -45,12 +45,18 @@ type Reason string
 
 // The reasons of a decision.
 const (
-	ReasonPrefix        Reason = "prefix"         // a cached prefix made the chosen pod cheapest
-	ReasonLoad          Reason = "load"           // nothing cached anywhere useful: picked by load
-	ReasonNoTokenizer   Reason = "no-tokenizer"   // the model has no tokenizer: picked by load
-	ReasonTokenizeError Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
-	ReasonOtherPath     Reason = "other-path"     // not a completion or chat request: picked by load
-	ReasonTooLong       Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
+	ReasonPrefix      Reason = "prefix"       // a cached prefix made the chosen pod cheapest
+	ReasonLoad        Reason = "load"         // nothing cached anywhere useful: picked by load
+	ReasonNoTokenizer Reason = "no-tokenizer" // the model has no tokenizer: picked by load
+	// ReasonTokenizerPending: the model's tokenizer is being downloaded:
+	// picked by load.
+	ReasonTokenizerPending Reason = "tokenizer-pending"
+	// ReasonNoChatTemplate: a chat request for a model without a chat
+	// template: picked by load.
+	ReasonNoChatTemplate Reason = "no-chat-template"
+	ReasonTokenizeError  Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
+	ReasonOtherPath      Reason = "other-path"     // not a completion or chat request: picked by load
+	ReasonTooLong        Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
 )
 
 // Router turns requests into routing decisions.

@@ -19,6 +19,9 @@ var errNoChat = errors.New("router: no chat renderer configured")
 type RegistryTokenizers struct {
 	Registry *tokenizer.Registry
 	Chats    *chat.Registry // nil: chat requests are routed by load; else over Registry
+	// Health is told which models' tokenizers and chat templates are
+	// missing, and when they are back; nil: none.
+	Health *Health
 }
 
 // AppendTokens implements Tokenizers. It looks the model's tokenizer up
@@ -35,12 +38,14 @@ func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) (
 func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error) {
 	var none tokenizer.PrefixHit
 	tk, err := t.Registry.For(base)
-	if errors.Is(err, tokenizer.ErrUnknownModel) {
-		return dst, none, nil, fmt.Errorf("%w: %s", ErrNoTokenizer, base)
+	if errors.Is(err, tokenizer.ErrUnknownModel) || errors.Is(err, tokenizer.ErrPending) {
+		t.Health.Set(base, PartTokenizer, err)
+		return dst, none, nil, fmt.Errorf("%w: %s: %w", ErrNoTokenizer, base, err)
 	}
 	if err != nil {
 		return dst, none, nil, err
 	}
+	t.Health.Set(base, PartTokenizer, nil)
 	text, special := p.Prompt, true
 	if p.Chat != nil {
 		if t.Chats == nil {
@@ -50,11 +55,17 @@ func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Par
 			return dst, none, nil, p.chatErr
 		}
 		tmpl, err := t.Chats.For(base)
+		if err == nil {
+			text, err = tmpl.Render(p.Chat)
+		}
+		if chatMissing(err) {
+			t.Health.Set(base, PartChatTemplate, err)
+		}
 		if err != nil {
 			return dst, none, nil, err
 		}
-		if text, err = tmpl.Render(p.Chat); err != nil {
-			return dst, none, nil, err
+		if p.Chat.ChatTemplate == "" { // the model's own, or the configured one
+			t.Health.Set(base, PartChatTemplate, nil)
 		}
 		special = p.Chat.AddSpecialTokens
 	}

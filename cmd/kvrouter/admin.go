@@ -83,12 +83,15 @@ type podReport struct {
 	Events       []kvevents.RankStatus `json:"events"` // per DP rank: connected, last applied seq
 	Entries      int                   `json:"index_entries"`
 	Verification string                `json:"hash_verification"`
-	InFlight     int64                 `json:"in_flight"`
-	Waiting      int64                 `json:"vllm_waiting"`
-	Running      int64                 `json:"vllm_running"`
-	Metrics      string                `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
-	ScrapedAt    *time.Time            `json:"metrics_scraped_at"`    // the last successful scrape; null: none
-	FailingSince *time.Time            `json:"metrics_failing_since"` // the first of the current failures; null: none
+	// Tokenization is how the model's requests are routed: exact, or by
+	// load and why (a missing tokenizer or chat template).
+	Tokenization string     `json:"tokenization"`
+	InFlight     int64      `json:"in_flight"`
+	Waiting      int64      `json:"vllm_waiting"`
+	Running      int64      `json:"vllm_running"`
+	Metrics      string     `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
+	ScrapedAt    *time.Time `json:"metrics_scraped_at"`    // the last successful scrape; null: none
+	FailingSince *time.Time `json:"metrics_failing_since"` // the first of the current failures; null: none
 }
 
 func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
@@ -96,13 +99,13 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 	for _, s := range a.events.Status() {
 		status[s.Name] = s
 	}
-	pods, now := a.fleet.Pods(), time.Now()
+	pods, now, parts := a.fleet.Pods(), time.Now(), a.health.States()
 	out := make([]podReport, 0, len(pods))
 	for _, p := range pods {
 		st := status[p.Name]
 		r := podReport{
 			Name: p.Name, Address: p.Endpoint(), Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
-			Events: st.Ranks, Verification: st.Verification.String(),
+			Events: st.Ranks, Verification: st.Verification.String(), Tokenization: tokenization(parts, p.Model),
 		}
 		if r.Events == nil {
 			r.Events = []kvevents.RankStatus{}

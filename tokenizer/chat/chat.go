@@ -199,6 +199,13 @@ func (c *Template) readSpecial(cfg map[string]json.RawMessage) error {
 	return nil
 }
 
+// Check returns why a request without a chat template of its own cannot
+// be rendered (wrapping ErrNoChatTemplate), nil when it can.
+func (c *Template) Check() error {
+	_, err := c.pick(&Request{})
+	return err
+}
+
 // Template returns the chat template a request would use without its own.
 func (c *Template) Template() string { return c.template }
 
