@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,8 @@ type fleet struct {
 type fleetOptions struct {
 	// pods is the number of simulated pods started in-process.
 	pods int
+	// model is the name the pods serve Qwen3 under; "" is qwen3.
+	model string
 	// events adjusts the subscribers' configuration.
 	events func(*kvevents.Config)
 	// publisher adjusts pod i's publisher configuration.
@@ -95,6 +98,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	model := cmp.Or(o.model, "qwen3")
 	hashCfg := blockhash.DefaultConfig()
 	f := &fleet{pods: map[string]string{}, sims: map[string]*vllmsim.Pod{}, reg: prometheus.NewRegistry()}
 	idxCfg := kvindex.DefaultConfig()
@@ -119,7 +123,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		pod, err := vllmsim.New(vllmsim.Config{Name: name, Model: model, LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,14 +132,14 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		t.Cleanup(srv.Close)
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name], f.sims[name] = addr, pod
-		rp := readyPod(t, name, addr, "qwen3")
+		rp := readyPod(t, name, addr, model)
 		rp.LoRAs = []string{"alice"}
 		f.routes.Upsert(rp)
 		events, replay := port(t, pod.Publisher().Endpoint()), port(t, pod.Publisher().ReplayEndpoint())
 		if o.ports != nil {
 			events, replay = o.ports(i, pod.Publisher())
 		}
-		if err := f.events.Ensure(kvpod.Pod{Name: name, IP: "127.0.0.1", EventPort: events, ReplayPort: replay, Model: "qwen3"}); err != nil {
+		if err := f.events.Ensure(kvpod.Pod{Name: name, IP: "127.0.0.1", EventPort: events, ReplayPort: replay, Model: model}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +148,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2})
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{model: dir}, MaxLoaded: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func (h *Hub) Slow(d time.Duration) {
 	h.mu.delay = d
 }
 
-// Hold makes every answer wait after its headers until Release; the
+// Hold makes every answer send half its body and wait until Release; the
 // returned channel is closed when the first answer starts waiting.
 func (h *Hub) Hold() <-chan struct{} {
 	h.mu.Lock()
@@ -137,6 +137,11 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 		f.Flush()
 	}
 	if hold != nil {
+		_, _ = w.Write(data[:len(data)/2])
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		data = data[len(data)/2:]
 		h.mu.Lock()
 		if h.mu.waiting != nil {
 			close(h.mu.waiting)
