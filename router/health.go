@@ -91,14 +91,22 @@ func (h *Health) Set(model, part string, err error) {
 		s.Ready, s.Reason, s.Error, s.Since = true, "", "", time.Now()
 		h.gauge.WithLabelValues(model, part).Set(1)
 		if ok {
-			h.logger.Info("model part back: its requests are routed by cache again", "model", model, "part", part)
+			h.logger.Info("model part here: its requests are routed by cache again", "model", model, "part", part)
 		}
-	case err != nil && (!ok || s.Ready):
-		s.Ready, s.Reason, s.Error, s.Since = false, partReason(part, err), err.Error(), time.Now()
-		h.gauge.WithLabelValues(model, part).Set(0)
-		h.logger.Warn("model part missing: its requests are routed by load alone", "model", model, "part", part, "reason", string(s.Reason), "error", err)
 	case err != nil:
-		s.Reason, s.Error = partReason(part, err), err.Error() // still missing: said once
+		was, reason := s.Reason, partReason(part, err)
+		if !ok || s.Ready {
+			s.Since = time.Now()
+			h.gauge.WithLabelValues(model, part).Set(0)
+		}
+		s.Ready, s.Reason, s.Error = false, reason, err.Error()
+		switch reason {
+		case was: // said once
+		case ReasonTokenizerPending:
+			h.logger.Info("model part downloading: its requests are routed by load until it is here", "model", model, "part", part)
+		default:
+			h.logger.Warn("model part missing: its requests are routed by load alone", "model", model, "part", part, "reason", string(reason), "error", err)
+		}
 	}
 }
 

@@ -29,9 +29,18 @@ func TestHealth(t *testing.T) {
 	h.Set("m", PartChatTemplate, chat.ErrNoChatTemplate)
 	h.Set("ok", PartTokenizer, nil)
 	h.Set("p", PartTokenizer, fmt.Errorf("%w: model \"p\"", tokenizer.ErrPending))
-	if n := strings.Count(logs.String(), `"level":"WARN"`); n != 3 {
-		t.Errorf("%d WARN lines for 3 missing parts, want 3:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), `"level":"WARN"`); n != 2 {
+		t.Errorf("%d WARN lines for 2 missing parts (and one downloading), want 2:\n%s", n, logs.String())
 	}
+	// A download that fails is said as it happens.
+	logs.Reset()
+	h.Set("p", PartTokenizer, fmt.Errorf("%w: model \"p\"", tokenizer.ErrPending))
+	h.Set("p", PartTokenizer, fmt.Errorf("%w \"p\": 404", tokenizer.ErrUnknownModel))
+	h.Set("p", PartTokenizer, fmt.Errorf("%w \"p\": 404", tokenizer.ErrUnknownModel))
+	if n := strings.Count(logs.String(), `"level":"WARN"`); n != 1 || !strings.Contains(logs.String(), "404") {
+		t.Errorf("a failed download logged %d WARN lines, want 1 with its error:\n%s", n, logs.String())
+	}
+	h.Set("p", PartTokenizer, fmt.Errorf("%w: model \"p\"", tokenizer.ErrPending)) // downloading again
 	for _, tt := range []struct {
 		model, part string
 		want        float64

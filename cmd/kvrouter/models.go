@@ -156,15 +156,24 @@ func (c config) tokenizerSettings(p *problems) (tokenizer.Config, map[string]cha
 		}
 		opt, err := templateOptions(key+".chat_template", m.ChatTemplate)
 		if err != nil {
-			p.add("%s.chat_template: %v", key, err)
+			p.add("%s: %v", c.modelSetting(name, "chat_template", "--chat-template", c.templateFlags), err)
 		}
 		if opt.ContentFormat, err = chat.ParseContentFormat(m.ContentFormat); err != nil {
-			p.add("%s.chat_template_content_format: %q, want auto, string or openai", key, m.ContentFormat)
+			p.add("%s: %q, want auto, string or openai", c.modelSetting(name, "chat_template_content_format", "--chat-template-content-format", c.formatFlags), m.ContentFormat)
 		}
 		chats[name] = opt
 	}
 	c.hubSettings(p, &cfg)
 	return cfg, chats
+}
+
+// modelSetting names where a field of a model's entry came from: the flag
+// on the command line (flag NAME), or its path in the config file.
+func (c config) modelSetting(name, field, flag string, flags []string) string {
+	if slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, name+"=") }) {
+		return flag + " " + name
+	}
+	return "tokenizers.models." + name + "." + field
 }
 
 // modelSource checks where a model's tokenizer comes from and puts it in
