@@ -250,3 +250,24 @@ func TestServeDegradedModels(t *testing.T) {
 		}
 	}
 }
+
+// TestServeNamedTemplateMissing: a configured template name that the
+// model's tokenizer directory lacks fails the start, naming the model, the
+// setting and the names there are.
+func TestServeNamedTemplateMissing(t *testing.T) {
+	files := qwen3Files(t)
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr strings.Builder
+	err := run(context.Background(), []string{
+		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "", "--log-format", "json", "--hub-offline",
+		"--model", "q=" + dir, "--chat-template", "q=tool_use", "--pod", "a=127.0.0.1:1,model=q",
+	}, io.Discard, &stderr)
+	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), `tokenizers.models.q.chat_template: model "q": tokenizer: no chat template (tokenizers.models.q.chat_template (named tool_use)): the model has no chat template named "tool_use"`) {
+		t.Errorf("serve = %v, want the missing name refused at start", err)
+	}
+}

@@ -29,7 +29,7 @@ func (a *app) checkModels(s settings) error {
 		}
 		a.health.Set(name, router.PartTokenizer, nil)
 		err := a.templateErr(name)
-		if _, configured := s.chats[name]; configured && err != nil {
+		if s.chats[name].Named != "" && err != nil { // a name the files lack
 			bad.add("tokenizers.models.%s.chat_template: %v", name, err)
 			continue
 		}
