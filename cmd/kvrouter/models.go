@@ -249,3 +249,34 @@ func templateOptions(setting, v string) (chat.Options, error) {
 	}
 	return chat.Options{Template: src, Source: source}, nil
 }
+
+// modelSpec reads --model's value: DIR, hub:ORG/REPO[@REVISION] or
+// alias:MODEL.
+func modelSpec(spec string) modelEntry {
+	if repo, ok := strings.CutPrefix(spec, "hub:"); ok {
+		id, rev, _ := strings.Cut(repo, "@")
+		return modelEntry{Repo: id, Revision: rev}
+	}
+	if target, ok := strings.CutPrefix(spec, "alias:"); ok {
+		return modelEntry{Alias: target}
+	}
+	return modelEntry{Dir: spec}
+}
+
+// applyModelFlag sets a field of tokenizers.models from each NAME=VALUE of
+// a repeated flag.
+func (c *config) applyModelFlag(p *problems, flag string, values []string, set func(*modelEntry, string)) {
+	for _, f := range values {
+		name, v, ok := strings.Cut(f, "=")
+		if !ok || name == "" || v == "" {
+			p.add("%s: %q: want NAME=VALUE", flag, f)
+			continue
+		}
+		if c.Tokenizers.Models == nil {
+			c.Tokenizers.Models = map[string]modelEntry{}
+		}
+		m := c.Tokenizers.Models[name]
+		set(&m, v)
+		c.Tokenizers.Models[name] = m
+	}
+}

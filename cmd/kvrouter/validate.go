@@ -320,37 +320,6 @@ func (c *config) applyListFlags(p *problems) {
 	c.applyModelFlag(p, "--chat-template-content-format", c.formatFlags, func(m *modelEntry, v string) { m.ContentFormat = v })
 }
 
-// modelSpec reads --model's value: DIR, hub:ORG/REPO[@REVISION] or
-// alias:MODEL.
-func modelSpec(spec string) modelEntry {
-	if repo, ok := strings.CutPrefix(spec, "hub:"); ok {
-		id, rev, _ := strings.Cut(repo, "@")
-		return modelEntry{Repo: id, Revision: rev}
-	}
-	if target, ok := strings.CutPrefix(spec, "alias:"); ok {
-		return modelEntry{Alias: target}
-	}
-	return modelEntry{Dir: spec}
-}
-
-// applyModelFlag sets a field of tokenizers.models from each NAME=VALUE of
-// a repeated flag.
-func (c *config) applyModelFlag(p *problems, flag string, values []string, set func(*modelEntry, string)) {
-	for _, f := range values {
-		name, v, ok := strings.Cut(f, "=")
-		if !ok || name == "" || v == "" {
-			p.add("%s: %q: want NAME=VALUE", flag, f)
-			continue
-		}
-		if c.Tokenizers.Models == nil {
-			c.Tokenizers.Models = map[string]modelEntry{}
-		}
-		m := c.Tokenizers.Models[name]
-		set(&m, v)
-		c.Tokenizers.Models[name] = m
-	}
-}
-
 func (c config) checkListen(p *problems) {
 	if c.Listen.Admin == "" {
 		p.add("listen.admin: empty; the admin server cannot be turned off")
