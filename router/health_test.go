@@ -123,3 +123,20 @@ func TestRegistryTokenizersHealth(t *testing.T) {
 		t.Errorf("Missing() = %+v, want nope's tokenizer and plain's chat template", miss)
 	}
 }
+
+// BenchmarkHealthSetReady is what every tokenized request pays to tell
+// Health its model's parts are there: a read lock and a map lookup.
+// 2 cores (AMD EPYC), RunParallel: 27–32 ns/op, 0 B/op, 0 allocs/op.
+func BenchmarkHealthSetReady(b *testing.B) {
+	h, err := NewHealth(slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.Set("Qwen/Qwen3-0.6B", PartTokenizer, nil)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			h.Set("Qwen/Qwen3-0.6B", PartTokenizer, nil)
+		}
+	})
+}
