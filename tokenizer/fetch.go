@@ -143,7 +143,7 @@ func (r *Registry) Run(ctx context.Context) error {
 // work fetches and loads one queued model.
 func (r *Registry) work(ctx context.Context, name string) {
 	_, err := r.Fetch(ctx, name)
-	download := err != nil
+	download := err != nil && r.downloading() // a local miss is checked again at once
 	if err == nil {
 		_, err = r.load(name)
 	}

@@ -228,6 +228,17 @@ func TestHubOffline(t *testing.T) {
 	if hub.Requests() != 0 || r.Downloads() != 0 {
 		t.Errorf("offline: %d requests, %d downloads, want none", hub.Requests(), r.Downloads())
 	}
+	// The pods sharing the cache download it: found at once, no backoff.
+	r.Prefetch("Org/Tiny")
+	if len(r.queue) != 1 {
+		t.Fatalf("a model missing offline queued %d times after its failure, want 1 (no backoff)", len(r.queue))
+	}
+	snapshot := filepath.Join(r.cfg.HFCache, "models--Org--Tiny", "snapshots", "abc")
+	writeTiny(t, snapshot)
+	r.work(t.Context(), <-r.queue)
+	if s := r.Status("Org/Tiny"); !s.Ready {
+		t.Errorf("Status(Org/Tiny) once the pods downloaded it = %+v, want ready", s)
+	}
 }
 
 // TestHubOneDownload: concurrent first requests for a model make one
