@@ -164,7 +164,7 @@ func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reas
 			if reason, ok := missingReason(err); ok {
 				return reason, 0
 			}
-			r.logger.Warn("prompt not tokenized; routing by load", "model", p.Model, "error", err)
+			r.tokenizeErrs.log(time.Now(), p.Model, err)
 			return ReasonTokenizeError, 0
 		}
 	}

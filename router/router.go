@@ -72,6 +72,8 @@ type Router struct {
 	specs   sync.Pool // *hashBuf
 	// refusals logs refused requests.
 	refusals *refusalLog
+	// tokenizeErrs logs prompts that could not be tokenized.
+	tokenizeErrs *tokenizeLog
 	// objectives are the InferenceObjectives' priorities, swapped whole.
 	objectives atomic.Pointer[Objectives]
 }
@@ -93,7 +95,7 @@ func New(cfg Config, fleet *fleet.Fleet, index *kvindex.Index, hasher *blockhash
 			}
 		}
 	}
-	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}}, nil
+	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}, nil
 }
 
 // Decision is where one request goes. Call Prefilled when the pod's first

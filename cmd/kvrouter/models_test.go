@@ -244,6 +244,9 @@ func TestServeDegradedModels(t *testing.T) {
 	if n := strings.Count(out, `"msg":"model part missing`); n != 2 {
 		t.Errorf("%d \"model part missing\" lines, want 2 (Org/Missing's tokenizer, Org/NoTmpl's template):\n%s", n, out)
 	}
+	if n := strings.Count(out, `"msg":"prompt not tokenized`); n != 1 {
+		t.Errorf("%d \"prompt not tokenized\" lines for 2 requests the template raised on, want 1:\n%s", n, out)
+	}
 	for _, want := range []string{`"model":"Org/Missing"`, `404 Not Found`, `tokenizers.models.Org/Good.chat_template (` + raising + `)`, `no boom here`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
