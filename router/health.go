@@ -64,24 +64,27 @@ func NewHealth(logger *slog.Logger, reg prometheus.Registerer) (*Health, error) 
 }
 
 // Set records that a model's part is ready (err nil) or missing, and why.
-// A ready part already known ready costs a read lock.
+// A part already known in that state (missing for the same reason) costs
+// a read lock.
 func (h *Health) Set(model, part string, err error) {
 	if h == nil {
 		return
 	}
 	k := partKey{model, part}
-	if err == nil {
-		h.mu.RLock()
-		s, ok := h.mu.m[k]
-		ready := ok && s.Ready
-		h.mu.RUnlock()
-		if ready {
-			return
-		}
+	reason := Reason("")
+	if err != nil {
+		reason = partReason(part, err)
+	}
+	h.mu.RLock()
+	s, ok := h.mu.m[k]
+	same := ok && s.Ready == (err == nil) && s.Reason == reason
+	h.mu.RUnlock()
+	if same {
+		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s, ok := h.mu.m[k]
+	s, ok = h.mu.m[k]
 	if !ok {
 		s = &PartState{Model: model, Part: part}
 		h.mu.m[k] = s
@@ -94,7 +97,7 @@ func (h *Health) Set(model, part string, err error) {
 			h.logger.Info("model part here: its requests are routed by cache again", "model", model, "part", part)
 		}
 	case err != nil:
-		was, reason := s.Reason, partReason(part, err)
+		was := s.Reason
 		if !ok || s.Ready {
 			s.Since = time.Now()
 			h.gauge.WithLabelValues(model, part).Set(0)
