@@ -65,8 +65,14 @@ func NewHealth(logger *slog.Logger, reg prometheus.Registerer) (*Health, error) 
 
 // Set records that a model's part is ready (err nil) or missing, and why.
 // A part already known in that state (missing for the same reason) costs
-// a read lock.
-func (h *Health) Set(model, part string, err error) {
+// a read lock, and keeps the error it was first missing with.
+func (h *Health) Set(model, part string, err error) { h.set(model, part, err, false) }
+
+// Refresh is Set, also putting a missing part's latest error in States
+// (a download that failed with 401, then with 404).
+func (h *Health) Refresh(model, part string, err error) { h.set(model, part, err, true) }
+
+func (h *Health) set(model, part string, err error, refresh bool) {
 	if h == nil {
 		return
 	}
@@ -79,7 +85,7 @@ func (h *Health) Set(model, part string, err error) {
 	s, ok := h.mu.m[k]
 	same := ok && s.Ready == (err == nil) && s.Reason == reason
 	h.mu.RUnlock()
-	if same {
+	if same && (err == nil || !refresh) {
 		return
 	}
 	h.mu.Lock()

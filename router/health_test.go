@@ -40,6 +40,10 @@ func TestHealth(t *testing.T) {
 	if n := strings.Count(logs.String(), `"level":"WARN"`); n != 1 || !strings.Contains(logs.String(), "404") {
 		t.Errorf("a failed download logged %d WARN lines, want 1 with its error:\n%s", n, logs.String())
 	}
+	h.Refresh("p", PartTokenizer, fmt.Errorf("%w \"p\": 401", tokenizer.ErrUnknownModel))
+	if n := strings.Count(logs.String(), `"level":"WARN"`); n != 1 || !strings.Contains(h.Missing()[2].Error, "401") {
+		t.Errorf("Refresh with a new error: %d WARN lines, state %+v, want still 1 and the 401", n, h.Missing()[2])
+	}
 	h.Set("p", PartTokenizer, fmt.Errorf("%w: model \"p\"", tokenizer.ErrPending)) // downloading again
 	for _, tt := range []struct {
 		model, part string

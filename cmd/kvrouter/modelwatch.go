@@ -80,11 +80,11 @@ func (a *app) checkParts(configured []string) {
 		switch {
 		case st.Ready:
 			a.health.Set(name, router.PartTokenizer, nil)
-			a.health.Set(name, router.PartChatTemplate, a.templateErr(name))
+			a.health.Refresh(name, router.PartChatTemplate, a.templateErr(name))
 		case st.Pending:
 			a.health.Set(name, router.PartTokenizer, fmt.Errorf("%w: model %q", tokenizer.ErrPending, name))
 		case st.Err != nil:
-			a.health.Set(name, router.PartTokenizer, st.Err)
+			a.health.Refresh(name, router.PartTokenizer, st.Err)
 			a.tokenizers.Prefetch(name) // again, once its backoff ends
 		default:
 			a.tokenizers.Prefetch(name)
