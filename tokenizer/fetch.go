@@ -41,7 +41,8 @@ type Status struct {
 	Ready bool
 	// Pending: its files are queued or being downloaded.
 	Pending bool
-	// Err is why it has none; nil when ready, pending or never asked for.
+	// Err is why it has none; nil when ready, never asked for, or pending
+	// for the first time (a retry of a failed download keeps its error).
 	Err error
 }
 
@@ -90,13 +91,12 @@ func (r *Registry) request(name string) error {
 	return fmt.Errorf("%w: model %q from %s", ErrPending, name, r.cfg.repo(name))
 }
 
-// enqueueLocked queues name unless it is queued or backed off (then the
-// failure is returned).
+// enqueueLocked queues name unless it is queued or backed off. A model
+// whose download failed stays failed, its failure returned, while it is
+// backed off or tried again: only a success changes its state.
 func (r *Registry) enqueueLocked(name string) error {
-	if r.mu.queued[name] {
-		return nil
-	}
-	if f, ok := r.mu.failures[name]; ok && time.Now().Before(f.retry) {
+	f, failed := r.mu.failures[name]
+	if r.mu.queued[name] || (failed && time.Now().Before(f.retry)) {
 		return f.err
 	}
 	select {
@@ -104,7 +104,7 @@ func (r *Registry) enqueueLocked(name string) error {
 		r.mu.queued[name] = true
 	default: // full: the next request asks again
 	}
-	return nil
+	return f.err
 }
 
 // fail records why a model has no tokenizer; a failed download is backed

@@ -104,27 +104,30 @@ func hfSnapshot(cache string, repo Repo) (string, error) {
 // is new, else each file the snapshot lacks (one the vLLM pods sharing the
 // cache downloaded stays theirs). Then refs/REVISION names the commit when
 // the revision is a branch or tag. A reader sees a snapshot without
-// tokenizer.json, or a whole file, never a part of one.
-func place(cache string, repo Repo, commit, tmp string) (string, error) {
+// tokenizer.json, or a whole file, never a part of one. whole reports
+// whether the snapshot is tmp's files alone.
+func place(cache string, repo Repo, commit, tmp string) (snapshot string, whole bool, err error) {
 	dir := repoDir(cache, repo.ID)
-	snapshot := filepath.Join(dir, "snapshots", commit)
+	snapshot = filepath.Join(dir, "snapshots", commit)
 	if err := os.MkdirAll(filepath.Dir(snapshot), 0o755); err != nil {
-		return "", err
+		return "", false, err
 	}
+	whole = true
 	if err := os.Rename(tmp, snapshot); err != nil {
 		if _, statErr := os.Stat(snapshot); statErr != nil {
-			return "", err
+			return "", false, err
 		}
 		if err := mergeFiles(tmp, snapshot); err != nil {
-			return "", err
+			return "", false, err
 		}
+		whole = false
 	}
 	if repo.rev() != commit {
 		if err := writeAtomic(filepath.Join(dir, "refs", repo.rev()), []byte(commit)); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
-	return snapshot, nil
+	return snapshot, whole, nil
 }
 
 // mergeFiles moves each file of src that dst lacks into dst, tokenizer.json

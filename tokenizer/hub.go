@@ -35,9 +35,10 @@ var errHubMissing = errors.New("no such file")
 // Config.HubURL into a temporary directory of Config.HFCache, checks them
 // (every byte the hub announced, tokenizer.json and tokenizer_config.json
 // parse), then moves them into the cache layout with renames, and returns
-// the snapshot directory. A download that fails or is killed midway
-// leaves no snapshot behind (a killed one leaves its temporary directory,
-// removed by a later download).
+// the snapshot directory. The tokenizer checked is kept loaded when the
+// snapshot holds its files alone (not the pods' beside them). A download
+// that fails or is killed midway leaves no snapshot behind (a killed one
+// leaves its temporary directory, removed by a later download).
 func (r *Registry) download(ctx context.Context, name string, repo Repo) (string, error) {
 	if !repo.valid() {
 		return "", fmt.Errorf("%w %q: %q is not a hub repository id (ORG/NAME, revision a branch, tag or commit)", ErrUnknownModel, name, repo.String())
@@ -62,12 +63,16 @@ func (r *Registry) download(ctx context.Context, name string, repo Repo) (string
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := Load(tmp); err != nil {
+	tok, err := Load(tmp)
+	if err != nil {
 		return fail(fmt.Errorf("tokenizer.json refused: %w", err))
 	}
-	snapshot, err := place(r.cfg.HFCache, repo, commit, tmp)
+	snapshot, whole, err := place(r.cfg.HFCache, repo, commit, tmp)
 	if err != nil {
 		return fail(err)
+	}
+	if whole {
+		r.keep(name, tok)
 	}
 	return snapshot, nil
 }

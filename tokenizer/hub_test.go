@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -88,6 +89,9 @@ func TestHubRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s := r.Status("tiny"); !s.Ready { // the tokenizer checked is the one kept
+		t.Errorf("Status(tiny) after Fetch = %+v, want ready without a second load", s)
+	}
 	if want := filepath.Join(r.cfg.HFCache, "models--Org--Tiny", "snapshots", hubtest.Commit); dir != want {
 		t.Errorf("Fetch(tiny) = %s, want %s", dir, want)
 	}
@@ -113,6 +117,9 @@ func TestHubSharedSnapshot(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(snapshot, "model.safetensors"), []byte("weights"), 0o600))
 	if _, err := r.Fetch(t.Context(), "Org/Tiny"); err != nil {
 		t.Fatal(err)
+	}
+	if s := r.Status("Org/Tiny"); s.Ready { // loaded from the snapshot, with the pods' files
+		t.Errorf("Status(Org/Tiny) after a merged download = %+v, want it loaded from the snapshot on demand", s)
 	}
 	if b, _ := os.ReadFile(filepath.Join(snapshot, "tokenizer_config.json")); string(b) != `{"pods": true}` {
 		t.Errorf("the pods' tokenizer_config.json = %q, want it kept", b)
@@ -210,6 +217,18 @@ func TestHubBackoff(t *testing.T) {
 	}
 	if len(r.queue) != 0 || hub.Requests() != before {
 		t.Errorf("backed-off model queued %d times, %d new requests", len(r.queue), hub.Requests()-before)
+	}
+	// Its backoff over, it is tried again, and stays failed meanwhile.
+	r.mu.Lock()
+	f := r.mu.failures["Org/Missing"]
+	f.retry = time.Now().Add(-time.Second)
+	r.mu.failures["Org/Missing"] = f
+	r.mu.Unlock()
+	if _, err := r.For("Org/Missing"); !strings.Contains(fmt.Sprint(err), "404") || len(r.queue) != 1 {
+		t.Errorf("For(Org/Missing) after the backoff = %v with %d queued, want its 404 and a retry queued", err, len(r.queue))
+	}
+	if s := r.Status("Org/Missing"); !s.Pending || s.Err == nil {
+		t.Errorf("Status(Org/Missing) while retried = %+v, want pending with its failure", s)
 	}
 }
 

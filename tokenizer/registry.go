@@ -192,16 +192,22 @@ func (r *Registry) For(model string) (*Tokenizer, error) {
 			r.fail(name, err, false)
 			return nil, err
 		}
-		if r.cfg.PrefixCacheBytes > 0 {
-			tok.prefixes = NewPrefixCache(tok, r.cfg.PrefixCacheBytes)
-		}
-		r.store(name, tok)
-		return tok, nil
+		return r.keep(name, tok), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.(*Tokenizer), nil
+}
+
+// keep makes tok the loaded tokenizer of name, with its prefix cache, and
+// returns it.
+func (r *Registry) keep(name string, tok *Tokenizer) *Tokenizer {
+	if r.cfg.PrefixCacheBytes > 0 {
+		tok.prefixes = NewPrefixCache(tok, r.cfg.PrefixCacheBytes)
+	}
+	r.store(name, tok)
+	return tok
 }
 
 func (r *Registry) cached(name string) *Tokenizer {
@@ -217,6 +223,11 @@ func (r *Registry) cached(name string) *Tokenizer {
 func (r *Registry) store(name string, tok *Tokenizer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if e, ok := r.mu.entries[name]; ok { // loaded twice at once: keep one
+		e.Value.(*registryEntry).tok = tok
+		r.mu.lru.MoveToFront(e)
+		return
+	}
 	r.mu.entries[name] = r.mu.lru.PushFront(&registryEntry{name, tok})
 	r.mu.loaded[name] = true
 	delete(r.mu.failures, name)

@@ -182,7 +182,7 @@ func TestServeDegradedModels(t *testing.T) {
 		}
 		return len(pods) == 3
 	}
-	deadline := time.Now().Add(20 * time.Second) // a hang guard, not a performance bound
+	deadline := time.Now().Add(90 * time.Second) // a hang guard, not a performance bound
 	for !settled() {
 		if time.Now().After(deadline) {
 			t.Fatalf("/debug/pods = %+v, want tokenization %v", pods, want)

@@ -81,11 +81,11 @@ func (a *app) checkParts(configured []string) {
 		case st.Ready:
 			a.health.Set(name, router.PartTokenizer, nil)
 			a.health.Refresh(name, router.PartChatTemplate, a.templateErr(name))
-		case st.Pending:
-			a.health.Set(name, router.PartTokenizer, fmt.Errorf("%w: model %q", tokenizer.ErrPending, name))
-		case st.Err != nil:
+		case st.Err != nil: // retried in the background, missing until it succeeds
 			a.health.Refresh(name, router.PartTokenizer, st.Err)
 			a.tokenizers.Prefetch(name) // again, once its backoff ends
+		case st.Pending:
+			a.health.Set(name, router.PartTokenizer, fmt.Errorf("%w: model %q", tokenizer.ErrPending, name))
 		default:
 			a.tokenizers.Prefetch(name)
 		}
