@@ -23,6 +23,7 @@ type objects struct {
 	roles       map[string]*rbacv1.Role
 	bindings    map[string]*rbacv1.RoleBinding
 	namespaces  map[string]*corev1.Namespace
+	claims      map[string]*corev1.PersistentVolumeClaim
 	// Cluster-scoped: admin authorization.
 	clusterRoles    map[string]*rbacv1.ClusterRole
 	clusterBindings map[string]*rbacv1.ClusterRoleBinding
@@ -40,6 +41,7 @@ func build(t *testing.T) objects {
 		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, accounts: map[string]*corev1.ServiceAccount{},
 		roles: map[string]*rbacv1.Role{}, bindings: map[string]*rbacv1.RoleBinding{}, namespaces: map[string]*corev1.Namespace{},
+		claims:       map[string]*corev1.PersistentVolumeClaim{},
 		clusterRoles: map[string]*rbacv1.ClusterRole{}, clusterBindings: map[string]*rbacv1.ClusterRoleBinding{},
 	}
 	for _, r := range res.Resources() {
@@ -68,6 +70,8 @@ func build(t *testing.T) objects {
 			into = decode(t, y, o.bindings, name)
 		case "Namespace":
 			into = decode(t, y, o.namespaces, name)
+		case "PersistentVolumeClaim":
+			into = decode(t, y, o.claims, name)
 		case "ClusterRole":
 			into = decode(t, y, o.clusterRoles, name)
 		case "ClusterRoleBinding":
@@ -95,13 +99,14 @@ func TestObjects(t *testing.T) {
 	for kind, got := range map[string][]string{
 		"Deployment": keys(o.deployments), "Service": keys(o.services), "ConfigMap": keys(o.configMaps),
 		"ServiceAccount": keys(o.accounts), "Role": keys(o.roles), "RoleBinding": keys(o.bindings), "Namespace": keys(o.namespaces),
-		"ClusterRole": keys(o.clusterRoles), "ClusterRoleBinding": keys(o.clusterBindings),
+		"ClusterRole": keys(o.clusterRoles), "ClusterRoleBinding": keys(o.clusterBindings), "PersistentVolumeClaim": keys(o.claims),
 	} {
 		want := map[string][]string{
 			"Deployment": {"envoy", "kvrouter", "vllm-qwen3"}, "Service": {"envoy", "kvrouter"},
-			"ConfigMap": {"envoy-config", "kvrouter-config", "kvrouter-serve"}, "ServiceAccount": {"kvrouter"},
+			"ConfigMap": {"envoy-config", "kvrouter-config", "kvrouter-serve", "kvrouter-templates"}, "ServiceAccount": {"kvrouter"},
 			"Role": {"kvrouter"}, "RoleBinding": {"kvrouter"}, "Namespace": {"kvrouter"},
 			"ClusterRole": {"kvrouter-auth", "kvrouter-metrics-reader"}, "ClusterRoleBinding": {"kvrouter-auth"},
+			"PersistentVolumeClaim": {"hf-cache"},
 		}[kind]
 		if !slices.Equal(got, want) {
 			t.Errorf("%s objects = %q, want %q", kind, got, want)

@@ -215,3 +215,103 @@ func TestEnvoy(t *testing.T) {
 		t.Errorf("Envoy pod securityContext = %+v, want runAsNonRoot", sc)
 	}
 }
+
+// TestSharedTokenizerFiles: kvrouter and the vLLM pods share what makes
+// their prompts equal: one Hugging Face cache volume (kvrouter's hf_cache
+// at its mount, the pods' HF_HUB_CACHE at theirs), one hub token Secret,
+// and one chat template, the same ConfigMap key for the pods'
+// --chat-template and kvrouter's chat_template.
+func TestSharedTokenizerFiles(t *testing.T) {
+	o := build(t)
+	router, pods := o.deployments["kvrouter"].Spec.Template.Spec, o.deployments["vllm-qwen3"].Spec.Template.Spec
+	if o.claims["hf-cache"] == nil || !slices.Contains(o.claims["hf-cache"].Spec.AccessModes, corev1.ReadWriteMany) {
+		t.Fatalf("PersistentVolumeClaim hf-cache = %+v, want ReadWriteMany: every pod mounts it", o.claims["hf-cache"])
+	}
+	var serve struct {
+		Tokenizers struct {
+			HFCache string `yaml:"hf_cache"`
+			Models  map[string]struct {
+				ChatTemplate string `yaml:"chat_template"`
+			} `yaml:"models"`
+		} `yaml:"tokenizers"`
+	}
+	if err := yaml.Unmarshal([]byte(o.configMaps["kvrouter-serve"].Data["kvrouter.yaml"]), &serve); err != nil {
+		t.Fatal(err)
+	}
+	rc, pc := router.Containers[0], pods.Containers[0]
+	if got := mountOf(router, rc, "hf-cache"); got == nil || got.ClaimName != "hf-cache" || got.path != serve.Tokenizers.HFCache || got.readOnly {
+		t.Errorf("kvrouter's hf-cache mount = %+v, want the claim hf-cache, writable, at hf_cache %q", got, serve.Tokenizers.HFCache)
+	}
+	if got := mountOf(pods, pc, "hf-cache"); got == nil || got.ClaimName != "hf-cache" || got.path != envValue(pc, "HF_HUB_CACHE") {
+		t.Errorf("vLLM's hf-cache mount = %+v, want the claim hf-cache at HF_HUB_CACHE %q", got, envValue(pc, "HF_HUB_CACHE"))
+	}
+	for _, c := range []corev1.Container{rc, pc} {
+		ref := envSecret(c, "HF_TOKEN")
+		if ref == nil || ref.Name != "hf-token" || ref.Key != "token" || ref.Optional == nil || !*ref.Optional {
+			t.Errorf("container %s: HF_TOKEN = %+v, want the optional Secret hf-token, key token", c.Name, ref)
+		}
+	}
+	model := pc.Args[0]
+	routerTemplate := serve.Tokenizers.Models[model].ChatTemplate
+	var podTemplate string
+	for _, a := range expand(t, o, pc) {
+		if v, ok := strings.CutPrefix(a, "--chat-template="); ok {
+			podTemplate = v
+		}
+	}
+	rm, pm := templateKey(router, rc, routerTemplate), templateKey(pods, pc, podTemplate)
+	if rm == "" || rm != pm {
+		t.Errorf("chat templates: kvrouter's %q is %q, the pods' %q is %q: want one ConfigMap key", routerTemplate, rm, podTemplate, pm)
+	}
+}
+
+// mounted is a PersistentVolumeClaim volume as a container mounts it.
+type mounted struct {
+	corev1.PersistentVolumeClaimVolumeSource
+	path     string
+	readOnly bool
+}
+
+// mountOf returns how c mounts the claim volume name of spec, or nil.
+func mountOf(spec corev1.PodSpec, c corev1.Container, name string) *mounted {
+	for _, m := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if m.Name == name && v.Name == name && v.PersistentVolumeClaim != nil {
+				return &mounted{*v.PersistentVolumeClaim, m.MountPath, m.ReadOnly}
+			}
+		}
+	}
+	return nil
+}
+
+// templateKey names the ConfigMap key a file path of c reads:
+// "CONFIGMAP/KEY", or "" when no ConfigMap volume holds it.
+func templateKey(spec corev1.PodSpec, c corev1.Container, path string) string {
+	dir, key := path[:strings.LastIndex(path, "/")], path[strings.LastIndex(path, "/")+1:]
+	for _, m := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if m.Name == v.Name && m.MountPath == dir && v.ConfigMap != nil {
+				return v.ConfigMap.Name + "/" + key
+			}
+		}
+	}
+	return ""
+}
+
+func envValue(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func envSecret(c corev1.Container, name string) *corev1.SecretKeySelector {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil {
+			return e.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
+}

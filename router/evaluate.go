@@ -164,10 +164,10 @@ func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reas
 		tokens = sc.tokens
 		st.Tokenize = time.Since(t0)
 		if err != nil {
-			if errors.Is(err, ErrNoTokenizer) {
-				return ReasonNoTokenizer, 0
+			if reason, ok := missingReason(err); ok {
+				return reason, 0
 			}
-			r.logger.Warn("prompt not tokenized; routing by load", "model", p.Model, "error", err)
+			r.tokenizeErrs.log(time.Now(), p.Model, err)
 			return ReasonTokenizeError, 0
 		}
 	}
@@ -179,6 +179,21 @@ func (r *Router) hash(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reas
 	}
 	st.Hash = time.Since(t1)
 	return ReasonLoad, len(tokens)
+}
+
+// missingReason is the reason of a decision whose prompt could not be
+// tokenized for want of a part of its model: its tokenizer (missing or
+// still downloading) or its chat template. ok is false for other errors.
+func missingReason(err error) (Reason, bool) {
+	switch {
+	case errors.Is(err, tokenizer.ErrPending):
+		return ReasonTokenizerPending, true
+	case errors.Is(err, ErrNoTokenizer):
+		return ReasonNoTokenizer, true
+	case chatMissing(err):
+		return ReasonNoChatTemplate, true
+	}
+	return "", false
 }
 
 // modelOf reads the model field of a body it does not otherwise parse,

@@ -46,12 +46,18 @@ type Reason string
 
 // The reasons of a decision.
 const (
-	ReasonPrefix        Reason = "prefix"         // a cached prefix made the chosen pod cheapest
-	ReasonLoad          Reason = "load"           // nothing cached anywhere useful: picked by load
-	ReasonNoTokenizer   Reason = "no-tokenizer"   // the model has no tokenizer: picked by load
-	ReasonTokenizeError Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
-	ReasonOtherPath     Reason = "other-path"     // not a completion or chat request: picked by load
-	ReasonTooLong       Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
+	ReasonPrefix      Reason = "prefix"       // a cached prefix made the chosen pod cheapest
+	ReasonLoad        Reason = "load"         // nothing cached anywhere useful: picked by load
+	ReasonNoTokenizer Reason = "no-tokenizer" // the model has no tokenizer: picked by load
+	// ReasonTokenizerPending: the model's tokenizer is being downloaded:
+	// picked by load.
+	ReasonTokenizerPending Reason = "tokenizer-pending"
+	// ReasonNoChatTemplate: a chat request for a model without a chat
+	// template: picked by load.
+	ReasonNoChatTemplate Reason = "no-chat-template"
+	ReasonTokenizeError  Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
+	ReasonOtherPath      Reason = "other-path"     // not a completion or chat request: picked by load
+	ReasonTooLong        Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
 )
 
 // Router turns requests into routing decisions.
@@ -67,6 +73,8 @@ type Router struct {
 	specs   sync.Pool // *hashBuf
 	// refusals logs refused requests.
 	refusals *refusalLog
+	// tokenizeErrs logs prompts that could not be tokenized.
+	tokenizeErrs *tokenizeLog
 	// objectives are the InferenceObjectives' priorities, swapped whole.
 	objectives atomic.Pointer[Objectives]
 }
@@ -88,7 +96,7 @@ func New(cfg Config, fleet *fleet.Fleet, index *kvindex.Index, hasher *blockhash
 			}
 		}
 	}
-	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}}, nil
+	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}, nil
 }
 
 // Decision is where one request goes. Call Prefilled when the pod's first

@@ -19,6 +19,9 @@ var errNoChat = errors.New("router: no chat renderer configured")
 type RegistryTokenizers struct {
 	Registry *tokenizer.Registry
 	Chats    *chat.Registry // nil: chat requests are routed by load; else over Registry
+	// Health is told which models' tokenizers and chat templates are
+	// missing, and when they are back; nil: none.
+	Health *Health
 }
 
 // AppendTokens implements Tokenizers. It looks the model's tokenizer up
@@ -35,12 +38,14 @@ func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) (
 func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error) {
 	var none tokenizer.PrefixHit
 	tk, err := t.Registry.For(base)
-	if errors.Is(err, tokenizer.ErrUnknownModel) {
-		return dst, none, nil, fmt.Errorf("%w: %s", ErrNoTokenizer, base)
+	if errors.Is(err, tokenizer.ErrUnknownModel) || errors.Is(err, tokenizer.ErrPending) {
+		t.Health.Set(base, PartTokenizer, err)
+		return dst, none, nil, fmt.Errorf("%w: %s: %w", ErrNoTokenizer, base, err)
 	}
 	if err != nil {
 		return dst, none, nil, err
 	}
+	t.Health.Set(base, PartTokenizer, nil)
 	text, special := p.Prompt, true
 	if p.Chat != nil {
 		if t.Chats == nil {
@@ -50,17 +55,28 @@ func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Par
 			return dst, none, nil, p.chatErr
 		}
 		tmpl, err := t.Chats.For(base)
+		known := -1 // with media: the bytes of text rendered whatever the media
+		switch {
+		case err != nil:
+		case p.Chat.HasMedia():
+			text, known, err = tmpl.RenderMedia(p.Chat)
+		default:
+			text, err = tmpl.Render(p.Chat)
+		}
+		if chatMissing(err) {
+			t.Health.Set(base, PartChatTemplate, err)
+		}
 		if err != nil {
 			return dst, none, nil, err
 		}
-		if p.Chat.HasMedia() {
-			dst, err = appendMediaTokens(dst, tk, tmpl, p.Chat)
-			return dst, none, nil, err
-		}
-		if text, err = tmpl.Render(p.Chat); err != nil {
-			return dst, none, nil, err
+		if p.Chat.ChatTemplate == "" { // the model's own, or the configured one
+			t.Health.Set(base, PartChatTemplate, nil)
 		}
 		special = p.Chat.AddSpecialTokens
+		if known >= 0 {
+			dst, err = appendMediaTokens(dst, tk, text, special, known)
+			return dst, none, nil, err
+		}
 	}
 	c := tk.Prefixes()
 	if c == nil {
@@ -92,15 +108,13 @@ type prefixTokenizers interface {
 // parts that vLLM computes before its first media token, and no others:
 // the pods expand each media item into tokens the router cannot reproduce,
 // and the blocks holding them hash with the media's own hash, so only the
-// full blocks before them can match (chat.Template.RenderMedia,
-// tokenizer.AppendEncodeStable). The prefix cache is bypassed.
-func appendMediaTokens(dst []uint32, tk *tokenizer.Tokenizer, tmpl *chat.Template, req *chat.Request) ([]uint32, error) {
-	text, known, err := tmpl.RenderMedia(req)
-	if err != nil {
-		return dst, err
-	}
+// full blocks before them can match. text is the chat rendered by
+// chat.Template.RenderMedia, known its bytes rendered whatever the media;
+// tokenizer.AppendEncodeStable keeps the ids they fix. The prefix cache is
+// bypassed.
+func appendMediaTokens(dst []uint32, tk *tokenizer.Tokenizer, text string, special bool, known int) ([]uint32, error) {
 	base := len(dst)
-	dst, stable, err := tk.AppendEncodeStable(dst, text, req.AddSpecialTokens, known)
+	dst, stable, err := tk.AppendEncodeStable(dst, text, special, known)
 	if err != nil {
 		return dst, err
 	}

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,8 @@ type fleet struct {
 type fleetOptions struct {
 	// pods is the number of simulated pods started in-process.
 	pods int
+	// model is the name the pods serve Qwen3 under; "" is qwen3.
+	model string
 	// events adjusts the subscribers' configuration.
 	events func(*kvevents.Config)
 	// publisher adjusts pod i's publisher configuration.
@@ -102,6 +105,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	model := cmp.Or(o.model, "qwen3")
 	hashCfg := blockhash.DefaultConfig()
 	f := &fleet{pods: map[string]string{}, sims: map[string]*vllmsim.Pod{}, reg: prometheus.NewRegistry()}
 	idxCfg := kvindex.DefaultConfig()
@@ -126,7 +130,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		simCfg := vllmsim.Config{Name: name, Model: "qwen3", LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize}
+		simCfg := vllmsim.Config{Name: name, Model: model, LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize}
 		if o.sim != nil {
 			o.sim(i, &simCfg)
 		}
@@ -139,7 +143,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		t.Cleanup(srv.Close)
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name], f.sims[name] = addr, pod
-		rp := readyPod(t, name, addr, "qwen3")
+		rp := readyPod(t, name, addr, model)
 		rp.LoRAs, rp.DPSize = []string{"alice"}, o.dpSize
 		if o.role != nil {
 			rp.Role = o.role(i)
@@ -162,7 +166,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": dir}, MaxLoaded: 2})
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{model: dir}, MaxLoaded: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

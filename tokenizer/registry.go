@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -25,9 +22,13 @@ type Config struct {
 	// Models maps a model name to the directory holding its tokenizer.json
 	// and tokenizer_config.json.
 	Models map[string]string
+	// Repos maps a model name to its repository on the hub and revision,
+	// found in HFCache or downloaded into it; a model in neither Models nor
+	// Repos is the repository of its own name, at main.
+	Repos map[string]Repo
 	// HFCache is a Hugging Face hub cache directory (holding
-	// models--ORG--NAME/snapshots/REV/) searched for models not in Models;
-	// empty: none.
+	// models--ORG--NAME/snapshots/REV/, as vLLM's pods do) searched for
+	// models not in Models; empty: none.
 	HFCache string
 	// Aliases maps served model names and LoRA adapter names to the model
 	// whose tokenizer they use.
@@ -35,13 +36,19 @@ type Config struct {
 	// MaxLoaded bounds the tokenizers kept in memory; the least recently used
 	// is dropped beyond it.
 	MaxLoaded int
-	// HubURL is the base URL of a Hugging Face hub to download models found
-	// nowhere else from, into HFCache; empty: no downloads.
+	// HubURL is the base URL of a Hugging Face hub (or a mirror) to
+	// download models missing from HFCache from, into HFCache; empty: no
+	// downloads. Downloads happen in Run.
 	HubURL string
 	// HubToken is the bearer token sent to the hub; empty: none. Never logged.
 	HubToken string
-	// HubTimeout bounds one download request.
+	// HubTokenFile, when set, holds the bearer token instead of HubToken
+	// (a mounted secret), read at each download. Never logged.
+	HubTokenFile string
+	// HubTimeout bounds the download of one file.
 	HubTimeout time.Duration
+	// Offline forbids downloads: only Models and HFCache are read.
+	Offline bool
 	// PrefixCacheBytes is the memory budget of each loaded model's
 	// PrefixCache (the ids of recent prompts, reused by the next turn of a
 	// conversation); 0 turns the caches off.
@@ -83,6 +90,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("tokenizer: model %q with directory %q: want both", name, dir))
 		}
 	}
+	for name, repo := range c.Repos {
+		if !repo.valid() {
+			errs = append(errs, fmt.Errorf("tokenizer: model %q: repository %q: want ORG/NAME and a branch, tag or commit", name, repo.String()))
+		}
+	}
 	for alias, target := range c.Aliases {
 		if _, err := c.base(alias); err != nil {
 			errs = append(errs, err)
@@ -105,18 +117,32 @@ func (c Config) base(name string) (string, error) {
 	return "", fmt.Errorf("tokenizer: alias %q: cycle", name)
 }
 
+// repo is the hub repository of a base model.
+func (c Config) repo(name string) Repo {
+	if r, ok := c.Repos[name]; ok {
+		return r
+	}
+	return Repo{ID: name}
+}
+
 // Registry maps model names to tokenizers, loading each once on first use
 // (concurrent first uses share one load) and keeping the most recently used.
 // It is safe for concurrent use.
 type Registry struct {
-	cfg    Config
-	client *http.Client
-	loads  singleflight.Group
-	mu     struct {
+	cfg       Config
+	client    *http.Client
+	loads     singleflight.Group
+	fetches   singleflight.Group
+	queue     chan string // base model names to fetch and load, for Run
+	downloads atomic.Int64
+	mu        struct {
 		sync.Mutex
-		lru     *list.List               // of *registryEntry, most recent first
-		entries map[string]*list.Element // by base model name
-		retired PrefixStats              // counters of the prefix caches of dropped models
+		lru      *list.List               // of *registryEntry, most recent first
+		entries  map[string]*list.Element // by base model name
+		retired  PrefixStats              // counters of the prefix caches of dropped models
+		loaded   map[string]bool          // base models loaded once: their files are here
+		queued   map[string]bool          // base models in queue or being fetched
+		failures map[string]failure       // why a base model has no tokenizer
 	}
 }
 
@@ -130,14 +156,18 @@ func NewRegistry(cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Registry{cfg: cfg, client: &http.Client{Timeout: cfg.HubTimeout}}
+	r := &Registry{cfg: cfg, client: &http.Client{}, queue: make(chan string, maxQueued)}
 	r.mu.lru = list.New()
 	r.mu.entries = make(map[string]*list.Element)
+	r.mu.loaded, r.mu.queued, r.mu.failures = map[string]bool{}, map[string]bool{}, map[string]failure{}
 	return r, nil
 }
 
 // For returns the tokenizer of a model, base or alias (served name, LoRA
-// adapter). An unknown model gives an error wrapping ErrUnknownModel.
+// adapter). A model without one gives an error wrapping ErrUnknownModel;
+// one whose files are still to be downloaded ErrPending, and the download
+// is queued for Run (a model whose download failed is retried after a
+// backoff, ErrUnknownModel meanwhile).
 func (r *Registry) For(model string) (*Tokenizer, error) {
 	name, err := r.cfg.base(model)
 	if err != nil {
@@ -147,27 +177,37 @@ func (r *Registry) For(model string) (*Tokenizer, error) {
 		return tok, nil
 	}
 	v, err, _ := r.loads.Do(name, func() (any, error) {
-		if tok := r.cached(name); tok != nil {
+		tok := r.cached(name)
+		if tok != nil {
 			return tok, nil
 		}
 		dir, err := r.Dir(name)
+		if errors.Is(err, errNotCached) && r.downloading() {
+			return nil, r.request(name)
+		}
+		if err == nil {
+			tok, err = Load(dir)
+		}
 		if err != nil {
+			r.fail(name, err, false)
 			return nil, err
 		}
-		tok, err := Load(dir)
-		if err != nil {
-			return nil, err
-		}
-		if r.cfg.PrefixCacheBytes > 0 {
-			tok.prefixes = NewPrefixCache(tok, r.cfg.PrefixCacheBytes)
-		}
-		r.store(name, tok)
-		return tok, nil
+		return r.keep(name, tok), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.(*Tokenizer), nil
+}
+
+// keep makes tok the loaded tokenizer of name, with its prefix cache, and
+// returns it.
+func (r *Registry) keep(name string, tok *Tokenizer) *Tokenizer {
+	if r.cfg.PrefixCacheBytes > 0 {
+		tok.prefixes = NewPrefixCache(tok, r.cfg.PrefixCacheBytes)
+	}
+	r.store(name, tok)
+	return tok
 }
 
 func (r *Registry) cached(name string) *Tokenizer {
@@ -183,7 +223,14 @@ func (r *Registry) cached(name string) *Tokenizer {
 func (r *Registry) store(name string, tok *Tokenizer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if e, ok := r.mu.entries[name]; ok { // loaded twice at once: keep one
+		e.Value.(*registryEntry).tok = tok
+		r.mu.lru.MoveToFront(e)
+		return
+	}
 	r.mu.entries[name] = r.mu.lru.PushFront(&registryEntry{name, tok})
+	r.mu.loaded[name] = true
+	delete(r.mu.failures, name)
 	for r.mu.lru.Len() > r.cfg.MaxLoaded {
 		oldest := r.mu.lru.Back()
 		r.mu.lru.Remove(oldest)
@@ -219,56 +266,24 @@ func (r *Registry) PrefixCacheBytes() int64 { return r.cfg.PrefixCacheBytes }
 func (r *Registry) Base(model string) (string, error) { return r.cfg.base(model) }
 
 // Dir returns the directory of a base model's tokenizer files: its entry
-// in Config.Models, or its snapshot in the Hugging Face cache, downloaded
-// from the hub first when Config.HubURL is set and the cache lacks it.
+// in Config.Models, or its snapshot in the Hugging Face cache. It
+// downloads nothing (Fetch does).
 func (r *Registry) Dir(name string) (string, error) {
 	if dir, ok := r.cfg.Models[name]; ok {
 		return dir, nil
 	}
 	if r.cfg.HFCache == "" {
-		return "", fmt.Errorf("%w %q", ErrUnknownModel, name)
+		return "", fmt.Errorf("%w %q (not in the models, and no Hugging Face cache is set)", ErrUnknownModel, name)
 	}
-	dir, err := hfSnapshot(r.cfg.HFCache, name)
-	if errors.Is(err, ErrUnknownModel) && r.cfg.HubURL != "" {
-		return r.hubDownload(name)
+	dir, err := hfSnapshot(r.cfg.HFCache, r.cfg.repo(name))
+	if errors.Is(err, errNotCached) {
+		why := "no downloads: offline"
+		if r.cfg.HubURL == "" {
+			why = "no downloads: no hub"
+		} else if !r.cfg.Offline {
+			why = "to be downloaded"
+		}
+		return "", fmt.Errorf("%w %q: %w in %s (%s)", ErrUnknownModel, name, err, r.cfg.HFCache, why)
 	}
 	return dir, err
-}
-
-// hfSnapshot finds ORG/NAME in a Hugging Face cache: the snapshot that
-// refs/main names, else the only snapshot.
-func hfSnapshot(cache, name string) (string, error) {
-	if name == "" || strings.Contains(name, "..") || strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("%w %q", ErrUnknownModel, name)
-	}
-	repo := filepath.Join(cache, "models--"+strings.ReplaceAll(name, "/", "--"))
-	snapshots := filepath.Join(repo, "snapshots")
-	if ref, err := os.ReadFile(filepath.Join(repo, "refs", "main")); err == nil {
-		rev := strings.TrimSpace(string(ref))
-		if rev != "" && !strings.ContainsAny(rev, `/\`) && rev != ".." {
-			return filepath.Join(snapshots, rev), nil
-		}
-	}
-	entries, err := os.ReadDir(snapshots)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("%w %q (not in %s)", ErrUnknownModel, name, cache)
-		}
-		return "", fmt.Errorf("tokenizer: %w", err)
-	}
-	var revs []string
-	for _, e := range entries {
-		if e.IsDir() {
-			revs = append(revs, e.Name())
-		}
-	}
-	sort.Strings(revs)
-	switch len(revs) {
-	case 0:
-		return "", fmt.Errorf("%w %q (no snapshot in %s)", ErrUnknownModel, name, snapshots)
-	case 1:
-		return filepath.Join(snapshots, revs[0]), nil
-	default:
-		return "", fmt.Errorf("tokenizer: %s: %d snapshots and no refs/main", repo, len(revs))
-	}
 }

@@ -84,12 +84,15 @@ type podReport struct {
 	Entries      int                   `json:"index_entries"`
 	Verification string                `json:"hash_verification"`
 	IndexKeys    string                `json:"index_keys"` // pod: its own hashes; rekeyed: kvrouter's of its token ids
-	InFlight     int64                 `json:"in_flight"`
-	Waiting      int64                 `json:"vllm_waiting"`
-	Running      int64                 `json:"vllm_running"`
-	Metrics      string                `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
-	ScrapedAt    *time.Time            `json:"metrics_scraped_at"`    // the last successful scrape; null: none
-	FailingSince *time.Time            `json:"metrics_failing_since"` // the first of the current failures; null: none
+	// Tokenization is how the model's requests are routed: exact, or by
+	// load and why (a missing tokenizer or chat template).
+	Tokenization string     `json:"tokenization"`
+	InFlight     int64      `json:"in_flight"`
+	Waiting      int64      `json:"vllm_waiting"`
+	Running      int64      `json:"vllm_running"`
+	Metrics      string     `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
+	ScrapedAt    *time.Time `json:"metrics_scraped_at"`    // the last successful scrape; null: none
+	FailingSince *time.Time `json:"metrics_failing_since"` // the first of the current failures; null: none
 }
 
 func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
@@ -97,13 +100,13 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 	for _, s := range a.events.Status() {
 		status[s.Name] = s
 	}
-	pods, now := a.fleet.Pods(), time.Now()
+	pods, now, parts := a.fleet.Pods(), time.Now(), a.health.States()
 	out := make([]podReport, 0, len(pods))
 	for _, p := range pods {
 		st := status[p.Name]
 		r := podReport{
 			Name: p.Name, Address: p.Endpoint(), Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
-			Events: st.Ranks, Verification: st.Verification.String(), IndexKeys: "pod",
+			Events: st.Ranks, Verification: st.Verification.String(), IndexKeys: "pod", Tokenization: tokenization(parts, p.Model),
 		}
 		if st.Rekeyed {
 			r.IndexKeys = "rekeyed"

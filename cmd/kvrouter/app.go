@@ -73,8 +73,15 @@ type app struct {
 	// admin.max_concurrent at most; adminShed counts those refused.
 	adminSlots chan struct{}
 	adminShed  prometheus.Counter
-	// tokenizers are the models' tokenizers, for /debug/tokenizers.
+	// tokenizers are the models' tokenizers, for /debug/tokenizers; chats
+	// their chat templates.
 	tokenizers *tokenizer.Registry
+	chats      *chat.Registry
+	// health says which models' tokenizers and templates are missing.
+	health *router.Health
+	// models are the models the configuration names, watched from the
+	// start.
+	models []string
 	// staleAfter is routing.stale_metrics_after, for /debug/pods.
 	staleAfter time.Duration
 }
@@ -146,20 +153,18 @@ func (a *app) build(s settings) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	a.tokenizers = toks
+	a.tokenizers, a.chats = toks, chat.NewRegistry(toks, s.chats)
+	if a.health, err = router.NewHealth(a.logger, a.reg); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	// Load the configured tokenizers now: a bad directory fails the start,
 	// and no request pays for a load.
-	bad := &problems{}
-	for _, name := range slices.Sorted(maps.Keys(s.tok.Models)) {
-		if _, err := toks.For(name); err != nil {
-			bad.add("tokenizers.models.%s: %v", name, err)
-		}
-	}
-	if err := bad.err(); err != nil {
+	if err := a.checkModels(s); err != nil {
 		return err
 	}
+	a.models = slices.Sorted(maps.Keys(s.Tokenizers.Models))
 	a.fleet = fleet.New(a.index)
-	tokens := router.RegistryTokenizers{Registry: toks, Chats: chat.NewRegistry(toks, nil)}
+	tokens := router.RegistryTokenizers{Registry: toks, Chats: a.chats, Health: a.health}
 	if a.router, err = router.New(s.router, a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -269,11 +274,11 @@ func (a *app) readiness() (bool, string) {
 	switch n := len(a.fleet.Snapshot().Members()); n {
 	case 0:
 	case 1:
-		return true, "ready: 1 pod to route to"
+		return true, "ready: 1 pod to route to" + a.degraded()
 	default:
-		return true, fmt.Sprintf("ready: %d pods to route to", n)
+		return true, fmt.Sprintf("ready: %d pods to route to", n) + a.degraded()
 	}
-	return true, "ready, but no pod is ready now: requests are refused with 503 until one is"
+	return true, "ready, but no pod is ready now: requests are refused with 503 until one is" + a.degraded()
 }
 
 // start runs every part in g; the servers stop when stop is done.
@@ -301,6 +306,8 @@ func (a *app) start(stop context.Context, g *errgroup.Group, ls listeners, timeo
 		g.Go(func() error { return a.pods.Run(stop) })
 	}
 	g.Go(func() error { return sweep(stop, a.index) })
+	g.Go(func() error { return a.tokenizers.Run(stop) })
+	g.Go(func() error { return a.watchModels(stop, a.models) })
 }
 
 // tlsMode says how the ext_proc port serves: off, self-signed or files,

@@ -51,8 +51,13 @@ type config struct {
 	fileProblems         []string
 	positions            map[string]position
 	podFlags, modelFlags []string
-	flagsSet             []string
-	flagProblems         []string
+	// templateFlags and formatFlags are the raw --chat-template and
+	// --chat-template-content-format flags, set over tokenizers.models.
+	templateFlags, formatFlags []string
+	flagsSet                   []string
+	flagProblems               []string
+	// hubToken is the hub token read from the environment (never logged).
+	hubToken string
 }
 
 // listenConfig is where the servers listen; an empty address turns a
@@ -130,13 +135,6 @@ type routingConfig struct {
 	PrefillHeader     string `yaml:"prefill_header"`      // --prefill-header
 }
 
-type tokenizersConfig struct {
-	Models  map[string]string `yaml:"models"`   // --model NAME=DIR
-	HFCache string            `yaml:"hf_cache"` // --hf-cache
-	// PrefixCacheBytes is each loaded model's prefix cache budget; 0: off.
-	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
-}
-
 type extprocConfig struct {
 	BodyMode     string    `yaml:"body_mode"`      // --body-mode
 	MaxBodyBytes int       `yaml:"max_body_bytes"` // --max-body-bytes
@@ -197,7 +195,7 @@ func defaultConfig() config {
 		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
 		Index:      indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
-		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes},
+		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, Hub: hubDefaults()},
 		Routing:    routingDefaults(),
 		ExtProc: extprocConfig{
 			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes, MaxStreams: extproc.DefaultConfig().MaxStreams,
@@ -244,8 +242,15 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Pods.File, "pods-file", c.Pods.File, "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.FileInterval), "pods-file-interval", time.Duration(c.Pods.FileInterval), "how often the pods file is checked for changes")
 	fs.DurationVar((*time.Duration)(&c.Pods.MetricsInterval), "pods-metrics-interval", time.Duration(c.Pods.MetricsInterval), "how often each ready pod's vLLM /metrics is read for its queue and KV use")
-	fs.Var(&replaceList{dst: &c.modelFlags}, "model", "a model's tokenizer directory (tokenizer.json, tokenizer_config.json): NAME=DIR (repeatable)")
-	fs.StringVar(&c.Tokenizers.HFCache, "hf-cache", c.Tokenizers.HFCache, "a Hugging Face hub cache directory searched for tokenizers of other models")
+	fs.Var(&replaceList{dst: &c.modelFlags}, "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL (repeatable); other models are the hub repository of their own name")
+	fs.Var(&replaceList{dst: &c.templateFlags}, "chat-template", "a model's chat template, as the pods' --chat-template: NAME=FILE, NAME=TEXT or NAME=TEMPLATE-NAME (repeatable)")
+	fs.Var(&replaceList{dst: &c.formatFlags}, "chat-template-content-format", "a model's message content format, as the pods' --chat-template-content-format: NAME=auto, NAME=string or NAME=openai (repeatable)")
+	fs.StringVar(&c.Tokenizers.HFCache, "hf-cache", c.Tokenizers.HFCache, "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub")
+	fs.StringVar(&c.Tokenizers.Hub.Endpoint, "hub-endpoint", c.Tokenizers.Hub.Endpoint, "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given")
+	fs.StringVar(&c.Tokenizers.Hub.TokenEnv, "hub-token-env", c.Tokenizers.Hub.TokenEnv, "the environment variable holding the hub token")
+	fs.StringVar(&c.Tokenizers.Hub.TokenFile, "hub-token-file", c.Tokenizers.Hub.TokenFile, "a file holding the hub token (a mounted Secret), instead of --hub-token-env; read at each download")
+	fs.DurationVar((*time.Duration)(&c.Tokenizers.Hub.Timeout), "hub-timeout", time.Duration(c.Tokenizers.Hub.Timeout), "how long the download of one tokenizer file may take")
+	fs.BoolVar(&c.Tokenizers.Hub.Offline, "hub-offline", c.Tokenizers.Hub.Offline, "download nothing: tokenizers come from --model and --hf-cache only; $HF_HUB_OFFLINE=1 when not given")
 	fs.StringVar(&c.Pods.DefaultModel, "default-model", c.Pods.DefaultModel, "the model of pods that do not name one")
 	hashFlags(&c.Hash.Algorithm, &c.Hash.Seed, &c.Hash.BlockSize, fs)
 	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
@@ -279,7 +284,8 @@ func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
 }
 
 // flagPaths names the config field each serve flag sets, so a problem with
-// a value names where it came from; --config, --pod and --model have none.
+// a value names where it came from; --config, --pod, --model,
+// --chat-template and --chat-template-content-format have none.
 var flagPaths = map[string]string{
 	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "grpc-health-addr": "listen.grpc_health", "http-addr": "listen.http",
 	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug", "admin-max-concurrent": "admin.max_concurrent",
@@ -288,6 +294,8 @@ var flagPaths = map[string]string{
 	"pool-name": "discovery.pool.name", "pool-namespace": "discovery.pool.namespace",
 	"pods-file": "pods.file", "pods-file-interval": "pods.file_interval", "pods-metrics-interval": "pods.metrics_interval",
 	"default-model": "pods.default_model", "hf-cache": "tokenizers.hf_cache",
+	"hub-endpoint": "tokenizers.hub.endpoint", "hub-token-env": "tokenizers.hub.token_env", "hub-token-file": "tokenizers.hub.token_file",
+	"hub-timeout": "tokenizers.hub.timeout", "hub-offline": "tokenizers.hub.offline",
 	"hash-algo": "hash.algorithm", "hash-seed": "hash.seed", "block-size": "hash.block_size",
 	"max-index-entries":         "index.max_entries",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",

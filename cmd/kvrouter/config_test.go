@@ -38,7 +38,14 @@ shutdown: {drain_delay: 5s, timeout: 1m}
 hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index: {max_entries: 1000}
 routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1, stale_metrics_after: 30s}
-tokenizers: {models: {m: /m}, hf_cache: /hf, prefix_cache_bytes: 1024}
+tokenizers:
+  models:
+    m: /m
+    r: {repo: Org/R, revision: v1, chat_template: "{{ messages }}", chat_template_content_format: openai}
+    a: {alias: m}
+  hf_cache: /hf
+  prefix_cache_bytes: 1024
+  hub: {endpoint: "http://mirror:1", token_env: T, token_file: /t, timeout: 5s, offline: true}
 extproc: {body_mode: BUFFERED, max_body_bytes: 100}
 pods:
   default_model: dm
@@ -55,15 +62,22 @@ discovery: {kubeconfig: off, namespaces: [n1, n2], selector: app=x}
 func TestLoadConfigPrecedence(t *testing.T) {
 	file := writeFile(t, "kvrouter.yaml", fileConfig)
 	fromFile := config{
-		Listen:     listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
-		Admin:      adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
-		Log:        logConfig{Level: "debug", Format: "auto"},
-		Shutdown:   shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
-		Hash:       hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
-		Index:      indexConfig{MaxEntries: 1000},
-		Routing:    routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"},
-		Tokenizers: tokenizersConfig{Models: map[string]string{"m": "/m"}, HFCache: "/hf", PrefixCacheBytes: 1024},
-		ExtProc:    extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
+		Listen:   listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
+		Admin:    adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
+		Log:      logConfig{Level: "debug", Format: "auto"},
+		Shutdown: shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
+		Hash:     hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
+		Index:    indexConfig{MaxEntries: 1000},
+		Routing:  routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, Tolerance: 0.1, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"},
+		Tokenizers: tokenizersConfig{
+			Models: map[string]modelEntry{
+				"m": {Dir: "/m"}, "a": {Alias: "m"},
+				"r": {Repo: "Org/R", Revision: "v1", ChatTemplate: "{{ messages }}", ContentFormat: "openai"},
+			},
+			HFCache: "/hf", PrefixCacheBytes: 1024,
+			Hub: hubConfig{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: duration(5 * time.Second), Offline: true},
+		},
+		ExtProc: extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
 		Pods: podsConfig{
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second), MetricsInterval: duration(250 * time.Millisecond),
 			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
@@ -296,7 +310,7 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 		}
 		path, ok := flagPaths[f.Name]
 		switch {
-		case f.Name == "config" || f.Name == "pod" || f.Name == "model":
+		case slices.Contains(noFieldFlags, f.Name):
 			if ok {
 				t.Errorf("flagPaths names --%s, which sets no single field", f.Name)
 			}
@@ -306,10 +320,14 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 			t.Errorf("flagPaths: --%s sets %s, which is no field of the config", f.Name, path)
 		}
 	})
-	if len(flagPaths) != countFlags(fs)-3 {
-		t.Errorf("flagPaths has %d entries for %d flags (config, pod and model have none)", len(flagPaths), countFlags(fs))
+	if len(flagPaths) != countFlags(fs)-len(noFieldFlags) {
+		t.Errorf("flagPaths has %d entries for %d flags (%v have none)", len(flagPaths), countFlags(fs), noFieldFlags)
 	}
 }
+
+// noFieldFlags are the flags that set no single field: --config, and the
+// repeated flags that set a list or the entries of a map.
+var noFieldFlags = []string{"config", "pod", "model", "chat-template", "chat-template-content-format"}
 
 func countFlags(fs *pflag.FlagSet) int {
 	n := 0

@@ -169,7 +169,7 @@ func TestServeDiscovery(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	args := []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none", "--kubeconfig", writeKubeconfig(t, api.URL)}
+	args := []string{"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none", "--hub-offline", "--kubeconfig", writeKubeconfig(t, api.URL)}
 	go func() { done <- run(ctx, args, io.Discard, pw); _ = pw.Close() }()
 	base := listenURL(t, pr)
 	if code, _ := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {

@@ -82,12 +82,29 @@ func manifestsSettings(t *testing.T, dir string) settings {
 	if err != nil {
 		t.Fatalf("serve %q: %v", args[1:], err)
 	}
+	// The chat templates the config names are files of mounted ConfigMaps.
+	templates := map[string]string{}
+	for name, m := range cfg.Tokenizers.Models {
+		if strings.HasPrefix(m.ChatTemplate, "/") {
+			file := mountedFile(t, d.Spec.Template.Spec, c, maps, m.ChatTemplate)
+			m.ChatTemplate, templates[name] = file, file
+			cfg.Tokenizers.Models[name] = m
+		}
+	}
 	s, err := cfg.validate("10.0.0.1") // in a pod: discovery in-cluster
 	if err != nil {
 		t.Fatalf("the manifests' kvrouter configuration: %v", err)
 	}
 	if s.Shutdown.DrainDelay <= 0 || s.Tokenizers.HFCache != "/hf-cache" || s.disc.Kubeconfig == "" {
 		t.Errorf("the manifests' kvrouter configuration = %+v, want a drain delay, the /hf-cache tokenizers and discovery", s.config)
+	}
+	for name, file := range templates {
+		if o := s.chats[name]; o.Template == "" || !strings.Contains(o.Source, file) {
+			t.Errorf("model %s's chat options = %+v, want the template mounted at %s", name, o, file)
+		}
+	}
+	if len(templates) == 0 {
+		t.Errorf("the manifests give no model a chat template from a ConfigMap")
 	}
 	return s
 }

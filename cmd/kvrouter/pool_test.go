@@ -41,7 +41,7 @@ func TestServePool(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	args := []string{
-		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none",
+		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--admin-auth", "none", "--hub-offline",
 		"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm", "--default-model", "Qwen/Qwen3-0.6B",
 	}
 	go func() { done <- run(runCtx, args, io.Discard, pw); _ = pw.Close() }()

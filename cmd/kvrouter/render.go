@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +13,7 @@ import (
 )
 
 func newRenderCommand(s streams) *cobra.Command {
-	var dir, templateFile string
+	var dir, templateFile, format string
 	var r renderer
 	var jsonl bool
 	cmd := &cobra.Command{
@@ -29,7 +28,8 @@ chat template, as vLLM does, and print the prompt as a JSON string, or with
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&dir, "tokenizer", "", "directory holding tokenizer_config.json (and chat_template.jinja, tokenizer.json)")
-	fs.StringVar(&templateFile, "chat-template", "", "file with a chat template replacing the model's (vLLM's --chat-template)")
+	fs.StringVar(&templateFile, "chat-template", "", "a chat template replacing the model's, as vLLM's --chat-template and serve's: a file, the template's text, or the name of one of the model's named templates")
+	fs.StringVar(&format, "chat-template-content-format", "auto", "how message content reaches the template, as vLLM's --chat-template-content-format: auto, string or openai")
 	fs.BoolVar(&r.tokens, "tokens", false, "print the token ids vLLM would hash instead of the prompt")
 	fs.BoolVar(&jsonl, "jsonl", false, "read one request per line and write one result per line; failures give {\"error\": ...}")
 	_ = cmd.MarkFlagRequired("tokenizer")
@@ -39,7 +39,7 @@ chat template, as vLLM does, and print the prompt as a JSON string, or with
 		if err := checkDir("tokenizer", dir); err != nil {
 			return fmt.Errorf("render: %w", err)
 		}
-		if err := r.load(dir, templateFile); err != nil {
+		if err := r.load(dir, templateFile, format); err != nil {
 			return fmt.Errorf("render: %w", err)
 		}
 		w := bufio.NewWriter(s.out)
@@ -64,17 +64,15 @@ type renderer struct {
 	tokens bool
 }
 
-func (r *renderer) load(dir, templateFile string) error {
-	override := ""
-	if templateFile != "" {
-		b, err := os.ReadFile(templateFile)
-		if err != nil {
-			return err
-		}
-		override = string(b)
+func (r *renderer) load(dir, template, format string) error {
+	opt, err := templateOptions("--chat-template", template)
+	if err != nil {
+		return fmt.Errorf("--chat-template: %w", err)
 	}
-	var err error
-	if r.chat, err = chat.Load(dir, override); err != nil {
+	if opt.ContentFormat, err = chat.ParseContentFormat(format); err != nil {
+		return fmt.Errorf("--chat-template-content-format: %w", err)
+	}
+	if r.chat, err = chat.LoadWith(dir, opt); err != nil {
 		return err
 	}
 	if r.tokens {

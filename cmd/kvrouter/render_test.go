@@ -40,6 +40,11 @@ func TestRender(t *testing.T) {
 		{name: "tokens", args: []string{"--tokenizer", dir, "--tokens"}, stdin: `{"messages": [{"role": "u", "content": "hello"}], "add_generation_prompt": false}`, want: "[258,117,58,256,257,111,10]\n"},
 		{name: "tokens with special", args: []string{"--tokenizer", dir, "--tokens"}, stdin: `{"messages": [], "add_special_tokens": true}`, want: "[258,256]\n"},
 		{name: "override template", args: []string{"--tokenizer", dir, "--chat-template", tmpl}, stdin: user, want: "\"[1]\"\n"},
+		{name: "inline template", args: []string{"--tokenizer", dir, "--chat-template", "<{{ messages[0].content }}>"}, stdin: user, want: "\"<hello>\"\n"},
+		{name: "openai content", args: []string{"--tokenizer", dir, "--chat-template", "{{ messages[0].content[0].text }}", "--chat-template-content-format", "openai"}, stdin: user, want: "\"hello\"\n"},
+		{name: "string content", args: []string{"--tokenizer", dir, "--chat-template", "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}", "--chat-template-content-format", "string"}, stdin: user, want: "\"\"\n"},
+		{name: "auto content", args: []string{"--tokenizer", dir, "--chat-template", "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"}, stdin: user, want: "\"hello\"\n"},
+		{name: "bad content format", args: []string{"--tokenizer", dir, "--chat-template-content-format", "html"}, stdin: user, wantErr: errAny},
 		{
 			name: "jsonl", args: []string{"--tokenizer", dir, "--jsonl"},
 			stdin: user + "\n\n{\"messages\": 1}\n" + `{"messages": [], "add_generation_prompt": false}` + "\n",

@@ -41,6 +41,7 @@ the pods' /metrics scraper. Settings come from the defaults, then the
 
 // serve validates c and runs the router until ctx is done.
 func serve(ctx context.Context, c config, stderr io.Writer) error {
+	c.applyEnv(os.Getenv)
 	s, err := c.validate(os.Getenv("KUBERNETES_SERVICE_HOST"))
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
+	"github.com/kvrouter/kvrouter/tokenizer/chat"
 )
 
 // settings is a validated config turned into the configurations of the
@@ -35,8 +36,9 @@ type settings struct {
 	ext    extproc.Config
 	events kvevents.Config
 	tok    tokenizer.Config
-	disc   discovery.Config // Kubeconfig "" means no discovery
-	certs  *certs.Config    // nil: the ext_proc port is plaintext
+	chats  map[string]chat.Options // by base model
+	disc   discovery.Config        // Kubeconfig "" means no discovery
+	certs  *certs.Config           // nil: the ext_proc port is plaintext
 	// objectives are the InferenceObjectives' priorities from the config.
 	objectives router.Objectives
 	// adminAuth: /metrics and the debug endpoints need a Kubernetes token.
@@ -68,12 +70,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 		p.add("index.max_entries: %d, want in [%d, 2^31]", n, s.index.Shards)
 	}
 	s.router = c.routerConfig(p)
-	s.tok = tokenizer.DefaultConfig()
-	s.tok.Models, s.tok.HFCache = c.Tokenizers.Models, c.Tokenizers.HFCache
-	s.tok.PrefixCacheBytes = c.Tokenizers.PrefixCacheBytes
-	for name, dir := range c.Tokenizers.Models {
-		checkTokenizerDir(p, name, dir)
-	}
+	s.tok, s.chats = c.tokenizerSettings(p)
 	s.ext = extproc.DefaultConfig()
 	s.ext.BodyMode, s.ext.MaxBodyBytes, s.ext.MaxStreams = extproc.BodyMode(c.ExtProc.BodyMode), c.ExtProc.MaxBodyBytes, c.ExtProc.MaxStreams
 	if c.ExtProc.MaxStreams <= 0 {
@@ -313,16 +310,18 @@ func (c *config) applyListFlags(p *problems) {
 		}
 	}
 	if c.modelFlags != nil {
-		c.Tokenizers.Models = map[string]string{}
+		c.Tokenizers.Models = map[string]modelEntry{}
 		for _, f := range c.modelFlags {
-			name, dir, ok := strings.Cut(f, "=")
-			if !ok || name == "" || dir == "" {
-				p.add("--model: model %q: want NAME=DIR", f)
+			name, spec, ok := strings.Cut(f, "=")
+			if !ok || name == "" || spec == "" {
+				p.add("--model: model %q: want NAME=DIR, NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL", f)
 				continue
 			}
-			c.Tokenizers.Models[name] = dir
+			c.Tokenizers.Models[name] = modelSpec(spec)
 		}
 	}
+	c.applyModelFlag(p, "--chat-template", c.templateFlags, func(m *modelEntry, v string) { m.ChatTemplate = v })
+	c.applyModelFlag(p, "--chat-template-content-format", c.formatFlags, func(m *modelEntry, v string) { m.ContentFormat = v })
 }
 
 func (c config) checkListen(p *problems) {

@@ -30,7 +30,11 @@ var specialTokenFields = []string{"bos_token", "eos_token", "unk_token", "sep_to
 // a Template renders what the template (and so transformers) gives, which can
 // differ from the prompt vLLM tokenizes.
 type Template struct {
-	template string         // the model's template; "" none
+	template string            // the template a request without one uses; "" see named
+	named    map[string]string // tokenizer_config.json's named templates; nil: none
+	toolUse  string            // the named "tool_use" template, for requests with tools; "": none
+	format   ContentFormat
+	source   string         // where an override came from, for errors; "" none
 	special  map[string]any // special token strings for the context
 	cache    *jinja.Cache
 }
@@ -39,6 +43,11 @@ type Template struct {
 // (tokenizer_config.json, chat_template.jinja). A non-empty override
 // replaces the model's template, as vLLM's --chat-template does.
 func Load(dir, override string) (*Template, error) {
+	return LoadWith(dir, Options{Template: override})
+}
+
+// LoadWith is Load with a model's chat options.
+func LoadWith(dir string, opt Options) (*Template, error) {
 	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -47,7 +56,7 @@ func Load(dir, override string) (*Template, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	return New(cfg, string(tmpl), override)
+	return NewWith(cfg, string(tmpl), opt)
 }
 
 // New builds a Template from the contents of tokenizer_config.json (nil:
@@ -55,7 +64,17 @@ func Load(dir, override string) (*Template, error) {
 // precedence: override, chat_template.jinja, tokenizer_config.json's
 // chat_template (a string, or the entry named "default" of a list).
 func New(configJSON []byte, templateFile, override string) (*Template, error) {
-	c := &Template{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16)}
+	return NewWith(configJSON, templateFile, Options{Template: override})
+}
+
+// NewWith is New with a model's chat options. An override naming one of
+// the model's named templates stands for that template.
+func NewWith(configJSON []byte, templateFile string, opt Options) (*Template, error) {
+	format, err := ParseContentFormat(string(opt.ContentFormat))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: chat: %w", err)
+	}
+	c := &Template{special: map[string]any{}, cache: jinja.NewCache(jinja.DefaultLimits(), 16), format: format, source: opt.Source}
 	var cfg map[string]json.RawMessage
 	if len(configJSON) > 0 {
 		if err := json.Unmarshal(configJSON, &cfg); err != nil {
@@ -65,43 +84,34 @@ func New(configJSON []byte, templateFile, override string) (*Template, error) {
 	if err := c.readSpecial(cfg); err != nil {
 		return nil, err
 	}
-	c.template = override
-	if c.template == "" {
-		c.template = templateFile
+	t, named, err := configTemplate(cfg["chat_template"])
+	if err != nil {
+		return nil, err
 	}
-	if c.template == "" {
-		t, err := configTemplate(cfg["chat_template"])
-		if err != nil {
-			return nil, err
+	c.named = named
+	if opt.Named != "" {
+		t, ok := named[opt.Named]
+		if !ok {
+			return nil, fmt.Errorf("%w%s: the model has no chat template named %q (named: %s)", ErrNoChatTemplate, c.from(), opt.Named, names(named))
 		}
-		c.template = t
+		opt.Template = t
+	}
+	switch {
+	case opt.Template != "" && named[opt.Template] != "":
+		c.template = named[opt.Template]
+	case opt.Template != "":
+		c.template = opt.Template
+	case templateFile != "":
+		c.template = templateFile
+	default:
+		c.template, c.toolUse = t, named["tool_use"]
+	}
+	if opt.Template != "" {
+		if _, err := c.cache.Get(c.template); err != nil {
+			return nil, fmt.Errorf("tokenizer: chat template%s: %w", c.from(), err)
+		}
 	}
 	return c, nil
-}
-
-// configTemplate reads tokenizer_config.json's chat_template: a string or
-// a list of {"name", "template"} whose "default" entry is used.
-func configTemplate(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var named []struct {
-		Name     string `json:"name"`
-		Template string `json:"template"`
-	}
-	if err := json.Unmarshal(raw, &named); err != nil {
-		return "", fmt.Errorf("tokenizer: tokenizer_config.json: chat_template: %w", err)
-	}
-	for _, n := range named {
-		if n.Name == "default" {
-			return n.Template, nil
-		}
-	}
-	return "", fmt.Errorf("%w: tokenizer_config.json has named chat templates but none called \"default\"", ErrNoChatTemplate)
 }
 
 func tokenString(raw json.RawMessage) (string, bool) {
@@ -178,7 +188,7 @@ func (c *Template) renderWith(req *Request, opt jinja.RenderOptions) (string, er
 	}
 	out, err := in.tmpl.RenderWith(in.ctx, opt)
 	if err != nil {
-		return "", fmt.Errorf("tokenizer: chat template: %w", err)
+		return "", fmt.Errorf("tokenizer: chat template%s: %w", c.from(), err)
 	}
 	if in.cont {
 		return continueFinal(out, in.last)
@@ -198,12 +208,9 @@ type templateInput struct {
 // prepare resolves the template and builds its context from the request
 // as vLLM and transformers do.
 func (c *Template) prepare(req *Request) (templateInput, error) {
-	src := c.template
-	if req.ChatTemplate != "" {
-		src = req.ChatTemplate
-	}
-	if src == "" {
-		return templateInput{}, ErrNoChatTemplate
+	src, err := c.pick(req)
+	if err != nil {
+		return templateInput{}, err
 	}
 	p := resolveParams(req)
 	if (req.AddGenerationPrompt && req.ContinueFinalMessage) || (p.truthy(p.gen) && p.truthy(p.cont)) {
@@ -211,9 +218,10 @@ func (c *Template) prepare(req *Request) (templateInput, error) {
 	}
 	t, err := c.cache.Get(src)
 	if err != nil {
-		return templateInput{}, fmt.Errorf("tokenizer: chat template: %w", err)
+		return templateInput{}, fmt.Errorf("tokenizer: chat template%s: %w", c.from(), err)
 	}
-	conv, err := conversation(req.Messages, t.LoopsOverContent(), req.media)
+	parts := c.format == FormatOpenAI || (c.format == FormatAuto && t.LoopsOverContent())
+	conv, err := conversation(req.Messages, parts, req.media)
 	if err != nil {
 		return templateInput{}, err
 	}

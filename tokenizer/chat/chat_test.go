@@ -4,7 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/tokenizer/jinja"
 )
+
+// jinjaList is an empty list of tools.
+func jinjaList() *jinja.List { return jinja.NewList() }
 
 func TestNewChatTemplateResolution(t *testing.T) {
 	named := []byte(`{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}], "bos_token": {"content": "<s>"}}`)
@@ -31,8 +36,49 @@ func TestNewChatTemplateResolution(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New([]byte(`{"chat_template": [{"name": "x", "template": "T"}]}`), "", ""); !errors.Is(err, ErrNoChatTemplate) {
-		t.Errorf("New(no default) = %v, want ErrNoChatTemplate", err)
+	// Named templates without "default": a request must name one.
+	c, err := New([]byte(`{"chat_template": [{"name": "x", "template": "T"}]}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Render(&Request{}); !errors.Is(err, ErrNoChatTemplate) {
+		t.Errorf("Render(no default, no chat_template) = %v, want ErrNoChatTemplate", err)
+	}
+	if got, err := c.Render(&Request{ChatTemplate: "x"}); got != "T" || err != nil {
+		t.Errorf("Render(chat_template x) = %q, %v, want T", got, err)
+	}
+}
+
+// TestNamedTemplates: as transformers' get_chat_template, a request with
+// tools uses "tool_use", a name given by the request or the configuration
+// stands for its template, and a configured template is used as given.
+func TestNamedTemplates(t *testing.T) {
+	named := []byte(`{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}, {"name": "rag", "template": "G"}]}`)
+	tools := &Request{Tools: jinjaList()}
+	tests := []struct {
+		name     string
+		override string
+		req      *Request
+		want     string
+	}{
+		{"default", "", &Request{}, "D"},
+		{"tools", "", tools, "T"},
+		{"request names one", "", &Request{ChatTemplate: "rag"}, "G"},
+		{"request template", "", &Request{ChatTemplate: "R"}, "R"},
+		{"override by name", "rag", &Request{}, "G"},
+		{"override by name, tools", "rag", tools, "G"},
+		{"override text", "O", tools, "O"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewWith(named, "", Options{Template: tt.override, Source: "test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := c.Render(tt.req); got != tt.want || err != nil {
+				t.Errorf("Render = %q, %v, want %q", got, err, tt.want)
+			}
+		})
 	}
 }
 

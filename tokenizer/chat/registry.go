@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/kvrouter/kvrouter/tokenizer"
@@ -14,40 +15,48 @@ const maxChats = 64
 // is safe for concurrent use.
 type Registry struct {
 	reg       *tokenizer.Registry
-	overrides map[string]string
+	overrides map[string]Options
 	mu        struct {
 		sync.Mutex
-		m map[string]*Template // by base model name
+		m map[string]chatEntry // by base model name
 	}
 }
 
 // NewRegistry returns the chat renderers of the registry's models; overrides
-// maps base model names to a template that replaces the model's own (as
-// vLLM's --chat-template).
-func NewRegistry(reg *tokenizer.Registry, overrides map[string]string) *Registry {
+// maps base model names to their chat options: a template that replaces
+// the model's own (as vLLM's --chat-template), a content format.
+func NewRegistry(reg *tokenizer.Registry, overrides map[string]Options) *Registry {
 	c := &Registry{reg: reg, overrides: overrides}
-	c.mu.m = map[string]*Template{}
+	c.mu.m = map[string]chatEntry{}
 	return c
 }
 
-// For returns the chat renderer of a model.
+// chatEntry is a model's renderer, or why it has none (its files are there
+// but wrong: asked again, it would fail again).
+type chatEntry struct {
+	tmpl *Template
+	err  error
+}
+
+// For returns the chat renderer of a model; its errors name the model.
 func (c *Registry) For(model string) (*Template, error) {
 	name, err := c.reg.Base(model)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	ch, ok := c.mu.m[name]
+	l, ok := c.mu.m[name]
 	c.mu.Unlock()
 	if ok {
-		return ch, nil
+		return l.tmpl, l.err
 	}
 	dir, err := c.reg.Dir(name)
 	if err != nil {
 		return nil, err
 	}
-	if ch, err = Load(dir, c.overrides[name]); err != nil {
-		return nil, err
+	l.tmpl, l.err = LoadWith(dir, c.overrides[name])
+	if l.err != nil {
+		l.err = fmt.Errorf("model %q: %w", name, l.err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -57,6 +66,6 @@ func (c *Registry) For(model string) (*Template, error) {
 			break
 		}
 	}
-	c.mu.m[name] = ch
-	return ch, nil
+	c.mu.m[name] = l
+	return l.tmpl, l.err
 }

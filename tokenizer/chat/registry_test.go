@@ -19,7 +19,7 @@ func TestRegistryFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chats := NewRegistry(reg, map[string]string{"plain": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+	chats := NewRegistry(reg, map[string]Options{"plain": {Template: "{% for m in messages %}{{ m.content }}{% endfor %}"}})
 	req, err := ParseRequest([]byte(`{"messages": [{"role": "user", "content": "Hi"}]}`))
 	if err != nil {
 		t.Fatal(err)

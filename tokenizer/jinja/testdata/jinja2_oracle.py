@@ -13,6 +13,12 @@ usage: /usr/bin/python3 jinja2_oracle.py < requests.jsonl > results.jsonl
 Every input line is a JSON object:
   {"template": SRC, "context": {...}, "now": ISO}          render SRC
   {"template": SRC, "chat": REQUEST, "config": PATH, "now": ISO}
+  {..., "named": {NAME: SRC}, "override": SRC_OR_NAME, "content_format": F}
+      the same, SRC the model's template; named: the model's named
+      templates (tokenizer_config.json's chat_template list); override: the
+      configured template (vLLM's --chat-template) or a template's name;
+      content_format: string, openai or auto (vLLM's
+      --chat-template-content-format)
       render a chat request with the special tokens of the
       tokenizer_config.json at PATH
 and every output line is {"out": STRING} or {"error": "Class: message"}.
@@ -253,12 +259,34 @@ CONSUMED = {"chat_template", "tokenize", "padding", "truncation", "max_length",
             "tokenizer_kwargs"}
 
 
-def render_chat(src, req, special):
+def pick_template(src, req, named, override):
+    """The template vLLM renders a request with: the request's
+    chat_template, else the configured one, else the model's; a name among
+    the model's named templates stands for that template, and without
+    either a request with tools uses "tool_use" when there is one
+    (transformers' get_chat_template)."""
+    given = req.get("chat_template")
+    if given is None:
+        given = override
+    if named is None:
+        return src if given is None else given
+    if given is not None:
+        return named.get(given, given)
+    if req.get("tools") is not None and "tool_use" in named:
+        return named["tool_use"]
+    if "default" in named:
+        return named["default"]
+    raise ValueError("no default chat template among the named ones")
+
+
+def render_chat(src, req, special, fmt="auto"):
     gen = req.get("add_generation_prompt", True)
     cont = req.get("continue_final_message", False)
     if gen and cont:
         raise ValueError("add_generation_prompt and continue_final_message cannot both be true")
-    conv = conversation(req["messages"], content_format(src))
+    if fmt in (None, "auto"):
+        fmt = content_format(src)
+    conv = conversation(req["messages"], fmt)
     tools = req.get("tools")
     # vLLM merges chat_template_kwargs over its own apply_chat_template
     # arguments, then transformers puts special tokens under the kwargs.
@@ -327,7 +355,10 @@ def handle(req):
     if "now" in req:
         NOW[0] = datetime.datetime.fromisoformat(req["now"])
     if "chat" in req:
-        return render_chat(req["template"], req["chat"], special_tokens(req.get("config")))
+        src = req["template"]
+        if "named" in req or "override" in req:
+            src = pick_template(src, req["chat"], req.get("named"), req.get("override"))
+        return render_chat(src, req["chat"], special_tokens(req.get("config")), req.get("content_format"))
     return compiled(req["template"]).render(**(req.get("context") or {}))
 
 
