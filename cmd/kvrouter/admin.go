@@ -80,7 +80,9 @@ type podReport struct {
 	Model        string                `json:"model"`
 	Aliases      []string              `json:"aliases,omitempty"`
 	LoRAs        []string              `json:"loras,omitempty"`
-	Events       []kvevents.RankStatus `json:"events"` // per DP rank: connected, last applied seq
+	Role         string                `json:"role,omitempty"`    // prefill or decode; none: both
+	DPRank       *int                  `json:"dp_rank,omitempty"` // the data-parallel rank this candidate is, on a server of several
+	Events       []kvevents.RankStatus `json:"events"`            // per DP rank: connected, last applied seq
 	Entries      int                   `json:"index_entries"`
 	Verification string                `json:"hash_verification"`
 	IndexKeys    string                `json:"index_keys"` // pod: its own hashes; rekeyed: kvrouter's of its token ids
@@ -107,6 +109,10 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		r := podReport{
 			Name: p.Name, Address: p.Endpoint(), Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
 			Events: st.Ranks, Verification: st.Verification.String(), IndexKeys: "pod", Tokenization: tokenization(parts, p.Model),
+		}
+		r.Role = string(p.Role)
+		if p.DPRanks > 0 {
+			r.DPRank = &p.DPRank
 		}
 		if st.Rekeyed {
 			r.IndexKeys = "rekeyed"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -70,6 +71,47 @@ func TestDebugPodsMetricsState(t *testing.T) {
 	}
 	if p := got[0]; p.ScrapedAt == nil || !p.ScrapedAt.Equal(now.Add(-time.Second)) {
 		t.Errorf("/debug/pods fresh: metrics_scraped_at %v, want %v", p.ScrapedAt, now.Add(-time.Second))
+	}
+}
+
+// TestDebugPodsTopology: /debug/pods names a candidate's data-parallel
+// rank and a pod's prefill/decode role, and only where there is one.
+func TestDebugPodsTopology(t *testing.T) {
+	s, err := defaultConfig().validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newApp(s, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newFleetSink(a.fleet, a.events, s.events, a.logger)
+	sink.Upsert(pod.Pod{Name: "dp", IP: "10.0.0.1", Port: 8000, Model: "m", DPSize: 2, Ready: true})
+	sink.Upsert(pod.Pod{Name: "p", IP: "10.0.0.2", Port: 8000, Model: "m", Role: pod.RolePrefill, Ready: true})
+	sink.Upsert(pod.Pod{Name: "plain", IP: "10.0.0.3", Port: 8000, Model: "m", Ready: true})
+	rec := httptest.NewRecorder()
+	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
+	var got []map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
+	}
+	want := map[string]string{"dp": "rank 0", "dp:rank-1": "rank 1", "p": "role prefill", "plain": ""}
+	for _, p := range got {
+		name, _ := p["name"].(string)
+		desc := ""
+		if r, ok := p["dp_rank"].(float64); ok {
+			desc = fmt.Sprintf("rank %v", r)
+		}
+		if r, ok := p["role"].(string); ok {
+			desc += "role " + r
+		}
+		if desc != want[name] {
+			t.Errorf("/debug/pods %s: %q, want %q", name, desc, want[name])
+		}
+		delete(want, name)
+	}
+	if len(want) != 0 {
+		t.Errorf("/debug/pods lacks %v", want)
 	}
 }
 
