@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,21 +123,45 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 	if phase == 0 {
 		s.prune()
 	}
+	// The ranks of one server share its /metrics: its rank 0 scrapes it
+	// for all of them.
+	var servers map[string][]*Member
 	for _, m := range snap.Members() {
-		st := s.pods[m.Load]
-		if st == nil {
-			st = &scrapeState{phase: s.next}
-			s.next = (s.next + 1) % scrapePhases
-			s.pods[m.Load] = st
+		if m.Pod.DPRanks > 0 {
+			if servers == nil {
+				servers = map[string][]*Member{}
+			}
+			servers[m.Endpoint] = append(servers[m.Endpoint], m)
 		}
-		st.seen = true
+	}
+	for _, m := range snap.Members() {
+		st := s.state(m.Load)
+		ranks := servers[m.Endpoint]
+		switch {
+		case len(ranks) == 0:
+		case m.Pod.DPRank == 0: // scrapes for every rank of its server
+		case slices.ContainsFunc(ranks, func(r *Member) bool { return r.Pod.DPRank == 0 }):
+			continue // its server's rank 0 scrapes for it
+		default: // no rank 0 in the fleet: each rank for itself
+			ranks = []*Member{m}
+		}
 		if !m.Pod.Ready || st.phase != phase || st.retryAt.Load() > now.UnixNano() || !st.busy.CompareAndSwap(false, true) {
 			continue
 		}
+		states := make([]*scrapeState, len(ranks))
+		for i, r := range ranks {
+			states[i] = s.state(r.Load)
+		}
 		s.wg.Go(func() {
 			defer st.busy.Store(false)
-			err := s.scrape(ctx, m)
-			st.record(m.Load, err, s.interval, time.Now())
+			err := s.scrape(ctx, m, ranks)
+			end := time.Now()
+			st.record(m.Load, err, s.interval, end)
+			for i, r := range ranks {
+				if r != m {
+					states[i].record(r.Load, err, s.interval, end)
+				}
+			}
 			if err == nil {
 				s.ok.Inc()
 				return
@@ -173,6 +198,19 @@ func (s *Scraper) prune() {
 	s.blind.Set(float64(blind))
 }
 
+// state is l's scraping state, marked seen; a new pod gets the next slot.
+// Run's goroutine only.
+func (s *Scraper) state(l *Load) *scrapeState {
+	st := s.pods[l]
+	if st == nil {
+		st = &scrapeState{phase: s.next}
+		s.next = (s.next + 1) % scrapePhases
+		s.pods[l] = st
+	}
+	st.seen = true
+	return st
+}
+
 // record ends l's scrape at now: success clears the backoff and stamps
 // l.ScrapedAt; a failure doubles the backoff and, if it is the first of a
 // run, stamps l.FailingSince.
@@ -190,7 +228,10 @@ func (st *scrapeState) record(l *Load, err error, interval time.Duration, now ti
 	st.retryAt.Store(now.Add(wait).UnixNano())
 }
 
-func (s *Scraper) scrape(ctx context.Context, m *Member) error {
+// scrape reads m's /metrics into its Load; with ranks (the candidates of
+// one server's data-parallel ranks, m's among them), into each rank's Load
+// its engine's figures.
+func (s *Scraper) scrape(ctx context.Context, m *Member, ranks []*Member) error {
 	ctx, cancel := context.WithTimeout(ctx, s.interval*10)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Endpoint+"/metrics", nil)
@@ -205,21 +246,27 @@ func (s *Scraper) scrape(ctx context.Context, m *Member) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("fleet: GET %s/metrics: %s", m.Endpoint, resp.Status)
 	}
-	engine := "" // every engine's
-	if m.Pod.DPRanks > 0 {
-		engine = strconv.Itoa(m.Pod.DPRank)
+	all, engines := ParseVLLMEngines(io.LimitReader(resp.Body, 8<<20))
+	if len(ranks) == 0 {
+		all.store(m.Load)
 	}
-	q := ParseVLLMEngineMetrics(io.LimitReader(resp.Body, 8<<20), engine)
-	if q.Waiting >= 0 {
-		m.Load.Waiting.Store(q.Waiting)
-	}
-	if q.Running >= 0 {
-		m.Load.Running.Store(q.Running)
-	}
-	if q.KVUsage >= 0 {
-		m.Load.KVUsagePermille.Store(int64(q.KVUsage * 1000))
+	for _, r := range ranks {
+		engines.Of(strconv.Itoa(r.Pod.DPRank)).store(r.Load)
 	}
 	return nil
+}
+
+// store keeps q's figures in l; a missing figure leaves l's as it was.
+func (q Queue) store(l *Load) {
+	if q.Waiting >= 0 {
+		l.Waiting.Store(q.Waiting)
+	}
+	if q.Running >= 0 {
+		l.Running.Store(q.Running)
+	}
+	if q.KVUsage >= 0 {
+		l.KVUsagePermille.Store(int64(q.KVUsage * 1000))
+	}
 }
 
 // Queue is what a pod's metrics say of its load; -1 for a missing figure.
@@ -238,7 +285,48 @@ func ParseVLLMMetrics(r io.Reader) Queue { return ParseVLLMEngineMetrics(r, "") 
 // "" reads every engine's. A server of several ranks labels each rank's
 // queue and cache so; a series without the label counts for every engine.
 func ParseVLLMEngineMetrics(r io.Reader, engine string) Queue {
-	q := Queue{Waiting: -1, Running: -1, KVUsage: -1}
+	all, engines := ParseVLLMEngines(r)
+	if engine == "" {
+		return all
+	}
+	return engines.Of(engine)
+}
+
+// Engines are the figures of a server's engines (data-parallel ranks) by
+// their engine label, and those of its series without one.
+type Engines struct {
+	byLabel   map[string]Queue
+	unlabeled Queue
+}
+
+// Of returns the figures of the engine labelled engine: its own series
+// with the unlabeled ones.
+func (e Engines) Of(engine string) Queue {
+	q, ok := e.byLabel[engine]
+	if !ok {
+		q = Queue{Waiting: -1, Running: -1, KVUsage: -1}
+	}
+	return q.merge(e.unlabeled)
+}
+
+// merge adds o's figures to q's: queues summed, the fuller cache kept.
+func (q Queue) merge(o Queue) Queue {
+	if o.Waiting >= 0 {
+		q.Waiting = max(q.Waiting, 0) + o.Waiting
+	}
+	if o.Running >= 0 {
+		q.Running = max(q.Running, 0) + o.Running
+	}
+	q.KVUsage = max(q.KVUsage, o.KVUsage)
+	return q
+}
+
+// ParseVLLMEngines reads vLLM's Prometheus text exposition in one pass:
+// the figures of the whole server (as ParseVLLMMetrics) and of each
+// engine.
+func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
+	none := Queue{Waiting: -1, Running: -1, KVUsage: -1}
+	all, engines.unlabeled = none, none
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -253,10 +341,9 @@ func ParseVLLMEngineMetrics(r io.Reader, engine string) Queue {
 			continue
 		}
 		rest := line[len(name):]
+		engine, labelled := "", false
 		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
-			if v, ok := labelValue(rest[:i], "engine"); engine != "" && ok && v != engine {
-				continue
-			}
+			engine, labelled = labelValue(rest[:i], "engine")
 			rest = rest[i+1:]
 		}
 		fields := strings.Fields(rest) // value [timestamp]
@@ -267,16 +354,30 @@ func ParseVLLMEngineMetrics(r io.Reader, engine string) Queue {
 		if err != nil || v != v || v < 0 {
 			continue
 		}
+		one := none
 		switch name {
 		case "vllm:num_requests_waiting":
-			q.Waiting = max(q.Waiting, 0) + int64(v)
+			one.Waiting = int64(v)
 		case "vllm:num_requests_running":
-			q.Running = max(q.Running, 0) + int64(v)
+			one.Running = int64(v)
 		default: // the fullest engine's cache
-			q.KVUsage = max(q.KVUsage, v)
+			one.KVUsage = v
 		}
+		all = all.merge(one)
+		if !labelled {
+			engines.unlabeled = engines.unlabeled.merge(one)
+			continue
+		}
+		if engines.byLabel == nil {
+			engines.byLabel = map[string]Queue{}
+		}
+		q, ok := engines.byLabel[engine]
+		if !ok {
+			q = none
+		}
+		engines.byLabel[engine] = q.merge(one)
 	}
-	return q
+	return all, engines
 }
 
 // labelValue returns the value of label name in a series' label set (the

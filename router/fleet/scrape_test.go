@@ -108,6 +108,46 @@ func TestScraperFeedsLoad(t *testing.T) {
 	}
 }
 
+// TestScraperRanksShareOneScrape: the ranks of a data-parallel server are
+// candidates of their own, but its /metrics is fetched once a round, by its
+// rank 0, for all of them; each rank's Load gets its engine's figures, and
+// the others count as scraped.
+func TestScraperRanksShareOneScrape(t *testing.T) {
+	index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := New(index)
+	var scrapes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		scrapes.Add(1)
+		fmt.Fprint(w, vllmMetrics)
+	}))
+	defer srv.Close()
+	server := podAt(t, "a", strings.TrimPrefix(srv.URL, "http://"))
+	server.DPSize = 3
+	for _, r := range pod.Ranks(server, 5557, 5558) {
+		fleet.Upsert(r)
+	}
+	s, err := NewScraper(fleet, nil, 10*time.Millisecond, DefaultStaleAfter, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for phase := range scrapePhases { // one round
+		s.scrapePhase(context.Background(), phase, time.Now())
+	}
+	s.wg.Wait()
+	if n := scrapes.Load(); n != 1 {
+		t.Errorf("%d scrapes of the server in one round, want 1 for its three ranks", n)
+	}
+	r0, r1, r2 := fleet.Load("a"), fleet.Load("a:rank-1"), fleet.Load("a:rank-2")
+	if r0.Waiting.Load() != 7 || r0.Running.Load() != 3 || r0.KVUsagePermille.Load() != 250 ||
+		r1.Running.Load() != 2 || r1.KVUsagePermille.Load() != 500 || r2.ScrapedAt.Load() == 0 || r2.Running.Load() != 0 {
+		t.Errorf("ranks' loads: 0: %d/%d/%d‰, 1: running %d kv %d‰, 2: scraped %v running %d; want each its engine's",
+			r0.Waiting.Load(), r0.Running.Load(), r0.KVUsagePermille.Load(), r1.Running.Load(), r1.KVUsagePermille.Load(), r2.ScrapedAt.Load() != 0, r2.Running.Load())
+	}
+}
+
 // podAt is a ready pod named name serving llama at hostport.
 func podAt(t *testing.T, name, hostport string) pod.Pod {
 	t.Helper()
