@@ -58,9 +58,12 @@ func TestRoutePrefillDecode(t *testing.T) {
 		t.Errorf("after Done: prefill pod %d/%d/%d, decode pod in flight %d; want nothing left", pl.Prefilling.Load(), pl.PrefillTokens.Load(), pl.InFlight.Load(), dl.InFlight.Load())
 	}
 
-	// Cached on d2 but 2 tokens: below the threshold, no hop.
-	tr.store("d2", prompt, "", "")
-	if d := route("pd", prompt); d.Pod != "d2" || d.PrefillPod != "" {
+	// Cached on d2 but 2 tokens: below the threshold, no hop. (Another
+	// prompt than the first: its decode pod still holds speculative
+	// entries of that one.)
+	cached := "the prompt cached on d2, thirty"
+	tr.store("d2", cached, "", "")
+	if d := route("pd", cached); d.Pod != "d2" || d.PrefillPod != "" {
 		t.Errorf("prompt cached on d2: to %s, prefill %q; want d2 alone", d.Pod, d.PrefillPod)
 	} else {
 		d.Done()

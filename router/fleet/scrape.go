@@ -299,7 +299,7 @@ type Engines struct {
 	unlabeled Queue
 }
 
-// Of returns the figures of the engine labelled engine: its own series
+// Of returns the figures of the engine labeled engine: its own series
 // with the unlabeled ones.
 func (e Engines) Of(engine string) Queue {
 	q, ok := e.byLabel[engine]
@@ -341,9 +341,9 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 			continue
 		}
 		rest := line[len(name):]
-		engine, labelled := "", false
+		engine, labeled := "", false
 		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
-			engine, labelled = labelValue(rest[:i], "engine")
+			engine, labeled = labelValue(rest[:i], "engine")
 			rest = rest[i+1:]
 		}
 		fields := strings.Fields(rest) // value [timestamp]
@@ -364,7 +364,7 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 			one.KVUsage = v
 		}
 		all = all.merge(one)
-		if !labelled {
+		if !labeled {
 			engines.unlabeled = engines.unlabeled.merge(one)
 			continue
 		}
