@@ -172,7 +172,7 @@ var pdMetrics = []struct {
 	value              func(o fleetsim.Outcome) (float64, bool)
 }{
 	{"ttft", "TTFT", "TTFT (s)", func(o fleetsim.Outcome) (float64, bool) { return o.First - o.Arrival, true }},
-	{"itl", "inter-token latency", "request's mean inter-token latency (ms)", func(o fleetsim.Outcome) (float64, bool) {
+	{"itl", "inter-token latency", "mean ITL of a request (ms)", func(o fleetsim.Outcome) (float64, bool) {
 		return 1000 * (o.Finish - o.First) / float64(o.Output-1), o.Output > 1
 	}},
 }
