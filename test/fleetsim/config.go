@@ -117,6 +117,9 @@ func (c Config) Validate() error {
 	if c.AttentionPerToken < 0 || c.StepOverhead < 0 || c.DecodePerSequence < 0 || c.KVBytesPerToken < 0 || c.EventDelay < 0 {
 		errs = append(errs, errors.New("attention, step overhead, decode cost, KV bytes and event delay must be >= 0"))
 	}
+	if c.KVLinkLatency < 0 || c.PDThreshold < 0 {
+		errs = append(errs, errors.New("KV link latency and P/D threshold must be >= 0"))
+	}
 	if err := c.validateRoles(); err != nil {
 		errs = append(errs, err)
 	}
@@ -170,9 +173,6 @@ func (c Config) validateRoles() error {
 	}
 	if prefill > 0 && !(c.KVLinkBandwidth > 0) {
 		errs = append(errs, fmt.Errorf("KV link bandwidth = %v, want > 0 with prefill pods", c.KVLinkBandwidth))
-	}
-	if c.KVLinkLatency < 0 || c.PDThreshold < 0 {
-		errs = append(errs, errors.New("KV link latency and P/D threshold must be >= 0"))
 	}
 	return errors.Join(errs...)
 }

@@ -186,3 +186,32 @@ func TestPrefillPodsNeedARouter(t *testing.T) {
 		t.Error("Run(P/D fleet, least-loaded) = nil error, want a refusal")
 	}
 }
+
+func TestConfigValidateRoles(t *testing.T) {
+	p, d := kvpod.RolePrefill, kvpod.RoleDecode
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr bool
+	}{
+		{"no roles", func(c *Config) { c.Roles = nil }, false},
+		{"prefill and decode", func(*Config) {}, false},
+		{"prefill and both", func(c *Config) { c.Roles = []kvpod.Role{p, kvpod.RoleBoth} }, false},
+		{"a role short", func(c *Config) { c.Roles = []kvpod.Role{p} }, true},
+		{"unknown role", func(c *Config) { c.Roles = []kvpod.Role{p, "both"} }, true},
+		{"prefill only", func(c *Config) { c.Roles = []kvpod.Role{p, p} }, true},
+		{"no link", func(c *Config) { c.KVLinkBandwidth = 0 }, true},
+		{"no link, no prefill", func(c *Config) { c.Roles, c.KVLinkBandwidth = []kvpod.Role{d, d}, 0 }, false},
+		{"negative latency", func(c *Config) { c.KVLinkLatency = -time.Millisecond }, true},
+		{"negative threshold", func(c *Config) { c.Roles, c.PDThreshold = nil, -1 }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := pdFleet()
+			tt.edit(&cfg)
+			if err := cfg.Validate(); (err != nil) != tt.wantErr {
+				t.Errorf("Validate(roles %q) = %v, want error %v", cfg.Roles, err, tt.wantErr)
+			}
+		})
+	}
+}
