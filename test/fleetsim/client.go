@@ -158,6 +158,10 @@ func (s *Sim) timeout(i int) {
 	}
 	q.aborted, q.ended = true, s.now
 	s.pods[q.pod].aborts++
+	if pq := q.prefill; pq != nil && pq.target >= 0 { // still on its prefill pod
+		pq.aborted = true
+		s.pods[pq.pod].aborts++
+	}
 	s.open--
 	s.policy.Finished(q.req)
 	s.ended(i)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	kvpod "github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/router"
 )
 
 // Config configures a simulated fleet. The cost defaults model
@@ -34,9 +37,31 @@ type Config struct {
 	DecodePerSequence time.Duration
 	// KVBytesPerToken and MemoryBandwidth give a step's KV read time:
 	// Σ decode context × KVBytesPerToken / MemoryBandwidth. Defaults
-	// 128 KiB and 2.3 TB/s.
+	// 128 KiB (Llama-3.1-8B: 32 layers × 8 KV heads × 128 head dim × 2,
+	// K and V, × 2 bytes of bf16) and 2.3 TB/s.
 	KVBytesPerToken float64
 	MemoryBandwidth float64
+	// Roles gives each pod its part in prefill/decode disaggregation, by
+	// pod (pd.go): prefill pods compute prompts for decode pods, which
+	// receive their KV over the link below. Empty: every pod serves whole
+	// requests, as do pods of kvpod.RoleBoth.
+	Roles []kvpod.Role
+	// KVLinkBandwidth is the bytes per second one GPU's KV moves from a
+	// prefill pod to a decode pod: a transfer of n tokens takes
+	// KVLinkLatency + n × KVBytesPerToken / KVLinkBandwidth (KVBytesPerToken
+	// being one GPU's share, each GPU of a pod sending its own share over
+	// its own link). Default 50 GB/s: one 400 Gb/s RDMA NIC per GPU
+	// (ConnectX-7 in a DGX H100), which vLLM's NIXL connector reads over.
+	KVLinkBandwidth float64
+	// KVLinkLatency is the fixed cost of one transfer: the decode pod's
+	// request after the prefill pod's answer and the transfer's
+	// completion notice. Default 2 ms, an estimate.
+	KVLinkLatency time.Duration
+	// PDThreshold is the kvrouter policy's router.Config.PDThreshold:
+	// with prefill pods in Roles, a prefill pod computes a prompt only
+	// when its destination lacks at least this many of its tokens.
+	// Default the router's, 512.
+	PDThreshold int
 	// EventDelay is how long a step's KV events take to reach the router.
 	// Default 50 ms.
 	EventDelay time.Duration
@@ -64,6 +89,9 @@ func DefaultConfig() Config {
 		DecodePerSequence:      6 * time.Microsecond,
 		KVBytesPerToken:        128 << 10,
 		MemoryBandwidth:        2.3e12,
+		KVLinkBandwidth:        50e9,
+		KVLinkLatency:          2 * time.Millisecond,
+		PDThreshold:            router.DefaultConfig().PDThreshold,
 		EventDelay:             50 * time.Millisecond,
 		ScrapeInterval:         100 * time.Millisecond,
 		Seed:                   1,
@@ -89,6 +117,12 @@ func (c Config) Validate() error {
 	if c.AttentionPerToken < 0 || c.StepOverhead < 0 || c.DecodePerSequence < 0 || c.KVBytesPerToken < 0 || c.EventDelay < 0 {
 		errs = append(errs, errors.New("attention, step overhead, decode cost, KV bytes and event delay must be >= 0"))
 	}
+	if c.KVLinkLatency < 0 || c.PDThreshold < 0 {
+		errs = append(errs, errors.New("KV link latency and P/D threshold must be >= 0"))
+	}
+	if err := c.validateRoles(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Client.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -112,4 +146,49 @@ func (c *Config) decodeSeconds(seqs, ctx int) float64 {
 		return 0
 	}
 	return float64(seqs)*c.DecodePerSequence.Seconds() + float64(ctx)*c.KVBytesPerToken/c.MemoryBandwidth
+}
+
+// validateRoles checks Roles and, when some pod prefills, the link.
+func (c Config) validateRoles() error {
+	if len(c.Roles) == 0 {
+		return nil
+	}
+	var errs []error
+	if len(c.Roles) != c.Pods {
+		errs = append(errs, fmt.Errorf("%d roles for %d pods, want one per pod or none", len(c.Roles), c.Pods))
+	}
+	prefill, dest := 0, 0
+	for i, r := range c.Roles {
+		switch r {
+		case kvpod.RolePrefill:
+			prefill++
+		case kvpod.RoleDecode, kvpod.RoleBoth:
+			dest++
+		default:
+			errs = append(errs, fmt.Errorf("pod %d: role %q, want prefill, decode or none", i, r))
+		}
+	}
+	if prefill > 0 && dest == 0 {
+		errs = append(errs, errors.New("prefill pods and no pod to decode"))
+	}
+	if prefill > 0 && !(c.KVLinkBandwidth > 0) {
+		errs = append(errs, fmt.Errorf("KV link bandwidth = %v, want > 0 with prefill pods", c.KVLinkBandwidth))
+	}
+	return errors.Join(errs...)
+}
+
+// prefills reports whether some pod is a prefill pod.
+func (c *Config) prefills() bool {
+	for _, r := range c.Roles {
+		if r == kvpod.RolePrefill {
+			return true
+		}
+	}
+	return false
+}
+
+// transferSeconds is the time the KV of n tokens takes from a prefill pod
+// to a decode pod.
+func (c *Config) transferSeconds(n int) float64 {
+	return c.KVLinkLatency.Seconds() + float64(n)*c.KVBytesPerToken/c.KVLinkBandwidth
 }

@@ -19,6 +19,18 @@
 // Config.EventDelay, to whatever listens for KV events (the real kvindex in
 // the kvrouter policy).
 //
+// A fleet may disaggregate prefill and decode (pd.go, Config.Roles), as
+// llm-d runs vLLM with its NIXL connector: a request the router gives a
+// prefill pod is computed there like any prompt (prefix cache, chunked
+// prefill, KV events), then its decode pod allocates the blocks it lacks,
+// pulls their KV over the link in Config.KVLinkLatency + tokens ×
+// KVBytesPerToken / KVLinkBandwidth, caches and publishes those blocks,
+// computes the prompt's last token and decodes; time to first token runs
+// to that token. A request routed without a prefill pod is computed by its
+// pod, whatever its role. Only the kvrouter policy routes such a fleet: it
+// takes the prefill pod from the real router's decision, which hops only
+// when the decode pod lacks Config.PDThreshold tokens of the prompt.
+//
 // Policies (policy.go, kvrouter.go) pick a pod per request: random,
 // round-robin, least-loaded on scraped queue and KV use, an approximate
 // prefix scorer that learns only from its own decisions, kvrouter's real
@@ -29,7 +41,8 @@
 // concurrency (a request's wait in the client is not part of its time to
 // first token), a request timeout that aborts the request on its pod, and
 // stages that start only once the previous one has drained. Run returns
-// per-request results that Summarize turns into per-level percentiles.
+// per-request results that Summarize turns into per-level percentiles of
+// time to first token, inter-token latency and throughput.
 //
 // # Concurrency
 //

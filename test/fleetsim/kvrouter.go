@@ -21,13 +21,14 @@ const simModel = "sim"
 
 // RouterConfig is the router configuration the kvrouter policy runs with:
 // the defaults, with the prefill cost set to the fleet's prefill speed and
-// attention surcharge (as an operator sets them from measurements) and
-// ties broken by the sim's seeded source.
+// attention surcharge (as an operator sets them from measurements), ties
+// broken by the sim's seeded source, and the fleet's P/D threshold.
 func RouterConfig(s *Sim) router.Config {
 	c := router.DefaultConfig()
 	c.PrefillSecondsPerToken = 1 / s.Config().PrefillTokensPerSecond
 	c.PrefillAttentionPerToken = s.Config().AttentionPerToken
 	c.IntN = s.Rand().IntN
+	c.PDThreshold = s.Config().PDThreshold
 	return c
 }
 
@@ -83,7 +84,11 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 	p := &kvRouter{s: s, index: index, fleet: fleet.New(index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
 	for i := range s.Pods() {
 		name := fmt.Sprintf("pod-%03d", i)
-		p.fleet.Upsert(kvpod.Pod{Name: name, IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000, Model: simModel, Ready: true})
+		var role kvpod.Role
+		if roles := s.Config().Roles; len(roles) > 0 {
+			role = roles[i]
+		}
+		p.fleet.Upsert(kvpod.Pod{Name: name, IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000, Model: simModel, Role: role, Ready: true})
 		id, ok := index.Pod(name)
 		if !ok {
 			return nil, fmt.Errorf("fleetsim: pod %s not in the index", name)
@@ -110,7 +115,18 @@ func (p *kvRouter) Pick(r *Request) int {
 	return p.byName[d.Pod]
 }
 
-// Started is the first response byte, where extproc calls Prefilled.
+// PrefillPod is the prefill pod of r's decision (Decision.PrefillPod),
+// which the router names when its decode pod lacks at least
+// router.Config.PDThreshold tokens of the prompt; -1 when it names none.
+func (p *kvRouter) PrefillPod(r *Request) int {
+	if name := p.decisions[r.ID].PrefillPod; name != "" {
+		return p.byName[name]
+	}
+	return -1
+}
+
+// Started is the first response byte, where extproc calls Prefilled: with
+// a prefill pod, the decode pod's first token.
 func (p *kvRouter) Started(r *Request) { p.decisions[r.ID].Prefilled() }
 
 // Finished is the end of the response stream, where extproc calls Done.

@@ -17,6 +17,27 @@ type seq struct {
 	sched    int     // tokens scheduled in the current step
 	hit      int     // prompt blocks found cached when first admitted; -1 before
 	first    float64 // when the first output token came out; -1 before
+	// prefill is the seq of the request's prompt on its prefill pod; nil
+	// when its pod computes the prompt itself.
+	prefill *seq
+	// prefillOnly marks a prefill pod's seq: it ends with its first token,
+	// as llm-d's sidecar asks the prefill pod for one token.
+	prefillOnly bool
+	// remote marks a decode pod's seq whose prompt a prefill pod computed:
+	// admitted, it waits for the KV transfer rather than computing.
+	remote bool
+	// pulled is the tokens of KV its admission asked the prefill pod for,
+	// transfer the seconds they take to arrive.
+	pulled   int
+	transfer float64
+}
+
+// outputs is how many output tokens s produces on its pod.
+func (s *seq) outputs() int {
+	if s.prefillOnly {
+		return 1
+	}
+	return s.req.Output
 }
 
 // hashAt is the hash of the seq's block k: the prompt's vLLM hash, or for
@@ -37,6 +58,8 @@ type pod struct {
 	running []*seq
 	step    []*seq // scheduled in the step under way
 	busy    bool
+	pulling []*seq   // admitted remote seqs whose KV is on its way, in admission order
+	pulls   []*seq   // of them, admitted by the last schedule: their transfers start
 	preempt int      // preemptions so far
 	hashes  []uint64 // hashesOf's scratch
 	aborts  int      // requests canceled since the last purge
@@ -94,11 +117,14 @@ func (p *pod) schedule() (float64, bool) {
 func (p *pod) admit(budget int) float64 {
 	cost := 0.0
 	bs := p.cfg.BlockSize
-	for len(p.waiting) > 0 && len(p.running) < p.cfg.MaxRunning && budget > 0 {
+	for len(p.waiting) > 0 && len(p.running)+len(p.pulling) < p.cfg.MaxRunning && budget > 0 {
 		s := p.waiting[0]
 		hs := p.hashesOf(s)
 		h := p.cache.hits(hs)
 		n := min(s.target-h*bs, budget)
+		if s.remote {
+			n = s.target - h*bs // every block the prompt lacks here, filled by the transfer
+		}
 		need := p.blocksFor(h*bs+n) - h
 		reclaimed := 0 // cached hits that sit on the free queue
 		for _, x := range hs[:h] {
@@ -116,6 +142,12 @@ func (p *pod) admit(budget int) float64 {
 			s.hit = h
 		}
 		p.waiting = p.waiting[1:]
+		if s.remote {
+			s.pulled = n
+			p.pulling = append(p.pulling, s)
+			p.pulls = append(p.pulls, s)
+			continue
+		}
 		p.running = append(p.running, s)
 		p.commit(s, n)
 		cost += p.cfg.prefillSeconds(s.computed, n)
@@ -155,6 +187,13 @@ func (p *pod) purge() {
 		return s.aborted
 	})
 	p.waiting = slices.DeleteFunc(p.waiting, func(s *seq) bool { return s.aborted })
+	p.pulling = slices.DeleteFunc(p.pulling, func(s *seq) bool {
+		if s.aborted {
+			p.cache.release(s.blocks)
+			s.blocks = nil
+		}
+		return s.aborted
+	})
 }
 
 // commit schedules n more tokens of s in this step and caches the blocks
@@ -204,7 +243,7 @@ func (p *pod) finishStep(now float64, started, finished func(*seq)) {
 			s.first = now
 			started(s)
 		}
-		if s.out >= s.req.Output {
+		if s.out >= s.outputs() {
 			p.cache.release(s.blocks)
 			s.blocks = nil
 			s.target = -1 // marks it for removal below
@@ -228,4 +267,30 @@ func (p *pod) pendingDecode() (seqs, ctx int) {
 		}
 	}
 	return seqs, ctx
+}
+
+// received ends remote seq s's KV transfer: its blocks now hold the
+// prompt's KV but for the last token, which its next step computes for
+// the first output token (vLLM recomputes the last token of a prompt whose
+// KV it loaded whole); its full prompt blocks are cached, as the NIXL
+// connector's decode side holds them. False when s left the pod meanwhile
+// (the client canceled it).
+func (p *pod) received(s *seq) bool {
+	k := slices.Index(p.pulling, s)
+	if k < 0 {
+		return false
+	}
+	p.pulling = slices.Delete(p.pulling, k, k+1)
+	if s.aborted {
+		p.cache.release(s.blocks)
+		s.blocks = nil
+		return false
+	}
+	bs := p.cfg.BlockSize
+	for b := s.computed / bs; (b+1)*bs <= s.target-1; b++ {
+		p.cache.commit(s.blocks[b], s.hashAt(b))
+	}
+	s.computed, s.remote = s.target-1, false
+	p.running = append(p.running, s)
+	return true
 }

@@ -44,9 +44,14 @@ type Outcome struct {
 	First     float64 // first token; 0 when it never came
 	Finish    float64 // last token; 0 when it never came
 	TimedOut  bool    // the client canceled it (Client.Timeout)
-	Hit       int     // prompt blocks cached on arrival at the pod
+	Hit       int     // prompt blocks cached on arrival at the pod that computed the prompt
 	Blocks    int     // full prompt blocks
 	Output    int     // output tokens
+	// Hop says a prefill pod computed the prompt: pod Prefill, whose KV
+	// took Transfer seconds to reach Pod. False when Pod computed it.
+	Hop      bool
+	Prefill  int
+	Transfer float64
 }
 
 // Result is a whole run.
@@ -92,8 +97,9 @@ const (
 	evStep uint8 = iota
 	evKV
 	evScrape
-	evTimeout // the client cancels a request
-	evLevel   // a draining client starts a level's schedule
+	evTimeout  // the client cancels a request
+	evLevel    // a draining client starts a level's schedule
+	evTransfer // a request's KV reached its decode pod
 )
 
 type eventHeap []event
@@ -132,6 +138,9 @@ func Run(cfg Config, w *Workload, newPolicy NewPolicy) (*Result, error) {
 	p, err := newPolicy(s)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := p.(disaggregator); !ok && cfg.prefills() {
+		return nil, fmt.Errorf("fleetsim: policy %T names no prefill pods, and the fleet has some", p)
 	}
 	s.policy = p
 	return s.loop(), nil
@@ -190,6 +199,8 @@ func (s *Sim) loop() *Result {
 			s.timeout(e.req)
 		case evLevel:
 			s.startLevel(e.level)
+		case evTransfer:
+			s.transferred(e.pod, e.req)
 		}
 	}
 	return s.result()
@@ -206,6 +217,9 @@ func (s *Sim) result() *Result {
 		o := Outcome{
 			Pod: q.pod, Scheduled: s.client.sched[i], Arrival: q.sent, First: max(q.first, 0), Finish: q.finish,
 			TimedOut: q.aborted, Hit: max(q.hit, 0), Blocks: len(q.req.Hashes), Output: q.req.Output,
+		}
+		if pq := q.prefill; pq != nil {
+			o.Hop, o.Prefill, o.Hit, o.Transfer = true, pq.pod, max(pq.hit, 0), q.transfer
 		}
 		if q.aborted {
 			o.Output = q.out
@@ -228,13 +242,23 @@ func (s *Sim) arrive(r *Request) bool {
 	i := s.policy.Pick(r)
 	q := &s.seqs[r.ID]
 	*q = seq{req: r, pod: i, sent: s.now, target: r.Prompt, hit: -1, first: -1}
-	p := s.pods[i]
-	p.waiting = append(p.waiting, q)
 	s.open++
-	if !p.busy {
-		s.startStep(i)
+	if j := s.prefillPod(r); j >= 0 {
+		q.prefill = &seq{req: r, pod: j, sent: s.now, target: r.Prompt, hit: -1, first: -1, prefillOnly: true}
+		s.enqueue(q.prefill)
+		return true
 	}
+	s.enqueue(q)
 	return true
+}
+
+// enqueue queues q on its pod.
+func (s *Sim) enqueue(q *seq) {
+	p := s.pods[q.pod]
+	p.waiting = append(p.waiting, q)
+	if !p.busy {
+		s.startStep(q.pod)
+	}
 }
 
 // startStep schedules pod i's next step, if it has work.
@@ -245,6 +269,11 @@ func (s *Sim) startStep(i int) {
 	if ok {
 		s.push(event{at: s.now + d, kind: evStep, pod: i})
 	}
+	for _, q := range p.pulls {
+		q.transfer = s.cfg.transferSeconds(q.pulled)
+		s.push(event{at: s.now + q.transfer, kind: evTransfer, pod: i, req: q.req.ID})
+	}
+	p.pulls = p.pulls[:0]
 }
 
 // endStep applies pod i's finished step, publishes its KV events and
@@ -252,16 +281,24 @@ func (s *Sim) startStep(i int) {
 func (s *Sim) endStep(i int) {
 	p := s.pods[i]
 	done := s.done[:0]
-	p.finishStep(s.now, func(q *seq) { s.policy.Started(q.req) }, func(q *seq) {
+	var handed []*seq
+	p.finishStep(s.now, func(q *seq) {
+		if !q.prefillOnly {
+			s.policy.Started(q.req)
+		}
+	}, func(q *seq) {
+		if q.prefillOnly {
+			handed = append(handed, q)
+			return
+		}
 		q.finish, q.ended = s.now, s.now
 		s.open--
 		s.policy.Finished(q.req)
 		done = append(done, q.req.ID)
 	})
-	if ev := p.cache.drain(); len(ev) > 0 {
-		if _, ok := s.policy.(eventListener); ok {
-			s.push(event{at: s.now + s.cfg.EventDelay.Seconds(), kind: evKV, pod: i, kv: ev})
-		}
+	s.publish(i)
+	for _, q := range handed { // after the step's events, as the prefill pod's answer follows its step
+		s.handOff(q)
 	}
 	for _, id := range done { // the freed slots send queued requests, this pod's after its step
 		s.ended(id)
@@ -270,10 +307,22 @@ func (s *Sim) endStep(i int) {
 	s.startStep(i)
 }
 
+// publish sends pod i's KV events since the last publish to a policy
+// that reads them, after the fleet's event delay.
+func (s *Sim) publish(i int) {
+	if ev := s.pods[i].cache.drain(); len(ev) > 0 {
+		if _, ok := s.policy.(eventListener); ok {
+			s.push(event{at: s.now + s.cfg.EventDelay.Seconds(), kind: evKV, pod: i, kv: ev})
+		}
+	}
+}
+
 // scrape refreshes every pod's metrics and tells a policy that reads them.
+// Requests waiting for their KV to arrive count as waiting, as vLLM counts
+// them.
 func (s *Sim) scrape() {
 	for i, p := range s.pods {
-		s.metrics[i] = Metrics{Waiting: len(p.waiting), Running: len(p.running), KVUsage: p.cache.usage()}
+		s.metrics[i] = Metrics{Waiting: len(p.waiting) + len(p.pulling), Running: len(p.running), KVUsage: p.cache.usage()}
 	}
 	if l, ok := s.policy.(scrapeListener); ok {
 		l.Scraped(s.metrics)

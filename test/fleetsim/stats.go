@@ -17,6 +17,14 @@ type Stats struct {
 	OutputTPS     float64 // output tokens of the level's requests per second of serving them
 	HitRatio      float64 // prompt blocks found cached / full prompt blocks
 	BoundRatio    float64 // the same under one pooled LRU of the fleet's capacity
+	// ITL is the mean inter-token latency: each request's (last token −
+	// first) / (output tokens − 1), averaged over requests of two or more
+	// output tokens, seconds.
+	ITL float64
+	// Hops is the requests whose prompt a prefill pod computed, and
+	// Transfer their mean KV transfer time, seconds.
+	Hops     int
+	Transfer float64
 }
 
 // FracOfBound is HitRatio as a fraction of BoundRatio (1 when both are 0).
@@ -73,11 +81,19 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 	}
 	ttft := make([]float64, 0, len(ids))
 	wait := make([]float64, 0, len(ids))
-	var sum float64
-	var out, hit, blocks, bhit int
+	var sum, itl, xfer float64
+	var out, hit, blocks, bhit, decoded int
 	end := start
 	for _, i := range ids {
 		o := res.Outcomes[i]
+		if o.Output > 1 {
+			itl += (o.Finish - o.First) / float64(o.Output-1)
+			decoded++
+		}
+		if o.Hop {
+			st.Hops++
+			xfer += o.Transfer
+		}
 		t := o.First - o.Arrival
 		ttft = append(ttft, t)
 		wait = append(wait, o.Arrival-o.Scheduled)
@@ -95,6 +111,12 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 	st.Mean = sum / float64(len(ids))
 	if end > start {
 		st.OutputTPS = float64(out) / (end - start)
+	}
+	if decoded > 0 {
+		st.ITL = itl / float64(decoded)
+	}
+	if st.Hops > 0 {
+		st.Transfer = xfer / float64(st.Hops)
 	}
 	if blocks > 0 {
 		st.HitRatio = float64(hit) / float64(blocks)

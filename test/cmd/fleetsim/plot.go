@@ -79,6 +79,17 @@ var policyStyles = map[string]style{
 	"oracle":       {color.RGBA{213, 94, 0, 255}, draw.BoxGlyph{}, dashed},
 }
 
+// fleetStyles draw (d)'s fleets (pd.go's pdName) in the same palette:
+// the aggregated fleet as kvrouter is drawn elsewhere, the P/D fleet's
+// thresholds from hopping most to never, the last dotted.
+var fleetStyles = map[string]style{
+	"aggregated":        policyStyles["kvrouter"],
+	pdName(0):           {color.RGBA{213, 94, 0, 255}, draw.BoxGlyph{}, nil},
+	pdName(512):         {color.RGBA{0, 158, 115, 255}, draw.PyramidGlyph{}, nil},
+	pdName(2048):        {color.RGBA{230, 159, 0, 255}, hollow{draw.BoxGlyph{}}, dashed},
+	pdName(math.MaxInt): {color.RGBA{204, 121, 167, 255}, hollow{draw.CircleGlyph{}}, dotted},
+}
+
 // spareStyles draw a policy policyStyles does not name, picked by a hash
 // of its name so that it too keeps its look from plot to plot.
 var spareStyles = []style{
@@ -101,9 +112,12 @@ func (h hollow) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
 	c.SetColor(sty.Color)
 }
 
-// styleOf is the style of the policy name.
+// styleOf is the style of the policy or (d) fleet name.
 func styleOf(name string) style {
 	if s, ok := policyStyles[name]; ok {
+		return s
+	}
+	if s, ok := fleetStyles[name]; ok {
 		return s
 	}
 	h := fnv.New32a()

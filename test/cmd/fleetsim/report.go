@@ -96,7 +96,7 @@ func writePlots(dir string, jobs []*job) error {
 			}
 		}
 	}
-	return nil
+	return writePDPlots(dir, jobs)
 }
 
 // plotFile is the base name, without extension, of ps's plot of the
@@ -120,8 +120,8 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	var b strings.Builder
 	policies := policyOrder(jobs)
 	fmt.Fprintf(&b, "# kvrouter fleet simulation\n\n")
-	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
-		o.seed, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
+	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g -pd-prefill %d` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
+		o.seed, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.pdPrefill, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
 	b.WriteString("\n## Acceptance\n\n")
@@ -131,12 +131,13 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	writePublished(&b, jobs)
 	var last *scenario
 	for _, j := range jobs {
-		if j.sc != last && j.sc.only == nil && !j.sc.sweep {
+		if j.sc != last && j.sc.only == nil && !j.sc.sweep && j.sc.group != "d" {
 			last = j.sc
 			writeScenario(&b, jobs, j.sc, policies)
 		}
 	}
 	writeSweep(&b, jobs, policies)
+	writePD(&b, jobs)
 	b.WriteString("\n## Plots\n\n")
 	for _, ps := range plotSets(jobs) {
 		fmt.Fprintf(&b, "### %s (x: %s)\n\n", ps.title, ps.xLabel)

@@ -36,6 +36,8 @@ type scenario struct {
 	// sweep marks a (c) of a larger working set: it appears in the sweep
 	// table only.
 	sweep bool
+	// topology names the fleet of a (d): aggregated, or P/D at a threshold.
+	topology string
 }
 
 // job is one scenario under one policy.
@@ -61,6 +63,7 @@ type options struct {
 	client                           string
 	concurrency                      int
 	timeout                          time.Duration
+	pdPrefill                        int
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -71,15 +74,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c", "workloads to run: a (Mooncake), b (shared prefix), c (its overload)")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation)")
 	fs.StringVar(&o.outputs, "shared-output", sharedOutputs, "output tokens per request of the shared-prefix workloads: each value (comma separated) runs them once")
 	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
 	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")
 	fs.StringVar(&o.client, "shared-client", "inference-perf", "load generator of the shared-prefix workloads: inference-perf (bounded concurrency, timeouts, each stage after the previous one drained) or open (open-loop arrivals)")
 	fs.IntVar(&o.concurrency, "client-concurrency", -1, "inference-perf client's requests in flight (0: unbounded; default: the published client's, scaled like the stage rates)")
 	fs.DurationVar(&o.timeout, "client-timeout", ipTimeout, "inference-perf client's request timeout (0: none)")
+	fs.IntVar(&o.pdPrefill, "pd-prefill", pdPrefill, fmt.Sprintf("prefill pods of (d)'s P/D fleet of %d pods", pdPods))
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.pdPrefill < 1 || o.pdPrefill >= pdPods {
+		return fmt.Errorf("-pd-prefill %d: want 1 to %d", o.pdPrefill, pdPods-1)
 	}
 	if o.client != "inference-perf" && o.client != "open" {
 		return fmt.Errorf("-shared-client %q: want inference-perf or open", o.client)
@@ -149,8 +156,12 @@ func runJobs(ctx context.Context, jobs []*job, parallel int, stdout io.Writer) {
 				mu.Lock()
 				if err == nil {
 					all := j.all()
+					name := j.sc.w.Name
+					if t := j.sc.topology; t != "" {
+						name += ", " + t
+					}
 					fmt.Fprintf(stdout, "%-28s %-13s p90 %8.2fs mean %8.2fs hit %5.1f%% %7.0f tok/s  (%v)\n",
-						j.sc.w.Name, j.policy, all.P90, all.Mean, 100*all.HitRatio, all.OutputTPS, j.wall.Round(time.Millisecond))
+						name, j.policy, all.P90, all.Mean, 100*all.HitRatio, all.OutputTPS, j.wall.Round(time.Millisecond))
 				}
 				mu.Unlock()
 			}

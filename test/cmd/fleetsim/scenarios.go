@@ -99,7 +99,17 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 			out = append(out, &scenario{group: "a", cfg: rc, w: &rw, only: []string{"kvrouter", "oracle"}, base: orig})
 		}
 	}
+	if strings.Contains(o.workloads, "d") {
+		pd, err := pdScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pd...)
+	}
 	for _, sc := range out {
+		if sc.bound != nil { // (d) shares its workloads' bound
+			continue
+		}
 		if b := sc.base; b != nil && sc.group == "a" { // its base's requests: its base's bound
 			sc.bound = b.bound
 			continue
