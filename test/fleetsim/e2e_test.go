@@ -79,6 +79,15 @@ func TestSharedPrefixOrdering(t *testing.T) {
 			}
 		}
 	}
+	// llm-d's precise scheduler reads the same events but keeps no
+	// speculative entries: a group's requests that come before its first
+	// prompt's blocks are reported spread by load. It still hits more than
+	// every cache-blind policy.
+	for _, blind := range []string{"random", "round-robin", "least-loaded"} {
+		if p, b := top["llm-d-precise"], top[blind]; p.HitRatio <= b.HitRatio {
+			t.Errorf("top stage hit ratio: llm-d-precise %.2f, %s %.2f; want more", p.HitRatio, blind, b.HitRatio)
+		}
+	}
 	if k, o := top["kvrouter"], top["oracle"]; k.HitRatio < 0.9*o.HitRatio {
 		t.Errorf("top stage hit ratio: kvrouter %.2f, oracle %.2f; want at least 90%% of the oracle's", k.HitRatio, o.HitRatio)
 	}

@@ -40,15 +40,13 @@ func RouterConfig(s *Sim) router.Config {
 // the index after the fleet's delay, scrapes fill the fleet's Load, and
 // the index's clock is the sim's.
 type kvRouter struct {
+	*eventIndex
 	s         *Sim
-	index     *kvindex.Index
 	fleet     *fleet.Fleet
 	r         *router.Router
-	pods      []kvindex.PodID
 	byName    map[string]int
 	decisions []*router.Decision // by request ID
 	body      []byte
-	batch     []uint64
 }
 
 // promptPrefix starts every simulated prompt; the request ID follows.
@@ -65,15 +63,9 @@ func (t simTokenizer) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]
 	return t.w.Requests[id].AppendTokens(dst), nil
 }
 
-// newKVRouter builds the policy: the index's default config (speculative
-// entries live while their request waits for prefill, up to 60 s, and 2 s
-// after Prefilled) with fewer shards, on the sim's clock.
+// newKVRouter builds the policy over an eventIndex.
 func newKVRouter(s *Sim) (*kvRouter, error) {
-	epoch := time.Unix(0, 0)
-	icfg := kvindex.DefaultConfig()
-	icfg.Shards = 16
-	icfg.Now = func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
-	index, err := kvindex.New(icfg, prometheus.NewRegistry())
+	ei, err := newEventIndex(s)
 	if err != nil {
 		return nil, err
 	}
@@ -81,22 +73,17 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &kvRouter{s: s, index: index, fleet: fleet.New(index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
+	p := &kvRouter{eventIndex: ei, s: s, fleet: fleet.New(ei.index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
 	for i := range s.Pods() {
-		name := fmt.Sprintf("pod-%03d", i)
+		name := podName(i)
 		var role kvpod.Role
 		if roles := s.Config().Roles; len(roles) > 0 {
 			role = roles[i]
 		}
 		p.fleet.Upsert(kvpod.Pod{Name: name, IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000, Model: simModel, Role: role, Ready: true})
-		id, ok := index.Pod(name)
-		if !ok {
-			return nil, fmt.Errorf("fleetsim: pod %s not in the index", name)
-		}
-		p.pods = append(p.pods, id)
 		p.byName[name] = i
 	}
-	p.r, err = router.New(RouterConfig(s), p.fleet, index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	p.r, err = router.New(RouterConfig(s), p.fleet, ei.index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +122,50 @@ func (p *kvRouter) Finished(r *Request) {
 	p.decisions[r.ID] = nil
 }
 
+// Scraped stores the metrics in the fleet's Load, as fleet.Scraper does.
+func (p *kvRouter) Scraped(m []Metrics) {
+	for i, x := range m {
+		l := p.fleet.Load(podName(i))
+		l.Waiting.Store(int64(x.Waiting))
+		l.Running.Store(int64(x.Running))
+		l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
+	}
+}
+
+// podName is pod i's name in the policies' indexes and fleets.
+func podName(i int) string { return fmt.Sprintf("pod-%03d", i) }
+
+// eventIndex is a real kvindex fed by the pods' KV events, as kvrouter's
+// subscribers feed it, on the sim's clock: the policies that read the
+// pods' caches through their events share it.
+type eventIndex struct {
+	index *kvindex.Index
+	pods  []kvindex.PodID
+	batch []uint64
+}
+
+// newEventIndex builds the index (the default config with fewer shards:
+// speculative entries live while their request waits for prefill, up to
+// 60 s, and 2 s after Prefilled) with every pod registered.
+func newEventIndex(s *Sim) (*eventIndex, error) {
+	epoch := time.Unix(0, 0)
+	icfg := kvindex.DefaultConfig()
+	icfg.Shards = 16
+	icfg.Now = func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
+	index, err := kvindex.New(icfg, prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	e := &eventIndex{index: index}
+	for i := range s.Pods() {
+		e.pods = append(e.pods, index.AddPod(podName(i), simModel))
+	}
+	return e, nil
+}
+
 // KVEvents applies a step's events to the index in order, a run of the
 // same kind at a time.
-func (p *kvRouter) KVEvents(pod int, events []kvEvent) {
+func (p *eventIndex) KVEvents(pod int, events []kvEvent) {
 	for len(events) > 0 {
 		n := 1
 		for n < len(events) && events[n].stored == events[0].stored {
@@ -157,15 +185,5 @@ func (p *kvRouter) KVEvents(pod int, events []kvEvent) {
 			panic(fmt.Sprintf("fleetsim: index event: %v", err)) // pods are never removed
 		}
 		events = events[n:]
-	}
-}
-
-// Scraped stores the metrics in the fleet's Load, as fleet.Scraper does.
-func (p *kvRouter) Scraped(m []Metrics) {
-	for i, x := range m {
-		l := p.fleet.Load(fmt.Sprintf("pod-%03d", i))
-		l.Waiting.Store(int64(x.Waiting))
-		l.Running.Store(int64(x.Running))
-		l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
 	}
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Policies lists the policies PolicyByName knows, in report order.
-var Policies = []string{"random", "round-robin", "least-loaded", "approximate", "kvrouter", "oracle"}
+var Policies = []string{"random", "round-robin", "least-loaded", "approximate", "llm-d-precise", "kvrouter", "oracle"}
 
 // PolicyByName returns the constructor of a policy in Policies.
 func PolicyByName(name string) (NewPolicy, error) {
@@ -19,6 +19,8 @@ func PolicyByName(name string) (NewPolicy, error) {
 		return func(s *Sim) (Policy, error) { return &leastLoaded{s: s}, nil }, nil
 	case "approximate":
 		return func(s *Sim) (Policy, error) { return newApproximate(s, DefaultApproximate()), nil }, nil
+	case "llm-d-precise":
+		return func(s *Sim) (Policy, error) { return newPrecise(s, DefaultPrecise()) }, nil
 	case "kvrouter":
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
 	case "oracle":

@@ -71,12 +71,13 @@ var (
 // marker, the same in every plot. Random's line is dotted, round-robin's
 // and the oracle's dashed, the others solid.
 var policyStyles = map[string]style{
-	"random":       {color.RGBA{204, 121, 167, 255}, hollow{draw.CircleGlyph{}}, dotted},
-	"round-robin":  {color.RGBA{230, 159, 0, 255}, hollow{draw.BoxGlyph{}}, dashed},
-	"least-loaded": {color.RGBA{86, 180, 233, 255}, hollow{draw.PyramidGlyph{}}, nil},
-	"approximate":  {color.RGBA{0, 158, 115, 255}, draw.PyramidGlyph{}, nil},
-	"kvrouter":     {color.RGBA{0, 114, 178, 255}, draw.CircleGlyph{}, nil},
-	"oracle":       {color.RGBA{213, 94, 0, 255}, draw.BoxGlyph{}, dashed},
+	"random":        {color.RGBA{204, 121, 167, 255}, hollow{draw.CircleGlyph{}}, dotted},
+	"round-robin":   {color.RGBA{230, 159, 0, 255}, hollow{draw.BoxGlyph{}}, dashed},
+	"least-loaded":  {color.RGBA{86, 180, 233, 255}, hollow{draw.PyramidGlyph{}}, nil},
+	"approximate":   {color.RGBA{0, 158, 115, 255}, draw.PyramidGlyph{}, nil},
+	"llm-d-precise": {color.RGBA{240, 228, 66, 255}, draw.CrossGlyph{}, nil},
+	"kvrouter":      {color.RGBA{0, 114, 178, 255}, draw.CircleGlyph{}, nil},
+	"oracle":        {color.RGBA{213, 94, 0, 255}, draw.BoxGlyph{}, dashed},
 }
 
 // fleetStyles draw (d)'s fleets (pd.go's pdName) in the same palette:
