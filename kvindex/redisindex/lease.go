@@ -1,0 +1,194 @@
+package redisindex
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// leaseScript takes or renews a lease: 1 renewed, 2 taken (it was free),
+// 0 held by another replica.
+const leaseScript = `
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
+return 0`
+
+// releaseScript gives up a lease this replica holds.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// copyBatch is how many entries one pipeline of a lease copy carries.
+const copyBatch = 2048
+
+// Run keeps this replica's leases and watches Redis until ctx ends: every
+// LeaseTTL/3 it takes or renews the lease of every registered pod; while
+// Redis is down it pings it every PingInterval instead. It then releases
+// the leases it holds and closes the client.
+func (x *Index) Run(ctx context.Context) error {
+	x.tick()
+	leases := time.NewTicker(x.cfg.LeaseTTL / 3)
+	defer leases.Stop()
+	ping := time.NewTicker(x.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			x.releaseAll()
+			return x.rdb.Close()
+		case <-leases.C:
+			if x.up.Load() {
+				x.tick()
+			}
+		case <-ping.C:
+			if !x.up.Load() {
+				x.tick()
+			}
+		}
+	}
+}
+
+// tick checks Redis (marking it up when it answers) and renews the leases.
+func (x *Index) tick() {
+	if !x.up.Load() {
+		c, cancel := x.ctx()
+		err := x.rdb.Ping(c).Err()
+		cancel()
+		if err != nil {
+			x.metrics.errors.WithLabelValues("ping").Inc()
+			return
+		}
+		x.up.Store(true)
+		x.downSince.Store(0)
+		x.metrics.up.Set(1)
+		x.log.Info("redisindex: Redis reachable again; matching through it")
+	}
+	x.renew()
+}
+
+// renew takes or renews every registered pod's lease in one pipeline, and
+// copies the view of each pod whose lease this replica newly holds.
+func (x *Index) renew() {
+	x.pods.RLock()
+	pods := make([]*podState, 0, len(x.pods.byID))
+	for _, ps := range x.pods.byID {
+		pods = append(pods, ps)
+	}
+	x.pods.RUnlock()
+	if len(pods) == 0 {
+		return
+	}
+	ctx, cancel := x.ctx()
+	defer cancel()
+	pipe := x.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(pods))
+	ttl := x.cfg.LeaseTTL.Milliseconds()
+	for i, ps := range pods {
+		cmds[i] = pipe.Eval(ctx, leaseScript, []string{x.leaseKey(ps.name)}, x.cfg.Replica, ttl)
+	}
+	if err := x.exec(pipe); err != nil {
+		x.failed("lease", err)
+		return
+	}
+	held := 0
+	for i, ps := range pods {
+		r, err := cmds[i].Int()
+		switch {
+		case err != nil:
+			x.metrics.errors.WithLabelValues("lease").Inc()
+			ps.held.Store(false)
+		case r == 0:
+			ps.held.Store(false)
+		case r == 2 || !ps.held.Load():
+			// Taken now, or ours but its entries were not kept (a lost
+			// Redis, an outage): clear and copy.
+			if x.take(ps) {
+				held++
+			}
+		default:
+			held++
+		}
+	}
+	x.metrics.leases.Set(float64(held))
+}
+
+// take makes this replica the pod's writer: new epochs, then its local
+// view copied in. It reports whether it succeeded.
+func (x *Index) take(ps *podState) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.held.Store(false)
+	if err := x.bumpEpochsLocked(ps); err != nil {
+		x.failed("lease", err)
+		return false
+	}
+	if err := x.copyLocked(ps); err != nil {
+		x.failed("lease", err)
+		return false
+	}
+	ps.held.Store(true)
+	x.metrics.taken.Inc()
+	x.log.Info("redisindex: writing the pod's events", "pod", ps.name, "replica", x.cfg.Replica)
+	return true
+}
+
+// copyLocked writes the pod's local entries under its new epochs.
+func (x *Index) copyLocked(ps *podState) error {
+	var fields [kvindex.NumTiers]string
+	for t := range kvindex.NumTiers {
+		fields[t] = holderField(ps.name, kvindex.Tier(t), ps.mu.epochs[t])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
+	defer cancel()
+	pipe := x.rdb.Pipeline()
+	var buf []byte
+	var err error
+	n := 0
+	flush := func() {
+		if n > 0 && err == nil {
+			_, err = pipe.Exec(ctx)
+		}
+		n = 0
+	}
+	if lerr := x.local.Entries(ps.id, func(h uint64, tier kvindex.Tier, count int) {
+		buf = x.blockKey(buf[:0], ps.tag, h)
+		key := string(buf)
+		pipe.HIncrBy(ctx, key, fields[tier], int64(count))
+		pipe.PExpire(ctx, key, x.cfg.TTL)
+		if n++; n == copyBatch {
+			flush()
+		}
+	}); lerr != nil {
+		return nil // the pod was removed meanwhile
+	}
+	flush()
+	return err
+}
+
+// releaseAll gives up every lease this replica holds, so that another
+// replica takes the pods over at once.
+func (x *Index) releaseAll() {
+	x.pods.RLock()
+	defer x.pods.RUnlock()
+	for _, ps := range x.pods.byID {
+		if ps.held.Load() {
+			x.release(ps)
+		}
+	}
+}
+
+func (x *Index) release(ps *podState) {
+	ps.held.Store(false)
+	if !x.up.Load() {
+		return
+	}
+	ctx, cancel := x.ctx()
+	defer cancel()
+	if err := releaseScript.Run(ctx, x.rdb, []string{x.leaseKey(ps.name)}, x.cfg.Replica).Err(); err != nil && !replied(err) {
+		x.failed("lease", err)
+	}
+}
