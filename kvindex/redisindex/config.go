@@ -31,8 +31,9 @@ type Config struct {
 	// Groups is how many Redis Cluster slots a namespace's blocks spread
 	// over (and so the most one match touches, plus one). Default 16.
 	Groups int
-	// MaxHolders bounds the fields of one block key a match reads (the
-	// holder bound); a larger key is refused. Default 1024.
+	// MaxHolders bounds the records of one block key a match reads (the
+	// holder bound); a longer key is refused. Compaction keeps a key near
+	// one record per live holder. Default 1024.
 	MaxHolders int
 	// LeaseTTL is how long a pod's writer lease lasts unrenewed; it is
 	// renewed every LeaseTTL/3, so a dead holder's pods are taken over

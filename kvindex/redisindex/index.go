@@ -30,6 +30,8 @@ type Index struct {
 	up      atomic.Bool
 	// downSince is the unix ms Redis was last marked down; 0 when up.
 	downSince atomic.Int64
+	// compact queues block keys grown long for Run's compactor.
+	compact chan compaction
 
 	pods struct {
 		sync.RWMutex
@@ -45,12 +47,19 @@ type podState struct {
 	// held says this replica holds the pod's lease and has copied its view
 	// into Redis: its events are written there.
 	held atomic.Bool
+	// num is the pod's number in its namespace's pod table, 0 until known:
+	// what this replica's speculative records name it by.
+	num atomic.Uint32
 	// mu serializes the pod's writes with the copy a new lease holder makes.
 	mu struct {
 		sync.Mutex
-		epochs [kvindex.NumTiers]int64 // valid while held
+		num   uint32 // valid while held
+		epoch uint64 // valid while held
 	}
 }
+
+// errPodTable is a pod table reply of the wrong shape.
+var errPodTable = errors.New("redisindex: the pod table's reply has the wrong shape")
 
 // New returns an index over local (whose Config specCfg is: its
 // speculative TTL and grace are the shared ones), talking to the Redis of
@@ -86,6 +95,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 		x.rdb = redis.NewClient(opts.Simple())
 	}
 	x.pods.byID = make(map[kvindex.PodID]*podState)
+	x.compact = make(chan compaction, compactQueue)
 	m, err := newMetrics(x, reg)
 	if err != nil {
 		return nil, err
@@ -169,6 +179,17 @@ func (x *Index) failed(op string, err error) {
 func replied(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// exec runs pipe. Errors Redis replied (a key of the wrong type) are left
+// in their commands; a failed round trip is returned.
+func (x *Index) exec(pipe redis.Pipeliner) error {
+	ctx, cancel := x.ctx()
+	defer cancel()
+	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
+		return err
+	}
+	return nil
 }
 
 // ctx bounds one round trip.

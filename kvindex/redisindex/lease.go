@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +31,10 @@ const copyBatch = 2048
 // Redis is down it pings it every PingInterval instead. It then releases
 // the leases it holds and closes the client.
 func (x *Index) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); x.compactor(ctx) }()
+	defer wg.Wait()
 	x.tick()
 	leases := time.NewTicker(x.cfg.LeaseTTL / 3)
 	defer leases.Stop()
@@ -70,8 +75,9 @@ func (x *Index) tick() {
 	x.renew()
 }
 
-// renew takes or renews every registered pod's lease in one pipeline, and
-// copies the view of each pod whose lease this replica newly holds.
+// renew takes or renews every registered pod's lease in one pipeline,
+// copies the view of each pod whose lease this replica newly holds, and
+// learns the numbers of the others (what its speculation names them by).
 func (x *Index) renew() {
 	x.pods.RLock()
 	pods := make([]*podState, 0, len(x.pods.byID))
@@ -85,10 +91,12 @@ func (x *Index) renew() {
 	ctx, cancel := x.ctx()
 	defer cancel()
 	pipe := x.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(pods))
+	leases := make([]*redis.Cmd, len(pods))
+	nums := make([]*redis.StringCmd, len(pods))
 	ttl := x.cfg.LeaseTTL.Milliseconds()
 	for i, ps := range pods {
-		cmds[i] = pipe.Eval(ctx, leaseScript, []string{x.leaseKey(ps.name)}, x.cfg.Replica, ttl)
+		leases[i] = pipe.Eval(ctx, leaseScript, []string{x.leaseKey(ps.name)}, x.cfg.Replica, ttl)
+		nums[i] = pipe.HGet(ctx, x.podsKey(ps.tag), ps.name)
 	}
 	if err := x.exec(pipe); err != nil {
 		x.failed("lease", err)
@@ -96,7 +104,12 @@ func (x *Index) renew() {
 	}
 	held := 0
 	for i, ps := range pods {
-		r, err := cmds[i].Int()
+		if v, err := nums[i].Result(); err == nil {
+			if num, _, ok := parsePodEntry(v); ok {
+				ps.num.Store(num)
+			}
+		}
+		r, err := leases[i].Int()
 		switch {
 		case err != nil:
 			x.metrics.errors.WithLabelValues("lease").Inc()
@@ -116,13 +129,13 @@ func (x *Index) renew() {
 	x.metrics.leases.Set(float64(held))
 }
 
-// take makes this replica the pod's writer: new epochs, then its local
+// take makes this replica the pod's writer: a new epoch, then its local
 // view copied in. It reports whether it succeeded.
 func (x *Index) take(ps *podState) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.held.Store(false)
-	if err := x.bumpEpochsLocked(ps); err != nil {
+	if err := x.newEpochLocked(ps); err != nil {
 		x.failed("lease", err)
 		return false
 	}
@@ -136,28 +149,27 @@ func (x *Index) take(ps *podState) bool {
 	return true
 }
 
-// copyLocked writes the pod's local entries under its new epochs.
+// copyLocked appends the pod's local entries under its new epoch.
 func (x *Index) copyLocked(ps *podState) error {
-	var fields [kvindex.NumTiers]string
-	for t := range kvindex.NumTiers {
-		fields[t] = holderField(ps.name, kvindex.Tier(t), ps.mu.epochs[t])
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
 	defer cancel()
 	pipe := x.rdb.Pipeline()
-	var buf []byte
+	var buf, rec []byte
 	var err error
 	n := 0
 	flush := func() {
 		if n > 0 && err == nil {
-			_, err = pipe.Exec(ctx)
+			if _, e := pipe.Exec(ctx); e != nil && !replied(e) {
+				err = e
+			}
 		}
 		n = 0
 	}
 	if lerr := x.local.Entries(ps.id, func(h uint64, tier kvindex.Tier, count int) {
 		buf = x.blockKey(buf[:0], ps.tag, h)
 		key := string(buf)
-		pipe.HIncrBy(ctx, key, fields[tier], int64(count))
+		rec = appendRecord(rec[:0], ps.mu.num, uint8(tier), int8(min(count, 127)), ps.mu.epoch)
+		pipe.Append(ctx, key, string(rec))
 		pipe.PExpire(ctx, key, x.cfg.TTL)
 		if n++; n == copyBatch {
 			flush()

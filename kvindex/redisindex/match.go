@@ -1,8 +1,6 @@
 package redisindex
 
 import (
-	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -11,22 +9,36 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
+// maxDirectNum bounds the pod numbers looked up in a slice; larger ones
+// (a namespace that has seen a million pod names) go through a map.
+const maxDirectNum = 1 << 20
+
 // matchScratch is one match's working memory, pooled.
 type matchScratch struct {
-	byName map[string]int // candidate pod name → candidate
-	epochs [][kvindex.NumTiers]int64
-	live   []bool // the candidate still extends its run
-	real   []int8 // per candidate, this block: fastest real tier, -1 none
-	spec   []bool // per candidate, this block: a live speculative holder
-	keys   []byte // block key scratch
-	cmds   []*redis.MapStringStringCmd
+	names  []string // the eligible candidates' names
+	cand   []int    // their indexes in out
+	bynum  []int32  // pod number → eligible candidate + 1, 0 none
+	bigNum map[uint32]int32
+	epoch  []uint64 // by eligible candidate; 0: not in the pod table
+	live   []bool
+	best   []uint8 // this block: fastest tier held, kindSpec speculative, kindNone none
+	count  [][kvindex.NumTiers]int16
+	spec   []uint64 // this block: the last speculative deadline
+	touch  []int32
+	keys   [][]string // by group
+	slot   []int32    // by block: its index in its group's keys
+	cmds   []*redis.SliceCmd
+	buf    []byte
 }
 
-var scratchPool = sync.Pool{New: func() any { return &matchScratch{byName: map[string]int{}} }}
+const kindNone = 0xff
+
+var scratchPool = sync.Pool{New: func() any { return &matchScratch{bigNum: map[uint32]int32{}} }}
 
 // Match reports, for each candidate in order, how many leading blocks of
 // hashes it holds, as kvindex.Index.Match does, from Redis: one pipelined
-// round trip. While Redis is down it answers from the local view.
+// round trip (the pod table's entries of the candidates and one MGET per
+// slot group). While Redis is down it answers from the local view.
 func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch {
 	if !x.up.Load() || len(hashes) == 0 {
 		x.metrics.localMatches.Inc()
@@ -36,90 +48,152 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.Po
 	sc := scratchPool.Get().(*matchScratch)
 	defer scratchPool.Put(sc)
 	out = out[:0]
-	clear(sc.byName)
+	sc.names, sc.cand = sc.names[:0], sc.cand[:0]
 	tag := nsTag(namespace)
 	x.pods.RLock()
 	for i, id := range candidates {
 		out = append(out, kvindex.PodMatch{Pod: id})
 		if ps := x.pods.byID[id]; ps != nil && ps.tag == tag {
-			sc.byName[ps.name] = i
+			sc.names = append(sc.names, ps.name)
+			sc.cand = append(sc.cand, i)
 		}
 	}
 	x.pods.RUnlock()
-	if len(sc.byName) == 0 {
+	if len(sc.names) == 0 {
 		return out
 	}
 	ctx, cancel := x.ctx()
 	defer cancel()
 	pipe := x.rdb.Pipeline()
-	epochs := pipe.HGetAll(ctx, x.epochKey(tag))
+	table := pipe.HMGet(ctx, x.podsKey(tag), sc.names...)
+	x.groupKeys(sc, tag, hashes)
 	sc.cmds = sc.cmds[:0]
-	for _, h := range hashes {
-		sc.keys = x.blockKey(sc.keys[:0], tag, h)
-		sc.cmds = append(sc.cmds, pipe.HGetAll(ctx, string(sc.keys)))
+	for _, keys := range sc.keys {
+		if len(keys) > 0 {
+			sc.cmds = append(sc.cmds, pipe.MGet(ctx, keys...))
+		} else {
+			sc.cmds = append(sc.cmds, nil)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
 		x.failed("match", err)
 		x.metrics.localMatches.Inc()
 		return x.local.Match(namespace, hashes, candidates, out)
 	}
-	x.count(sc, out, epochs)
+	if x.readTable(sc, table) {
+		x.count(sc, hashes, out)
+	}
 	x.metrics.roundTrip.WithLabelValues("match").Observe(time.Since(start).Seconds())
 	return out
 }
 
-// count walks the blocks' replies, extending each candidate's run.
-func (x *Index) count(sc *matchScratch, out []kvindex.PodMatch, epochs *redis.MapStringStringCmd) {
-	n := len(out)
-	sc.epochs = resize(sc.epochs, n)
+// groupKeys spreads the blocks' keys over their slot groups.
+func (x *Index) groupKeys(sc *matchScratch, tag string, hashes []uint64) {
+	if len(sc.keys) != x.cfg.Groups {
+		sc.keys = make([][]string, x.cfg.Groups)
+	}
+	for g := range sc.keys {
+		sc.keys[g] = sc.keys[g][:0]
+	}
+	sc.slot = resize(sc.slot, len(hashes))
+	for i, h := range hashes {
+		g := x.group(h)
+		sc.buf = x.blockKey(sc.buf[:0], tag, h)
+		sc.slot[i] = int32(len(sc.keys[g]))
+		sc.keys[g] = append(sc.keys[g], string(sc.buf))
+	}
+}
+
+// readTable maps the candidates' pod numbers to them and notes their
+// epochs. It reports false when the table cannot be read: nothing counts.
+func (x *Index) readTable(sc *matchScratch, table *redis.SliceCmd) bool {
+	n := len(sc.names)
+	sc.epoch = resize(sc.epoch, n)
 	sc.live = resize(sc.live, n)
-	sc.real = resize(sc.real, n)
+	clear(sc.bynum)
+	clear(sc.bigNum)
+	if table.Err() != nil {
+		x.metrics.refused.WithLabelValues("pods").Inc()
+		return false
+	}
+	for i, v := range table.Val() {
+		sc.epoch[i], sc.live[i] = 0, false
+		s, ok := v.(string)
+		if !ok {
+			continue // no writer has numbered the pod: it holds nothing
+		}
+		num, ep, ok := parsePodEntry(s)
+		if !ok {
+			x.metrics.refused.WithLabelValues("pods").Inc()
+			continue
+		}
+		sc.epoch[i], sc.live[i] = ep, true
+		if num < maxDirectNum {
+			if int(num) >= len(sc.bynum) {
+				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
+			}
+			sc.bynum[num] = int32(i) + 1
+		} else {
+			sc.bigNum[num] = int32(i) + 1
+		}
+	}
+	return true
+}
+
+func (sc *matchScratch) candOf(num uint32) int32 {
+	if num < uint32(len(sc.bynum)) {
+		return sc.bynum[num] - 1
+	}
+	if num < maxDirectNum || len(sc.bigNum) == 0 {
+		return -1
+	}
+	return sc.bigNum[num] - 1
+}
+
+// count walks the blocks in order, extending each candidate's run.
+func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch) {
+	n := len(sc.names)
+	sc.best = resize(sc.best, n)
+	sc.count = resize(sc.count, n)
 	sc.spec = resize(sc.spec, n)
 	for i := range n {
-		sc.live[i] = false
-		sc.epochs[i] = [kvindex.NumTiers]int64{}
+		sc.count[i], sc.spec[i], sc.best[i] = [kvindex.NumTiers]int16{}, 0, kindNone
 	}
-	if err := epochs.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		x.metrics.refused.WithLabelValues("epochs").Inc()
-		return // no epoch can be trusted: nothing counts
-	}
-	for name, i := range sc.byName {
-		sc.live[i] = true
-		for t := range kvindex.NumTiers {
-			v, ok := epochs.Val()[epochField(name, kvindex.Tier(t))]
-			if !ok {
-				continue
-			}
-			e, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || e < 0 {
-				x.metrics.refused.WithLabelValues("epochs").Inc()
-				sc.live[i] = false
-				break
-			}
-			sc.epochs[i][t] = e
+	now := uint64(x.now().UnixMilli())
+	maxLen := x.cfg.MaxHolders * recordSize
+	for b, h := range hashes {
+		v := sc.cmds[x.group(h)].Val()[sc.slot[b]]
+		val, _ := v.(string)
+		switch {
+		case len(val)%recordSize != 0:
+			x.metrics.refused.WithLabelValues("size").Inc()
+			val = ""
+		case len(val) > maxLen:
+			x.metrics.refused.WithLabelValues("holders").Inc()
+			val = ""
 		}
-	}
-	now := x.now().UnixMilli()
-	for _, c := range sc.cmds {
-		for i := range n {
-			sc.real[i], sc.spec[i] = -1, false
-		}
-		x.holders(sc, c, now)
+		x.fold(sc, val)
 		advanced := false
-		for i := range n {
-			if !sc.live[i] {
+		for k := range n {
+			t := sc.best[k]
+			if t == kindSpec && sc.spec[k] <= now {
+				t = kindNone
+			}
+			sc.best[k], sc.spec[k] = kindNone, 0
+			if !sc.live[k] {
 				continue
 			}
-			switch {
-			case sc.real[i] >= 0:
-				out[i].Tiers[sc.real[i]]++
-			case sc.spec[i]:
-				out[i].Speculative++
+			o := &out[sc.cand[k]]
+			switch t {
+			case kindNone:
+				sc.live[k] = false
+				continue
+			case kindSpec:
+				o.Speculative++
 			default:
-				sc.live[i] = false
-				continue
+				o.Tiers[t]++
 			}
-			out[i].Blocks++
+			o.Blocks++
 			advanced = true
 		}
 		if !advanced {
@@ -128,43 +202,48 @@ func (x *Index) count(sc *matchScratch, out []kvindex.PodMatch, epochs *redis.Ma
 	}
 }
 
-// holders reads one block's reply into sc.real and sc.spec, refusing what
-// does not have the shape this package writes.
-func (x *Index) holders(sc *matchScratch, c *redis.MapStringStringCmd, now int64) {
-	if err := c.Err(); err != nil {
-		x.metrics.refused.WithLabelValues("type").Inc()
-		return
-	}
-	fields := c.Val()
-	if len(fields) > x.cfg.MaxHolders {
-		x.metrics.refused.WithLabelValues("holders").Inc()
-		return
-	}
-	for f, v := range fields {
-		pod, tier, epoch, spec, ok := parseHolder(f)
+// fold reads one block's records into sc.best: per candidate, the fastest
+// tier it holds for real in its current epoch, else kindSpec if it has a
+// speculative record (sc.spec its last deadline).
+func (x *Index) fold(sc *matchScratch, val string) {
+	sc.touch = sc.touch[:0]
+	for off := 0; off+recordSize <= len(val); off += recordSize {
+		r, ok := decodeRecord(val[off:])
 		if !ok {
-			x.metrics.refused.WithLabelValues("field").Inc()
+			x.metrics.refused.WithLabelValues("record").Inc()
 			continue
 		}
-		i, cand := sc.byName[pod]
-		if !cand {
+		c := sc.candOf(r.num)
+		if c < 0 {
 			continue
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			x.metrics.refused.WithLabelValues("value").Inc()
+		if sc.count[c] == ([kvindex.NumTiers]int16{}) && sc.spec[c] == 0 {
+			sc.touch = append(sc.touch, c)
+		}
+		if r.kind == kindSpec {
+			sc.spec[c] = r.v
 			continue
 		}
-		switch {
-		case spec:
-			if n > now {
-				sc.spec[i] = true
+		if r.v == sc.epoch[c] {
+			sc.count[c][r.kind] = max(0, sc.count[c][r.kind]+int16(r.delta))
+		}
+	}
+	for _, c := range sc.touch {
+		best := uint8(kindNone)
+		for t := range kvindex.NumTiers {
+			if sc.count[c][t] > 0 {
+				best = uint8(t)
+				break
 			}
-		case n > 0 && epoch == sc.epochs[i][tier] && epoch > 0:
-			if sc.real[i] < 0 || int8(tier) < sc.real[i] {
-				sc.real[i] = int8(tier)
-			}
 		}
+		if best == kindNone && sc.spec[c] != 0 {
+			best = kindSpec
+		}
+		sc.best[c] = best
+	}
+	// count consumes and resets best and spec; the tallies are reset here.
+	for _, c := range sc.touch {
+		sc.count[c] = [kvindex.NumTiers]int16{}
 	}
 }
 

@@ -15,6 +15,7 @@ type metrics struct {
 	clears       prometheus.Counter
 	taken        prometheus.Counter
 	roundTrip    *prometheus.HistogramVec
+	compactions  *prometheus.CounterVec
 }
 
 func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
@@ -34,7 +35,7 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "refused_total",
-			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), field, value, holders (over the holder bound), epochs.",
+			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry).",
 		}, []string{"reason"}),
 		localMatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "local_matches_total",
@@ -54,11 +55,15 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}
+	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "compactions_total",
+		Help: "Block keys grown by appends and rewritten to one record per live holder, by result: done, raced (a write came first), dropped (queue full).",
+	}, []string{"result"})
 	m.up.Set(1)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.roundTrip} {
+	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.roundTrip, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}

@@ -248,34 +248,40 @@ func TestHostileValuesRefused(t *testing.T) {
 	defer func() { _ = rdb.Close() }()
 	ctx := context.Background()
 	key := func(h uint64) string { return string(a.blockKey(nil, nsTag("m"), h)) }
-	epoch := a.pod(a.pods["p1"]).mu.epochs[0]
 	tests := []struct {
 		name   string
 		poison func() error
 		reason string
 		want   int // blocks of p1 still matched
 	}{
-		{"wrong type", func() error { return rdb.Set(ctx, key(blocks[3]), "garbage", 0).Err() }, "type", 3},
-		{"garbage count", func() error {
-			return rdb.HSet(ctx, key(blocks[2]), holderField("p1", 0, epoch), "lots").Err()
-		}, "value", 2},
-		{"garbage field", func() error { return rdb.HSet(ctx, key(blocks[1]), "\xff:zz", "1").Err() }, "field", 2},
-		{"over the holder bound", func() error {
-			for i := range 9 {
-				if err := rdb.HSet(ctx, key(blocks[1]), holderField("x"+string(rune('a'+i)), 0, 1), 1).Err(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, "holders", 1},
-		{"garbage speculation", func() error { return rdb.HSet(ctx, key(blocks[0]), specField("p2"), "soon").Err() }, "value", 1},
-		{"garbage epochs", func() error { return rdb.HSet(ctx, a.epochKey(nsTag("m")), epochField("p1", 0), "x").Err() }, "epochs", 0},
-		{"epochs of the wrong type", func() error {
-			if err := rdb.Del(ctx, a.epochKey(nsTag("m"))).Err(); err != nil {
+		{"wrong type", func() error {
+			if err := rdb.Del(ctx, key(blocks[3])).Err(); err != nil {
 				return err
 			}
-			return rdb.Set(ctx, a.epochKey(nsTag("m")), "x", 0).Err()
-		}, "epochs", 0},
+			if err := rdb.RPush(ctx, key(blocks[3]), "garbage").Err(); err != nil {
+				return err
+			}
+			return a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[3:4]) // the writer meets it
+		}, "type", 3},
+		{"not whole records", func() error { return rdb.Set(ctx, key(blocks[2]), "garbage", 0).Err() }, "size", 2},
+		{"a record of no known kind", func() error {
+			rec := appendRecord(nil, a.pod(a.pods["p1"]).num.Load(), 9, 1, 1)
+			return rdb.Set(ctx, key(blocks[1]), rec, 0).Err()
+		}, "record", 1},
+		{"over the holder bound", func() error {
+			var val []byte
+			for i := range 9 {
+				val = appendRecord(val, uint32(100+i), kindSpec, 0, 1<<62)
+			}
+			return rdb.Append(ctx, key(blocks[0]), string(val)).Err()
+		}, "holders", 0},
+		{"a garbage pod table entry", func() error { return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "x:y").Err() }, "pods", 0},
+		{"a pod table of the wrong type", func() error {
+			if err := rdb.Del(ctx, a.podsKey(nsTag("m"))).Err(); err != nil {
+				return err
+			}
+			return rdb.Set(ctx, a.podsKey(nsTag("m")), "x", 0).Err()
+		}, "pods", 0},
 	}
 	for _, tt := range tests {
 		before := testutil.ToFloat64(a.metrics.refused.WithLabelValues(tt.reason))

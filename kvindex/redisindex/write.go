@@ -8,88 +8,93 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
-// removeScript takes one count off a real holder and deletes it at zero.
-// Scripts are sent whole (EVAL, cached by the server): a pipeline never
-// meets a server that forgot them.
-const removeScript = `
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
-return n`
-
-// settleScript shortens a speculative holder's deadline, if it has one.
-const settleScript = `
-local d = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
-if d and d > tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
-return 0`
+// takeScript gives a pod a new epoch in its namespace's pod table, and a
+// number if it has none: the lease holder's clear. The epoch is the larger
+// of the old one plus one and the caller's clock in ms, so that a pod table
+// lost and rebuilt never repeats a (number, epoch) pair. It returns
+// {number, epoch}.
+const takeScript = `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+local num, ep
+if v then num, ep = string.match(v, '^(%d+):(%d+)$') end
+if not num then
+  num = redis.call('HINCRBY', KEYS[1], '#next', 1)
+  ep = 0
+end
+ep = math.max(tonumber(ep) + 1, tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], ARGV[1], num .. ':' .. string.format('%d', ep))
+return {tonumber(num), ep}`
 
 // Stored records a BlockStored event in the local view and, when this
-// replica holds the pod's lease, in Redis: one pipeline.
+// replica holds the pod's lease, in Redis: one pipeline of appends.
 func (x *Index) Stored(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error {
-	return x.write(pod, tier, hashes, true)
+	return x.write(pod, tier, hashes, 1)
 }
 
 // Removed records a BlockRemoved event in the local view and, when this
-// replica holds the pod's lease, in Redis: one pipeline.
+// replica holds the pod's lease, in Redis: one pipeline of appends.
 func (x *Index) Removed(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error {
-	return x.write(pod, tier, hashes, false)
+	return x.write(pod, tier, hashes, -1)
 }
 
-func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, stored bool) error {
+func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, delta int8) error {
+	local := x.local.Stored
+	if delta < 0 {
+		local = x.local.Removed
+	}
 	ps := x.pod(pod)
 	if ps == nil {
-		if stored {
-			return x.local.Stored(pod, tier, hashes)
-		}
-		return x.local.Removed(pod, tier, hashes)
+		return local(pod, tier, hashes)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	var err error
-	if stored {
-		err = x.local.Stored(pod, tier, hashes)
-	} else {
-		err = x.local.Removed(pod, tier, hashes)
-	}
-	if err != nil || !ps.held.Load() || len(hashes) == 0 {
+	if err := local(pod, tier, hashes); err != nil || !ps.held.Load() || len(hashes) == 0 {
 		return err
 	}
-	field := holderField(ps.name, tier, ps.mu.epochs[tier])
 	start := time.Now()
-	ctx, cancel := x.ctx()
-	defer cancel()
-	pipe := x.rdb.Pipeline()
-	var buf []byte
-	for _, h := range hashes {
-		buf = x.blockKey(buf[:0], ps.tag, h)
-		key := string(buf)
-		if stored {
-			pipe.HIncrBy(ctx, key, field, 1)
-			pipe.PExpire(ctx, key, x.cfg.TTL)
-		} else {
-			pipe.Eval(ctx, removeScript, []string{key}, field)
-		}
-	}
-	if err := x.exec(pipe); err != nil {
+	rec := appendRecord(nil, ps.mu.num, uint8(tier), delta, ps.mu.epoch)
+	if err := x.appendAll(ps.tag, hashes, rec); err != nil {
 		x.failed("events", err)
-		return nil // the local view has the event; a new lease copies it
+		return nil // the local view has the event; the lease, re-taken, copies it
 	}
 	x.metrics.roundTrip.WithLabelValues("events").Observe(time.Since(start).Seconds())
 	return nil
 }
 
-// exec runs pipe. Errors Redis replied (a key of the wrong type) are left
-// in their commands; a failed round trip is returned.
-func (x *Index) exec(pipe redis.Pipeliner) error {
+// appendAll appends rec to the key of every block of hashes, refreshing
+// their TTL, in one pipeline, and queues the keys grown past a multiple of
+// compactEvery for compaction.
+func (x *Index) appendAll(tag string, hashes []uint64, rec []byte) error {
 	ctx, cancel := x.ctx()
 	defer cancel()
+	pipe := x.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(hashes))
+	keys := make([]string, len(hashes))
+	var buf []byte
+	val := string(rec)
+	for i, h := range hashes {
+		buf = x.blockKey(buf[:0], tag, h)
+		keys[i] = string(buf)
+		cmds[i] = pipe.Append(ctx, keys[i], val)
+		pipe.PExpire(ctx, keys[i], x.cfg.TTL)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
 		return err
+	}
+	for i, c := range cmds {
+		n, err := c.Result()
+		switch {
+		case err != nil:
+			x.metrics.refused.WithLabelValues("type").Inc()
+		case n >= compactEvery && n%compactEvery < int64(len(rec)):
+			x.queueCompaction(tag, keys[i])
+		}
 	}
 	return nil
 }
 
 // ClearPod clears the pod in the local view and, when this replica holds
-// its lease, in Redis, by moving the pod to new epochs: one round trip.
+// its lease, in Redis, by giving the pod a new epoch: one round trip.
 func (x *Index) ClearPod(pod kvindex.PodID) error {
 	ps := x.pod(pod)
 	if ps == nil {
@@ -100,29 +105,26 @@ func (x *Index) ClearPod(pod kvindex.PodID) error {
 	if err := x.local.ClearPod(pod); err != nil || !ps.held.Load() {
 		return err
 	}
-	if err := x.bumpEpochsLocked(ps); err != nil {
+	if err := x.newEpochLocked(ps); err != nil {
 		x.failed("clear", err)
 	}
 	return nil
 }
 
-// bumpEpochsLocked moves the pod to new epochs in every tier: its older
-// holders no longer count.
-func (x *Index) bumpEpochsLocked(ps *podState) error {
+// newEpochLocked gives the pod a new epoch (and a number if it has none):
+// its older records no longer count.
+func (x *Index) newEpochLocked(ps *podState) error {
 	ctx, cancel := x.ctx()
 	defer cancel()
-	pipe := x.rdb.Pipeline()
-	key := x.epochKey(ps.tag)
-	var cmds [kvindex.NumTiers]*redis.IntCmd
-	for t := range kvindex.NumTiers {
-		cmds[t] = pipe.HIncrBy(ctx, key, epochField(ps.name, kvindex.Tier(t)), 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	res, err := x.rdb.Eval(ctx, takeScript, []string{x.podsKey(ps.tag)}, ps.name, x.now().UnixMilli()).Int64Slice()
+	if err != nil {
 		return err
 	}
-	for t, c := range cmds {
-		ps.mu.epochs[t] = c.Val()
+	if len(res) != 2 || res[0] <= 0 || res[0] > 1<<32-1 || res[1] <= 0 {
+		return errPodTable
 	}
+	ps.mu.num, ps.mu.epoch = uint32(res[0]), uint64(res[1])
+	ps.num.Store(ps.mu.num)
 	x.metrics.clears.Inc()
 	return nil
 }
@@ -133,7 +135,7 @@ func (x *Index) Speculate(pod kvindex.PodID, hashes []uint64) error {
 	if err := x.local.Speculate(pod, hashes); err != nil {
 		return err
 	}
-	return x.speculate(pod, hashes, x.spec.SpeculativeTTL, false)
+	return x.speculate(pod, hashes, x.spec.SpeculativeTTL, "speculate")
 }
 
 // Settle shortens a decision's speculative holders to the grace period in
@@ -142,35 +144,22 @@ func (x *Index) Settle(pod kvindex.PodID, hashes []uint64) error {
 	if err := x.local.Settle(pod, hashes); err != nil {
 		return err
 	}
-	return x.speculate(pod, hashes, x.spec.SpeculativeGrace, true)
+	return x.speculate(pod, hashes, x.spec.SpeculativeGrace, "settle")
 }
 
-func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration, settle bool) error {
+// speculate appends a speculative record with the deadline now + life:
+// the pod's last one counts.
+func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration, op string) error {
 	ps := x.pod(pod)
 	if ps == nil || !x.up.Load() || len(hashes) == 0 {
 		return nil
 	}
-	deadline := x.now().Add(life).UnixMilli()
-	field := specField(ps.name)
-	ctx, cancel := x.ctx()
-	defer cancel()
-	pipe := x.rdb.Pipeline()
-	var buf []byte
-	for _, h := range hashes {
-		buf = x.blockKey(buf[:0], ps.tag, h)
-		key := string(buf)
-		if settle {
-			pipe.Eval(ctx, settleScript, []string{key}, field, deadline)
-			continue
-		}
-		pipe.HSet(ctx, key, field, deadline)
-		pipe.PExpire(ctx, key, x.cfg.TTL)
+	num := ps.num.Load()
+	if num == 0 { // no replica has numbered the pod yet
+		return nil
 	}
-	op := "speculate"
-	if settle {
-		op = "settle"
-	}
-	if err := x.exec(pipe); err != nil {
+	deadline := uint64(x.now().Add(life).UnixMilli())
+	if err := x.appendAll(ps.tag, hashes, appendRecord(nil, num, kindSpec, 0, deadline)); err != nil {
 		x.failed(op, err)
 	}
 	return nil
