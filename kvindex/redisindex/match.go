@@ -1,6 +1,7 @@
 package redisindex
 
 import (
+	"encoding/binary"
 	"sync"
 	"time"
 
@@ -20,15 +21,17 @@ type matchScratch struct {
 	bynum  []int32  // pod number → eligible candidate + 1, 0 none
 	bigNum map[uint32]int32
 	epoch  []uint64 // by eligible candidate; 0: not in the pod table
-	live   []bool
-	best   []uint8 // this block: fastest tier held, kindSpec speculative, kindNone none
-	count  [][kvindex.NumTiers]int16
-	spec   []uint64 // this block: the last speculative deadline
-	touch  []int32
-	keys   [][]string // by group
-	slot   []int32    // by block: its index in its group's keys
-	cmds   []*redis.SliceCmd
-	buf    []byte
+	// epochBytes is epoch as a record's last 8 bytes, compared whole.
+	epochBytes []string
+	live       []bool
+	best       []uint8 // this block: fastest tier held, kindSpec speculative, kindNone none
+	count      [][kvindex.NumTiers]int16
+	spec       []uint64 // this block: the last speculative deadline
+	touch      []int32
+	keys       [][]string // by group
+	slot       []int32    // by block: its index in its group's keys
+	cmds       []*redis.SliceCmd
+	buf        []byte
 }
 
 const kindNone = 0xff
@@ -109,6 +112,7 @@ func (x *Index) groupKeys(sc *matchScratch, tag string, hashes []uint64) {
 func (x *Index) readTable(sc *matchScratch, table *redis.SliceCmd) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
+	sc.epochBytes = resize(sc.epochBytes, n)
 	sc.live = resize(sc.live, n)
 	clear(sc.bynum)
 	clear(sc.bigNum)
@@ -118,6 +122,7 @@ func (x *Index) readTable(sc *matchScratch, table *redis.SliceCmd) bool {
 	}
 	for i, v := range table.Val() {
 		sc.epoch[i], sc.live[i] = 0, false
+		sc.epochBytes[i] = ""
 		s, ok := v.(string)
 		if !ok {
 			continue // no writer has numbered the pod: it holds nothing
@@ -128,6 +133,9 @@ func (x *Index) readTable(sc *matchScratch, table *redis.SliceCmd) bool {
 			continue
 		}
 		sc.epoch[i], sc.live[i] = ep, true
+		if len(sc.epochBytes[i]) != 8 || binary.LittleEndian.Uint64([]byte(sc.epochBytes[i])) != ep {
+			sc.epochBytes[i] = string(binary.LittleEndian.AppendUint64(nil, ep))
+		}
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
@@ -208,24 +216,26 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 func (x *Index) fold(sc *matchScratch, val string) {
 	sc.touch = sc.touch[:0]
 	for off := 0; off+recordSize <= len(val); off += recordSize {
-		r, ok := decodeRecord(val[off:])
-		if !ok {
+		rec := val[off : off+recordSize]
+		kind := rec[4]
+		if kind > kindSpec || rec[6] != 0 || rec[7] != 0 {
 			x.metrics.refused.WithLabelValues("record").Inc()
 			continue
 		}
-		c := sc.candOf(r.num)
+		c := sc.candOf(uint32(rec[0]) | uint32(rec[1])<<8 | uint32(rec[2])<<16 | uint32(rec[3])<<24)
 		if c < 0 {
 			continue
 		}
 		if sc.count[c] == ([kvindex.NumTiers]int16{}) && sc.spec[c] == 0 {
 			sc.touch = append(sc.touch, c)
 		}
-		if r.kind == kindSpec {
-			sc.spec[c] = r.v
+		if kind == kindSpec {
+			sc.spec[c] = uint64(rec[8]) | uint64(rec[9])<<8 | uint64(rec[10])<<16 | uint64(rec[11])<<24 |
+				uint64(rec[12])<<32 | uint64(rec[13])<<40 | uint64(rec[14])<<48 | uint64(rec[15])<<56
 			continue
 		}
-		if r.v == sc.epoch[c] {
-			sc.count[c][r.kind] = max(0, sc.count[c][r.kind]+int16(r.delta))
+		if rec[8:] == sc.epochBytes[c] { // the pod's current epoch
+			sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(rec[5])))
 		}
 	}
 	for _, c := range sc.touch {
