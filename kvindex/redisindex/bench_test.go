@@ -1,11 +1,13 @@
 package redisindex
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,6 +52,16 @@ func benchIndex(b *testing.B, addr string) *Index {
 	}
 	b.Cleanup(func() { _ = x.rdb.Close() })
 	return x
+}
+
+// waitUntil polls cond for at most 5 s.
+func waitUntil(b *testing.B, cond func() bool) {
+	b.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("timed out")
+		}
+	}
 }
 
 // percentiles reports p50 and p99 of the per-operation times.
@@ -153,6 +165,12 @@ func BenchmarkStored16Pods(b *testing.B) {
 		ids <- x.AddPod(fmt.Sprintf("pod-%d", i), "m")
 	}
 	x.tick()
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	run.Add(1)
+	go func() { defer run.Done(); _ = x.Run(ctx) }() // the group writer
+	b.Cleanup(func() { cancel(); run.Wait() })
+	waitUntil(b, func() bool { return x.grouping.Load() })
 	b.SetParallelism(pods / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
 	start := time.Now()

@@ -32,6 +32,11 @@ type Index struct {
 	downSince atomic.Int64
 	// compact queues block keys grown long for Run's compactor.
 	compact chan compaction
+	// appends carries callers' appends to Run's group writer while
+	// grouping is set; stopped is closed when the writer has stopped.
+	appends  chan *appendReq
+	grouping atomic.Bool
+	stopped  chan struct{}
 
 	pods struct {
 		sync.RWMutex
@@ -96,6 +101,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 	}
 	x.pods.byID = make(map[kvindex.PodID]*podState)
 	x.compact = make(chan compaction, compactQueue)
+	x.appends, x.stopped = make(chan *appendReq), make(chan struct{})
 	m, err := newMetrics(x, reg)
 	if err != nil {
 		return nil, err

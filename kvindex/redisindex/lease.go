@@ -28,13 +28,15 @@ const copyBatch = 2048
 
 // Run keeps this replica's leases and watches Redis until ctx ends: every
 // LeaseTTL/3 it takes or renews the lease of every registered pod; while
-// Redis is down it pings it every PingInterval instead. It then releases
-// the leases it holds and closes the client.
+// Redis is down it pings it every PingInterval instead. Meanwhile it runs
+// the group writer, which sends concurrent callers' appends in one
+// pipeline, and the compactor. It then releases the leases it holds and
+// closes the client. Run may be called once.
 func (x *Index) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); x.compactor(ctx) }()
-	defer wg.Wait()
+	go func() { defer wg.Done(); x.groupWriter(ctx) }()
 	x.tick()
 	leases := time.NewTicker(x.cfg.LeaseTTL / 3)
 	defer leases.Stop()
@@ -43,6 +45,7 @@ func (x *Index) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			wg.Wait()
 			x.releaseAll()
 			return x.rdb.Close()
 		case <-leases.C:

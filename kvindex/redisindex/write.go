@@ -1,6 +1,7 @@
 package redisindex
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,33 +62,104 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 	return nil
 }
 
+// appendReq is one caller's appends: rec to the key of every block of
+// hashes.
+type appendReq struct {
+	tag    string
+	hashes []uint64
+	rec    []byte
+	done   chan error
+}
+
+// maxGroup bounds the callers' appends one pipeline carries.
+const maxGroup = 256
+
 // appendAll appends rec to the key of every block of hashes, refreshing
-// their TTL, in one pipeline, and queues the keys grown past a multiple of
-// compactEvery for compaction.
+// their TTL, and returns once Redis has them. While Run is running, the
+// appends of callers that arrive together (the appliers of many pods, the
+// decisions of many requests) share one pipeline: a group commit.
 func (x *Index) appendAll(tag string, hashes []uint64, rec []byte) error {
+	req := &appendReq{tag: tag, hashes: hashes, rec: rec}
+	if !x.grouping.Load() {
+		return x.appendNow([]*appendReq{req})
+	}
+	req.done = make(chan error, 1)
+	select {
+	case x.appends <- req:
+		return <-req.done
+	case <-x.stopped:
+		return x.appendNow([]*appendReq{req})
+	}
+}
+
+// groupWriter runs the group commits until ctx ends.
+func (x *Index) groupWriter(ctx context.Context) {
+	x.grouping.Store(true)
+	defer func() {
+		x.grouping.Store(false)
+		close(x.stopped)
+	}()
+	batch := make([]*appendReq, 0, maxGroup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-x.appends:
+			batch = append(batch[:0], r)
+		more:
+			for len(batch) < maxGroup {
+				select {
+				case r := <-x.appends:
+					batch = append(batch, r)
+				default:
+					break more
+				}
+			}
+			err := x.appendNow(batch)
+			for _, r := range batch {
+				r.done <- err
+			}
+		}
+	}
+}
+
+// appendNow writes the appends of batch in one pipeline, and queues the
+// keys grown past a multiple of compactEvery for compaction.
+func (x *Index) appendNow(batch []*appendReq) error {
 	ctx, cancel := x.ctx()
 	defer cancel()
 	pipe := x.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(hashes))
-	keys := make([]string, len(hashes))
+	n := 0
+	for _, r := range batch {
+		n += len(r.hashes)
+	}
+	cmds := make([]*redis.IntCmd, 0, n)
+	keys := make([]string, 0, n)
 	var buf []byte
-	val := string(rec)
-	for i, h := range hashes {
-		buf = x.blockKey(buf[:0], tag, h)
-		keys[i] = string(buf)
-		cmds[i] = pipe.Append(ctx, keys[i], val)
-		pipe.PExpire(ctx, keys[i], x.cfg.TTL)
+	for _, r := range batch {
+		val := string(r.rec)
+		for _, h := range r.hashes {
+			buf = x.blockKey(buf[:0], r.tag, h)
+			key := string(buf)
+			keys = append(keys, key)
+			cmds = append(cmds, pipe.Append(ctx, key, val))
+			pipe.PExpire(ctx, key, x.cfg.TTL)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
 		return err
 	}
-	for i, c := range cmds {
-		n, err := c.Result()
-		switch {
-		case err != nil:
-			x.metrics.refused.WithLabelValues("type").Inc()
-		case n >= compactEvery && n%compactEvery < int64(len(rec)):
-			x.queueCompaction(tag, keys[i])
+	i := 0
+	for _, r := range batch {
+		for range r.hashes {
+			n, err := cmds[i].Result()
+			switch {
+			case err != nil:
+				x.metrics.refused.WithLabelValues("type").Inc()
+			case n >= compactEvery && n%compactEvery < int64(len(r.rec)):
+				x.queueCompaction(r.tag, keys[i])
+			}
+			i++
 		}
 	}
 	return nil
