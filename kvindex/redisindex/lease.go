@@ -152,36 +152,40 @@ func (x *Index) take(ps *podState) bool {
 	return true
 }
 
-// copyLocked appends the pod's local entries under its new epoch.
+// copyLocked appends the pod's local entries under its new epoch. The
+// entries are collected first: no round trip runs under the local view's
+// locks.
 func (x *Index) copyLocked(ps *podState) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
-	defer cancel()
-	pipe := x.rdb.Pipeline()
-	var buf, rec []byte
-	var err error
-	n := 0
-	flush := func() {
-		if n > 0 && err == nil {
-			if _, e := pipe.Exec(ctx); e != nil && !replied(e) {
-				err = e
-			}
-		}
-		n = 0
+	type entry struct {
+		h     uint64
+		tier  kvindex.Tier
+		count int
 	}
-	if lerr := x.local.Entries(ps.id, func(h uint64, tier kvindex.Tier, count int) {
-		buf = x.blockKey(buf[:0], ps.tag, h)
-		key := string(buf)
-		rec = appendRecord(rec[:0], ps.mu.num, uint8(tier), int8(min(count, 127)), ps.mu.epoch)
-		pipe.Append(ctx, key, string(rec))
-		pipe.PExpire(ctx, key, x.cfg.TTL)
-		if n++; n == copyBatch {
-			flush()
-		}
-	}); lerr != nil {
+	var entries []entry
+	if err := x.local.Entries(ps.id, func(h uint64, tier kvindex.Tier, count int) {
+		entries = append(entries, entry{h, tier, count})
+	}); err != nil {
 		return nil // the pod was removed meanwhile
 	}
-	flush()
-	return err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
+	defer cancel()
+	var buf, rec []byte
+	for len(entries) > 0 {
+		chunk := entries[:min(len(entries), copyBatch)]
+		entries = entries[len(chunk):]
+		pipe := x.rdb.Pipeline()
+		for _, e := range chunk {
+			buf = x.blockKey(buf[:0], ps.tag, e.h)
+			key := string(buf)
+			rec = appendRecord(rec[:0], ps.mu.num, uint8(e.tier), int8(min(e.count, 127)), ps.mu.epoch)
+			pipe.Append(ctx, key, string(rec))
+			pipe.PExpire(ctx, key, x.cfg.TTL)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseAll gives up every lease this replica holds, so that another
