@@ -17,24 +17,26 @@ import (
 )
 
 // Measured 2026-11-24 on the 2-core development machine shared with three
-// other engineers' builds (load average 5–7.5: p99s are the machine's), Debian
-// redis-server 7.0.15 on loopback, started by the benchmark:
+// other engineers' builds (load average 1.4–7.5 across runs: the p99s are
+// the machine's), Debian redis-server 7.0.15 on loopback, started by the
+// benchmark; ranges are over four runs of
 //
 //	go test -run '^$' -bench . -benchmem -benchtime 2s ./kvindex/redisindex/
-//	Match512/memory/pods=8     p50   24 µs  p99    78 µs     0 allocs
-//	Match512/redis/pods=8      p50  557 µs  p99  4.2 ms   2144 allocs  136 KB
-//	Match512/memory/pods=64    p50  118 µs  p99  8.3 ms     0 allocs
-//	Match512/redis/pods=64     p50  4.0 ms  p99 14.8 ms   2312 allocs  658 KB
-//	Stored16 (one pod, in turn)            1,385 batches/s  168 allocs
-//	Stored16Pods (32 pods at once)         3,420 batches/s
 //
-// The first data model (a hash per block, HGETALL per block, fields
-// "<tier>:<epoch>:<pod>") measured p50 2.3 ms (8 pods) and 15 ms (64) in
-// the same conditions; a Lua script doing the whole match in the server
-// was slower still (6.3 ms, 31 ms). Targets (issue 25): p99 ≤ 1 ms, ≥ 20k
-// batches/s per writer replica: not met yet; the match's cost is the bytes
-// of 512 × pods records crossing the wire and folding, the ingestion's one
-// round trip per batch per pod.
+//	Match512/memory/pods=8    p50   24–39 µs   p99   78–150 µs        0 allocs
+//	Match512/redis/pods=8     p50  557–881 µs  p99  2.2–5.3 ms  2159 allocs  137 KB
+//	Match512/memory/pods=64   p50  115–234 µs  p99  0.3–8.3 ms        0 allocs
+//	Match512/redis/pods=64    p50  2.0–4.0 ms  p99  6.5–15 ms   2439 allocs  659 KB
+//	Stored16 (one pod, in turn)          1.4k–8.1k batches/s (one round trip each)
+//	Stored16Pods (32 pods at once)       7.5k–9.6k batches/s (group commit)
+//
+// Redis over memory, p50: about 20× at 8 pods, 12–17× at 64. The first data
+// model (a hash per block, HGETALL per block, a field per holder) measured
+// p50 2.3 ms (8 pods) and 15 ms (64); a Lua script doing the whole match in
+// the server 6.3 ms and 31 ms. Issue 25's targets, p99 ≤ 1 ms and ≥ 20k
+// batches/s per writer replica, are not met on this machine: a match moves
+// 512 × pods records (16 bytes each) and folds them, and Redis shares the
+// two cores with the benchmark and the other builds.
 
 func benchIndex(b *testing.B, addr string) *Index {
 	b.Helper()
