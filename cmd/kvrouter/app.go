@@ -276,14 +276,14 @@ const nothingToRoute = "nothing to route to: no pod is given (--pod, pods.static
 // readiness is /readyz's answer: whether the app is ready, and a line that
 // says why, or what it routes to.
 func (a *app) readiness() (bool, string) {
-	if why := a.notReady.Load(); why != nil {
-		return false, "not ready: " + *why
-	}
 	detail := ""
 	if a.shared != nil {
 		if up, since := a.shared.Up(); !up {
 			detail = fmt.Sprintf("; the shared index's Redis is unreachable since %s: matching on this replica's own view", since.UTC().Format(time.RFC3339))
 		}
+	}
+	if why := a.notReady.Load(); why != nil {
+		return false, "not ready: " + *why + detail
 	}
 	switch n := len(a.fleet.Snapshot().Members()); n {
 	case 0:

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/kvindex"
 )
 
 // TestRedisSettings: index.redis.* becomes the redis backend's config, the
@@ -86,5 +92,44 @@ func TestRedisSettings(t *testing.T) {
 				t.Errorf("validate(%v) quotes the password: %s", tt.args, msg)
 			}
 		})
+	}
+}
+
+// TestRedisBackendWiring: with index.backend redis the router, the fleet
+// and the event manager use the shared index, and /readyz says when its
+// Redis is unreachable while the replica stays ready.
+func TestRedisBackendWiring(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	c, err := loadConfig([]string{"--index-backend", "redis", "--index-redis-addr", dead, "--index-redis-timeout", "100ms",
+		"--pod", "a=127.0.0.1:1,model=m", "--kubeconfig", "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAppOn(s, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.shared == nil || a.shared.Local() != a.index {
+		t.Fatalf("app.shared = %v, want the redis backend over the app's index", a.shared)
+	}
+	if ready, why := a.readiness(); strings.Contains(why, "Redis") {
+		t.Errorf("before any round trip: readiness = %v, %q, want no Redis detail", ready, why)
+	}
+	id := a.shared.AddPod("a", "m")
+	ms := a.shared.Match("m", []uint64{1, 2}, []kvindex.PodID{id}, nil) // fails: Redis is down
+	if len(ms) != 1 || ms[0].Blocks != 0 {
+		t.Errorf("Match with Redis down = %+v, want the local view's empty match", ms)
+	}
+	if _, why := a.readiness(); !strings.Contains(why, "Redis is unreachable") {
+		t.Errorf("readiness with Redis down = %q, want it to say so", why)
 	}
 }
