@@ -105,8 +105,10 @@ func TestRedisBackendWiring(t *testing.T) {
 	}
 	dead := l.Addr().String()
 	_ = l.Close() // nothing listens there now
-	c, err := loadConfig([]string{"--index-backend", "redis", "--index-redis-addr", dead, "--index-redis-timeout", "100ms",
-		"--pod", "a=127.0.0.1:1,model=m", "--kubeconfig", "off"})
+	c, err := loadConfig([]string{
+		"--index-backend", "redis", "--index-redis-addr", dead, "--index-redis-timeout", "100ms",
+		"--pod", "a=127.0.0.1:1,model=m", "--kubeconfig", "off",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
