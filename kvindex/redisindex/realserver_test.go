@@ -298,3 +298,52 @@ func TestHostileValuesRefused(t *testing.T) {
 		t.Error("hostile values marked Redis down; they are refused, not failures")
 	}
 }
+
+// TestCluster: on a Redis Cluster the replicas share entries and
+// speculation as on one server; a namespace's keys spread over several
+// nodes, and a match reads them in one pipeline per node.
+func TestCluster(t *testing.T) {
+	nodes := redisserver.NewCluster(t, 3)
+	cluster := func(c *Config) {
+		c.Addrs, c.Cluster, c.Groups = []string{nodes[0].Addr, nodes[1].Addr}, true, 16
+	}
+	a, b := newReplica(t, nodes[0].Addr, "a", cluster), newReplica(t, nodes[0].Addr, "b", cluster)
+	a.tick()
+	b.tick()
+	if got := testutil.ToFloat64(a.metrics.leases); got != 2 {
+		t.Fatalf("leases of a = %v, want 2", got)
+	}
+	many := make([]uint64, 64) // over all 16 groups
+	for i := range many {
+		many[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
+	}
+	for _, r := range []*replica{a, b} {
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, many[:40]))
+	}
+	must(t, b.Speculate(b.pods["p2"], many))
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		got := r.match(many)
+		if got["p1"].Blocks != 40 || got["p1"].Tiers[kvindex.TierGPU] != 40 || got["p2"].Speculative != 64 {
+			t.Errorf("%s: Match = %+v, want p1 40 real blocks and p2 64 speculative", name, got)
+		}
+	}
+	// The keys really are on several nodes.
+	holding := 0
+	for _, n := range nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		keys, err := rdb.DBSize(context.Background()).Result()
+		_ = rdb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys > 0 {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Errorf("the index's keys are on %d of 3 nodes, want them spread", holding)
+	}
+	if up, _ := a.Up(); !up {
+		t.Error("Redis marked down on the cluster")
+	}
+}
