@@ -48,6 +48,9 @@ type Config struct {
 	// Replica names this replica in the leases it holds; "" picks a random
 	// name.
 	Replica string
+	// Now is the clock of speculative deadlines and epochs; nil means
+	// time.Now. The fleet simulator injects its own.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults documented on Config's fields, with no

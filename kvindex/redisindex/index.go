@@ -82,7 +82,10 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 		_, _ = rand.Read(b[:])
 		cfg.Replica = hex.EncodeToString(b[:])
 	}
-	x := &Index{cfg: cfg, local: local, spec: specCfg, log: log, now: time.Now}
+	x := &Index{cfg: cfg, local: local, spec: specCfg, log: log, now: cfg.Now}
+	if x.now == nil {
+		x.now = time.Now
+	}
 	opts := &redis.UniversalOptions{
 		Addrs:        cfg.Addrs,
 		Username:     cfg.Username,

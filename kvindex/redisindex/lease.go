@@ -60,6 +60,11 @@ func (x *Index) Run(ctx context.Context) error {
 	}
 }
 
+// Renew takes or renews the leases of the registered pods now, and learns
+// the numbers of the others, as Run does every LeaseTTL/3. A caller that
+// drives the index without Run (the fleet simulator) calls it.
+func (x *Index) Renew() { x.tick() }
+
 // tick checks Redis (marking it up when it answers) and renews the leases.
 func (x *Index) tick() {
 	if !x.up.Load() {
