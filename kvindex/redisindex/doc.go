@@ -94,11 +94,18 @@
 //
 // An Index is safe for concurrent use. The pod table is guarded by a
 // read-write lock; the up flag and the leases held are atomics read on
-// the hot path.
+// the hot path; each pod's writes are serialized with the copy a new lease
+// holder makes by the pod's own mutex. While Run runs, the appends of
+// concurrent callers (the appliers of many pods, the decisions of many
+// requests) share one pipeline, a group commit; each caller still returns
+// once Redis has its records, so a pod's writes stay in order.
 //
 // # Lifecycle
 //
-// New validates its Config and starts no goroutines. Run keeps the leases
-// and the health check until its context ends, then releases the leases it
-// holds, and returns once its goroutines have exited.
+// New validates its Config, makes no connection and starts no goroutines.
+// Run keeps the leases and the health check, and runs the group writer and
+// the compactor, until its context ends; then it releases the leases it
+// holds, closes the client, and returns once its goroutines have exited.
+// A caller without Run (the fleet simulator) calls Renew to take the
+// leases; its appends then go out one call at a time.
 package redisindex
