@@ -40,7 +40,7 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	if len(cfg.Addrs) > 1 && !r.Cluster {
 		p.add("index.redis.address: %d servers, want one unless index.redis.cluster is set", len(cfg.Addrs))
 	}
-	cfg.Cluster, cfg.Username, cfg.Prefix = r.Cluster, r.Username, r.KeyPrefix
+	cfg.Cluster, cfg.Username, cfg.Prefix, cfg.NoLocalView = r.Cluster, r.Username, r.KeyPrefix, !r.LocalView
 	cfg.TTL, cfg.LeaseTTL, cfg.Timeout = time.Duration(r.TTL), time.Duration(r.LeaseTTL), time.Duration(r.Timeout)
 	switch {
 	case r.PasswordEnv != "" && r.PasswordFile != "":

@@ -48,6 +48,12 @@ type Config struct {
 	// Replica names this replica in the leases it holds; "" picks a random
 	// name.
 	Replica string
+	// NoLocalView stops feeding events to the local view, which then only
+	// registers pods: a replica's memory no longer grows with the index,
+	// but while Redis is down it routes by load alone, and a lease it takes
+	// starts the pod empty in Redis (a clear; entries return with the pod's
+	// next events) instead of copying its view.
+	NoLocalView bool
 	// Now is the clock of speculative deadlines and epochs; nil means
 	// time.Now. The fleet simulator injects its own.
 	Now func() time.Time

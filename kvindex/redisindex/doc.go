@@ -85,8 +85,11 @@
 // Match reads the local view, which is exactly the memory backend, and
 // writes go only to it. Run pings Redis every Config.PingInterval; the
 // first answer marks it up again, and the lease loop re-takes (and so
-// re-copies) every lease it holds. Values of the wrong type or shape in
-// Redis are refused: counted in kvrouter_index_redis_refused_total and
+// re-copies) every lease it holds. With Config.NoLocalView
+// (index.redis.local_view: false) there is no local view to fall back on:
+// matches find nothing meanwhile, so decisions go by load alone, and a
+// lease taken starts the pod empty in Redis. Values of the wrong type or
+// shape in Redis are refused: counted in kvrouter_index_redis_refused_total and
 // taken as no holder (a block key of another type reads as absent and is
 // counted when a writer meets it).
 //

@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -345,5 +346,35 @@ func TestCluster(t *testing.T) {
 	}
 	if up, _ := a.Up(); !up {
 		t.Error("Redis marked down on the cluster")
+	}
+}
+
+// TestNoLocalView: without a local view the replica's memory holds no
+// entries, Redis still shares them, and while Redis is down matches find
+// nothing (load routing) instead of failing.
+func TestNoLocalView(t *testing.T) {
+	srv := redisserver.New(t)
+	lean := func(c *Config) { c.NoLocalView = true }
+	a, b := newReplica(t, srv.Addr, "a", lean), newReplica(t, srv.Addr, "b", nil)
+	a.tick()
+	b.tick()
+	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:3]))
+	if n, _ := a.local.Len(); n != 0 {
+		t.Errorf("the local view holds %d entries, want none", n)
+	}
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		if got := r.match(blocks)["p1"].Blocks; got != 3 {
+			t.Errorf("%s: Match(p1) = %d blocks, want 3 through Redis", name, got)
+		}
+	}
+	if err := a.Stored(kvindex.PodID(12345), kvindex.TierGPU, blocks); !errors.Is(err, kvindex.ErrUnknownPod) {
+		t.Errorf("Stored(unknown pod) = %v, want ErrUnknownPod", err)
+	}
+	srv.Stop()
+	if got := a.match(blocks)["p1"].Blocks; got != 0 {
+		t.Errorf("with Redis down: Match(p1) = %d blocks, want none (load routing)", got)
+	}
+	if up, _ := a.Up(); up {
+		t.Error("Redis not marked down")
 	}
 }

@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,9 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 	local := x.local.Stored
 	if delta < 0 {
 		local = x.local.Removed
+	}
+	if x.cfg.NoLocalView {
+		local = x.checkOnly
 	}
 	ps := x.pod(pod)
 	if ps == nil {
@@ -165,6 +169,18 @@ func (x *Index) appendNow(batch []*appendReq) error {
 	return nil
 }
 
+// checkOnly is the local view's write without a local view: it only
+// checks the handle, as the local view would.
+func (x *Index) checkOnly(pod kvindex.PodID, tier kvindex.Tier, _ []uint64) error {
+	if int(tier) >= kvindex.NumTiers {
+		return fmt.Errorf("%w: %d", kvindex.ErrBadTier, tier)
+	}
+	if x.local.PodName(pod) == "" {
+		return fmt.Errorf("%w: %d", kvindex.ErrUnknownPod, pod)
+	}
+	return nil
+}
+
 // ClearPod clears the pod in the local view and, when this replica holds
 // its lease, in Redis, by giving the pod a new epoch: one round trip.
 func (x *Index) ClearPod(pod kvindex.PodID) error {
@@ -174,7 +190,11 @@ func (x *Index) ClearPod(pod kvindex.PodID) error {
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if err := x.local.ClearPod(pod); err != nil || !ps.held.Load() {
+	clearLocal := x.local.ClearPod
+	if x.cfg.NoLocalView {
+		clearLocal = func(id kvindex.PodID) error { return x.checkOnly(id, 0, nil) }
+	}
+	if err := clearLocal(pod); err != nil || !ps.held.Load() {
 		return err
 	}
 	if err := x.newEpochLocked(ps); err != nil {
