@@ -170,8 +170,12 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 	now := uint64(x.now().UnixMilli())
 	maxLen := x.cfg.MaxHolders * recordSize
 	for b, h := range hashes {
-		v := sc.cmds[x.group(h)].Val()[sc.slot[b]]
-		val, _ := v.(string)
+		var val string
+		if vals := sc.cmds[x.group(h)].Val(); int(sc.slot[b]) < len(vals) {
+			val, _ = vals[sc.slot[b]].(string)
+		} else { // the group's MGET failed in the server: its blocks are held by none
+			x.metrics.refused.WithLabelValues("type").Inc()
+		}
 		switch {
 		case len(val)%recordSize != 0:
 			x.metrics.refused.WithLabelValues("size").Inc()
