@@ -347,3 +347,19 @@ func (x *Index) Sweep() {
 		s.mu.Unlock()
 	}
 }
+
+// Entries calls fn for each real entry of pod: the block hash, its tier and
+// how many times the pod stored it. Speculative entries are left out. Each
+// shard is locked while its entries are visited, so fn must not call back
+// into the index. A stale handle visits nothing and returns ErrUnknownPod.
+func (x *Index) Entries(pod PodID, fn func(hash uint64, tier Tier, count int)) error {
+	if err := x.checkPod(pod); err != nil {
+		return err
+	}
+	for _, s := range x.shards {
+		s.mu.Lock()
+		s.entriesLocked(pod.index(), fn)
+		s.mu.Unlock()
+	}
+	return nil
+}

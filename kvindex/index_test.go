@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,43 @@ func TestRepeatedStoreSaturates(t *testing.T) {
 	}
 	if got := x.Match("m", []uint64{9}, []PodID{pod}, nil)[0].Blocks; got != 0 {
 		t.Fatalf("after the saturated count is removed: %d blocks, want 0", got)
+	}
+}
+
+func TestEntries(t *testing.T) {
+	x, err := New(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := x.AddPod("a", "m"), x.AddPod("b", "m")
+	for _, op := range []error{
+		x.Stored(a, TierGPU, []uint64{1, 2, 3}),
+		x.Stored(a, TierGPU, []uint64{2}),
+		x.Stored(a, TierCPU, []uint64{3}),
+		x.Stored(b, TierGPU, []uint64{9}),
+		x.Speculate(a, []uint64{7}),
+	} {
+		if op != nil {
+			t.Fatal(op)
+		}
+	}
+	type entry struct {
+		h     uint64
+		tier  Tier
+		count int
+	}
+	got := map[entry]bool{}
+	if err := x.Entries(a, func(h uint64, tier Tier, count int) { got[entry{h, tier, count}] = true }); err != nil {
+		t.Fatal(err)
+	}
+	want := map[entry]bool{{1, TierGPU, 1}: true, {2, TierGPU, 2}: true, {3, TierGPU, 1}: true, {3, TierCPU, 1}: true}
+	if !maps.Equal(got, want) {
+		t.Errorf("Entries(a) = %v, want %v", got, want)
+	}
+	if err := x.RemovePod(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Entries(a, func(uint64, Tier, int) { t.Error("a removed pod has entries") }); !errors.Is(err, ErrUnknownPod) {
+		t.Errorf("Entries(removed) = %v, want ErrUnknownPod", err)
 	}
 }

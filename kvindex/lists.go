@@ -154,3 +154,16 @@ func (s *shard) dropHolderLocked(r ref) {
 		s.moveVectorLocked(nr, nd.class-1)
 	}
 }
+
+// entriesLocked calls fn for each of pod's real holders, oldest first.
+func (s *shard) entriesLocked(pod uint32, fn func(hash uint64, tier Tier, count int)) {
+	sl, ok := s.slotOfLocked(pod)
+	if !ok {
+		return
+	}
+	for r := s.mu.pods[sl].lruOld; r != 0; {
+		h := s.holderLocked(r)
+		fn(s.nodeLocked(h.node).hash, h.tier(), int(h.count()))
+		r = h.newer
+	}
+}

@@ -60,11 +60,24 @@ const (
 	ReasonTooLong        Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
 )
 
+// Index is the part of the block index the router reads and writes: a
+// *kvindex.Index (the memory backend) or a *redisindex.Index (shared by
+// replicas through Redis).
+type Index interface {
+	// Match reports, per candidate, the leading blocks of hashes it holds;
+	// see kvindex.Index.Match.
+	Match(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch
+	// Speculate records a decision's blocks on its pod until confirmed.
+	Speculate(pod kvindex.PodID, hashes []uint64) error
+	// Settle shortens a decision's speculative entries to the grace period.
+	Settle(pod kvindex.PodID, hashes []uint64) error
+}
+
 // Router turns requests into routing decisions.
 type Router struct {
 	cfg     Config
 	fleet   *fleet.Fleet
-	index   *kvindex.Index
+	index   Index
 	hasher  *blockhash.Hasher
 	tok     Tokenizers
 	logger  *slog.Logger
@@ -81,7 +94,7 @@ type Router struct {
 
 // New returns a router over fleet (whose pods are registered in index),
 // hashing with hasher and tokenizing with tok. reg receives its metrics.
-func New(cfg Config, fleet *fleet.Fleet, index *kvindex.Index, hasher *blockhash.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
+func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, tok Tokenizers, logger *slog.Logger, reg prometheus.Registerer) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

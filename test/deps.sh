@@ -3,7 +3,8 @@
 # no-op when everything is present:
 #   - Debian packages: the C toolchain and libzmq for cgo, Python oracles
 #     (pickle/hashlib are built in; cbor2, xxhash, zmq, msgpack, jinja2 for
-#     /usr/bin/python3), etcd for the discovery tests, Node.js for the npm oracles;
+#     /usr/bin/python3), etcd for the discovery tests, redis-server for the shared
+#     index tests, Node.js for the npm oracles;
 #   - the npm oracle packages of test/oracle (npm ci, keyed on its lock file);
 #   - golangci-lint at the pinned version, under the Go path;
 #   - kube-apiserver for the discovery tests (test/kube-apiserver.sh: built once
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:?set by the Makefile}
 
 APT_PACKAGES=(gcc libc6-dev make git pkg-config libzmq3-dev python3 python3-cbor2
-  python3-xxhash python3-zmq python3-msgpack python3-jinja2 etcd-server ca-certificates)
+  python3-xxhash python3-zmq python3-msgpack python3-jinja2 etcd-server redis-server ca-certificates)
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/kvindex/redisindex"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/kvrouter/kvrouter/tokenizer"
@@ -56,6 +57,8 @@ type app struct {
 	// pods file, no discovery.
 	nothing bool
 	index   *kvindex.Index
+	// shared is the redis backend over index; nil with the memory backend.
+	shared  *redisindex.Index
 	fleet   *fleet.Fleet
 	router  *router.Router
 	events  *kvevents.Manager
@@ -145,6 +148,16 @@ func (a *app) build(s settings) error {
 	if a.index, err = kvindex.New(s.index, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	var idx interface {
+		router.Index
+		kvevents.PodIndex
+	} = a.index
+	if s.redis != nil {
+		if a.shared, err = redisindex.New(*s.redis, a.index, s.index, a.logger, a.reg); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		idx = a.shared
+	}
 	hasher, err := blockhash.NewHasher(s.hash)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -163,13 +176,13 @@ func (a *app) build(s settings) error {
 		return err
 	}
 	a.models = slices.Sorted(maps.Keys(s.Tokenizers.Models))
-	a.fleet = fleet.New(a.index)
+	a.fleet = fleet.New(idx)
 	tokens := router.RegistryTokenizers{Registry: toks, Chats: a.chats, Health: a.health}
-	if a.router, err = router.New(s.router, a.fleet, a.index, hasher, tokens, a.logger, a.reg); err != nil {
+	if a.router, err = router.New(s.router, a.fleet, idx, hasher, tokens, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.router.SetObjectives(s.objectives)
-	if a.events, err = kvevents.NewManager(s.events, a.index, a.reg, a.logger); err != nil {
+	if a.events, err = kvevents.NewManager(s.events, idx, a.reg, a.logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.debug = s.Admin.Debug
@@ -268,17 +281,23 @@ const nothingToRoute = "nothing to route to: no pod is given (--pod, pods.static
 // readiness is /readyz's answer: whether the app is ready, and a line that
 // says why, or what it routes to.
 func (a *app) readiness() (bool, string) {
+	detail := ""
+	if a.shared != nil {
+		if up, since := a.shared.Up(); !up {
+			detail = fmt.Sprintf("; the shared index's Redis is unreachable since %s: matching on this replica's own view", since.UTC().Format(time.RFC3339))
+		}
+	}
 	if why := a.notReady.Load(); why != nil {
-		return false, "not ready: " + *why
+		return false, "not ready: " + *why + detail
 	}
 	switch n := len(a.fleet.Snapshot().Members()); n {
 	case 0:
 	case 1:
-		return true, "ready: 1 pod to route to" + a.degraded()
+		return true, "ready: 1 pod to route to" + a.degraded() + detail
 	default:
-		return true, fmt.Sprintf("ready: %d pods to route to", n) + a.degraded()
+		return true, fmt.Sprintf("ready: %d pods to route to", n) + a.degraded() + detail
 	}
-	return true, "ready, but no pod is ready now: requests are refused with 503 until one is" + a.degraded()
+	return true, "ready, but no pod is ready now: requests are refused with 503 until one is" + a.degraded() + detail
 }
 
 // start runs every part in g; the servers stop when stop is done.
@@ -308,6 +327,9 @@ func (a *app) start(stop context.Context, g *errgroup.Group, ls listeners, timeo
 	g.Go(func() error { return sweep(stop, a.index) })
 	g.Go(func() error { return a.tokenizers.Run(stop) })
 	g.Go(func() error { return a.watchModels(stop, a.models) })
+	if a.shared != nil {
+		g.Go(func() error { return a.shared.Run(stop) })
+	}
 }
 
 // tlsMode says how the ext_proc port serves: off, self-signed or files,

@@ -18,6 +18,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/kvindex/redisindex"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
@@ -103,7 +104,27 @@ type hashConfig struct {
 }
 
 type indexConfig struct {
-	MaxEntries int `yaml:"max_entries"` // --max-index-entries
+	MaxEntries int         `yaml:"max_entries"` // --max-index-entries
+	Backend    string      `yaml:"backend"`     // --index-backend: memory or redis
+	Redis      redisConfig `yaml:"redis"`
+}
+
+// redisConfig is where the redis backend keeps the shared index
+// (redisindex.Config). The password comes from an environment variable or
+// a file, never from the config itself, and is never logged.
+type redisConfig struct {
+	Address      string   `yaml:"address"`       // --index-redis-addr: host:port, comma-separated seeds with cluster
+	Cluster      bool     `yaml:"cluster"`       // --index-redis-cluster
+	Username     string   `yaml:"username"`      // --index-redis-username
+	PasswordEnv  string   `yaml:"password_env"`  // --index-redis-password-env
+	PasswordFile string   `yaml:"password_file"` // --index-redis-password-file
+	TLS          bool     `yaml:"tls"`           // --index-redis-tls
+	TLSCAFile    string   `yaml:"tls_ca_file"`   // --index-redis-tls-ca
+	KeyPrefix    string   `yaml:"key_prefix"`    // --index-redis-key-prefix
+	TTL          duration `yaml:"ttl"`           // --index-redis-ttl
+	LeaseTTL     duration `yaml:"lease_ttl"`     // --index-redis-lease-ttl
+	Timeout      duration `yaml:"timeout"`       // --index-redis-timeout
+	LocalView    bool     `yaml:"local_view"`    // --index-redis-local-view
 }
 
 // routingConfig is how the router weighs a pod's cached prefix against its
@@ -194,7 +215,7 @@ func defaultConfig() config {
 		Log:        logConfig{Level: "info", Format: "auto"},
 		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
-		Index:      indexConfig{MaxEntries: kvindex.DefaultConfig().MaxEntries},
+		Index:      indexDefaults(),
 		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, Hub: hubDefaults()},
 		Routing:    routingDefaults(),
 		ExtProc: extprocConfig{
@@ -203,6 +224,18 @@ func defaultConfig() config {
 		},
 		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
 		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
+	}
+}
+
+// indexDefaults is the index's own defaults: the memory backend.
+func indexDefaults() indexConfig {
+	r := redisindex.DefaultConfig()
+	return indexConfig{
+		MaxEntries: kvindex.DefaultConfig().MaxEntries, Backend: "memory",
+		Redis: redisConfig{
+			KeyPrefix: r.Prefix, TTL: duration(r.TTL), LeaseTTL: duration(r.LeaseTTL), Timeout: duration(r.Timeout),
+			LocalView: !r.NoLocalView,
+		},
 	}
 }
 
@@ -254,6 +287,20 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.Pods.DefaultModel, "default-model", c.Pods.DefaultModel, "the model of pods that do not name one")
 	hashFlags(&c.Hash.Algorithm, &c.Hash.Seed, &c.Hash.BlockSize, fs)
 	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
+	fs.StringVar(&c.Index.Backend, "index-backend", c.Index.Backend, "where the index lives: memory (each replica its own), or redis (shared by the replicas through Redis or Valkey, --index-redis-*)")
+	r := &c.Index.Redis
+	fs.StringVar(&r.Address, "index-redis-addr", r.Address, "the Redis or Valkey server, host:port (with --index-redis-cluster: comma-separated seed nodes)")
+	fs.BoolVar(&r.Cluster, "index-redis-cluster", r.Cluster, "the server is a Redis Cluster")
+	fs.StringVar(&r.Username, "index-redis-username", r.Username, "the ACL user; empty: the default user")
+	fs.StringVar(&r.PasswordEnv, "index-redis-password-env", r.PasswordEnv, "the environment variable holding the password")
+	fs.StringVar(&r.PasswordFile, "index-redis-password-file", r.PasswordFile, "a file holding the password (a mounted Secret)")
+	fs.BoolVar(&r.TLS, "index-redis-tls", r.TLS, "connect with TLS")
+	fs.StringVar(&r.TLSCAFile, "index-redis-tls-ca", r.TLSCAFile, "PEM bundle of the CAs that sign the server's certificate; empty: the system's")
+	fs.StringVar(&r.KeyPrefix, "index-redis-key-prefix", r.KeyPrefix, "the prefix of every key, so that fleets can share a server")
+	fs.DurationVar((*time.Duration)(&r.TTL), "index-redis-ttl", time.Duration(r.TTL), "how long a block's key lives after its last write (Redis's maxmemory is the hard bound)")
+	fs.DurationVar((*time.Duration)(&r.LeaseTTL), "index-redis-lease-ttl", time.Duration(r.LeaseTTL), "how long a pod's writer lease lasts unrenewed: a dead writer's pods are taken over within about 4/3 of it")
+	fs.BoolVar(&r.LocalView, "index-redis-local-view", r.LocalView, "keep this replica's own view of the index too (memory as the memory backend): routed on while Redis is unreachable, and copied into Redis when it takes a pod's lease; off: load routing meanwhile, and little memory")
+	fs.DurationVar((*time.Duration)(&r.Timeout), "index-redis-timeout", time.Duration(r.Timeout), "the longest one round trip to Redis may take before Redis is taken for down and matches read the local view")
 	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
 	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
@@ -297,7 +344,11 @@ var flagPaths = map[string]string{
 	"hub-endpoint": "tokenizers.hub.endpoint", "hub-token-env": "tokenizers.hub.token_env", "hub-token-file": "tokenizers.hub.token_file",
 	"hub-timeout": "tokenizers.hub.timeout", "hub-offline": "tokenizers.hub.offline",
 	"hash-algo": "hash.algorithm", "hash-seed": "hash.seed", "block-size": "hash.block_size",
-	"max-index-entries":         "index.max_entries",
+	"max-index-entries": "index.max_entries", "index-backend": "index.backend",
+	"index-redis-addr": "index.redis.address", "index-redis-cluster": "index.redis.cluster", "index-redis-username": "index.redis.username",
+	"index-redis-password-env": "index.redis.password_env", "index-redis-password-file": "index.redis.password_file",
+	"index-redis-tls": "index.redis.tls", "index-redis-tls-ca": "index.redis.tls_ca_file", "index-redis-key-prefix": "index.redis.key_prefix",
+	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",

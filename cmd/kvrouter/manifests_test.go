@@ -14,8 +14,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// TestManifestsConfig builds the kustomizations in manifests/ and
-// manifests-gie/ and runs the kvrouter Deployment's configuration through
+// TestManifestsConfig builds the kustomizations in manifests/,
+// manifests-redis/ and manifests-gie/ and runs the kvrouter Deployment's configuration through
 // serve's own loading: its args (with $(VAR) from its ConfigMaps) and the
 // config file its --config names, read from the ConfigMap mounted there,
 // load and validate.
@@ -24,6 +24,12 @@ func TestManifestsConfig(t *testing.T) {
 		s := manifestsSettings(t, "../../manifests")
 		if s.disc.Pool.Name != "" {
 			t.Errorf("manifests/ serves the pool %s, want the selector", s.disc.Pool)
+		}
+	})
+	t.Run("manifests-redis", func(t *testing.T) {
+		s := manifestsSettings(t, "../../manifests-redis")
+		if s.redis == nil || len(s.redis.Addrs) != 1 || s.redis.Addrs[0] != "kvrouter-redis:6379" {
+			t.Errorf("manifests-redis/ index backend = %+v, want redis at the kvrouter-redis Service", s.redis)
 		}
 	})
 	t.Run("manifests-gie", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/kvindex/redisindex"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 	"github.com/kvrouter/kvrouter/tokenizer/chat"
@@ -32,6 +33,7 @@ type settings struct {
 	level  slog.Level
 	hash   blockhash.Config
 	index  kvindex.Config
+	redis  *redisindex.Config // nil: the memory backend
 	router router.Config
 	ext    extproc.Config
 	events kvevents.Config
@@ -69,6 +71,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 	if n := c.Index.MaxEntries; n < s.index.Shards || n > 1<<31 {
 		p.add("index.max_entries: %d, want in [%d, 2^31]", n, s.index.Shards)
 	}
+	s.redis = c.redisSettings(s.index, p)
 	s.router = c.routerConfig(p)
 	s.tok, s.chats = c.tokenizerSettings(p)
 	s.ext = extproc.DefaultConfig()

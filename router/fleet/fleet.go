@@ -11,11 +11,19 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
+// Index is where the fleet registers its pods: a *kvindex.Index or an
+// index backend wrapping one.
+type Index interface {
+	// AddPod registers a pod serving the base model namespace and returns
+	// its handle; see kvindex.Index.AddPod.
+	AddPod(name, namespace string) kvindex.PodID
+}
+
 // Fleet is the router's view of the pods: which serve which model names,
 // which are ready, and how loaded each is. Reads take an immutable Snapshot;
 // updates (from the pod sources) build a new one. Safe for concurrent use.
 type Fleet struct {
-	index *kvindex.Index
+	index Index
 	mu    sync.Mutex // serializes updates
 	snap  atomic.Pointer[Snapshot]
 	// scraped is set by Scraper.Run: from then on the pods' figures come
@@ -74,7 +82,7 @@ type Load struct {
 }
 
 // New returns an empty fleet whose pods are registered in index.
-func New(index *kvindex.Index) *Fleet {
+func New(index Index) *Fleet {
 	f := &Fleet{index: index}
 	f.snap.Store(&Snapshot{pods: map[string]*Member{}, models: map[string]*Target{}})
 	f.known.Store(&map[string]bool{})

@@ -1,0 +1,81 @@
+package redisindex
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+func TestFold(t *testing.T) {
+	const now = 1000
+	rec := func(num uint32, kind uint8, delta int8, v uint64) []byte {
+		return appendRecord(nil, num, kind, delta, v)
+	}
+	cat := func(rs ...[]byte) []byte { return bytes.Join(rs, nil) }
+	epochs := map[uint32]uint64{1: 5, 2: 7}
+	for _, tt := range []struct {
+		name string
+		in   []byte
+		want []byte
+	}{
+		{"counts summed", cat(rec(1, 0, 1, 5), rec(1, 0, 1, 5), rec(1, 1, 1, 5)), cat(rec(1, 0, 2, 5), rec(1, 1, 1, 5))},
+		{"removed to zero", cat(rec(1, 0, 1, 5), rec(1, 0, -1, 5)), nil},
+		{"a removal of an absent block is ignored", cat(rec(1, 0, -1, 5), rec(1, 0, 1, 5)), rec(1, 0, 1, 5)},
+		{"older epochs and unknown pods dropped", cat(rec(1, 0, 1, 4), rec(3, 0, 1, 5), rec(2, 2, 1, 7)), rec(2, 2, 1, 7)},
+		{"the last speculation wins", cat(rec(1, kindSpec, 0, 5000), rec(1, kindSpec, 0, 2000)), rec(1, kindSpec, 0, 2000)},
+		{"expired speculation dropped", cat(rec(1, kindSpec, 0, 5000), rec(1, kindSpec, 0, now)), nil},
+		{"unknown kinds dropped", cat(rec(1, 9, 1, 5), rec(2, 0, 1, 7)), rec(2, 0, 1, 7)},
+	} {
+		if got := fold(tt.in, epochs, now); !bytes.Equal(got, tt.want) {
+			t.Errorf("%s: fold = %x, want %x", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestCompaction: a block key stored and removed over and over stays
+// short, and matches say the same before and after.
+func TestCompaction(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", nil)
+	a.tick()
+	p1 := a.pods["p1"]
+	for range 100 {
+		must(t, a.Stored(p1, kvindex.TierGPU, blocks[:2]))
+		must(t, a.Removed(p1, kvindex.TierGPU, blocks[1:2]))
+	}
+	before := a.match(blocks)["p1"]
+	if before.Blocks != 1 {
+		t.Fatalf("Match(p1) = %+v, want 1 block (the second stored and removed as often)", before)
+	}
+	queued := len(a.compact)
+	if queued == 0 {
+		t.Fatal("no key was queued for compaction after 300 appends")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.compactor(ctx) }()
+	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.metrics.compactions.WithLabelValues("done")) >= float64(queued)
+	})
+	cancel()
+	<-done
+	ctx = context.Background()
+	for i, want := range []int64{recordSize, 0} {
+		n, err := a.rdb.StrLen(ctx, string(a.blockKey(nil, nsTag("m"), blocks[i]))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("block %d's key after compaction: %d bytes, want %d", i, n, want)
+		}
+	}
+	if after := a.match(blocks)["p1"]; after != before {
+		t.Errorf("Match(p1) after compaction = %+v, want %+v as before", after, before)
+	}
+}

@@ -1,0 +1,114 @@
+// Package redisindex shares kvrouter's block index between router replicas
+// through Redis 7 or Valkey 8 (index.backend: redis).
+//
+// # Overview
+//
+// An Index wraps a kvindex.Index, the local view, and a Redis client. It
+// offers the methods the router (Match, Speculate, Settle) and package
+// kvevents (AddPod, RemovePod, Stored, Removed, ClearPod) use, so either
+// backend slots in behind the same consumer-declared interfaces. Every
+// replica keeps subscribing to every pod and keeps its local view: that is
+// what it routes on while Redis is unreachable, and what a new lease holder
+// copies into Redis. Matches read Redis, so a replica started against a
+// populated Redis routes with the whole fleet's index from its first request,
+// and sees the other replicas' speculation.
+//
+// # Data model
+//
+// Keys start with Config.Prefix. The base model (the index namespace) is
+// folded into a 64-bit FNV-1a tag n, written in hex:
+//
+//	<prefix>{<n>:<g>}b:<hash>   a string per block, g = hash mod Config.Groups:
+//	                            16-byte records, appended (see below)
+//	<prefix>{<n>}p              the namespace's pod table, a hash:
+//	    "<pod>"  → "<num>:<epoch>"   the pod's number and current epoch
+//	    "#next"  → the last number given
+//	<prefix>lease:{<pod>}       the pod's writer lease: the holder's id
+//
+// A record is (pod number u32, kind u8: tier 0–3 or speculative, count
+// delta i8, 2 zero bytes, epoch or deadline u64), little-endian. Every
+// write is an APPEND plus a PEXPIRE, so writers of different pods never
+// read-modify-write a shared key and need no script: a BlockStored of 16
+// blocks is one pipeline of 32 commands, a speculation of a 512-block
+// prompt one of 1024. Readers fold a pod's real records of its current
+// epoch in order, the count never below zero (a removal of an absent block
+// is ignored, as kvindex ignores it); the last speculative record of a pod
+// wins, so Settle is an append of a shorter deadline.
+//
+// A Match is one pipeline: HMGET of the candidates' pod table entries, and
+// one MGET per slot group of the blocks' keys; then the leading runs are
+// counted here exactly as kvindex.Index.Match counts them (fastest real
+// tier first, speculation only where no real holder counts). Only bytes
+// cross the wire: no per-holder strings to parse. The braces are Redis
+// Cluster hash tags: a namespace's blocks spread over Config.Groups slots,
+// so one request touches at most Groups + 1 slots and the cluster client
+// sends one pipeline per node, in parallel.
+//
+// Clearing a pod (an AllBlocksCleared event, a restart, a gap replay cannot
+// fill, a new lease holder) does not walk its entries: it gives the pod a
+// new epoch in the pod table, one script call. Records of older epochs no
+// longer count. A key that appends grow past each multiple of 64 records
+// is compacted in the background (one record per live holder; WATCH, so a
+// concurrent append wins and the key is compacted at its next crossing).
+//
+// # Bounds
+//
+// Every write sets its block key's TTL to Config.TTL: a block nobody
+// writes again for that long leaves Redis on its own, which bounds the
+// entries by what the fleet stored in one TTL. Set Redis's maxmemory with
+// maxmemory-policy volatile-ttl as the hard bound: an evicted block key is
+// a block no pod seems to hold, an under-estimate, never a wrong route. The
+// pod tables have no TTL, so volatile-ttl never evicts them (with
+// allkeys-* policies a lost pod table renumbers its pods; epochs taken from
+// the clock keep old records from counting for a new number). A block key
+// longer than Config.MaxHolders records (the holder bound) is refused.
+// Speculative records carry their deadline (kvindex.Config.SpeculativeTTL,
+// shortened to SpeculativeGrace by Settle) and count only before it.
+//
+// # Writers
+//
+// Exactly one replica writes a pod's events: the holder of its lease, a
+// key set with SET NX PX Config.LeaseTTL and renewed every LeaseTTL/3 by a
+// compare-and-extend script. When the holder dies its lease expires and
+// another replica takes it within LeaseTTL + LeaseTTL/3. A new holder
+// gives the pod a new epoch (a clear, counted) and copies its local view
+// of the pod into Redis, so events the old holder had not written yet are
+// not lost and nothing it wrote stale survives. Speculation has no
+// owner: every replica writes its own decisions' speculative records,
+// naming the pod by the number its lease holder gave it (learnt at each
+// lease renewal; a pod not yet numbered gets no shared speculation).
+//
+// # Degradation
+//
+// A failed round trip marks Redis down (kvrouter_index_redis_up = 0,
+// kvrouter_index_redis_errors_total, a /readyz detail) and from then on
+// Match reads the local view, which is exactly the memory backend, and
+// writes go only to it. Run pings Redis every Config.PingInterval; the
+// first answer marks it up again, and the lease loop re-takes (and so
+// re-copies) every lease it holds. With Config.NoLocalView
+// (index.redis.local_view: false) there is no local view to fall back on:
+// matches find nothing meanwhile, so decisions go by load alone, and a
+// lease taken starts the pod empty in Redis. Values of the wrong type or
+// shape in Redis are refused: counted in kvrouter_index_redis_refused_total and
+// taken as no holder (a block key of another type reads as absent and is
+// counted when a writer meets it).
+//
+// # Concurrency
+//
+// An Index is safe for concurrent use. The pod table is guarded by a
+// read-write lock; the up flag and the leases held are atomics read on
+// the hot path; each pod's writes are serialized with the copy a new lease
+// holder makes by the pod's own mutex. While Run runs, the appends of
+// concurrent callers (the appliers of many pods, the decisions of many
+// requests) share one pipeline, a group commit; each caller still returns
+// once Redis has its records, so a pod's writes stay in order.
+//
+// # Lifecycle
+//
+// New validates its Config, makes no connection and starts no goroutines.
+// Run keeps the leases and the health check, and runs the group writer and
+// the compactor, until its context ends; then it releases the leases it
+// holds, closes the client, and returns once its goroutines have exited.
+// A caller without Run (the fleet simulator) calls Renew to take the
+// leases; its appends then go out one call at a time.
+package redisindex

@@ -1,0 +1,103 @@
+package redisindex
+
+import (
+	"encoding/binary"
+	"strconv"
+)
+
+// nsTag is a namespace's hash tag body: FNV-1a of the model name in hex, so
+// that no model name can break a tag.
+func nsTag(namespace string) string {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(namespace); i++ {
+		h ^= uint64(namespace[i])
+		h *= 1099511628211
+	}
+	return strconv.FormatUint(h, 16)
+}
+
+// group is the slot group of block h.
+func (x *Index) group(h uint64) int { return int(h % uint64(x.cfg.Groups)) }
+
+// blockKey is the key of block h in the namespace with tag tag.
+func (x *Index) blockKey(buf []byte, tag string, h uint64) []byte {
+	buf = append(buf, x.cfg.Prefix...)
+	buf = append(buf, '{')
+	buf = append(buf, tag...)
+	buf = append(buf, ':')
+	buf = strconv.AppendUint(buf, h%uint64(x.cfg.Groups), 16)
+	buf = append(buf, "}b:"...)
+	return strconv.AppendUint(buf, h, 16)
+}
+
+// podsKey is the key of a namespace's pod table: name → "<num>:<epoch>".
+func (x *Index) podsKey(tag string) string {
+	return x.cfg.Prefix + "{" + tag + "}p"
+}
+
+// leaseKey is the key of a pod's writer lease.
+func (x *Index) leaseKey(pod string) string {
+	return x.cfg.Prefix + "lease:{" + pod + "}"
+}
+
+// A block key's value is a sequence of 16-byte records, appended:
+//
+//	[0:4]  the pod's number in its namespace's pod table, little-endian
+//	[4]    kind: 0–3 a tier (a real holder), 4 speculative
+//	[5]    real: a count delta, a signed byte (+n stored, -1 removed)
+//	[6:8]  zero
+//	[8:16] real: the pod's epoch; speculative: the deadline in unix ms
+//
+// Readers fold a pod's real records of its current epoch in order, the
+// count never going below zero (a removal of an absent block is ignored,
+// as kvindex ignores it); the last speculative record of a pod wins.
+const (
+	recordSize = 16
+	kindSpec   = 4
+)
+
+func appendRecord(buf []byte, num uint32, kind uint8, delta int8, v uint64) []byte {
+	buf = binary.LittleEndian.AppendUint32(buf, num)
+	buf = append(buf, kind, byte(delta), 0, 0)
+	return binary.LittleEndian.AppendUint64(buf, v)
+}
+
+// record is one decoded record.
+type record struct {
+	num   uint32
+	kind  uint8
+	delta int8
+	v     uint64
+}
+
+// decodeRecord reads the record at the start of b, which holds at least
+// recordSize bytes; ok is false for one of no known shape.
+func decodeRecord[B string | []byte](b B) (r record, ok bool) {
+	_ = b[recordSize-1]
+	r.num = uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+	r.kind, r.delta = b[4], int8(b[5])
+	for i := 15; i >= 8; i-- {
+		r.v = r.v<<8 | uint64(b[i])
+	}
+	return r, r.kind <= kindSpec && b[6] == 0 && b[7] == 0
+}
+
+// parsePodEntry reads a pod table value "<num>:<epoch>".
+func parsePodEntry(s string) (num uint32, epoch uint64, ok bool) {
+	i := 0
+	for i < len(s) && s[i] != ':' {
+		i++
+	}
+	if i == 0 || i >= len(s)-1 {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseUint(s[:i], 10, 32)
+	if err != nil || n == 0 {
+		return 0, 0, false
+	}
+	e, err := strconv.ParseUint(s[i+1:], 10, 63)
+	if err != nil || e == 0 {
+		return 0, 0, false
+	}
+	return uint32(n), e, true
+}

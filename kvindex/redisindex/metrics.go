@@ -1,0 +1,72 @@
+package redisindex
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	up           prometheus.Gauge
+	leases       prometheus.Gauge
+	errors       *prometheus.CounterVec
+	refused      *prometheus.CounterVec
+	localMatches prometheus.Counter
+	clears       prometheus.Counter
+	taken        prometheus.Counter
+	roundTrip    *prometheus.HistogramVec
+	compactions  *prometheus.CounterVec
+}
+
+func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "kvrouter", "index_redis"
+	m := &metrics{
+		up: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "up",
+			Help: "1 while Redis answers; 0 while matches read the local view.",
+		}),
+		leases: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "leases",
+			Help: "Pods whose events this replica writes to Redis (writer leases held).",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "errors_total",
+			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, ping).",
+		}, []string{"op"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "refused_total",
+			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry).",
+		}, []string{"reason"}),
+		localMatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "local_matches_total",
+			Help: "Matches answered from the local view because Redis was down.",
+		}),
+		clears: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "clears_total",
+			Help: "Pods cleared in Redis (moved to new epochs) by this replica: clear events, restarts, and leases taken.",
+		}),
+		taken: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leases_taken_total",
+			Help: "Writer leases this replica took, or re-took after Redis lost them, copying its view of the pod.",
+		}),
+		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
+			Help:    "Time of a Redis round trip, by operation (match, events).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
+		}, []string{"op"}),
+	}
+	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "compactions_total",
+		Help: "Block keys grown by appends and rewritten to one record per live holder, by result: done, raced (a write came first), dropped (queue full).",
+	}, []string{"result"})
+	m.up.Set(1)
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.roundTrip, m.compactions} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("redisindex: %w", err)
+		}
+	}
+	return m, nil
+}

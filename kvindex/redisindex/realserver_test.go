@@ -1,0 +1,380 @@
+package redisindex
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// replica is one router replica's index over the shared server.
+type replica struct {
+	*Index
+	pods map[string]kvindex.PodID
+}
+
+func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica {
+	t.Helper()
+	kcfg := kvindex.DefaultConfig()
+	local, err := kvindex.New(kcfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Addrs = []string{addr}
+	cfg.Replica = name
+	cfg.Prefix = "test:"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.rdb.Close() })
+	r := &replica{Index: x, pods: map[string]kvindex.PodID{}}
+	for _, p := range []string{"p1", "p2"} {
+		r.pods[p] = x.AddPod(p, "m")
+	}
+	return r
+}
+
+// match is Match over both pods, by pod name.
+func (r *replica) match(hashes []uint64) map[string]kvindex.PodMatch {
+	ids := []kvindex.PodID{r.pods["p1"], r.pods["p2"]}
+	ms := r.Match("m", hashes, ids, nil)
+	return map[string]kvindex.PodMatch{"p1": ms[0], "p2": ms[1]}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var blocks = []uint64{0x1111, 0x2222, 0x3333, 0x4444, 0x5555, 0x6666}
+
+// waitFor polls cond, for the state another goroutine or Redis's clock
+// moves.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestReplicasShareEntriesAndSpeculation(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	a.tick() // a takes both leases
+	b.tick()
+	if got := testutil.ToFloat64(a.metrics.leases); got != 2 {
+		t.Fatalf("leases of a = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(b.metrics.leases); got != 0 {
+		t.Fatalf("leases of b = %v, want 0", got)
+	}
+	// Both follow p1's events; only a writes them.
+	for _, r := range []*replica{a, b} {
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:4]))
+		must(t, r.Stored(r.pods["p1"], kvindex.TierCPU, blocks[:2]))
+		must(t, r.Removed(r.pods["p1"], kvindex.TierGPU, blocks[3:4]))
+	}
+	// b decides a request for p2: a sees its speculation.
+	must(t, b.Speculate(b.pods["p2"], blocks))
+	fresh := newReplica(t, srv.Addr, "fresh", nil) // a warm start: nothing local
+	for name, r := range map[string]*replica{"a": a, "b": b, "fresh": fresh} {
+		got := r.match(blocks)
+		want1 := kvindex.PodMatch{Pod: r.pods["p1"], Blocks: 3, Tiers: [kvindex.NumTiers]int{3, 0, 0, 0}}
+		want2 := kvindex.PodMatch{Pod: r.pods["p2"], Blocks: 6, Speculative: 6}
+		if got["p1"] != want1 || got["p2"] != want2 {
+			t.Errorf("%s: Match = %+v, want %+v and %+v", name, got, want1, want2)
+		}
+	}
+	// Settled speculation lapses after the grace period for every replica.
+	must(t, b.Settle(b.pods["p2"], blocks))
+	waitFor(t, "settled speculation lapses", 10*time.Second, func() bool {
+		return a.match(blocks)["p2"].Blocks == 0
+	})
+	// A clear event written by the lease holder empties p1 for everyone.
+	must(t, a.ClearPod(a.pods["p1"]))
+	if got := fresh.match(blocks)["p1"]; got.Blocks != 0 {
+		t.Errorf("after ClearPod: Match(p1) = %+v, want no blocks", got)
+	}
+}
+
+func TestLeaseTakenOverWhenWriterDies(t *testing.T) {
+	srv := redisserver.New(t)
+	short := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
+	a, b := newReplica(t, srv.Addr, "a", short), newReplica(t, srv.Addr, "b", short)
+	a.tick()
+	for _, r := range []*replica{a, b} {
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:4]))
+	}
+	// a dies (no more renewals) before writing p1's next event, which b
+	// applies to its local view only.
+	must(t, b.Removed(b.pods["p1"], kvindex.TierGPU, blocks[2:4]))
+	if got := b.match(blocks)["p1"].Blocks; got != 4 {
+		t.Fatalf("before the takeover: Match(p1) = %d blocks, want the 4 a wrote", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = b.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	start := time.Now()
+	waitFor(t, "b takes p1's lease", 5*time.Second, func() bool { return b.pod(b.pods["p1"]).held.Load() })
+	t.Logf("taken over %v after the writer's last renewal", time.Since(start))
+	if got := testutil.ToFloat64(b.metrics.clears); got < 2 {
+		t.Errorf("clears counted by b = %v, want one per pod taken (2)", got)
+	}
+	if got := a.match(blocks)["p1"]; got.Blocks != 2 {
+		t.Errorf("after the takeover: Match(p1) = %+v, want b's 2 blocks and not a's stale 4", got)
+	}
+	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[2:3]))
+	if got := a.match(blocks)["p1"].Blocks; got != 3 {
+		t.Errorf("b writes p1's events: Match(p1) = %d blocks, want 3", got)
+	}
+}
+
+func TestRedisRestartedEmptyIsRebuilt(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	a.tick()
+	for _, r := range []*replica{a, b} { // both follow p1; a writes
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:5]))
+		must(t, r.ClearPod(r.pods["p1"]))
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:3]))
+	}
+	clears := testutil.ToFloat64(a.metrics.clears) + testutil.ToFloat64(b.metrics.clears)
+	srv.Stop()
+	srv.Start() // its data is gone, leases and epochs with it
+	for _, r := range []*replica{a, b} {
+		if got := r.match(blocks)["p1"]; got.Blocks > 3 {
+			t.Fatalf("after the restart: Match(p1) = %+v, want nothing served beyond the 3 held", got)
+		}
+	}
+	// The first to renew finds the leases gone, takes them and copies its
+	// view in: entries rebuilt, pods cleared (counted).
+	b.tick()
+	a.tick()
+	if got := testutil.ToFloat64(a.metrics.clears) + testutil.ToFloat64(b.metrics.clears); got <= clears {
+		t.Errorf("clears after the restart = %v, want more than %v", got, clears)
+	}
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		if got := r.match(blocks)["p1"].Blocks; got != 3 {
+			t.Errorf("%s: rebuilt Match(p1) = %d blocks, want 3", name, got)
+		}
+	}
+}
+
+func TestRedisUnreachableUnderLoad(t *testing.T) {
+	srv := redisserver.New(t)
+	quick := func(c *Config) { c.PingInterval = 100 * time.Millisecond; c.LeaseTTL = 900 * time.Millisecond }
+	a := newReplica(t, srv.Addr, "a", quick)
+	a.tick()
+	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:4]))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = a.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	srv.Stop()
+	outage := 10 * time.Second
+	if testing.Short() {
+		outage = 2 * time.Second
+	}
+	end := time.Now().Add(outage)
+	n := 0
+	for time.Now().Before(end) {
+		// Events keep coming while Redis is away; the local view has them.
+		if n == 10 {
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[4:5]))
+		}
+		got := a.match(blocks)["p1"].Blocks
+		want := 4
+		if n >= 10 {
+			want = 5
+		}
+		if got != want && n > 0 { // the first match meets the outage
+			t.Fatalf("match %d during the outage: Match(p1) = %d blocks, want %d from the local view", n, got, want)
+		}
+		n++
+		time.Sleep(5 * time.Millisecond)
+	}
+	if up, since := a.Up(); up || since.IsZero() {
+		t.Errorf("during the outage: Up() = %v, %v, want down with a time", up, since)
+	}
+	if got := testutil.ToFloat64(a.metrics.up); got != 0 {
+		t.Errorf("kvrouter_index_redis_up = %v during the outage, want 0", got)
+	}
+	if got := testutil.ToFloat64(a.metrics.localMatches); got < float64(n-1) {
+		t.Errorf("local matches = %v, want at least %d", got, n-1)
+	}
+	srv.Start() // empty: the recovered lease copies the local view in
+	waitFor(t, "Redis marked up and the lease re-taken", 5*time.Second, func() bool {
+		up, _ := a.Up()
+		return up && a.pod(a.pods["p1"]).held.Load()
+	})
+	local := testutil.ToFloat64(a.metrics.localMatches)
+	if got := a.match(blocks)["p1"].Blocks; got != 5 {
+		t.Errorf("after recovery: Match(p1) = %d blocks, want 5", got)
+	}
+	if got := testutil.ToFloat64(a.metrics.localMatches); got != local {
+		t.Errorf("after recovery the match read the local view (local matches %v → %v)", local, got)
+	}
+}
+
+func TestHostileValuesRefused(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", func(c *Config) { c.MaxHolders = 8 })
+	a.tick()
+	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	key := func(h uint64) string { return string(a.blockKey(nil, nsTag("m"), h)) }
+	tests := []struct {
+		name   string
+		poison func() error
+		reason string
+		want   int // blocks of p1 still matched
+	}{
+		{"wrong type", func() error {
+			if err := rdb.Del(ctx, key(blocks[3])).Err(); err != nil {
+				return err
+			}
+			if err := rdb.RPush(ctx, key(blocks[3]), "garbage").Err(); err != nil {
+				return err
+			}
+			return a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[3:4]) // the writer meets it
+		}, "type", 3},
+		{"not whole records", func() error { return rdb.Set(ctx, key(blocks[2]), "garbage", 0).Err() }, "size", 2},
+		{"a record of no known kind", func() error {
+			rec := appendRecord(nil, a.pod(a.pods["p1"]).num.Load(), 9, 1, 1)
+			return rdb.Set(ctx, key(blocks[1]), rec, 0).Err()
+		}, "record", 1},
+		{"over the holder bound", func() error {
+			var val []byte
+			for i := range 9 {
+				val = appendRecord(val, uint32(100+i), kindSpec, 0, 1<<62)
+			}
+			return rdb.Append(ctx, key(blocks[0]), string(val)).Err()
+		}, "holders", 0},
+		{"a garbage pod table entry", func() error { return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "x:y").Err() }, "pods", 0},
+		{"a pod table of the wrong type", func() error {
+			if err := rdb.Del(ctx, a.podsKey(nsTag("m"))).Err(); err != nil {
+				return err
+			}
+			return rdb.Set(ctx, a.podsKey(nsTag("m")), "x", 0).Err()
+		}, "pods", 0},
+	}
+	for _, tt := range tests {
+		before := testutil.ToFloat64(a.metrics.refused.WithLabelValues(tt.reason))
+		must(t, tt.poison())
+		got := a.match(blocks)
+		if got["p1"].Blocks != tt.want || got["p2"].Blocks != 0 {
+			t.Errorf("%s: Match = %+v, want p1 %d blocks, p2 none", tt.name, got, tt.want)
+		}
+		if after := testutil.ToFloat64(a.metrics.refused.WithLabelValues(tt.reason)); after <= before {
+			t.Errorf("%s: refused{reason=%q} = %v, want more than %v", tt.name, tt.reason, after, before)
+		}
+	}
+	if up, _ := a.Up(); !up {
+		t.Error("hostile values marked Redis down; they are refused, not failures")
+	}
+}
+
+// TestCluster: on a Redis Cluster the replicas share entries and
+// speculation as on one server; a namespace's keys spread over several
+// nodes, and a match reads them in one pipeline per node.
+func TestCluster(t *testing.T) {
+	nodes := redisserver.NewCluster(t, 3)
+	cluster := func(c *Config) {
+		c.Addrs, c.Cluster, c.Groups = []string{nodes[0].Addr, nodes[1].Addr}, true, 16
+	}
+	a, b := newReplica(t, nodes[0].Addr, "a", cluster), newReplica(t, nodes[0].Addr, "b", cluster)
+	a.tick()
+	b.tick()
+	if got := testutil.ToFloat64(a.metrics.leases); got != 2 {
+		t.Fatalf("leases of a = %v, want 2", got)
+	}
+	many := make([]uint64, 64) // over all 16 groups
+	for i := range many {
+		many[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
+	}
+	for _, r := range []*replica{a, b} {
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, many[:40]))
+	}
+	must(t, b.Speculate(b.pods["p2"], many))
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		got := r.match(many)
+		if got["p1"].Blocks != 40 || got["p1"].Tiers[kvindex.TierGPU] != 40 || got["p2"].Speculative != 64 {
+			t.Errorf("%s: Match = %+v, want p1 40 real blocks and p2 64 speculative", name, got)
+		}
+	}
+	// The keys really are on several nodes.
+	holding := 0
+	for _, n := range nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		keys, err := rdb.DBSize(context.Background()).Result()
+		_ = rdb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys > 0 {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Errorf("the index's keys are on %d of 3 nodes, want them spread", holding)
+	}
+	if up, _ := a.Up(); !up {
+		t.Error("Redis marked down on the cluster")
+	}
+}
+
+// TestNoLocalView: without a local view the replica's memory holds no
+// entries, Redis still shares them, and while Redis is down matches find
+// nothing (load routing) instead of failing.
+func TestNoLocalView(t *testing.T) {
+	srv := redisserver.New(t)
+	lean := func(c *Config) { c.NoLocalView = true }
+	a, b := newReplica(t, srv.Addr, "a", lean), newReplica(t, srv.Addr, "b", nil)
+	a.tick()
+	b.tick()
+	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:3]))
+	if n, _ := a.local.Len(); n != 0 {
+		t.Errorf("the local view holds %d entries, want none", n)
+	}
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		if got := r.match(blocks)["p1"].Blocks; got != 3 {
+			t.Errorf("%s: Match(p1) = %d blocks, want 3 through Redis", name, got)
+		}
+	}
+	if err := a.Stored(kvindex.PodID(12345), kvindex.TierGPU, blocks); !errors.Is(err, kvindex.ErrUnknownPod) {
+		t.Errorf("Stored(unknown pod) = %v, want ErrUnknownPod", err)
+	}
+	srv.Stop()
+	if got := a.match(blocks)["p1"].Blocks; got != 0 {
+		t.Errorf("with Redis down: Match(p1) = %d blocks, want none (load routing)", got)
+	}
+	if up, _ := a.Up(); up {
+		t.Error("Redis not marked down")
+	}
+}

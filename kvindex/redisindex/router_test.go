@@ -1,0 +1,140 @@
+package redisindex
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
+	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/router/fleet"
+)
+
+// byteTokens tokenizes a prompt as its bytes.
+type byteTokens struct{}
+
+func (byteTokens) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]uint32, error) {
+	for i := range len(p.Prompt) {
+		dst = append(dst, uint32(p.Prompt[i]))
+	}
+	return dst, nil
+}
+
+// routerReplica is one kvrouter replica: a router over a fleet over the
+// shared index.
+type routerReplica struct {
+	*router.Router
+	index *Index
+}
+
+func newRouterReplica(t *testing.T, addr, name string, mutate func(*Config)) *routerReplica {
+	t.Helper()
+	r := newReplica(t, addr, name, mutate)
+	fl := fleet.New(r.Index)
+	for i, p := range []string{"p1", "p2", "p3"} {
+		fl.Upsert(pod.Pod{Name: p, IP: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Model: "m", Ready: true})
+	}
+	hasher, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := router.New(router.DefaultConfig(), fl, r.Index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &routerReplica{Router: rt, index: r.Index}
+}
+
+func (r *routerReplica) route(t *testing.T, prompt string) *router.Decision {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"m","prompt":%q}`, prompt)
+	d, err := r.Route(context.Background(), router.Request{ID: "req", Path: "/v1/completions", Body: []byte(body)})
+	if err != nil {
+		t.Fatalf("Route(%q) = %v, want a decision", prompt, err)
+	}
+	return d
+}
+
+// TestRoutersShareSpeculation: a burst of requests sharing a new prefix,
+// split over two replicas, goes to one pod: each replica sees the other's
+// decision.
+func TestRoutersShareSpeculation(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	a.index.tick()
+	b.index.tick() // b learns the pods' numbers
+	for i := range 8 {
+		prompt := fmt.Sprintf("request %d: a long shared system prompt", i)
+		da := a.route(t, prompt)
+		db := b.route(t, prompt)
+		if db.Pod != da.Pod || db.Matched != db.Total || db.Reason != router.ReasonPrefix {
+			t.Errorf("prompt %d: replica a sent it to %s; replica b to %s (%d/%d blocks, %s), want %s with every block",
+				i, da.Pod, db.Pod, db.Matched, db.Total, db.Reason, da.Pod)
+		}
+		da.Done()
+		db.Done()
+	}
+}
+
+// TestRoutersRideOutAnOutage: with Redis gone for a while under load, no
+// request fails and the replica routes on its own view; then it matches
+// through Redis again by itself.
+func TestRoutersRideOutAnOutage(t *testing.T) {
+	srv := redisserver.New(t)
+	quick := func(c *Config) { c.PingInterval = 100 * time.Millisecond; c.LeaseTTL = 900 * time.Millisecond }
+	a := newRouterReplica(t, srv.Addr, "a", quick)
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	run.Add(1)
+	go func() { defer run.Done(); _ = a.index.Run(ctx) }()
+	defer func() { cancel(); run.Wait() }()
+	waitFor(t, "the leases taken", 5*time.Second, func() bool { return testutil.ToFloat64(a.index.metrics.leases) == 3 })
+
+	outage := 10 * time.Second
+	if testing.Short() {
+		outage = 2 * time.Second
+	}
+	srv.Stop()
+	end := time.Now().Add(outage)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				body := fmt.Sprintf(`{"model":"m","prompt":"worker %d request %d with some words"}`, w, i%5)
+				d, err := a.Route(context.Background(), router.Request{ID: "req", Path: "/v1/completions", Body: []byte(body)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				d.Done()
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a request during the outage: %v", err)
+	}
+	if got := testutil.ToFloat64(a.index.metrics.localMatches); got == 0 {
+		t.Error("no match read the local view during the outage")
+	}
+	srv.Start()
+	waitFor(t, "Redis marked up again", 5*time.Second, func() bool { up, _ := a.index.Up(); return up })
+	local := testutil.ToFloat64(a.index.metrics.localMatches)
+	a.route(t, "after the outage").Done()
+	if got := testutil.ToFloat64(a.index.metrics.localMatches); got != local {
+		t.Errorf("after recovery a match read the local view (%v → %v)", local, got)
+	}
+}

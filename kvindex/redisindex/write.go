@@ -1,0 +1,258 @@
+package redisindex
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// takeScript gives a pod a new epoch in its namespace's pod table, and a
+// number if it has none: the lease holder's clear. The epoch is the larger
+// of the old one plus one and the caller's clock in ms, so that a pod table
+// lost and rebuilt never repeats a (number, epoch) pair. It returns
+// {number, epoch}.
+const takeScript = `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+local num, ep
+if v then num, ep = string.match(v, '^(%d+):(%d+)$') end
+if not num then
+  num = redis.call('HINCRBY', KEYS[1], '#next', 1)
+  ep = 0
+end
+ep = math.max(tonumber(ep) + 1, tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], ARGV[1], num .. ':' .. string.format('%d', ep))
+return {tonumber(num), ep}`
+
+// Stored records a BlockStored event in the local view and, when this
+// replica holds the pod's lease, in Redis: one pipeline of appends.
+func (x *Index) Stored(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error {
+	return x.write(pod, tier, hashes, 1)
+}
+
+// Removed records a BlockRemoved event in the local view and, when this
+// replica holds the pod's lease, in Redis: one pipeline of appends.
+func (x *Index) Removed(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error {
+	return x.write(pod, tier, hashes, -1)
+}
+
+func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, delta int8) error {
+	local := x.local.Stored
+	if delta < 0 {
+		local = x.local.Removed
+	}
+	if x.cfg.NoLocalView {
+		local = x.checkOnly
+	}
+	ps := x.pod(pod)
+	if ps == nil {
+		return local(pod, tier, hashes)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if err := local(pod, tier, hashes); err != nil || !ps.held.Load() || len(hashes) == 0 {
+		return err
+	}
+	start := time.Now()
+	rec := appendRecord(nil, ps.mu.num, uint8(tier), delta, ps.mu.epoch)
+	if err := x.appendAll(ps.tag, hashes, rec); err != nil {
+		x.failed("events", err)
+		return nil // the local view has the event; the lease, re-taken, copies it
+	}
+	x.metrics.roundTrip.WithLabelValues("events").Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// appendReq is one caller's appends: rec to the key of every block of
+// hashes.
+type appendReq struct {
+	tag    string
+	hashes []uint64
+	rec    []byte
+	done   chan error
+}
+
+// maxGroup bounds the callers' appends one pipeline carries.
+const maxGroup = 256
+
+// appendAll appends rec to the key of every block of hashes, refreshing
+// their TTL, and returns once Redis has them. While Run is running, the
+// appends of callers that arrive together (the appliers of many pods, the
+// decisions of many requests) share one pipeline: a group commit.
+func (x *Index) appendAll(tag string, hashes []uint64, rec []byte) error {
+	req := &appendReq{tag: tag, hashes: hashes, rec: rec}
+	if !x.grouping.Load() {
+		return x.appendNow([]*appendReq{req})
+	}
+	req.done = make(chan error, 1)
+	select {
+	case x.appends <- req:
+		return <-req.done
+	case <-x.stopped:
+		return x.appendNow([]*appendReq{req})
+	}
+}
+
+// groupWriter runs the group commits until ctx ends.
+func (x *Index) groupWriter(ctx context.Context) {
+	x.grouping.Store(true)
+	defer func() {
+		x.grouping.Store(false)
+		close(x.stopped)
+	}()
+	batch := make([]*appendReq, 0, maxGroup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-x.appends:
+			batch = append(batch[:0], r)
+		more:
+			for len(batch) < maxGroup {
+				select {
+				case r := <-x.appends:
+					batch = append(batch, r)
+				default:
+					break more
+				}
+			}
+			err := x.appendNow(batch)
+			for _, r := range batch {
+				r.done <- err
+			}
+		}
+	}
+}
+
+// appendNow writes the appends of batch in one pipeline, and queues the
+// keys grown past a multiple of compactEvery for compaction.
+func (x *Index) appendNow(batch []*appendReq) error {
+	ctx, cancel := x.ctx()
+	defer cancel()
+	pipe := x.rdb.Pipeline()
+	n := 0
+	for _, r := range batch {
+		n += len(r.hashes)
+	}
+	cmds := make([]*redis.IntCmd, 0, n)
+	keys := make([]string, 0, n)
+	var buf []byte
+	for _, r := range batch {
+		val := string(r.rec)
+		for _, h := range r.hashes {
+			buf = x.blockKey(buf[:0], r.tag, h)
+			key := string(buf)
+			keys = append(keys, key)
+			cmds = append(cmds, pipe.Append(ctx, key, val))
+			pipe.PExpire(ctx, key, x.cfg.TTL)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
+		return err
+	}
+	i := 0
+	for _, r := range batch {
+		for range r.hashes {
+			n, err := cmds[i].Result()
+			switch {
+			case err != nil:
+				x.metrics.refused.WithLabelValues("type").Inc()
+			case n >= compactEvery && n%compactEvery < int64(len(r.rec)):
+				x.queueCompaction(r.tag, keys[i])
+			}
+			i++
+		}
+	}
+	return nil
+}
+
+// checkOnly is the local view's write without a local view: it only
+// checks the handle, as the local view would.
+func (x *Index) checkOnly(pod kvindex.PodID, tier kvindex.Tier, _ []uint64) error {
+	if int(tier) >= kvindex.NumTiers {
+		return fmt.Errorf("%w: %d", kvindex.ErrBadTier, tier)
+	}
+	if x.local.PodName(pod) == "" {
+		return fmt.Errorf("%w: %d", kvindex.ErrUnknownPod, pod)
+	}
+	return nil
+}
+
+// ClearPod clears the pod in the local view and, when this replica holds
+// its lease, in Redis, by giving the pod a new epoch: one round trip.
+func (x *Index) ClearPod(pod kvindex.PodID) error {
+	ps := x.pod(pod)
+	if ps == nil {
+		return x.local.ClearPod(pod)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	clearLocal := x.local.ClearPod
+	if x.cfg.NoLocalView {
+		clearLocal = func(id kvindex.PodID) error { return x.checkOnly(id, 0, nil) }
+	}
+	if err := clearLocal(pod); err != nil || !ps.held.Load() {
+		return err
+	}
+	if err := x.newEpochLocked(ps); err != nil {
+		x.failed("clear", err)
+	}
+	return nil
+}
+
+// newEpochLocked gives the pod a new epoch (and a number if it has none):
+// its older records no longer count.
+func (x *Index) newEpochLocked(ps *podState) error {
+	ctx, cancel := x.ctx()
+	defer cancel()
+	res, err := x.rdb.Eval(ctx, takeScript, []string{x.podsKey(ps.tag)}, ps.name, x.now().UnixMilli()).Int64Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) != 2 || res[0] <= 0 || res[0] > 1<<32-1 || res[1] <= 0 {
+		return errPodTable
+	}
+	ps.mu.num, ps.mu.epoch = uint32(res[0]), uint64(res[1])
+	ps.num.Store(ps.mu.num)
+	x.metrics.clears.Inc()
+	return nil
+}
+
+// Speculate records a decision's speculative holders in the local view
+// and in Redis, where every replica's matches see them: one pipeline.
+func (x *Index) Speculate(pod kvindex.PodID, hashes []uint64) error {
+	if err := x.local.Speculate(pod, hashes); err != nil {
+		return err
+	}
+	return x.speculate(pod, hashes, x.spec.SpeculativeTTL, "speculate")
+}
+
+// Settle shortens a decision's speculative holders to the grace period in
+// the local view and in Redis: one pipeline.
+func (x *Index) Settle(pod kvindex.PodID, hashes []uint64) error {
+	if err := x.local.Settle(pod, hashes); err != nil {
+		return err
+	}
+	return x.speculate(pod, hashes, x.spec.SpeculativeGrace, "settle")
+}
+
+// speculate appends a speculative record with the deadline now + life:
+// the pod's last one counts.
+func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration, op string) error {
+	ps := x.pod(pod)
+	if ps == nil || !x.up.Load() || len(hashes) == 0 {
+		return nil
+	}
+	num := ps.num.Load()
+	if num == 0 { // no replica has numbered the pod yet
+		return nil
+	}
+	deadline := uint64(x.now().Add(life).UnixMilli())
+	if err := x.appendAll(ps.tag, hashes, appendRecord(nil, num, kindSpec, 0, deadline)); err != nil {
+		x.failed(op, err)
+	}
+	return nil
+}
