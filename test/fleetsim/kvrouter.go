@@ -166,24 +166,46 @@ func newEventIndex(s *Sim) (*eventIndex, error) {
 // KVEvents applies a step's events to the index in order, a run of the
 // same kind at a time.
 func (p *eventIndex) KVEvents(pod int, events []kvEvent) {
+	p.batch = eachRun(events, p.batch, func(stored bool, hashes []uint64) {
+		applyRun(p.index, p.pods[pod], stored, hashes)
+	})
+}
+
+// eachRun calls apply with the hashes of each run of events of the same
+// kind (stored or removed), in order, gathered in batch, which it returns
+// for reuse.
+func eachRun(events []kvEvent, batch []uint64, apply func(stored bool, hashes []uint64)) []uint64 {
 	for len(events) > 0 {
 		n := 1
 		for n < len(events) && events[n].stored == events[0].stored {
 			n++
 		}
-		p.batch = p.batch[:0]
+		batch = batch[:0]
 		for _, e := range events[:n] {
-			p.batch = append(p.batch, e.hash)
+			batch = append(batch, e.hash)
 		}
-		var err error
-		if events[0].stored {
-			err = p.index.Stored(p.pods[pod], kvindex.TierGPU, p.batch)
-		} else {
-			err = p.index.Removed(p.pods[pod], kvindex.TierGPU, p.batch)
-		}
-		if err != nil {
-			panic(fmt.Sprintf("fleetsim: index event: %v", err)) // pods are never removed
-		}
+		apply(events[0].stored, batch)
 		events = events[n:]
+	}
+	return batch
+}
+
+// eventApplier is what applyRun writes to: kvindex.Index, or a replica's
+// shared index.
+type eventApplier interface {
+	Stored(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error
+	Removed(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error
+}
+
+// applyRun applies one run of events to pod's GPU tier in idx.
+func applyRun(idx eventApplier, pod kvindex.PodID, stored bool, hashes []uint64) {
+	var err error
+	if stored {
+		err = idx.Stored(pod, kvindex.TierGPU, hashes)
+	} else {
+		err = idx.Removed(pod, kvindex.TierGPU, hashes)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("fleetsim: index event: %v", err)) // pods are never removed
 	}
 }

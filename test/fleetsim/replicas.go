@@ -22,8 +22,7 @@ import (
 type replicaIndex interface {
 	router.Index
 	fleet.Index
-	Stored(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error
-	Removed(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64) error
+	eventApplier
 }
 
 // replica is one kvrouter replica: its own router, fleet (its own
@@ -141,28 +140,11 @@ func (p *replicated) Finished(r *Request) {
 
 // KVEvents applies a step's events to every replica's index, in order.
 func (p *replicated) KVEvents(pod int, events []kvEvent) {
-	for len(events) > 0 {
-		n := 1
-		for n < len(events) && events[n].stored == events[0].stored {
-			n++
-		}
-		p.batch = p.batch[:0]
-		for _, e := range events[:n] {
-			p.batch = append(p.batch, e.hash)
-		}
+	p.batch = eachRun(events, p.batch, func(stored bool, hashes []uint64) {
 		for _, rep := range p.reps {
-			var err error
-			if events[0].stored {
-				err = rep.index.Stored(rep.pods[pod], kvindex.TierGPU, p.batch)
-			} else {
-				err = rep.index.Removed(rep.pods[pod], kvindex.TierGPU, p.batch)
-			}
-			if err != nil {
-				panic(fmt.Sprintf("fleetsim: index event: %v", err)) // pods are never removed
-			}
+			applyRun(rep.index, rep.pods[pod], stored, hashes)
 		}
-		events = events[n:]
-	}
+	})
 }
 
 // Scraped stores the metrics in every replica's fleet Load.
