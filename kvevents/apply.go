@@ -88,33 +88,38 @@ func (a *applier) stored(e *wire.Event) error {
 	if err := a.followVerification(); err != nil {
 		return err
 	}
-	if a.rekey == nil || a.verify.state == Verified {
-		return a.idx.Stored(a.id, e.Tier(), e.Hashes)
+	if keys, ok := a.keys(e, true); ok {
+		return a.idx.Stored(a.id, e.Tier(), keys)
 	}
-	keys := a.rekey.stored(e)
-	if !a.rekey.active {
-		return a.idx.Stored(a.id, e.Tier(), e.Hashes)
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	return a.idx.Stored(a.id, e.Tier(), keys)
+	return nil
 }
 
 // removed applies a BlockRemoved event, through the rekeyer's map unless
 // the pod is verified.
 func (a *applier) removed(e *wire.Event) error {
+	if keys, ok := a.keys(e, false); ok {
+		return a.idx.Removed(a.id, e.Tier(), keys)
+	}
+	return nil
+}
+
+// keys returns the hashes a stored (or removed) event's blocks go under in
+// the index: the pod's own while it is verified or not rekeyed, else those
+// the rekeyer maps them to (which it records or forgets); ok is false when
+// none remain to apply.
+func (a *applier) keys(e *wire.Event, stored bool) (keys []uint64, ok bool) {
 	if a.rekey == nil || a.verify.state == Verified {
-		return a.idx.Removed(a.id, e.Tier(), e.Hashes)
+		return e.Hashes, true
 	}
-	keys := a.rekey.removed(e)
+	if stored {
+		keys = a.rekey.stored(e)
+	} else {
+		keys = a.rekey.removed(e)
+	}
 	if !a.rekey.active {
-		return a.idx.Removed(a.id, e.Tier(), e.Hashes)
+		return e.Hashes, true
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	return a.idx.Removed(a.id, e.Tier(), keys)
+	return keys, len(keys) > 0
 }
 
 // followVerification starts rekeying the pod when its hashes mismatch, and
