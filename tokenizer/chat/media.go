@@ -27,9 +27,13 @@ var (
 
 // HasMedia reports whether a message of req has a media content part
 // (image_url, input_audio, video_url and the other media types vLLM
-// reads).
-func (req *Request) HasMedia() bool {
-	for _, m := range req.Messages {
+// reads), as found once when the request was read (ParseRequest,
+// Fields.Request).
+func (req *Request) HasMedia() bool { return req.hasMedia }
+
+// hasMediaPart reports whether a message of msgs has a media content part.
+func hasMediaPart(msgs []jinja.Value) bool {
+	for _, m := range msgs {
 		d, ok := m.(*jinja.Dict)
 		if !ok {
 			continue

@@ -30,7 +30,8 @@ type Request struct {
 	// Kwargs are chat_template_kwargs (e.g. enable_thinking); nil: none.
 	Kwargs *jinja.Dict
 
-	media mediaStyle // how a rendering shows media items (RenderMedia)
+	media    mediaStyle // how a rendering shows media items (RenderMedia)
+	hasMedia bool       // a message has a media part (HasMedia)
 }
 
 // ParseRequest reads the prompt-relevant fields of a chat completions
@@ -119,7 +120,7 @@ func (f *Fields) Request() (*Request, error) {
 	if !ok {
 		return nil, errors.New("tokenizer: chat request: messages must be a list")
 	}
-	req.Messages = msgs.Items
+	req.Messages, req.hasMedia = msgs.Items, hasMediaPart(msgs.Items)
 	if f.Tools != nil {
 		if req.Tools, ok = f.Tools.(*jinja.List); !ok {
 			return nil, errors.New("tokenizer: chat request: tools must be a list")
