@@ -278,18 +278,9 @@ type Queue struct {
 // ParseVLLMMetrics reads vLLM's Prometheus text exposition, summing series
 // across labels (one per model or engine). Names of older releases
 // (vllm:gpu_cache_usage_perc) are accepted.
-func ParseVLLMMetrics(r io.Reader) Queue { return ParseVLLMEngineMetrics(r, "") }
-
-// ParseVLLMEngineMetrics is ParseVLLMMetrics over the series of one
-// engine: those whose engine label (vLLM's data-parallel rank) is engine;
-// "" reads every engine's. A server of several ranks labels each rank's
-// queue and cache so; a series without the label counts for every engine.
-func ParseVLLMEngineMetrics(r io.Reader, engine string) Queue {
-	all, engines := ParseVLLMEngines(r)
-	if engine == "" {
-		return all
-	}
-	return engines.Of(engine)
+func ParseVLLMMetrics(r io.Reader) Queue {
+	all, _ := ParseVLLMEngines(r)
+	return all
 }
 
 // Engines are the figures of a server's engines (data-parallel ranks) by

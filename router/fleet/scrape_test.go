@@ -53,10 +53,10 @@ func TestParseVLLMMetrics(t *testing.T) {
 	}
 }
 
-// TestParseVLLMEngineMetrics checks the figures of one data-parallel
+// TestParseVLLMEngines checks the figures of one data-parallel
 // rank: its engine's series only, a series without the label counting for
 // every engine, and label values read with their escapes.
-func TestParseVLLMEngineMetrics(t *testing.T) {
+func TestParseVLLMEngines(t *testing.T) {
 	tests := []struct {
 		in, engine string
 		want       Queue
@@ -70,8 +70,13 @@ func TestParseVLLMEngineMetrics(t *testing.T) {
 		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "0", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
 	}
 	for _, tt := range tests {
-		if got := ParseVLLMEngineMetrics(strings.NewReader(tt.in), tt.engine); got != tt.want {
-			t.Errorf("ParseVLLMEngineMetrics(%.60q, %q) = %+v, want %+v", tt.in, tt.engine, got, tt.want)
+		all, engines := ParseVLLMEngines(strings.NewReader(tt.in))
+		got := all
+		if tt.engine != "" {
+			got = engines.Of(tt.engine)
+		}
+		if got != tt.want {
+			t.Errorf("ParseVLLMEngines(%.60q).Of(%q) = %+v, want %+v", tt.in, tt.engine, got, tt.want)
 		}
 	}
 }
