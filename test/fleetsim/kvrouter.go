@@ -91,13 +91,8 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 }
 
 func (p *kvRouter) Pick(r *Request) int {
-	p.body = append(p.body[:0], `{"model":"`+simModel+`","prompt":"`+promptPrefix...)
-	p.body = strconv.AppendInt(p.body, int64(r.ID), 10)
-	p.body = append(p.body, `"}`...)
-	d, err := p.r.Route(context.Background(), router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: p.body})
-	if err != nil {
-		panic(fmt.Sprintf("fleetsim: route request %d: %v", r.ID, err)) // a bug of the simulator's request
-	}
+	var d *router.Decision
+	d, p.body = route(p.r, r, p.body)
 	p.decisions[r.ID] = d
 	return p.byName[d.Pod]
 }
@@ -208,4 +203,18 @@ func applyRun(idx eventApplier, pod kvindex.PodID, stored bool, hashes []uint64)
 	if err != nil {
 		panic(fmt.Sprintf("fleetsim: index event: %v", err)) // pods are never removed
 	}
+}
+
+// route routes r through rt as a completion body whose prompt names the
+// request (simTokenizer reads it), built in body, which it returns for
+// reuse.
+func route(rt *router.Router, r *Request, body []byte) (*router.Decision, []byte) {
+	body = append(body[:0], `{"model":"`+simModel+`","prompt":"`+promptPrefix...)
+	body = strconv.AppendInt(body, int64(r.ID), 10)
+	body = append(body, `"}`...)
+	d, err := rt.Route(context.Background(), router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: body})
+	if err != nil {
+		panic(fmt.Sprintf("fleetsim: route request %d: %v", r.ID, err)) // a bug of the simulator's request
+	}
+	return d, body
 }

@@ -1,7 +1,6 @@
 package fleetsim
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -118,13 +117,8 @@ func (p *replicated) Pick(r *Request) int {
 	i := p.next
 	p.next = (p.next + 1) % len(p.reps)
 	rep := p.reps[i]
-	p.body = append(p.body[:0], `{"model":"`+simModel+`","prompt":"`+promptPrefix...)
-	p.body = strconv.AppendInt(p.body, int64(r.ID), 10)
-	p.body = append(p.body, `"}`...)
-	d, err := rep.r.Route(context.Background(), router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: p.body})
-	if err != nil {
-		panic(fmt.Sprintf("fleetsim: route request %d: %v", r.ID, err)) // a bug of the simulator's request
-	}
+	var d *router.Decision
+	d, p.body = route(rep.r, r, p.body)
 	p.owner[r.ID], p.dec[r.ID] = int32(i), d
 	return rep.byName[d.Pod]
 }
