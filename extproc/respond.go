@@ -38,13 +38,11 @@ func setHeaders(kv ...string) *extprocv3.HeaderMutation {
 // routingHeaders are the x-kvrouter-* headers of a decision, as key, value,
 // key, value….
 func routingHeaders(d *router.Decision) []string {
-	hs := d.Headers()
-	kv := make([]string, 0, 2*len(hs)+2)
+	var buf [4][2]string
+	hs := d.AppendHeaders(buf[:0])
+	kv := make([]string, 0, 2*len(hs))
 	for _, h := range hs {
 		kv = append(kv, h[0], h[1])
-	}
-	if d.PrefillPod != "" {
-		kv = append(kv, router.HeaderPrefillPod, d.PrefillPod)
 	}
 	return kv
 }

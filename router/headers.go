@@ -25,14 +25,18 @@ const (
 // a rank (Decision.DPRank ≥ 0), replacing any the client sent.
 const HeaderDPRank = "x-data-parallel-rank"
 
-// Headers returns d's routing headers as name, value pairs, names in lower
-// case; with a prefill pod, HeaderPrefillPod comes besides them.
-func (d *Decision) Headers() [3][2]string {
-	return [3][2]string{
-		{HeaderPod, d.Pod},
-		{HeaderCachedBlocks, strconv.Itoa(d.Matched) + "/" + strconv.Itoa(d.Total)},
-		{HeaderReason, string(d.Reason)},
+// AppendHeaders appends d's routing headers to dst as name, value pairs,
+// names in lower case: the pod, its cached blocks and the reason, and
+// HeaderPrefillPod when a prefill pod computes the prompt.
+func (d *Decision) AppendHeaders(dst [][2]string) [][2]string {
+	dst = append(dst,
+		[2]string{HeaderPod, d.Pod},
+		[2]string{HeaderCachedBlocks, strconv.Itoa(d.Matched) + "/" + strconv.Itoa(d.Total)},
+		[2]string{HeaderReason, string(d.Reason)})
+	if d.PrefillPod != "" {
+		dst = append(dst, [2]string{HeaderPrefillPod, d.PrefillPod})
 	}
+	return dst
 }
 
 // RankHeader returns the value of HeaderDPRank for d's pod, and false when

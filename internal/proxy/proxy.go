@@ -70,11 +70,9 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 }
 
 func setRoutingHeaders(h http.Header, d *router.Decision) {
-	for _, kv := range d.Headers() {
+	var buf [4][2]string
+	for _, kv := range d.AppendHeaders(buf[:0]) {
 		h.Set(kv[0], kv[1])
-	}
-	if d.PrefillPod != "" {
-		h.Set(router.HeaderPrefillPod, d.PrefillPod)
 	}
 }
 
