@@ -2,12 +2,14 @@ package test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/router"
 )
 
 // TestE2ERandomRootRekeyed: pods started without PYTHONHASHSEED seed their
@@ -51,7 +53,19 @@ func TestE2ERandomRootRekeyed(t *testing.T) {
 	// the first decision's speculative entries are dropped.
 	f.awaitMetric(t, "events_total", pod, stored[pod]+1, "type", "block_stored")
 	f.dropSpeculation()
-	second := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"And why does routing matter?"))
+	follow := fmt.Sprintf(`{"model":"qwen3","prompt":%q}`, system+"And why does routing matter?")
+	// The event is counted when it arrives and applied just after: wait
+	// until the index holds its rekeyed blocks for real.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) { // real sockets: poll with a bound
+		rep, err := f.router.Score(router.Request{Path: "/v1/completions", Body: []byte(follow)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(rep.Pods, func(s router.Score) bool { return s.Pod == pod }); i >= 0 && rep.Pods[i].Tiers.GPU > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	second := f.send(t, follow)
 	if got := second.UpstreamHeaders["x-kvrouter-pod"]; got != pod || second.UpstreamHeaders["x-kvrouter-reason"] != "prefix" {
 		t.Fatalf("follow-up went to %s (%s, %s), want %s by prefix", got, second.UpstreamHeaders["x-kvrouter-reason"], second.UpstreamHeaders["x-kvrouter-cached-blocks"], pod)
 	}
