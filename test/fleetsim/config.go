@@ -62,6 +62,8 @@ type Config struct {
 	// when its destination lacks at least this many of its tokens.
 	// Default the router's, 512.
 	PDThreshold int
+	// Precise configures the llm-d-precise policy; zero: DefaultPrecise.
+	Precise Precise
 	// EventDelay is how long a step's KV events take to reach the router.
 	// Default 50 ms.
 	EventDelay time.Duration

@@ -20,7 +20,13 @@ func PolicyByName(name string) (NewPolicy, error) {
 	case "approximate":
 		return func(s *Sim) (Policy, error) { return newApproximate(s, DefaultApproximate()), nil }, nil
 	case "llm-d-precise":
-		return func(s *Sim) (Policy, error) { return newPrecise(s, DefaultPrecise()) }, nil
+		return func(s *Sim) (Policy, error) {
+			cfg := s.Config().Precise
+			if cfg == (Precise{}) {
+				cfg = DefaultPrecise()
+			}
+			return newPrecise(s, cfg)
+		}, nil
 	case "kvrouter":
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
 	case "oracle":

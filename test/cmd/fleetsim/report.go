@@ -48,6 +48,21 @@ func plotSets(jobs []*job) []*plotSet {
 					ps.stats[j.policy] = append(ps.stats[j.policy], st)
 				}
 			}
+		case "e":
+			if sc.base != nil {
+				continue // the other seeds: pooled in the report's tables
+			}
+			ps := byName[sc.w.Name]
+			if ps == nil {
+				ps = &plotSet{file: "overload-" + strconv.Itoa(sc.overload.users), title: sc.w.Name + ", seed " + strconv.FormatUint(sc.cfg.Seed, 10), xLabel: "stage (requests/s, constant rate)", stats: map[string][]fleetsim.Stats{}}
+				for _, l := range sc.w.Levels {
+					x, _ := strconv.ParseFloat(l.Name, 64)
+					ps.xs = append(ps.xs, x)
+				}
+				byName[sc.w.Name] = ps
+				sets = append(sets, ps)
+			}
+			ps.stats[j.policy] = j.stats[:len(j.stats)-1]
 		case "a":
 			trace := strings.TrimSuffix(sc.w.Name, " "+sc.w.Levels[0].Name)
 			ps := byName[trace]
@@ -73,6 +88,7 @@ var plotMetrics = []struct {
 	value              func(fleetsim.Stats) float64
 }{
 	{"ttft-p90", "TTFT p90", "TTFT p90 (s)", func(s fleetsim.Stats) float64 { return s.P90 }},
+	{"ttft-mean", "TTFT mean", "TTFT mean (s)", func(s fleetsim.Stats) float64 { return s.Mean }},
 	{"output-tps", "output throughput", "output throughput (tokens/s)", func(s fleetsim.Stats) float64 { return s.OutputTPS }},
 	{"hit-ratio", "prompt block hit ratio", "prompt block hit ratio (%)", func(s fleetsim.Stats) float64 { return 100 * s.HitRatio }},
 }
@@ -125,19 +141,20 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
 	b.WriteString("\n## Acceptance\n\n")
-	for _, line := range acceptance(jobs) {
+	for _, line := range append(acceptance(jobs), overloadAcceptance(jobs, verdict)...) {
 		fmt.Fprintf(&b, "- %s\n", line)
 	}
 	writePublished(&b, jobs)
 	var last *scenario
 	for _, j := range jobs {
-		if j.sc != last && j.sc.only == nil && !j.sc.sweep && j.sc.group != "d" {
+		if j.sc != last && j.sc.only == nil && !j.sc.sweep && j.sc.group != "d" && j.sc.group != "e" {
 			last = j.sc
 			writeScenario(&b, jobs, j.sc, policies)
 		}
 	}
 	writeSweep(&b, jobs, policies)
 	writePD(&b, jobs)
+	writeOverload(&b, jobs, policies)
 	b.WriteString("\n## Plots\n\n")
 	for _, ps := range plotSets(jobs) {
 		fmt.Fprintf(&b, "### %s (x: %s)\n\n", ps.title, ps.xLabel)
@@ -185,10 +202,13 @@ func secs(v float64) string {
 // collapsed says a stage's p90 TTFT is a queue, not a prefill.
 func collapsed(st fleetsim.Stats) bool { return st.P90 > 5 }
 
+// verdict marks an acceptance line.
+func verdict(ok bool) string { return map[bool]string{true: "**holds**", false: "**FAILS**"}[ok] }
+
 // acceptance checks the issue's acceptance criteria on the results.
 func acceptance(jobs []*job) []string {
 	var out []string
-	mark := func(ok bool) string { return map[bool]string{true: "**holds**", false: "**FAILS**"}[ok] }
+	mark := verdict
 	var last *scenario
 	for _, j := range jobs {
 		if j.sc == last {
@@ -202,10 +222,16 @@ func acceptance(jobs []*job) []string {
 			}
 		}
 		kv, ll, or := by["kvrouter"], by["least-loaded"], by["oracle"]
-		if kv == nil {
+		if kv == nil || j.sc.group == "e" { // (e): overloadAcceptance
 			continue
 		}
 		name := j.sc.w.Name
+		if t := j.sc.topology; t != "" {
+			name += ", " + t
+		}
+		if pr := by["llm-d-precise"]; pr != nil {
+			out = append(out, preciseLine(name, kv, pr))
+		}
 		if ll != nil {
 			r := kv.all().P90 / ll.all().P90
 			out = append(out, fmt.Sprintf("%s: kvrouter TTFT p90 %s vs least-loaded %s (×%.2f, want ≤ 1.05): %s",
@@ -240,6 +266,20 @@ func acceptance(jobs []*job) []string {
 		}
 	}
 	return out
+}
+
+// preciseLine compares kvrouter's TTFT p90 with llm-d precise's, pooled
+// and at each level: the issue wants kvrouter no slower anywhere.
+func preciseLine(name string, kv, pr *job) string {
+	r := kv.all().P90 / pr.all().P90
+	worst, at := 0.0, ""
+	for li := range len(kv.stats) - 1 {
+		if q := kv.stats[li].P90 / pr.stats[li].P90; q > worst {
+			worst, at = q, kv.stats[li].Level
+		}
+	}
+	return fmt.Sprintf("%s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.2f), worst level %s ×%.2f (want ≤ 1.0 both): %s",
+		name, secs(kv.all().P90), secs(pr.all().P90), r, at, worst, verdict(r <= 1 && worst <= 1))
 }
 
 // lastRepeat says no repeat of sc's base follows sc in jobs.

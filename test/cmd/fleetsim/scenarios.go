@@ -106,6 +106,9 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		}
 		out = append(out, pd...)
 	}
+	if strings.Contains(o.workloads, "e") {
+		out = append(out, overloadScenarios(o, h, base)...)
+	}
 	for _, sc := range out {
 		if sc.bound != nil { // (d) shares its workloads' bound
 			continue

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/test/fleetsim"
+)
+
+// TestOverloadScenarios: (e) is both published runs under three seeds,
+// on 4 pods of Llama-3.1-70B TP2 derived from the 8B constants, ~40k KV
+// tokens each, a 2,048-token step budget, llm-d's precise scheduler as
+// those runs set it, constant-rate stages of 50 s (int(rate × 50)
+// requests, 1/rate apart), one prompt per user cycled in a fixed order.
+func TestOverloadScenarios(t *testing.T) {
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{seed: 4, timeout: ipTimeout}
+	scs := overloadScenarios(o, h, fleetsim.DefaultConfig())
+	if len(scs) != 2*3 {
+		t.Fatalf("%d scenarios, want 2 runs × 3 seeds", len(scs))
+	}
+	for i, sc := range scs {
+		c := sc.cfg
+		run := &overloadPublished[i/3]
+		if sc.overload != run || sc.group != "e" || (i%3 == 0) != (sc.base == nil) || c.Seed != o.seed+uint64(i%3) {
+			t.Fatalf("%s: run %v, group %q, base %v, seed %d", sc.w.Name, sc.overload.name, sc.group, sc.base, c.Seed)
+		}
+		if c.Pods != 4 || c.Blocks*c.BlockSize != 40_000 || c.StepTokens != 2048 || math.Abs(c.PrefillTokensPerSecond-5687) > 1 ||
+			c.StepOverhead.Round(100*time.Microsecond) != 24200*time.Microsecond || c.KVBytesPerToken != 160<<10 {
+			t.Fatalf("%s: %d pods of %d tokens, step %d tokens, prefill %.0f tokens/s, step cost %v, KV %v B/token",
+				sc.w.Name, c.Pods, c.Blocks*c.BlockSize, c.StepTokens, c.PrefillTokensPerSecond, c.StepOverhead, c.KVBytesPerToken)
+		}
+		if c.Precise != fleetsim.OverloadPrecise() || c.Client.Concurrency != overloadConcurrency || !c.Client.DrainStages {
+			t.Fatalf("%s: precise %+v, client %+v", sc.w.Name, c.Precise, c.Client)
+		}
+		w := sc.w
+		if len(w.Levels) != len(overloadStages) {
+			t.Fatalf("%s: %d levels, want %d", w.Name, len(w.Levels), len(overloadStages))
+		}
+		users := map[uint64]int{}
+		per := make([]int, len(w.Levels))
+		for k, r := range w.Requests {
+			per[r.Level]++
+			if r.Prompt != run.system+run.question || r.Output != 20 {
+				t.Fatalf("%s request %d: %d+%d tokens", w.Name, k, r.Prompt, r.Output)
+			}
+			users[r.Hashes[0]]++
+			if k > 0 && r.Level == w.Requests[k-1].Level {
+				gap := r.Arrival - w.Requests[k-1].Arrival
+				if want := 1 / w.Levels[r.Level].QPS; math.Abs(gap-want) > 1e-9 {
+					t.Fatalf("%s request %d: %.6f s after the previous, want %.6f (constant rate)", w.Name, k, gap, want)
+				}
+			}
+		}
+		for li, q := range overloadStages {
+			if per[li] != int(q*overloadStageSecs) {
+				t.Errorf("%s stage %g: %d requests, want %d", w.Name, q, per[li], int(q*overloadStageSecs))
+			}
+		}
+		if len(users) != run.users {
+			t.Errorf("%s: %d distinct prompts, want %d users", w.Name, len(users), run.users)
+		}
+	}
+}
+
+// TestOverloadReport runs (e)'s first run, shortened, under the four
+// published policies and kvrouter, and checks the report's acceptance
+// lines and table.
+func TestOverloadReport(t *testing.T) {
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scs := overloadScenarios(options{seed: 1, quick: true, timeout: ipTimeout}, h, fleetsim.DefaultConfig())[:3]
+	policies := []string{"random", "least-loaded", "approximate", "llm-d-precise", "kvrouter"}
+	var jobs []*job
+	for _, sc := range scs {
+		sc.bound = fleetsim.BoundHits(sc.w, sc.cfg.Pods*sc.cfg.Blocks)
+		for _, p := range policies {
+			jobs = append(jobs, &job{sc: sc, policy: p})
+		}
+	}
+	runJobs(t.Context(), jobs, 2, &strings.Builder{})
+	for _, j := range jobs {
+		if j.err != nil {
+			t.Fatalf("%s %s: %v", j.sc.w.Name, j.policy, j.err)
+		}
+	}
+	lines := overloadAcceptance(jobs, verdict)
+	if len(lines) != 2 || !strings.Contains(lines[0], "vs llm-d precise") || !strings.Contains(lines[1], "published order") {
+		t.Fatalf("acceptance lines:\n%s", strings.Join(lines, "\n"))
+	}
+	var b strings.Builder
+	writeOverload(&b, jobs, policies)
+	report := b.String()
+	for _, want := range []string{"## (e) cache overload, 60 users", "seeds 1, 2, 3", "| llm-d-precise |", "/ 31.9 s |"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "80 users") {
+		t.Errorf("report has the run that did not run:\n%s", report)
+	}
+}
