@@ -108,3 +108,68 @@ func TestOverloadReport(t *testing.T) {
 		t.Errorf("report has the run that did not run:\n%s", report)
 	}
 }
+
+// static assigns users to pods for good: the first caps[0] users seen go
+// to pod 0, the next caps[1] to pod 1, and so on.
+type static struct {
+	caps  []int
+	users map[uint64]int
+}
+
+func (p *static) Pick(r *fleetsim.Request) int {
+	u, ok := p.users[r.Hashes[0]]
+	if !ok {
+		u = len(p.users)
+		p.users[r.Hashes[0]] = u
+	}
+	for i, c := range p.caps {
+		if u < c {
+			return i
+		}
+		u -= c
+	}
+	return len(p.caps) - 1
+}
+
+func (p *static) Started(*fleetsim.Request)  {}
+func (p *static) Finished(*fleetsim.Request) {}
+
+// TestOverloadStaticAssignments backs the report's argument that no
+// placement of (e)'s users beats an even spread: a pod keeps a user's
+// prompt across a cycle only when it serves at most C/P users (10.6 of
+// 60, 14.5 of 80), so pods sized to their caches hit half their prompts
+// yet leave the rest so many cold prompts that the fleet completes less
+// and the mean TTFT grows. Numbers in docs/performance.md.
+func TestOverloadStaticAssignments(t *testing.T) {
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scs := overloadScenarios(options{seed: 1, timeout: ipTimeout}, h, fleetsim.DefaultConfig())
+	for _, tc := range []struct {
+		sc          *scenario
+		even, sized []int
+	}{
+		{scs[0], []int{15, 15, 15, 15}, []int{10, 10, 10, 30}},
+		{scs[3], []int{20, 20, 20, 20}, []int{14, 14, 14, 38}},
+	} {
+		run := func(caps []int) fleetsim.Stats {
+			res, err := fleetsim.Run(tc.sc.cfg, tc.sc.w, func(*fleetsim.Sim) (fleetsim.Policy, error) {
+				return &static{caps: caps, users: map[uint64]int{}}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fleetsim.Summarize(tc.sc.w, res, fleetsim.BoundHits(tc.sc.w, tc.sc.cfg.Pods*tc.sc.cfg.Blocks))
+			all := st[len(st)-1]
+			t.Logf("%s, users per pod %v: TTFT mean %.2f s, p90 %.2f s, hit ratio %.1f%%, %.1f output tok/s, %d preemptions",
+				tc.sc.w.Name, caps, all.Mean, all.P90, 100*all.HitRatio, all.OutputTPS, res.Preemptions)
+			return all
+		}
+		even, sized := run(tc.even), run(tc.sized)
+		if sized.HitRatio < even.HitRatio+0.3 || sized.OutputTPS > 0.8*even.OutputTPS || sized.Mean < 1.5*even.Mean {
+			t.Errorf("%s: sized %v hit %.2f, %.1f tok/s, mean %.2f s; even %v hit %.2f, %.1f tok/s, mean %.2f s; want the sized pods to hit more yet serve less and slower",
+				tc.sc.w.Name, tc.sized, sized.HitRatio, sized.OutputTPS, sized.Mean, tc.even, even.HitRatio, even.OutputTPS, even.Mean)
+		}
+	}
+}
