@@ -151,7 +151,7 @@ var (
 	speedDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_tokens_per_second",
 		"The prefill speed each pod is priced at, in tokens per second at no context: learned from its vLLM metrics, or routing.prefill_tokens_per_second.", []string{"pod"}, nil)
 	speedEvidenceDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_learned_seconds",
-		"The seconds of each pod's prefill its learned speed rests on (faded with age; the configured speed counts as 2).", []string{"pod"}, nil)
+		"The seconds of each pod's prefill its learned speed rests on (faded with age; the configured speed counts as 0.5).", []string{"pod"}, nil)
 )
 
 func (speedCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -225,7 +225,7 @@ func TestPrefillGrowsWithContext(t *testing.T) {
 func TestLearnedSpeedPricesEachPod(t *testing.T) {
 	tr := newTestRouter(t)
 	cfg := DefaultConfig()
-	// 600 s of prefill at half the speed: the prior's 2 s hardly count.
+	// 600 s of prefill at half the speed: the prior's 0.5 s hardly count.
 	tr.fleet.Load("b").SetSpeed(&fleet.Speed{Busy: 600, Tokens: 600 / (2 * cfg.PrefillSecondsPerToken)})
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)
 	body := []byte(completion("llama", prompt, ""))
@@ -242,7 +242,7 @@ func TestLearnedSpeedPricesEachPod(t *testing.T) {
 		a, b := byPod["a"], byPod["b"]
 		wantB := 1 / cfg.PrefillSecondsPerToken
 		if learn {
-			// The pooled estimate: the prior's 2 s at 10k tokens/s, 600 s at 5k.
+			// The pooled estimate: the prior's 0.5 s at 10k tokens/s, 600 s at 5k.
 			wantB = (fleet.PriorSeconds/cfg.PrefillSecondsPerToken + 600/(2*cfg.PrefillSecondsPerToken)) / (fleet.PriorSeconds + 600)
 		}
 		if math.Abs(a.Speed-1/cfg.PrefillSecondsPerToken) > 1e-6*a.Speed || math.Abs(b.Speed-wantB) > 1e-3*wantB {

@@ -133,8 +133,8 @@ func TestDebugPodsSpeed(t *testing.T) {
 	}
 	a.fleet.Upsert(pod.Pod{Name: "fast", IP: "10.0.0.1", Port: 8000, Model: "m", Ready: true})
 	a.fleet.Upsert(pod.Pod{Name: "slow", IP: "10.0.0.2", Port: 8000, Model: "m", Ready: true})
-	// 98 s at 5,000 tokens/s, with the prior's 2 s at 20,000: 5,300 tokens/s at no context.
-	a.fleet.Load("slow").SetSpeed(&fleet.Speed{Busy: 98, Tokens: 98 * 5000})
+	// 99.5 s at 5,000 tokens/s, with the prior's 0.5 s at 20,000: 5,075 tokens/s at no context.
+	a.fleet.Load("slow").SetSpeed(&fleet.Speed{Busy: 99.5, Tokens: 99.5 * 5000})
 	rec := httptest.NewRecorder()
 	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
 	var got []struct {
@@ -145,7 +145,7 @@ func TestDebugPodsSpeed(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
 	}
-	want := map[string][2]float64{"fast": {20000, 0}, "slow": {(2*20000 + 98*5000) / 100.0, 98}}
+	want := map[string][2]float64{"fast": {20000, 0}, "slow": {(0.5*20000 + 99.5*5000) / 100.0, 99.5}}
 	for _, p := range got {
 		if w := want[p.Name]; math.Abs(p.Speed-w[0]) > 1e-6*w[0] || p.Learned != w[1] {
 			t.Errorf("/debug/pods %s: %.1f tokens/s from %g s, want %.1f from %g", p.Name, p.Speed, p.Learned, w[0], w[1])

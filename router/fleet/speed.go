@@ -82,7 +82,7 @@ type Speed struct {
 // PriorSeconds is how much evidence the configured prefill speed is worth
 // against what a pod's metrics show: as much as this many seconds of the
 // pod's prefill.
-const PriorSeconds = 2.0
+const PriorSeconds = 0.5
 
 // SecondsPerToken is the pod's prefill cost of one token at no context:
 // the prior (seconds per token) weighed as PriorSeconds of prefill at that
@@ -114,20 +114,31 @@ const SpeedHalfLife = 2 * time.Minute
 //
 // A window of scrapes (at least SpeedWindow long, and seeing a prefill
 // end) gives the prompt tokens the pod computed, U (prefix-cache queries
-// less hits; without prefix caching, the prompt tokens), the seconds its
-// prefills took, S (vLLM's prefill time: from a request's first schedule
-// to its first token), and the window's length W. Prefills overlap: vLLM
+// less hits; without prefix caching, the prompt tokens), and the seconds
+// the pod spent prefilling them, B: the speed is U/B.
+//
+// B is not the sum of the prefill times vLLM reports (each request's time
+// from its first schedule to its first token). Prefills overlap: vLLM
 // batches the chunks of several prompts, and decodes, into each step, so
-// under load S counts each second of the pod's prefill work once per
-// prompt sharing it, and S/U overstates a token's cost by the mean
-// number of prompts prefilling together. The seconds the pod spent
-// prefilling are at most S and at most W: the estimator takes
-// B = min(S, W). When prefills do not overlap B = S; when they
-// overlap throughout (a loaded pod), B = W; either way the pod computed
-// U tokens in B seconds. (In between, prefills that overlap in bursts,
-// B overstates, which errs on the prior's side of slow.) Windows are
-// pooled, not averaged, and fade with SpeedHalfLife. A counter that goes
-// back (the pod restarted) starts a new window.
+// under load that sum counts each second of the pod's prefill once per
+// prompt sharing it, and overstates a token's cost by the number of
+// prompts prefilling together. B is the time at least one prefill ran:
+// the union of the requests' prefill intervals. Each scrape tells how
+// many prefills ended since the last one and their summed time: the
+// estimator takes each for lasting the mean of those times, all ending
+// together if that is longer than the scrape interval (they overlapped),
+// else at evenly spaced times in it, merges those intervals into the ones
+// seen before and counts only the time they add. Prompts
+// one at a time: B is the sum. A pod prefilling throughout: B is the wall
+// time. Bursts: the bursts' length. B is as exact as the scrapes' spacing
+// allows: a prefill's end is known to a scrape interval, so prompts that
+// follow one another back to back with no overlap, and no gap, show gaps
+// and overlaps of up to an interval between them (about interval/6 of
+// error per prompt).
+//
+// Windows are pooled (Σ B over Σ U, not an average of ratios) and fade
+// with SpeedHalfLife of the pod's windows; an idle pod keeps what it
+// learned. A counter that goes back (the pod restarted) starts afresh.
 //
 // The mean context of a window's tokens, from its prompts' mean length
 // and mean uncached part, prices their attention surcharge; the surcharge
@@ -137,10 +148,20 @@ const SpeedHalfLife = 2 * time.Minute
 //
 // Not safe for concurrent use: one goroutine observes a pod at a time.
 type SpeedEstimator struct {
-	start   Counters
+	start   Counters // at the window's start
 	startAt time.Time
-	speed   *Speed // nil: nothing learned yet
+	last    Counters // at the last scrape
+	lastAt  time.Time
+	busy    float64 // seconds the window's prefill intervals added to spans
+	// spans are the merged prefill intervals of the last maxSpeedWindow,
+	// in seconds since epoch, in order.
+	spans []span
+	epoch time.Time
+	speed *Speed // nil: nothing learned yet
 }
+
+// span is an interval of time in seconds.
+type span struct{ from, to float64 }
 
 // Observe reads a scrape taken at now and returns what is known of the
 // pod's speed, nil while nothing is: a new Speed each time a window
@@ -150,10 +171,27 @@ func (e *SpeedEstimator) Observe(now time.Time, c Counters) *Speed {
 		e.startAt = time.Time{}
 		return e.speed
 	}
-	if e.startAt.IsZero() || back(e.start, c) || now.Before(e.startAt) {
-		e.start, e.startAt = c, now
+	if e.startAt.IsZero() || back(e.last, c) || now.Before(e.lastAt) {
+		e.start, e.startAt, e.last, e.lastAt, e.busy, e.spans, e.epoch = c, now, c, now, 0, e.spans[:0], now
 		return e.speed
 	}
+	if n := c.Prefills - e.last.Prefills; n > 0 {
+		// The n prefills ended in (lastAt, now], each after the mean of
+		// their times, d. Longer than the interval, they overlapped: all
+		// end together. Shorter, they may have followed one another: they
+		// end at evenly spaced times.
+		d := (c.PrefillSeconds - e.last.PrefillSeconds) / n
+		from, gap := e.lastAt.Sub(e.epoch).Seconds(), now.Sub(e.lastAt).Seconds()
+		ends := min(int(n), maxEnds)
+		if d >= gap {
+			from, ends = from+gap/2, 1
+		}
+		for m := range ends {
+			end := from + gap*(float64(m)+0.5)/float64(ends)
+			e.busy += e.cover(end-d, end)
+		}
+	}
+	e.last, e.lastAt = c, now
 	w := now.Sub(e.startAt)
 	prompts := c.PromptTokens - e.start.PromptTokens
 	uncached := prompts
@@ -164,23 +202,21 @@ func (e *SpeedEstimator) Observe(now time.Time, c Counters) *Speed {
 			prompts = queries
 		}
 	}
-	seconds := c.PrefillSeconds - e.start.PrefillSeconds
 	n := c.Prefills - e.start.Prefills
 	switch {
-	case uncached <= 0 && seconds <= 0 && n == 0: // idle: the window starts when work does
-		e.start, e.startAt = c, now
+	case uncached <= 0 && n == 0: // idle: the window starts when work does
+		e.start, e.startAt, e.busy = c, now, 0
 		return e.speed
 	case w < SpeedWindow:
 		return e.speed
-	case n < 1 || uncached <= 0 || seconds <= 0:
+	case n < 1 || uncached <= 0 || e.busy <= 0:
 		if w > maxSpeedWindow {
-			e.start, e.startAt = c, now
+			e.start, e.startAt, e.busy = c, now, 0
 		}
 		return e.speed
 	}
-	busy := min(seconds, w.Seconds())
 	context := max(prompts/n-uncached/n/2, 0)
-	next := &Speed{Busy: busy, Tokens: uncached, Context: uncached * context}
+	next := &Speed{Busy: e.busy, Tokens: uncached, Context: uncached * context}
 	if old := e.speed; old != nil {
 		fade := math.Exp2(-w.Seconds() / SpeedHalfLife.Seconds())
 		next.Busy += old.Busy * fade
@@ -188,8 +224,35 @@ func (e *SpeedEstimator) Observe(now time.Time, c Counters) *Speed {
 		next.Context += old.Context * fade
 	}
 	e.speed = next
-	e.start, e.startAt = c, now
+	e.start, e.startAt, e.busy = c, now, 0
 	return next
+}
+
+// maxEnds bounds the prefill intervals one scrape adds: more prefills
+// ending between two scrapes are spread over this many ends.
+const maxEnds = 64
+
+// cover merges [from, to] into the spans, to at or after every span's
+// end, and returns the time it adds to them. Spans ending more than
+// maxSpeedWindow before to are forgotten.
+func (e *SpeedEstimator) cover(from, to float64) float64 {
+	k, old := len(e.spans), 0.0
+	for k > 0 && e.spans[k-1].to >= from {
+		sp := e.spans[k-1]
+		old += sp.to - sp.from
+		from = min(from, sp.from)
+		k--
+	}
+	added := to - from - old
+	e.spans = append(e.spans[:k], span{from, to})
+	gone := 0
+	for gone < len(e.spans)-1 && e.spans[gone].to < to-maxSpeedWindow.Seconds() {
+		gone++
+	}
+	if gone > 0 {
+		e.spans = append(e.spans[:0], e.spans[gone:]...)
+	}
+	return max(added, 0)
 }
 
 // back reports whether a counter of now is below its value at start.
