@@ -47,7 +47,16 @@ type kvRouter struct {
 	byName    map[string]int
 	decisions []*router.Decision // by request ID
 	body      []byte
+	// learn is kvrouter-learned's: the scrapes' prefill counters teach
+	// each pod's speed, as fleet.Scraper does; speeds samples them.
+	learn     bool
+	estimates []fleet.SpeedEstimator
+	speeds    []SpeedSample
+	sampledAt float64
 }
+
+// speedSampleEvery is how often kvrouter-learned samples its speeds.
+const speedSampleEvery = 5.0 // seconds
 
 // promptPrefix starts every simulated prompt; the request ID follows.
 const promptPrefix = "fleetsim request "
@@ -90,6 +99,17 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 	return p, nil
 }
 
+// newLearnedKVRouter is kvrouter-learned: the policy learning each pod's
+// prefill speed from its scraped counters.
+func newLearnedKVRouter(s *Sim) (*kvRouter, error) {
+	p, err := newKVRouter(s)
+	if err != nil {
+		return nil, err
+	}
+	p.learn, p.estimates = true, make([]fleet.SpeedEstimator, s.Pods())
+	return p, nil
+}
+
 func (p *kvRouter) Pick(r *Request) int {
 	var d *router.Decision
 	d, p.body = route(p.r, r, p.body)
@@ -118,14 +138,34 @@ func (p *kvRouter) Finished(r *Request) {
 }
 
 // Scraped stores the metrics in the fleet's Load, as fleet.Scraper does.
+// kvrouter-learned also feeds each pod's prefill counters to its
+// SpeedEstimator, on the sim's clock.
 func (p *kvRouter) Scraped(m []Metrics) {
+	now := p.s.Now()
+	at := time.Unix(0, 0).Add(time.Duration(now * float64(time.Second)))
+	sample := p.learn && now >= p.sampledAt+speedSampleEvery
+	if sample {
+		p.sampledAt = now
+	}
 	for i, x := range m {
 		l := p.fleet.Load(podName(i))
 		l.Waiting.Store(int64(x.Waiting))
 		l.Running.Store(int64(x.Running))
 		l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
+		if !p.learn {
+			continue
+		}
+		if sp := p.estimates[i].Observe(at, x.Prefill); sp != nil {
+			l.SetSpeed(sp)
+		}
+		if sample {
+			p.speeds = append(p.speeds, SpeedSample{At: now, Pod: i, TokensPerSecond: 1 / p.r.PrefillSecondsPerToken(l)})
+		}
 	}
 }
+
+// Speeds is what kvrouter-learned priced each pod at over the run.
+func (p *kvRouter) Speeds() []SpeedSample { return p.speeds }
 
 // podName is pod i's name in the policies' indexes and fleets.
 func podName(i int) string { return fmt.Sprintf("pod-%03d", i) }

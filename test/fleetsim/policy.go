@@ -8,7 +8,12 @@ import (
 // Policies lists the policies PolicyByName knows, in report order.
 var Policies = []string{"random", "round-robin", "least-loaded", "approximate", "llm-d-precise", "kvrouter", "oracle"}
 
-// PolicyByName returns the constructor of a policy in Policies.
+// PolicyByName returns the constructor of a policy in Policies, or of
+// kvrouter-learned: kvrouter pricing each pod at the prefill speed it
+// learns from the pods' scraped counters (fleet.SpeedEstimator), the
+// configured speed its prior, where kvrouter prices every pod at the
+// configured speed (the operator's measurement of a speed-1 pod). Only
+// fleets of several speeds (Config.Speeds) run it.
 func PolicyByName(name string) (NewPolicy, error) {
 	switch name {
 	case "random":
@@ -23,6 +28,8 @@ func PolicyByName(name string) (NewPolicy, error) {
 		return func(s *Sim) (Policy, error) { return newPrecise(s, DefaultPrecise()) }, nil
 	case "kvrouter":
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
+	case "kvrouter-learned":
+		return func(s *Sim) (Policy, error) { return newLearnedKVRouter(s) }, nil
 	case "oracle":
 		return func(s *Sim) (Policy, error) { return newOracle(s), nil }, nil
 	}

@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c,d", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation)")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation), e (heterogeneous pods: learned prefill speeds)")
 	fs.StringVar(&o.outputs, "shared-output", sharedOutputs, "output tokens per request of the shared-prefix workloads: each value (comma separated) runs them once")
 	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
 	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")

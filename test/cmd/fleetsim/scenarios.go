@@ -106,6 +106,13 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		}
 		out = append(out, pd...)
 	}
+	if strings.Contains(o.workloads, "e") {
+		he, err := heteroScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, he...)
+	}
 	for _, sc := range out {
 		if sc.bound != nil { // (d) shares its workloads' bound
 			continue
