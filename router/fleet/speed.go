@@ -113,9 +113,10 @@ const SpeedHalfLife = 2 * time.Minute
 // its Counters.
 //
 // A window of scrapes (at least SpeedWindow long, and seeing a prefill
-// end) gives the prompt tokens the pod computed, U (prefix-cache queries
-// less hits; without prefix caching, the prompt tokens), and the seconds
-// the pod spent prefilling them, B: the speed is U/B.
+// end) gives the prompt tokens the pod computed, U (the prompt tokens of
+// the prefills that ended, times the share of the prefix-cache queries
+// that missed), and the seconds the pod spent prefilling them, B: the
+// speed is U/B.
 //
 // B is not the sum of the prefill times vLLM reports (each request's time
 // from its first schedule to its first token). Prefills overlap: vLLM
@@ -193,15 +194,7 @@ func (e *SpeedEstimator) Observe(now time.Time, c Counters) *Speed {
 	}
 	e.last, e.lastAt = c, now
 	w := now.Sub(e.startAt)
-	prompts := c.PromptTokens - e.start.PromptTokens
-	uncached := prompts
-	if c.Has&(HasCacheQueries|HasCacheHits) == HasCacheQueries|HasCacheHits && e.start.Has&(HasCacheQueries|HasCacheHits) == HasCacheQueries|HasCacheHits {
-		queries := c.CacheQueries - e.start.CacheQueries
-		uncached = queries - (c.CacheHits - e.start.CacheHits)
-		if c.Has&HasPromptTokens == 0 {
-			prompts = queries
-		}
-	}
+	prompts, uncached := e.tokens(c)
 	n := c.Prefills - e.start.Prefills
 	switch {
 	case uncached <= 0 && n == 0: // idle: the window starts when work does
@@ -226,6 +219,38 @@ func (e *SpeedEstimator) Observe(now time.Time, c Counters) *Speed {
 	e.speed = next
 	e.start, e.startAt, e.busy = c, now, 0
 	return next
+}
+
+// tokens is the prompt tokens of the prefills that ended in the window,
+// and of them the ones computed (not cached). vLLM counts a prompt's
+// tokens when its first token comes out, as its prefill time, but its
+// prefix-cache queries and hits when it is scheduled: the window's
+// computed tokens are its prompt tokens times the share its queries
+// missed (over the pod's life when the window queried nothing). Without
+// the prompt counter, the queries stand for it; without the cache
+// counters, every prompt token was computed.
+func (e *SpeedEstimator) tokens(c Counters) (prompts, uncached float64) {
+	const cache = HasCacheQueries | HasCacheHits
+	hasCache := c.Has&cache == cache && e.start.Has&cache == cache
+	if c.Has&HasPromptTokens == 0 {
+		if !hasCache {
+			return 0, 0
+		}
+		queries := c.CacheQueries - e.start.CacheQueries
+		return queries, queries - (c.CacheHits - e.start.CacheHits)
+	}
+	prompts = c.PromptTokens - e.start.PromptTokens
+	if !hasCache {
+		return prompts, prompts
+	}
+	queries, hits := c.CacheQueries-e.start.CacheQueries, c.CacheHits-e.start.CacheHits
+	if queries <= 0 {
+		queries, hits = c.CacheQueries, c.CacheHits
+	}
+	if queries <= 0 {
+		return prompts, prompts
+	}
+	return prompts, prompts * max(1-hits/queries, 0)
 }
 
 // maxEnds bounds the prefill intervals one scrape adds: more prefills

@@ -10,8 +10,9 @@ import (
 // tokens at a cost of c seconds per uncached token, k of them at a time
 // sharing each step (chunked prefill), one every period seconds (period
 // at least u × c, k = 1 when the prompts are spaced out). Its counters
-// count a prompt's tokens when it is scheduled and its prefill time when
-// its first token comes out, as vLLM's do.
+// count as vLLM's do: a prompt's cache queries and hits when it is
+// scheduled, its prompt tokens and prefill time when its first token
+// comes out.
 type sharedPod struct {
 	c, period float64
 	u, hit    float64
@@ -28,7 +29,7 @@ func (p sharedPod) at(t float64, base Counters) Counters {
 	scheduled := math.Floor(t/p.period) + 1
 	prompt := p.hit + p.u
 	return Counters{
-		PromptTokens:   base.PromptTokens + scheduled*prompt,
+		PromptTokens:   base.PromptTokens + done*prompt,
 		CacheQueries:   base.CacheQueries + scheduled*prompt,
 		CacheHits:      base.CacheHits + scheduled*p.hit,
 		PrefillSeconds: base.PrefillSeconds + done*prefill,
@@ -185,7 +186,7 @@ func TestSpeedEstimatorBursts(t *testing.T) {
 			done = math.Floor((t-k*u*c)/period) + 1
 		}
 		return Counters{
-			PromptTokens: started * k * u, CacheQueries: started * k * u,
+			PromptTokens: done * k * u, CacheQueries: started * k * u,
 			PrefillSeconds: done * k * (k * u * c), Prefills: done * k,
 			Has: HasPromptTokens | HasCacheQueries | HasCacheHits | HasPrefillSeconds | HasPrefills,
 		}
