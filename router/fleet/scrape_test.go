@@ -38,6 +38,7 @@ vllm:prompt_tokens_created{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.7e+09
 vllm:prompt_tokens_total{engine="1",model_name="Qwen/Qwen3-0.6B"} 3000
 vllm:prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.2e+06
 vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 400000
+vllm:external_prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 50000
 vllm:request_prefill_time_seconds_bucket{engine="0",le="0.3",model_name="Qwen/Qwen3-0.6B"} 9
 vllm:request_prefill_time_seconds_sum{engine="0",model_name="Qwen/Qwen3-0.6B"} 80.5
 vllm:request_prefill_time_seconds_count{engine="0",model_name="Qwen/Qwen3-0.6B"} 10
@@ -45,9 +46,9 @@ vllm:request_prefill_time_seconds_count{engine="0",model_name="Qwen/Qwen3-0.6B"}
 
 // engine0, engine1 and both are vllmMetrics' prefill counters.
 var (
-	engine0 = Counters{PromptTokens: 1.2e6, CacheQueries: 1.2e6, CacheHits: 400000, PrefillSeconds: 80.5, Prefills: 10, Has: HasPromptTokens | HasCacheQueries | HasCacheHits | HasPrefillSeconds | HasPrefills}
+	engine0 = Counters{PromptTokens: 1.2e6, CacheQueries: 1.2e6, CacheHits: 400000, ExternalHits: 50000, PrefillSeconds: 80.5, Prefills: 10, Has: HasPromptTokens | HasCacheQueries | HasCacheHits | HasExternalHits | HasPrefillSeconds | HasPrefills}
 	engine1 = Counters{PromptTokens: 3000, Has: HasPromptTokens}
-	both    = Counters{PromptTokens: 1.2e6 + 3000, CacheQueries: 1.2e6, CacheHits: 400000, PrefillSeconds: 80.5, Prefills: 10, Has: engine0.Has}
+	both    = Counters{PromptTokens: 1.2e6 + 3000, CacheQueries: 1.2e6, CacheHits: 400000, ExternalHits: 50000, PrefillSeconds: 80.5, Prefills: 10, Has: engine0.Has}
 )
 
 func TestParseVLLMMetrics(t *testing.T) {

@@ -12,6 +12,7 @@ type Counters struct {
 	PromptTokens   float64 // vllm:prompt_tokens_total
 	CacheQueries   float64 // vllm:prefix_cache_queries_total, in tokens
 	CacheHits      float64 // vllm:prefix_cache_hits_total, in tokens
+	ExternalHits   float64 // vllm:external_prefix_cache_hits_total: tokens a KV connector loaded (an offload tier, or a prefill pod's KV)
 	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum: scheduled to first token
 	Prefills       float64 // vllm:request_prefill_time_seconds_count
 	Has            Has
@@ -27,6 +28,7 @@ const (
 	HasCacheHits
 	HasPrefillSeconds
 	HasPrefills
+	HasExternalHits
 )
 
 // add adds o's figures to c's.
@@ -34,6 +36,7 @@ func (c Counters) add(o Counters) Counters {
 	c.PromptTokens += o.PromptTokens
 	c.CacheQueries += o.CacheQueries
 	c.CacheHits += o.CacheHits
+	c.ExternalHits += o.ExternalHits
 	c.PrefillSeconds += o.PrefillSeconds
 	c.Prefills += o.Prefills
 	c.Has |= o.Has
@@ -49,6 +52,8 @@ func (c *Counters) addSeries(h Has, v float64) {
 		c.CacheQueries += v
 	case HasCacheHits:
 		c.CacheHits += v
+	case HasExternalHits:
+		c.ExternalHits += v
 	case HasPrefillSeconds:
 		c.PrefillSeconds += v
 	case HasPrefills:
@@ -62,6 +67,7 @@ var counterSeries = map[string]Has{
 	"vllm:prompt_tokens_total":                HasPromptTokens,
 	"vllm:prefix_cache_queries_total":         HasCacheQueries,
 	"vllm:prefix_cache_hits_total":            HasCacheHits,
+	"vllm:external_prefix_cache_hits_total":   HasExternalHits,
 	"vllm:request_prefill_time_seconds_sum":   HasPrefillSeconds,
 	"vllm:request_prefill_time_seconds_count": HasPrefills,
 }
@@ -226,7 +232,8 @@ func (e *SpeedEstimator) Observe(now time.Time, c Counters) *Speed {
 // tokens when its first token comes out, as its prefill time, but its
 // prefix-cache queries and hits when it is scheduled: the window's
 // computed tokens are its prompt tokens times the share its queries
-// missed (over the pod's life when the window queried nothing). Without
+// missed both the prefix cache and, with a KV connector, the tokens it
+// loaded (over the pod's life when the window queried nothing). Without
 // the prompt counter, the queries stand for it; without the cache
 // counters, every prompt token was computed.
 func (e *SpeedEstimator) tokens(c Counters) (prompts, uncached float64) {
@@ -237,15 +244,26 @@ func (e *SpeedEstimator) tokens(c Counters) (prompts, uncached float64) {
 			return 0, 0
 		}
 		queries := c.CacheQueries - e.start.CacheQueries
-		return queries, queries - (c.CacheHits - e.start.CacheHits)
+		missed := queries - (c.CacheHits - e.start.CacheHits)
+		if c.Has&HasExternalHits != 0 && e.start.Has&HasExternalHits != 0 {
+			missed -= c.ExternalHits - e.start.ExternalHits
+		}
+		return queries, max(missed, 0)
 	}
 	prompts = c.PromptTokens - e.start.PromptTokens
 	if !hasCache {
 		return prompts, prompts
 	}
+	external := c.Has&HasExternalHits != 0 && e.start.Has&HasExternalHits != 0
 	queries, hits := c.CacheQueries-e.start.CacheQueries, c.CacheHits-e.start.CacheHits
+	if external {
+		hits += c.ExternalHits - e.start.ExternalHits
+	}
 	if queries <= 0 {
 		queries, hits = c.CacheQueries, c.CacheHits
+		if external {
+			hits += c.ExternalHits
+		}
 	}
 	if queries <= 0 {
 		return prompts, prompts
@@ -283,5 +301,6 @@ func (e *SpeedEstimator) cover(from, to float64) float64 {
 // back reports whether a counter of now is below its value at start.
 func back(start, now Counters) bool {
 	return now.PromptTokens < start.PromptTokens || now.CacheQueries < start.CacheQueries ||
-		now.CacheHits < start.CacheHits || now.PrefillSeconds < start.PrefillSeconds || now.Prefills < start.Prefills
+		now.CacheHits < start.CacheHits || now.ExternalHits < start.ExternalHits ||
+		now.PrefillSeconds < start.PrefillSeconds || now.Prefills < start.Prefills
 }

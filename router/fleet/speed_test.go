@@ -200,3 +200,25 @@ func TestSpeedEstimatorBursts(t *testing.T) {
 		t.Errorf("bursts of %g: learned %.0f tokens/s, want %.0f ±5%%", k, 1/got, 1/c)
 	}
 }
+
+// TestSpeedEstimatorExternalHits: tokens a KV connector loaded (an
+// offload tier's, or a prefill pod's KV on a decode pod) were not
+// computed: a pod whose prompts come half from its connector is learned
+// at its speed, not twice it.
+func TestSpeedEstimatorExternalHits(t *testing.T) {
+	const c = 1.0 / 8000
+	p := sharedPod{c: c, u: 1000, hit: 1000, k: 2, period: 1000 * c}
+	var e SpeedEstimator
+	var s *Speed
+	for t := 0.0; t <= 60; t += 0.1 {
+		x := p.at(t, Counters{})
+		// The pod's local cache holds none of it: the connector loads the
+		// hit part.
+		x.ExternalHits, x.CacheHits = x.CacheHits, 0
+		x.Has |= HasExternalHits
+		s = e.Observe(time.Unix(1e9, 0).Add(time.Duration(t*float64(time.Second))), x)
+	}
+	if got := s.Busy / s.Tokens; !near(got, c, 0.03) {
+		t.Errorf("learned %.0f tokens/s, want %.0f ±3%%", 1/got, 1/c)
+	}
+}
