@@ -470,3 +470,46 @@ func TestScraperLearnsSpeed(t *testing.T) {
 		}
 	})
 }
+
+// TestScraperLearnsEachRank: the ranks of a data-parallel server share one
+// /metrics, but each rank's speed is learned from its own engine's
+// counters: engine 1 at half engine 0's speed is learned at half.
+func TestScraperLearnsEachRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const c = 1.0 / 8000
+		start := time.Now()
+		index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet := New(index)
+		server := podAt(t, "a", "10.1.0.9:8000")
+		server.DPSize = 2
+		for _, r := range pod.Ranks(server, 5557, 5558) {
+			fleet.Upsert(r)
+		}
+		pods := &fakePods{byHost: map[string]int{}, starts: map[time.Time]int{}, fn: func(req *http.Request) (*http.Response, error) {
+			var body strings.Builder
+			for engine, speed := range []float64{1, 0.5} {
+				p := sharedPod{c: c / speed, u: 1000, k: 2, period: 1000 * c / speed}
+				body.WriteString(strings.ReplaceAll(countersText(p.at(time.Since(start).Seconds(), Counters{})), `engine="0"`, fmt.Sprintf(`engine="%d"`, engine)))
+			}
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body.String())), Request: req}, nil
+		}}
+		s, err := NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, DefaultStaleAfter, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 30*time.Second)
+		for name, want := range map[string]float64{"a": c, "a:rank-1": 2 * c} {
+			sp := fleet.Load(name).Speed()
+			if sp == nil {
+				t.Errorf("%s: nothing learned in 30s", name)
+				continue
+			}
+			if got := sp.Busy / sp.Tokens; !near(got, want, 0.05) {
+				t.Errorf("%s: learned %.0f tokens/s, want %.0f ±5%%", name, 1/got, 1/want)
+			}
+		}
+	})
+}
