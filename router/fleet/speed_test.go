@@ -222,3 +222,19 @@ func TestSpeedEstimatorExternalHits(t *testing.T) {
 		t.Errorf("learned %.0f tokens/s, want %.0f ±3%%", 1/got, 1/c)
 	}
 }
+
+// TestPrefillSecondsPerTokenAllocatesNothing: a decision reads each
+// candidate's speed without allocating, learned or not.
+func TestPrefillSecondsPerTokenAllocatesNothing(t *testing.T) {
+	var learned, prior Load
+	learned.SetSpeed(&Speed{Busy: 10, Tokens: 50000, Context: 1e6})
+	sum := 0.0
+	if n := testing.AllocsPerRun(100, func() {
+		sum += learned.PrefillSecondsPerToken(1e-4, 1.83e-5) + prior.PrefillSecondsPerToken(1e-4, 1.83e-5)
+	}); n != 0 {
+		t.Errorf("%v allocations per read, want 0", n)
+	}
+	if want := (PriorSeconds+10)/(PriorSeconds/1e-4+50000+1.83e-5*1e6) + 1e-4; !near(sum/101, want, 1e-9) {
+		t.Errorf("speeds read %g, want %g", sum/101, want)
+	}
+}
