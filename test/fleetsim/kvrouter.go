@@ -73,7 +73,10 @@ func (t simTokenizer) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]
 }
 
 // newKVRouter builds the policy over an eventIndex.
-func newKVRouter(s *Sim) (*kvRouter, error) {
+func newKVRouter(s *Sim) (*kvRouter, error) { return newKVRouterConfig(s, RouterConfig(s)) }
+
+// newKVRouterConfig builds the policy with the router configured by rc.
+func newKVRouterConfig(s *Sim, rc router.Config) (*kvRouter, error) {
 	ei, err := newEventIndex(s)
 	if err != nil {
 		return nil, err
@@ -92,7 +95,7 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 		p.fleet.Upsert(kvpod.Pod{Name: name, IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000, Model: simModel, Role: role, Ready: true})
 		p.byName[name] = i
 	}
-	p.r, err = router.New(RouterConfig(s), p.fleet, ei.index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	p.r, err = router.New(rc, p.fleet, ei.index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +111,19 @@ func newLearnedKVRouter(s *Sim) (*kvRouter, error) {
 	}
 	p.learn, p.estimates = true, make([]fleet.SpeedEstimator, s.Pods())
 	return p, nil
+}
+
+// newMeanKVRouter is kvrouter-mean: kvrouter pricing every pod at the
+// fleet's mean prefill speed (Config.Speeds), the single figure an
+// operator who knew the fleet's mix of pods would set.
+func newMeanKVRouter(s *Sim) (*kvRouter, error) {
+	rc := RouterConfig(s)
+	mean := 0.0
+	for i := range s.Pods() {
+		mean += s.cfg.speed(i) / float64(s.Pods())
+	}
+	rc.PrefillSecondsPerToken /= mean
+	return newKVRouterConfig(s, rc)
 }
 
 func (p *kvRouter) Pick(r *Request) int {

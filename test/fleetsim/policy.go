@@ -12,8 +12,9 @@ var Policies = []string{"random", "round-robin", "least-loaded", "approximate", 
 // kvrouter-learned: kvrouter pricing each pod at the prefill speed it
 // learns from the pods' scraped counters (fleet.SpeedEstimator), the
 // configured speed its prior, where kvrouter prices every pod at the
-// configured speed (the operator's measurement of a speed-1 pod). Only
-// fleets of several speeds (Config.Speeds) run it.
+// configured speed (the operator's measurement of a speed-1 pod); or of
+// kvrouter-mean, pricing every pod at the fleet's mean speed. Only
+// fleets of several speeds (Config.Speeds) run those two.
 func PolicyByName(name string) (NewPolicy, error) {
 	switch name {
 	case "random":
@@ -30,6 +31,8 @@ func PolicyByName(name string) (NewPolicy, error) {
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
 	case "kvrouter-learned":
 		return func(s *Sim) (Policy, error) { return newLearnedKVRouter(s) }, nil
+	case "kvrouter-mean":
+		return func(s *Sim) (Policy, error) { return newMeanKVRouter(s) }, nil
 	case "oracle":
 		return func(s *Sim) (Policy, error) { return newOracle(s), nil }, nil
 	}

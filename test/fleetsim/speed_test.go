@@ -72,3 +72,28 @@ func TestLearnedSpeeds(t *testing.T) {
 		t.Errorf("kvrouter sampled speeds: %v", res.Speeds[:1])
 	}
 }
+
+// TestMeanKVRouter: kvrouter-mean prices every pod at the fleet's mean
+// speed, and learns nothing.
+func TestMeanKVRouter(t *testing.T) {
+	cfg, w := tinySharedPrefix(t, 1, 1)
+	cfg.Speeds = []float64{1, 1, 0.5, 0.5}
+	var p *kvRouter
+	res, err := Run(cfg, w, func(s *Sim) (Policy, error) {
+		var err error
+		p, err = newMeanKVRouter(s)
+		return p, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1 / (cfg.PrefillTokensPerSecond * 0.75)
+	for i := range cfg.Pods {
+		if got := p.r.PrefillSecondsPerToken(p.fleet.Load(podName(i))); math.Abs(got-want) > 1e-12 {
+			t.Errorf("pod %d priced at %.0f tokens/s, want the mean %.0f", i, 1/got, 1/want)
+		}
+	}
+	if res.Speeds != nil {
+		t.Errorf("kvrouter-mean sampled speeds: %v", res.Speeds[:1])
+	}
+}
