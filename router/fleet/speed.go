@@ -107,7 +107,8 @@ func (s *Speed) SecondsPerToken(prior, attention float64) float64 {
 const SpeedWindow = 3 * time.Second
 
 // maxSpeedWindow bounds a window that saw tokens but no prefill end (a
-// long prefill, or a pod whose prefills hang): it is dropped.
+// long prefill, or a pod whose prefills hang): it is dropped. It is also
+// how long the merged prefill intervals are kept.
 const maxSpeedWindow = time.Minute
 
 // SpeedHalfLife is how fast old observations fade: a window counts half
