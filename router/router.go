@@ -109,7 +109,11 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 			}
 		}
 	}
-	return &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}, nil
+	r := &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}
+	if err := register(reg, speedCollector{r}); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Decision is where one request goes. Call Prefilled when the pod's first

@@ -155,6 +155,7 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	writeSweep(&b, jobs, policies)
 	writePD(&b, jobs)
 	writeOverload(&b, jobs, policies)
+	writeHetero(&b, jobs)
 	b.WriteString("\n## Plots\n\n")
 	for _, ps := range plotSets(jobs) {
 		fmt.Fprintf(&b, "### %s (x: %s)\n\n", ps.title, ps.xLabel)

@@ -109,6 +109,13 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 	if strings.Contains(o.workloads, "e") {
 		out = append(out, overloadScenarios(o, h, base)...)
 	}
+	if strings.Contains(o.workloads, "f") {
+		he, err := heteroScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, he...)
+	}
 	for _, sc := range out {
 		if sc.bound != nil { // (d) shares its workloads' bound
 			continue
