@@ -99,6 +99,17 @@ func TestE2EHubDownload(t *testing.T) {
 	}
 	blocks := len(ids) / blockhash.DefaultBlockSize
 	want := fmt.Sprintf("%d/%d", blocks, blocks)
+	// Asked without routing until the model's tokenizer is in use and the
+	// pod's replay has reached the new process: a request routed before
+	// either would go by load, and the pod serving it would hold the
+	// prompt too.
+	if !poll(func() bool {
+		reason, matched := second.score(t, body)
+		return reason == "load" && matched[pod] == blocks
+	}) {
+		reason, matched := second.score(t, body)
+		t.Fatalf("the restarted router scores the prompt %q, matched blocks %v; want load, %d on %s", reason, matched, blocks, pod)
+	}
 	if !poll(func() bool {
 		h, err = route(t.Context(), second.envoy, body)
 		return err == nil && h["x-kvrouter-reason"] == "prefix" && h["x-kvrouter-cached-blocks"] == want
@@ -115,6 +126,43 @@ func TestE2EHubDownload(t *testing.T) {
 	if ref, _ := os.ReadFile(filepath.Join(repo, "refs", "main")); string(ref) != hubtest.Commit {
 		t.Errorf("refs/main = %q, want %s", ref, hubtest.Commit)
 	}
+}
+
+// score returns what POST /v1/score says of body: the decision's reason
+// and each candidate's matched blocks. It routes nothing.
+func (p *kvrouterProcess) score(t *testing.T, body string) (reason string, matched map[string]int) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+p.admin+"/v1/score", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var rep struct {
+		Reason string `json:"reason"`
+		Pods   []struct {
+			Name    string `json:"name"`
+			Matched int    `json:"matched_blocks"`
+		} `json:"pods"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/score = %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	matched = map[string]int{}
+	for _, pod := range rep.Pods {
+		matched[pod.Name] = pod.Matched
+	}
+	return rep.Reason, matched
 }
 
 // readyz returns /readyz's line.
