@@ -52,7 +52,7 @@ func benchIndex(b *testing.B, addr string) *Index {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = x.rdb.Close() })
+	b.Cleanup(func() { _ = x.close() })
 	return x
 }
 

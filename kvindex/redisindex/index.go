@@ -20,10 +20,13 @@ import (
 // Index is the block index shared through Redis, over a local
 // kvindex.Index. Its methods are safe for concurrent use.
 type Index struct {
-	cfg     Config
-	local   *kvindex.Index
-	spec    kvindex.Config // the local view's speculative TTL and grace
-	rdb     redis.UniversalClient
+	cfg   Config
+	local *kvindex.Index
+	spec  kvindex.Config // the local view's speculative TTL and grace
+	rdb   redis.UniversalClient
+	// raw carries the hot paths (matches, appends) to a standalone server;
+	// nil with Cluster.
+	raw     *rawPool
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
@@ -101,6 +104,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 		x.rdb = redis.NewClusterClient(opts.Cluster())
 	} else {
 		x.rdb = redis.NewClient(opts.Simple())
+		x.raw = newRawPool(cfg)
 	}
 	x.pods.byID = make(map[kvindex.PodID]*podState)
 	x.compact = make(chan compaction, compactQueue)
@@ -174,6 +178,9 @@ func (x *Index) failed(op string, err error) {
 	if x.up.CompareAndSwap(true, false) {
 		x.downSince.Store(x.now().UnixMilli())
 		x.metrics.up.Set(0)
+		if x.raw != nil {
+			x.raw.drop()
+		}
 		x.log.Warn("redisindex: Redis unreachable; routing on the local view", "op", op, "error", err)
 		x.pods.RLock()
 		for _, ps := range x.pods.byID {
@@ -199,6 +206,14 @@ func (x *Index) exec(pipe redis.Pipeliner) error {
 		return err
 	}
 	return nil
+}
+
+// close closes the clients.
+func (x *Index) close() error {
+	if x.raw != nil {
+		x.raw.close()
+	}
+	return x.rdb.Close()
 }
 
 // ctx bounds one round trip.

@@ -47,7 +47,7 @@ func (x *Index) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			wg.Wait()
 			x.releaseAll()
-			return x.rdb.Close()
+			return x.close()
 		case <-leases.C:
 			if x.up.Load() {
 				x.tick()

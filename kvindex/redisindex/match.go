@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -28,10 +29,16 @@ type matchScratch struct {
 	count      [][kvindex.NumTiers]int16
 	spec       []uint64 // this block: the last speculative deadline
 	touch      []int32
-	keys       [][]string // by group
-	slot       []int32    // by block: its index in its group's keys
-	cmds       []*redis.SliceCmd
-	buf        []byte
+	members    [][]int32 // by group: its blocks' indexes, in MGET order
+	// arena holds the values read; tab (by eligible candidate) and vals
+	// (by block) their spans. tableErr: Redis refused the HMGET.
+	arena    []byte
+	tab      []span
+	vals     []span
+	tableErr bool
+	keys     []string // the go-redis path's keys of one group
+	cmds     []*redis.SliceCmd
+	buf      []byte
 }
 
 const kindNone = 0xff
@@ -65,69 +72,210 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.Po
 	if len(sc.names) == 0 {
 		return out
 	}
-	ctx, cancel := x.ctx()
-	defer cancel()
-	pipe := x.rdb.Pipeline()
-	table := pipe.HMGet(ctx, x.podsKey(tag), sc.names...)
-	x.groupKeys(sc, tag, hashes)
-	sc.cmds = sc.cmds[:0]
-	for _, keys := range sc.keys {
-		if len(keys) > 0 {
-			sc.cmds = append(sc.cmds, pipe.MGet(ctx, keys...))
-		} else {
-			sc.cmds = append(sc.cmds, nil)
-		}
+	x.groupBlocks(sc, hashes)
+	read := x.readPipe
+	if x.raw != nil {
+		read = x.readRaw
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
+	if err := read(sc, tag, hashes); err != nil {
 		x.failed("match", err)
 		x.metrics.localMatches.Inc()
 		return x.local.Match(namespace, hashes, candidates, out)
 	}
-	if x.readTable(sc, table) {
+	if x.readTable(sc) {
 		x.count(sc, hashes, out)
 	}
 	x.metrics.roundTrip.WithLabelValues("match").Observe(time.Since(start).Seconds())
 	return out
 }
 
-// groupKeys spreads the blocks' keys over their slot groups.
-func (x *Index) groupKeys(sc *matchScratch, tag string, hashes []uint64) {
-	if len(sc.keys) != x.cfg.Groups {
-		sc.keys = make([][]string, x.cfg.Groups)
+// groupBlocks spreads the blocks over their slot groups.
+func (x *Index) groupBlocks(sc *matchScratch, hashes []uint64) {
+	if len(sc.members) != x.cfg.Groups {
+		sc.members = make([][]int32, x.cfg.Groups)
 	}
-	for g := range sc.keys {
-		sc.keys[g] = sc.keys[g][:0]
+	for g := range sc.members {
+		sc.members[g] = sc.members[g][:0]
 	}
-	sc.slot = resize(sc.slot, len(hashes))
 	for i, h := range hashes {
 		g := x.group(h)
-		sc.buf = x.blockKey(sc.buf[:0], tag, h)
-		sc.slot[i] = int32(len(sc.keys[g]))
-		sc.keys[g] = append(sc.keys[g], string(sc.buf))
+		sc.members[g] = append(sc.members[g], int32(i))
 	}
+	sc.arena = sc.arena[:0]
+	sc.tab = resize(sc.tab, len(sc.names))
+	sc.vals = resize(sc.vals, len(hashes))
+	sc.tableErr = false
+}
+
+// podEntryMax bounds a pod table value read: longer ones are refused.
+const podEntryMax = 64
+
+// readRaw reads the candidates' pod table entries and the blocks' values
+// in one round trip on a connection of the raw pool.
+func (x *Index) readRaw(sc *matchScratch, tag string, hashes []uint64) error {
+	c, err := x.raw.get()
+	if err != nil {
+		return err
+	}
+	w := appendArray(c.w[:0], 2+len(sc.names))
+	w = appendBulk(w, "HMGET")
+	w = appendBulk(w, x.podsKey(tag))
+	for _, name := range sc.names {
+		w = appendBulk(w, name)
+	}
+	for _, mem := range sc.members {
+		if len(mem) == 0 {
+			continue
+		}
+		w = appendArray(w, 1+len(mem))
+		w = appendBulk(w, "MGET")
+		for _, b := range mem {
+			sc.buf = x.blockKey(sc.buf[:0], tag, hashes[b])
+			w = appendBulk(w, sc.buf)
+		}
+	}
+	c.w = w
+	if err := c.flush(x.cfg.Timeout); err != nil {
+		x.raw.put(c, true)
+		return err
+	}
+	err = x.readRawReplies(c, sc)
+	x.raw.put(c, err != nil)
+	return err
+}
+
+func (x *Index) readRawReplies(c *rawConn, sc *matchScratch) error {
+	var re replyError
+	n, err := c.readArray()
+	switch {
+	case errors.As(err, &re):
+		sc.tableErr = true
+	case err != nil:
+		return err
+	case n != len(sc.names):
+		return errProto
+	}
+	for i := 0; i < n; i++ {
+		if sc.arena, sc.tab[i], err = c.readBulk(sc.arena, podEntryMax, 1); err != nil {
+			return err
+		}
+	}
+	maxLen := x.cfg.MaxHolders * recordSize
+	for _, mem := range sc.members {
+		if len(mem) == 0 {
+			continue
+		}
+		n, err := c.readArray()
+		switch {
+		case errors.As(err, &re):
+			for _, b := range mem {
+				sc.vals[b] = span{n: spanType}
+			}
+			continue
+		case err != nil:
+			return err
+		case n != len(mem):
+			return errProto
+		}
+		for _, b := range mem {
+			if sc.arena, sc.vals[b], err = c.readBulk(sc.arena, maxLen, recordSize); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readPipe reads what readRaw reads through go-redis, in one pipeline
+// (the cluster client sends one per node, in parallel).
+func (x *Index) readPipe(sc *matchScratch, tag string, hashes []uint64) error {
+	ctx, cancel := x.ctx()
+	defer cancel()
+	pipe := x.rdb.Pipeline()
+	table := pipe.HMGet(ctx, x.podsKey(tag), sc.names...)
+	sc.cmds = sc.cmds[:0]
+	for _, mem := range sc.members {
+		if len(mem) == 0 {
+			sc.cmds = append(sc.cmds, nil)
+			continue
+		}
+		sc.keys = sc.keys[:0]
+		for _, b := range mem {
+			sc.buf = x.blockKey(sc.buf[:0], tag, hashes[b])
+			sc.keys = append(sc.keys, string(sc.buf))
+		}
+		sc.cmds = append(sc.cmds, pipe.MGet(ctx, sc.keys...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
+		return err
+	}
+	if table.Err() != nil {
+		sc.tableErr = true
+	} else {
+		for i, v := range table.Val() {
+			sc.tab[i] = x.toArena(sc, v, podEntryMax, 1)
+		}
+	}
+	maxLen := x.cfg.MaxHolders * recordSize
+	for g, mem := range sc.members {
+		if len(mem) == 0 {
+			continue
+		}
+		vals := sc.cmds[g].Val()
+		for j, b := range mem {
+			if sc.cmds[g].Err() != nil || len(vals) != len(mem) {
+				sc.vals[b] = span{n: spanType}
+				continue
+			}
+			sc.vals[b] = x.toArena(sc, vals[j], maxLen, recordSize)
+		}
+	}
+	return nil
+}
+
+// toArena copies one go-redis reply value into the arena, as readBulk
+// reads it.
+func (x *Index) toArena(sc *matchScratch, v any, limit, mod int) span {
+	s, ok := v.(string)
+	switch {
+	case v == nil:
+		return span{n: spanNil}
+	case !ok:
+		return span{n: spanNotBulk}
+	case len(s)%mod != 0:
+		return span{n: spanSize}
+	case len(s) > limit:
+		return span{n: spanHolders}
+	}
+	off := len(sc.arena)
+	sc.arena = append(sc.arena, s...)
+	return span{off: int32(off), n: int32(len(s))}
 }
 
 // readTable maps the candidates' pod numbers to them and notes their
 // epochs. It reports false when the table cannot be read: nothing counts.
-func (x *Index) readTable(sc *matchScratch, table *redis.SliceCmd) bool {
+func (x *Index) readTable(sc *matchScratch) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
 	sc.epochBytes = resize(sc.epochBytes, n)
 	sc.live = resize(sc.live, n)
 	clear(sc.bynum)
 	clear(sc.bigNum)
-	if table.Err() != nil {
+	if sc.tableErr {
 		x.metrics.refused.WithLabelValues("pods").Inc()
 		return false
 	}
-	for i, v := range table.Val() {
+	for i, sp := range sc.tab {
 		sc.epoch[i], sc.live[i] = 0, false
-		sc.epochBytes[i] = ""
-		s, ok := v.(string)
-		if !ok {
+		if sp.n == spanNil {
 			continue // no writer has numbered the pod: it holds nothing
 		}
-		num, ep, ok := parsePodEntry(s)
+		var num uint32
+		var ep uint64
+		ok := sp.n >= 0
+		if ok {
+			num, ep, ok = parsePodEntry(sc.arena[sp.off : sp.off+sp.n])
+		}
 		if !ok {
 			x.metrics.refused.WithLabelValues("pods").Inc()
 			continue
@@ -168,21 +316,18 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		sc.count[i], sc.spec[i], sc.best[i] = [kvindex.NumTiers]int16{}, 0, kindNone
 	}
 	now := uint64(x.now().UnixMilli())
-	maxLen := x.cfg.MaxHolders * recordSize
-	for b, h := range hashes {
-		var val string
-		if vals := sc.cmds[x.group(h)].Val(); int(sc.slot[b]) < len(vals) {
-			val, _ = vals[sc.slot[b]].(string)
-		} else { // the group's MGET failed in the server: its blocks are held by none
+	for b := range hashes {
+		var val []byte
+		switch sp := sc.vals[b]; sp.n {
+		case spanNil:
+		case spanType, spanNotBulk: // the group's MGET failed in the server: its blocks are held by none
 			x.metrics.refused.WithLabelValues("type").Inc()
-		}
-		switch {
-		case len(val)%recordSize != 0:
+		case spanSize:
 			x.metrics.refused.WithLabelValues("size").Inc()
-			val = ""
-		case len(val) > maxLen:
+		case spanHolders:
 			x.metrics.refused.WithLabelValues("holders").Inc()
-			val = ""
+		default:
+			val = sc.arena[sp.off : sp.off+sp.n]
 		}
 		x.fold(sc, val)
 		advanced := false
@@ -217,7 +362,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 // fold reads one block's records into sc.best: per candidate, the fastest
 // tier it holds for real in its current epoch, else kindSpec if it has a
 // speculative record (sc.spec its last deadline).
-func (x *Index) fold(sc *matchScratch, val string) {
+func (x *Index) fold(sc *matchScratch, val []byte) {
 	sc.touch = sc.touch[:0]
 	for off := 0; off+recordSize <= len(val); off += recordSize {
 		rec := val[off : off+recordSize]
@@ -238,7 +383,7 @@ func (x *Index) fold(sc *matchScratch, val string) {
 				uint64(rec[12])<<32 | uint64(rec[13])<<40 | uint64(rec[14])<<48 | uint64(rec[15])<<56
 			continue
 		}
-		if rec[8:] == sc.epochBytes[c] { // the pod's current epoch
+		if string(rec[8:]) == sc.epochBytes[c] { // the pod's current epoch
 			sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(rec[5])))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = x.rdb.Close() })
+	t.Cleanup(func() { _ = x.close() })
 	r := &replica{Index: x, pods: map[string]kvindex.PodID{}}
 	for _, p := range []string{"p1", "p2"} {
 		r.pods[p] = x.AddPod(p, "m")
@@ -241,8 +242,23 @@ func TestRedisUnreachableUnderLoad(t *testing.T) {
 }
 
 func TestHostileValuesRefused(t *testing.T) {
+	// Standalone, matches and appends go through the raw connections; the
+	// cluster's path, go-redis, must refuse the same values the same way.
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) { testHostileValuesRefused(t, path == "go-redis") })
+	}
+}
+
+func testHostileValuesRefused(t *testing.T, goRedis bool) {
 	srv := redisserver.New(t)
 	a := newReplica(t, srv.Addr, "a", func(c *Config) { c.MaxHolders = 8 })
+	if a.raw == nil {
+		t.Fatal("a standalone index has no raw pool")
+	}
+	if goRedis {
+		a.raw.close()
+		a.raw = nil
+	}
 	a.tick()
 	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -277,6 +293,12 @@ func TestHostileValuesRefused(t *testing.T) {
 			return rdb.Append(ctx, key(blocks[0]), string(val)).Err()
 		}, "holders", 0},
 		{"a garbage pod table entry", func() error { return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "x:y").Err() }, "pods", 0},
+		{"a pod number out of range", func() error {
+			return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "4294967296:1").Err()
+		}, "pods", 0},
+		{"a pod table entry too long", func() error {
+			return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "1:"+strings.Repeat("1", 100)).Err()
+		}, "pods", 0},
 		{"a pod table of the wrong type", func() error {
 			if err := rdb.Del(ctx, a.podsKey(nsTag("m"))).Err(); err != nil {
 				return err

@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -130,6 +131,9 @@ func (x *Index) groupWriter(ctx context.Context) {
 // appendNow writes the appends of batch in one pipeline, and queues the
 // keys grown past a multiple of compactEvery for compaction.
 func (x *Index) appendNow(batch []*appendReq) error {
+	if x.raw != nil {
+		return x.appendRaw(batch)
+	}
 	ctx, cancel := x.ctx()
 	defer cancel()
 	pipe := x.rdb.Pipeline()
@@ -138,14 +142,12 @@ func (x *Index) appendNow(batch []*appendReq) error {
 		n += len(r.hashes)
 	}
 	cmds := make([]*redis.IntCmd, 0, n)
-	keys := make([]string, 0, n)
 	var buf []byte
 	for _, r := range batch {
 		val := string(r.rec)
 		for _, h := range r.hashes {
 			buf = x.blockKey(buf[:0], r.tag, h)
 			key := string(buf)
-			keys = append(keys, key)
 			cmds = append(cmds, pipe.Append(ctx, key, val))
 			pipe.PExpire(ctx, key, x.cfg.TTL)
 		}
@@ -155,18 +157,70 @@ func (x *Index) appendNow(batch []*appendReq) error {
 	}
 	i := 0
 	for _, r := range batch {
-		for range r.hashes {
-			n, err := cmds[i].Result()
-			switch {
-			case err != nil:
-				x.metrics.refused.WithLabelValues("type").Inc()
-			case n >= compactEvery && n%compactEvery < int64(len(r.rec)):
-				x.queueCompaction(r.tag, keys[i])
-			}
+		for _, h := range r.hashes {
+			x.appended(r, h, cmds[i].Val(), cmds[i].Err())
 			i++
 		}
 	}
 	return nil
+}
+
+// appendRaw is appendNow on a connection of the raw pool: one write of
+// every APPEND and PEXPIRE, then their replies.
+func (x *Index) appendRaw(batch []*appendReq) error {
+	c, err := x.raw.get()
+	if err != nil {
+		return err
+	}
+	var key [80]byte
+	ttl := x.cfg.TTL.Milliseconds()
+	w := c.w[:0]
+	for _, r := range batch {
+		for _, h := range r.hashes {
+			k := x.blockKey(key[:0], r.tag, h)
+			w = appendArray(w, 3)
+			w = appendBulk(w, "APPEND")
+			w = appendBulk(w, k)
+			w = appendBulk(w, r.rec)
+			w = appendArray(w, 3)
+			w = appendBulk(w, "PEXPIRE")
+			w = appendBulk(w, k)
+			w = appendBulkInt(w, ttl)
+		}
+	}
+	c.w = w
+	if err := c.flush(x.cfg.Timeout); err != nil {
+		x.raw.put(c, true)
+		return err
+	}
+	var re replyError
+	for _, r := range batch {
+		for _, h := range r.hashes {
+			n, err := c.readInt()
+			if err != nil && !errors.As(err, &re) {
+				x.raw.put(c, true)
+				return err
+			}
+			x.appended(r, h, n, err)
+			if _, err := c.readInt(); err != nil && !errors.As(err, &re) {
+				x.raw.put(c, true)
+				return err
+			}
+		}
+	}
+	x.raw.put(c, false)
+	return nil
+}
+
+// appended takes APPEND's reply for block h of r: the key's new length, or
+// the error Redis replied (a key of another type).
+func (x *Index) appended(r *appendReq, h uint64, n int64, err error) {
+	switch {
+	case err != nil:
+		x.metrics.refused.WithLabelValues("type").Inc()
+	case n >= compactEvery && n%compactEvery < int64(len(r.rec)):
+		x.queueCompaction(r.tag, string(x.blockKey(nil, r.tag, h)))
+	}
 }
 
 // checkOnly is the local view's write without a local view: it only
