@@ -27,7 +27,7 @@
 //
 // A record is (pod number u32, kind u8: tier 0–3 or speculative, count
 // delta i8, 2 zero bytes, epoch or deadline u64), little-endian. Every
-// write is an APPEND plus a PEXPIRE, so writers of different pods never
+// write is an APPEND plus a PEXPIREAT, so writers of different pods never
 // read-modify-write a shared key and need no script: a BlockStored of 16
 // blocks is one pipeline of 32 commands, a speculation of a 512-block
 // prompt one of 1024. Readers fold a pod's real records of its current

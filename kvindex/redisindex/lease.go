@@ -175,6 +175,7 @@ func (x *Index) copyLocked(ps *podState) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
 	defer cancel()
 	var buf, rec []byte
+	at := time.Now().Add(x.cfg.TTL) // Redis's clock, not the injected one; PEXPIREAT: see appendRaw
 	for len(entries) > 0 {
 		chunk := entries[:min(len(entries), copyBatch)]
 		entries = entries[len(chunk):]
@@ -184,7 +185,7 @@ func (x *Index) copyLocked(ps *podState) error {
 			key := string(buf)
 			rec = appendRecord(rec[:0], ps.mu.num, uint8(e.tier), int8(min(e.count, 127)), ps.mu.epoch)
 			pipe.Append(ctx, key, string(rec))
-			pipe.PExpire(ctx, key, x.cfg.TTL)
+			pipe.PExpireAt(ctx, key, at)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
 			return err

@@ -142,6 +142,7 @@ func (x *Index) appendNow(batch []*appendReq) error {
 		n += len(r.hashes)
 	}
 	cmds := make([]*redis.IntCmd, 0, n)
+	at := time.Now().Add(x.cfg.TTL) // Redis's clock, not the injected one; PEXPIREAT: see appendRaw
 	var buf []byte
 	for _, r := range batch {
 		val := string(r.rec)
@@ -149,7 +150,7 @@ func (x *Index) appendNow(batch []*appendReq) error {
 			buf = x.blockKey(buf[:0], r.tag, h)
 			key := string(buf)
 			cmds = append(cmds, pipe.Append(ctx, key, val))
-			pipe.PExpire(ctx, key, x.cfg.TTL)
+			pipe.PExpireAt(ctx, key, at)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
@@ -166,14 +167,16 @@ func (x *Index) appendNow(batch []*appendReq) error {
 }
 
 // appendRaw is appendNow on a connection of the raw pool: one write of
-// every APPEND and PEXPIRE, then their replies.
+// every APPEND and PEXPIREAT, then their replies.
 func (x *Index) appendRaw(batch []*appendReq) error {
 	c, err := x.raw.get()
 	if err != nil {
 		return err
 	}
 	var key [80]byte
-	ttl := x.cfg.TTL.Milliseconds()
+	// PEXPIREAT, not PEXPIRE: Redis propagates a PEXPIRE rewritten into a
+	// PEXPIREAT, which costs it an allocation per command.
+	at := time.Now().Add(x.cfg.TTL).UnixMilli() // Redis's clock, not the injected one
 	w := c.w[:0]
 	for _, r := range batch {
 		for _, h := range r.hashes {
@@ -183,9 +186,9 @@ func (x *Index) appendRaw(batch []*appendReq) error {
 			w = appendBulk(w, k)
 			w = appendBulk(w, r.rec)
 			w = appendArray(w, 3)
-			w = appendBulk(w, "PEXPIRE")
+			w = appendBulk(w, "PEXPIREAT")
 			w = appendBulk(w, k)
-			w = appendBulkInt(w, ttl)
+			w = appendBulkInt(w, at)
 		}
 	}
 	c.w = w
