@@ -40,6 +40,8 @@ type Index struct {
 	appends  chan *appendReq
 	grouping atomic.Bool
 	stopped  chan struct{}
+	// loadKick wakes Run's load writer.
+	loadKick chan struct{}
 
 	pods struct {
 		sync.RWMutex
@@ -63,6 +65,12 @@ type podState struct {
 		sync.Mutex
 		num   uint32 // valid while held
 		epoch uint64 // valid while held
+	}
+	// load is the prefill this replica routed to the pod, not done yet;
+	// dirty: changed since the load writer last published it.
+	load struct {
+		tokens, requests atomic.Int64
+		dirty            atomic.Bool
 	}
 }
 
@@ -109,6 +117,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 	x.pods.byID = make(map[kvindex.PodID]*podState)
 	x.compact = make(chan compaction, compactQueue)
 	x.appends, x.stopped = make(chan *appendReq), make(chan struct{})
+	x.loadKick = make(chan struct{}, 1)
 	m, err := newMetrics(x, reg)
 	if err != nil {
 		return nil, err

@@ -34,8 +34,9 @@ const copyBatch = 2048
 // closes the client. Run may be called once.
 func (x *Index) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); x.compactor(ctx) }()
+	go func() { defer wg.Done(); x.loadWriter(ctx) }()
 	go func() { defer wg.Done(); x.groupWriter(ctx) }()
 	x.tick()
 	leases := time.NewTicker(x.cfg.LeaseTTL / 3)
@@ -81,6 +82,7 @@ func (x *Index) tick() {
 		x.log.Info("redisindex: Redis reachable again; matching through it")
 	}
 	x.renew()
+	x.republish()
 }
 
 // renew takes or renews every registered pod's lease in one pipeline,

@@ -36,23 +36,43 @@ type matchScratch struct {
 	tab      []span
 	vals     []span
 	tableErr bool
-	keys     []string // the go-redis path's keys of one group
-	cmds     []*redis.SliceCmd
-	buf      []byte
+	// loadSpans are the load table's fields and values, in turn; loadErr:
+	// Redis refused the HGETALL. byName maps a candidate's name to its
+	// index in out.
+	loadSpans []span
+	loadErr   bool
+	withLoad  bool // read the load table too
+	byName    map[string]int32
+	keys      []string // the go-redis path's keys of one group
+	cmds      []*redis.SliceCmd
+	buf       []byte
 }
 
 const kindNone = 0xff
 
-var scratchPool = sync.Pool{New: func() any { return &matchScratch{bigNum: map[uint32]int32{}} }}
+var scratchPool = sync.Pool{New: func() any {
+	return &matchScratch{bigNum: map[uint32]int32{}, byName: map[string]int32{}}
+}}
 
 // Match reports, for each candidate in order, how many leading blocks of
 // hashes it holds, as kvindex.Index.Match does, from Redis: one pipelined
 // round trip (the pod table's entries of the candidates and one MGET per
 // slot group). While Redis is down it answers from the local view.
 func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch {
+	out, _ = x.MatchLoad(namespace, hashes, candidates, out, nil)
+	return out
+}
+
+// MatchLoad is Match that also reports, in peers by candidate, the
+// prefill the other replicas routed there and that is not done yet (see
+// Charge), read in the same round trip. peers is zero when Redis is down
+// or the load is not shared.
+func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []kvindex.PodLoad) ([]kvindex.PodMatch, []kvindex.PodLoad) {
+	peers = resize(peers, len(candidates))
+	clear(peers)
 	if !x.up.Load() || len(hashes) == 0 {
 		x.metrics.localMatches.Inc()
-		return x.local.Match(namespace, hashes, candidates, out)
+		return x.local.Match(namespace, hashes, candidates, out), peers
 	}
 	start := time.Now()
 	sc := scratchPool.Get().(*matchScratch)
@@ -70,9 +90,10 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.Po
 	}
 	x.pods.RUnlock()
 	if len(sc.names) == 0 {
-		return out
+		return out, peers
 	}
 	x.groupBlocks(sc, hashes)
+	sc.withLoad = peers != nil && !x.cfg.NoSharedLoad
 	read := x.readPipe
 	if x.raw != nil {
 		read = x.readRaw
@@ -80,13 +101,16 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.Po
 	if err := read(sc, tag, hashes); err != nil {
 		x.failed("match", err)
 		x.metrics.localMatches.Inc()
-		return x.local.Match(namespace, hashes, candidates, out)
+		return x.local.Match(namespace, hashes, candidates, out), peers
 	}
 	if x.readTable(sc) {
 		x.count(sc, hashes, out)
 	}
+	if sc.withLoad {
+		x.readLoad(sc, peers)
+	}
 	x.metrics.roundTrip.WithLabelValues("match").Observe(time.Since(start).Seconds())
-	return out
+	return out, peers
 }
 
 // groupBlocks spreads the blocks over their slot groups.
@@ -104,7 +128,8 @@ func (x *Index) groupBlocks(sc *matchScratch, hashes []uint64) {
 	sc.arena = sc.arena[:0]
 	sc.tab = resize(sc.tab, len(sc.names))
 	sc.vals = resize(sc.vals, len(hashes))
-	sc.tableErr = false
+	sc.tableErr, sc.loadErr = false, false
+	sc.loadSpans = sc.loadSpans[:0]
 }
 
 // podEntryMax bounds a pod table value read: longer ones are refused.
@@ -122,6 +147,11 @@ func (x *Index) readRaw(sc *matchScratch, tag string, hashes []uint64) error {
 	w = appendBulk(w, x.podsKey(tag))
 	for _, name := range sc.names {
 		w = appendBulk(w, name)
+	}
+	if sc.withLoad {
+		w = appendArray(w, 2)
+		w = appendBulk(w, "HGETALL")
+		w = appendBulk(w, x.loadKey(tag))
 	}
 	for _, mem := range sc.members {
 		if len(mem) == 0 {
@@ -160,6 +190,24 @@ func (x *Index) readRawReplies(c *rawConn, sc *matchScratch) error {
 			return err
 		}
 	}
+	if sc.withLoad {
+		n, err := c.readArray()
+		switch {
+		case errors.As(err, &re):
+			sc.loadErr = true
+		case err != nil:
+			return err
+		case n%2 != 0:
+			return errProto
+		}
+		for i := 0; i < n; i++ {
+			var sp span
+			if sc.arena, sp, err = c.readBulk(sc.arena, loadFieldMax, 1); err != nil {
+				return err
+			}
+			sc.loadSpans = append(sc.loadSpans, sp)
+		}
+	}
 	maxLen := x.cfg.MaxHolders * recordSize
 	for _, mem := range sc.members {
 		if len(mem) == 0 {
@@ -193,6 +241,10 @@ func (x *Index) readPipe(sc *matchScratch, tag string, hashes []uint64) error {
 	defer cancel()
 	pipe := x.rdb.Pipeline()
 	table := pipe.HMGet(ctx, x.podsKey(tag), sc.names...)
+	var load *redis.MapStringStringCmd
+	if sc.withLoad {
+		load = pipe.HGetAll(ctx, x.loadKey(tag))
+	}
 	sc.cmds = sc.cmds[:0]
 	for _, mem := range sc.members {
 		if len(mem) == 0 {
@@ -214,6 +266,14 @@ func (x *Index) readPipe(sc *matchScratch, tag string, hashes []uint64) error {
 	} else {
 		for i, v := range table.Val() {
 			sc.tab[i] = x.toArena(sc, v, podEntryMax, 1)
+		}
+	}
+	if load != nil {
+		if load.Err() != nil {
+			sc.loadErr = true
+		}
+		for f, v := range load.Val() {
+			sc.loadSpans = append(sc.loadSpans, x.toArena(sc, f, loadFieldMax, 1), x.toArena(sc, v, loadFieldMax, 1))
 		}
 	}
 	maxLen := x.cfg.MaxHolders * recordSize

@@ -31,11 +31,11 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "errors_total",
-			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, ping).",
+			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, load, ping).",
 		}, []string{"op"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "refused_total",
-			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry).",
+			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry), load (a load table field or value: taken as no load).",
 		}, []string{"reason"}),
 		localMatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "local_matches_total",
@@ -51,7 +51,7 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
-			Help:    "Time of a Redis round trip, by operation (match, events).",
+			Help:    "Time of a Redis round trip, by operation (match, events, load).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}

@@ -400,3 +400,94 @@ func TestNoLocalView(t *testing.T) {
 		t.Error("Redis not marked down")
 	}
 }
+
+// TestSharedLoad: a replica's charges reach the other replicas' matches,
+// not its own; they lapse at their deadline unless renewed, and a load
+// table of the wrong shape is refused and counted, never a failure.
+func TestSharedLoad(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) { testSharedLoad(t, path == "go-redis") })
+	}
+}
+
+func testSharedLoad(t *testing.T, goRedis bool) {
+	srv := redisserver.New(t)
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	clock := func(c *Config) {
+		c.LeaseTTL = time.Second
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	}
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	a, b := newReplica(t, srv.Addr, "a", clock), newReplica(t, srv.Addr, "b", clock)
+	if goRedis {
+		for _, r := range []*replica{a, b} {
+			r.raw.close()
+			r.raw = nil
+		}
+	}
+	a.tick()
+	b.tick()
+	ids := func(r *replica) []kvindex.PodID { return []kvindex.PodID{r.pods["p1"], r.pods["p2"]} }
+	load := func(r *replica) []kvindex.PodLoad {
+		_, peers := r.MatchLoad("m", blocks, ids(r), nil, nil)
+		return peers
+	}
+	a.Charge(a.pods["p1"], 1000, 1)
+	a.Charge(a.pods["p1"], 500, 1)
+	b.Charge(b.pods["p2"], 70, 1)
+	if got := load(b); got[0] != (kvindex.PodLoad{PrefillTokens: 1500, Prefilling: 2}) || got[1] != (kvindex.PodLoad{}) {
+		t.Errorf("b sees %+v, want a's 1500 tokens in 2 requests on p1, nothing of its own on p2", got)
+	}
+	if got := load(a); got[0] != (kvindex.PodLoad{}) || got[1] != (kvindex.PodLoad{PrefillTokens: 70, Prefilling: 1}) {
+		t.Errorf("a sees %+v, want b's 70 tokens on p2 only", got)
+	}
+	a.Charge(a.pods["p1"], -1000, -1)
+	if got := load(b)[0]; got != (kvindex.PodLoad{PrefillTokens: 500, Prefilling: 1}) {
+		t.Errorf("after a's first prefill b sees %+v on p1, want 500 tokens in 1 request", got)
+	}
+	// Unchanged, a's field lapses after twice the lease TTL; the lease
+	// tick renews it.
+	advance(1500 * time.Millisecond)
+	a.tick()
+	advance(1500 * time.Millisecond)
+	if got := load(b)[0]; got.Prefilling != 1 {
+		t.Errorf("renewed by a's tick, b sees %+v on p1, want a's request", got)
+	}
+	advance(2500 * time.Millisecond)
+	if got := load(b)[0]; got != (kvindex.PodLoad{}) {
+		t.Errorf("past its deadline b sees %+v on p1, want nothing", got)
+	}
+	a.Charge(a.pods["p1"], -500, -1)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	if n, err := rdb.HLen(ctx, a.loadKey(nsTag("m"))).Result(); err != nil || n != 1 {
+		t.Errorf("load table fields = %d, %v; want only b's (a's at zero deleted)", n, err)
+	}
+
+	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("load")) }
+	before := refused()
+	must(t, rdb.HSet(ctx, a.loadKey(nsTag("m")), "p1|c", "lots", "p1", "1:1:99999999999999", "p2|d", "1:2:3:4").Err())
+	if got := load(b); got[0] != (kvindex.PodLoad{}) || got[1] != (kvindex.PodLoad{}) {
+		t.Errorf("garbage fields: b sees %+v, want nothing", got)
+	}
+	if after := refused(); after < before+3 {
+		t.Errorf("refused{reason=load} = %v, want at least %v", after, before+3)
+	}
+	must(t, rdb.Del(ctx, a.loadKey(nsTag("m"))).Err())
+	must(t, rdb.Set(ctx, a.loadKey(nsTag("m")), "x", 0).Err())
+	before = refused()
+	if got := b.match(blocks)["p1"].Blocks; got != 0 {
+		t.Errorf("a load table of the wrong type: Match = %d blocks, want 0 (nothing stored)", got)
+	}
+	if got := load(b); got[0] != (kvindex.PodLoad{}) {
+		t.Errorf("a load table of the wrong type: b sees %+v, want nothing", got)
+	}
+	if refused() <= before {
+		t.Error("a load table of the wrong type was not refused")
+	}
+	if up, _ := b.Up(); !up {
+		t.Error("a hostile load table marked Redis down")
+	}
+}

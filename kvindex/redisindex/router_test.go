@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/router/fleet"
@@ -65,10 +67,12 @@ func (r *routerReplica) route(t *testing.T, prompt string) *router.Decision {
 
 // TestRoutersShareSpeculation: a burst of requests sharing a new prefix,
 // split over two replicas, goes to one pod: each replica sees the other's
-// decision.
+// decision. The in-flight load is not shared here (it weighs the pod's
+// queue against the prefill elsewhere: TestRoutersShareInFlightLoad).
 func TestRoutersShareSpeculation(t *testing.T) {
 	srv := redisserver.New(t)
-	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	private := func(c *Config) { c.NoSharedLoad = true }
+	a, b := newRouterReplica(t, srv.Addr, "a", private), newRouterReplica(t, srv.Addr, "b", private)
 	a.index.tick()
 	b.index.tick() // b learns the pods' numbers
 	for i := range 8 {
@@ -82,6 +86,43 @@ func TestRoutersShareSpeculation(t *testing.T) {
 		da.Done()
 		db.Done()
 	}
+}
+
+// TestRoutersShareInFlightLoad: a replica sees the prefill the other
+// routed and has not seen done as its own, and sends a request elsewhere
+// that it would have sent to that pod, until the prefill is done.
+func TestRoutersShareInFlightLoad(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	a.index.tick()
+	b.index.tick()
+	long := strings.Repeat("an uncached prompt, long to prefill. ", 200)
+	da := a.route(t, long)
+	id, ok := b.index.local.Pod(da.Pod)
+	if !ok {
+		t.Fatalf("pod %s unknown to b", da.Pod)
+	}
+	_, peers := b.index.MatchLoad("m", blocks[:1], []kvindex.PodID{id}, nil, nil)
+	if peers[0].Prefilling != 1 || peers[0].PrefillTokens < int64(len(long)) {
+		t.Fatalf("b sees %+v on %s, want a's request and its %d tokens at least", peers[0], da.Pod, len(long))
+	}
+	aid, _ := a.index.local.Pod(da.Pod)
+	if _, own := a.index.MatchLoad("m", blocks[:1], []kvindex.PodID{aid}, nil, nil); own[0] != (kvindex.PodLoad{}) {
+		t.Errorf("a sees %+v of its own load through Redis, want none (its fleet.Load has it)", own[0])
+	}
+	// A short request with nothing cached anywhere: b avoids a's queue.
+	for i := range 4 {
+		if db := b.route(t, fmt.Sprintf("short %d", i)); db.Pod == da.Pod {
+			t.Errorf("short request %d: b sent it to %s, behind a's long prefill", i, db.Pod)
+		} else {
+			db.Done()
+		}
+	}
+	da.Prefilled()
+	if _, peers = b.index.MatchLoad("m", blocks[:1], []kvindex.PodID{id}, nil, nil); peers[0] != (kvindex.PodLoad{}) {
+		t.Errorf("after a's prefill b sees %+v on %s, want none", peers[0], da.Pod)
+	}
+	da.Done()
 }
 
 // TestRoutersRideOutAnOutage: with Redis gone for a while under load, no
