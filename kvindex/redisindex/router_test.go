@@ -179,3 +179,6 @@ func TestRoutersRideOutAnOutage(t *testing.T) {
 		t.Errorf("after recovery a match read the local view (%v → %v)", local, got)
 	}
 }
+
+// The router finds the shared load through this interface.
+var _ router.LoadSharer = (*Index)(nil)
