@@ -48,8 +48,10 @@
 // fill, a new lease holder) does not walk its entries: it gives the pod a
 // new epoch in the pod table, one script call. Records of older epochs no
 // longer count. A key that appends grow past each multiple of 64 records
-// is compacted in the background (one record per live holder; WATCH, so a
-// concurrent append wins and the key is compacted at its next crossing).
+// is compacted in the background: read, folded to one record per live
+// holder, and written back by a script that keeps the records appended
+// meanwhile after the folded ones, so a hot key (a shared system prompt's,
+// appended to by every decision's speculation) stays short however busy.
 //
 // # Bounds
 //

@@ -57,7 +57,7 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "compactions_total",
-		Help: "Block keys grown by appends and rewritten to one record per live holder, by result: done, raced (a write came first), dropped (queue full).",
+		Help: "Block keys grown by appends and rewritten to one record per live holder, by result: done, raced (the key changed other than by appends: recreated, or compacted by another replica), dropped (queue full).",
 	}, []string{"result"})
 	m.up.Set(1)
 	if reg == nil {
