@@ -37,9 +37,14 @@ type Index struct {
 	compact chan compaction
 	// appends carries callers' appends to Run's group writer while
 	// grouping is set; stopped is closed when the writer has stopped.
-	appends  chan *appendReq
-	grouping atomic.Bool
-	stopped  chan struct{}
+	appends chan *appendReq
+	// specQueue carries speculation nobody waits for to the group writer,
+	// in order.
+	specQueue chan *appendReq
+	grouping  atomic.Bool
+	stopped   chan struct{}
+	// ttls is the TTL refresh cache; its lock serializes appendNow.
+	ttls ttlCache
 	// loadKick wakes Run's load writer.
 	loadKick chan struct{}
 
@@ -117,6 +122,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 	x.pods.byID = make(map[kvindex.PodID]*podState)
 	x.compact = make(chan compaction, compactQueue)
 	x.appends, x.stopped = make(chan *appendReq), make(chan struct{})
+	x.specQueue = make(chan *appendReq, specQueue)
 	x.loadKick = make(chan struct{}, 1)
 	m, err := newMetrics(x, reg)
 	if err != nil {

@@ -491,3 +491,43 @@ func testSharedLoad(t *testing.T, goRedis bool) {
 		t.Error("a hostile load table marked Redis down")
 	}
 }
+
+// TestBlockKeysKeepATTL: a key refreshed recently is not refreshed again
+// by each append, but a key an append creates always gets its TTL, even
+// when this replica refreshed the key's previous incarnation a moment ago.
+func TestBlockKeysKeepATTL(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) {
+			srv := redisserver.New(t)
+			a := newReplica(t, srv.Addr, "a", func(c *Config) { c.TTL = time.Hour })
+			if path == "go-redis" {
+				a.raw.close()
+				a.raw = nil
+			}
+			a.tick()
+			ctx := context.Background()
+			key := string(a.blockKey(nil, nsTag("m"), blocks[0]))
+			ttl := func() time.Duration {
+				d, err := a.rdb.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:1]))
+			if d := ttl(); d <= 59*time.Minute {
+				t.Fatalf("a new key's TTL = %v, want about 1h", d)
+			}
+			must(t, a.rdb.PExpire(ctx, key, 30*time.Minute).Err())
+			must(t, a.Speculate(a.pods["p2"], blocks[:1]))
+			if d := ttl(); d > 30*time.Minute || d <= 29*time.Minute {
+				t.Errorf("after an append to a key refreshed a moment ago, TTL = %v, want the 30m set (no refresh)", d)
+			}
+			must(t, a.rdb.Del(ctx, key).Err())
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:1]))
+			if d := ttl(); d <= 59*time.Minute {
+				t.Errorf("a key recreated by an append: TTL = %v, want about 1h", d)
+			}
+		})
+	}
+}
