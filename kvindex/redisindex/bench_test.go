@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,4 +199,108 @@ func BenchmarkStored16Pods(b *testing.B) {
 	if up, _ := x.Up(); !up {
 		b.Fatal("Redis went down during the run")
 	}
+}
+
+// BenchmarkMemory10M fills Redis with 10M entries (8 pods, each storing
+// the same 1.25M blocks in 16-block batches through one writer replica,
+// its appliers concurrent) and reports the replica's memory with
+// index.redis.local_view: false, where it holds no index: its Go heap in
+// use after a collection and its resident set, before and after the fill;
+// and Redis's memory per entry. Run it once:
+//
+//	go test -run '^$' -bench Memory10M -benchtime 1x ./kvindex/redisindex/
+func BenchmarkMemory10M(b *testing.B) {
+	const pods, blocks, batch = 8, 1_250_000, 16
+	srv := redisserver.New(b)
+	x := benchIndex(b, srv.Addr)
+	x.cfg.NoLocalView = true
+	ids := make([]kvindex.PodID, pods)
+	for i := range ids {
+		ids[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
+	}
+	x.tick()
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	run.Add(1)
+	go func() { defer run.Done(); _ = x.Run(ctx) }()
+	b.Cleanup(func() { cancel(); run.Wait() })
+	waitUntil(b, func() bool { return x.grouping.Load() })
+	heap0, rss0 := memNow(b)
+	for range b.N {
+		start := time.Now()
+		var fill sync.WaitGroup
+		for _, pod := range ids {
+			fill.Add(1)
+			go func() {
+				defer fill.Done()
+				rng := rand.New(rand.NewPCG(5, 6)) // every pod the same blocks
+				hs := make([]uint64, batch)
+				for range blocks / batch {
+					for j := range hs {
+						hs[j] = rng.Uint64()
+					}
+					if err := x.Stored(pod, kvindex.TierGPU, hs); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		fill.Wait()
+		b.ReportMetric(float64(pods*blocks)/time.Since(start).Seconds(), "entries/s")
+	}
+	if up, _ := x.Up(); !up {
+		b.Fatal("Redis went down during the fill")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	hs := make([]uint64, 512)
+	for i := range hs {
+		hs[i] = rng.Uint64()
+	}
+	if out := x.Match("m", hs, ids, nil); out[0].Blocks != 512 || out[pods-1].Blocks != 512 {
+		b.Fatalf("Match = %+v, want every pod at 512 blocks", out)
+	}
+	heap1, rss1 := memNow(b)
+	info, err := x.rdb.Info(context.Background(), "memory", "keyspace").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	used := infoField(info, "used_memory")
+	b.ReportMetric(heap0/1e6, "heap-before-MB")
+	b.ReportMetric(heap1/1e6, "heap-MB")
+	b.ReportMetric(rss0/1e6, "rss-before-MB")
+	b.ReportMetric(rss1/1e6, "rss-MB")
+	b.ReportMetric(used/1e6, "redis-MB")
+	b.ReportMetric(used/float64(pods*blocks), "redis-B/entry")
+}
+
+// memNow is the Go heap in use after a collection and the resident set,
+// in bytes.
+func memNow(b *testing.B) (heap, rss float64) {
+	b.Helper()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			rss = kb * 1024
+		}
+	}
+	return float64(ms.HeapInuse), rss
+}
+
+// infoField reads a number from INFO's output.
+func infoField(info, name string) float64 {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }
