@@ -22,13 +22,11 @@ type matchScratch struct {
 	bynum  []int32  // pod number → eligible candidate + 1, 0 none
 	bigNum map[uint32]int32
 	epoch  []uint64 // by eligible candidate; 0: not in the pod table
-	// epochBytes is epoch as a record's last 8 bytes, compared whole.
-	epochBytes []string
-	live       []bool
-	best       []uint8 // this block: fastest tier held, kindSpec speculative, kindNone none
-	count      [][kvindex.NumTiers]int16
-	spec       []uint64 // this block: the last speculative deadline
-	touch      []int32
+	live  []bool
+	alive []int32                   // the candidates whose runs still extend, in no order
+	stamp []uint32                  // by candidate: the block (+1) its tallies are of
+	count [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
+	spec  []uint64                  // by candidate: this block's last speculative deadline
 	members    [][]int32 // by group: its blocks' indexes, in MGET order
 	// arena holds the values read; tab (by eligible candidate) and vals
 	// (by block) their spans. tableErr: Redis refused the HMGET.
@@ -317,7 +315,6 @@ func (x *Index) toArena(sc *matchScratch, v any, limit, mod int) span {
 func (x *Index) readTable(sc *matchScratch) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
-	sc.epochBytes = resize(sc.epochBytes, n)
 	sc.live = resize(sc.live, n)
 	clear(sc.bynum)
 	clear(sc.bigNum)
@@ -341,9 +338,6 @@ func (x *Index) readTable(sc *matchScratch) bool {
 			continue
 		}
 		sc.epoch[i], sc.live[i] = ep, true
-		if len(sc.epochBytes[i]) != 8 || binary.LittleEndian.Uint64([]byte(sc.epochBytes[i])) != ep {
-			sc.epochBytes[i] = string(binary.LittleEndian.AppendUint64(nil, ep))
-		}
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
@@ -366,17 +360,28 @@ func (sc *matchScratch) candOf(num uint32) int32 {
 	return sc.bigNum[num] - 1
 }
 
-// count walks the blocks in order, extending each candidate's run.
+// count walks the blocks in order, extending each candidate's run: per
+// block it folds the records of the candidates still running (their real
+// records of their current epoch, the count never below zero; their last
+// speculative record) and advances those holding the block, fastest real
+// tier first, speculation only where no real holder counts.
 func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch) {
 	n := len(sc.names)
-	sc.best = resize(sc.best, n)
+	sc.stamp = resize(sc.stamp, n)
 	sc.count = resize(sc.count, n)
 	sc.spec = resize(sc.spec, n)
-	for i := range n {
-		sc.count[i], sc.spec[i], sc.best[i] = [kvindex.NumTiers]int16{}, 0, kindNone
+	clear(sc.stamp)
+	sc.alive = sc.alive[:0]
+	for k := range n {
+		if sc.live[k] {
+			sc.alive = append(sc.alive, int32(k))
+		}
 	}
 	now := uint64(x.now().UnixMilli())
 	for b := range hashes {
+		if len(sc.alive) == 0 {
+			return
+		}
 		var val []byte
 		switch sp := sc.vals[b]; sp.n {
 		case spanNil:
@@ -389,80 +394,62 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		default:
 			val = sc.arena[sp.off : sp.off+sp.n]
 		}
-		x.fold(sc, val)
-		advanced := false
-		for k := range n {
-			t := sc.best[k]
-			if t == kindSpec && sc.spec[k] <= now {
-				t = kindNone
-			}
-			sc.best[k], sc.spec[k] = kindNone, 0
-			if !sc.live[k] {
+		gen := uint32(b) + 1
+		bad := 0
+		for off := 0; off+recordSize <= len(val); off += recordSize {
+			hdr := binary.LittleEndian.Uint64(val[off:])
+			kind := uint8(hdr >> 32)
+			if kind > kindSpec || hdr>>48 != 0 {
+				bad++
 				continue
 			}
-			o := &out[sc.cand[k]]
-			switch t {
-			case kindNone:
-				sc.live[k] = false
+			c := sc.candOf(uint32(hdr))
+			if c < 0 || !sc.live[c] {
 				continue
-			case kindSpec:
+			}
+			if sc.stamp[c] != gen {
+				sc.stamp[c], sc.count[c], sc.spec[c] = gen, [kvindex.NumTiers]int16{}, 0
+			}
+			v := binary.LittleEndian.Uint64(val[off+8:])
+			if kind == kindSpec {
+				sc.spec[c] = v
+				continue
+			}
+			if v == sc.epoch[c] { // the pod's current epoch
+				sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(hdr>>40)))
+			}
+		}
+		if bad > 0 {
+			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
+		}
+		kept := sc.alive[:0]
+		for _, c := range sc.alive {
+			t := uint8(kindNone)
+			if sc.stamp[c] == gen {
+				for tier := range kvindex.NumTiers {
+					if sc.count[c][tier] > 0 {
+						t = uint8(tier)
+						break
+					}
+				}
+				if t == kindNone && sc.spec[c] > now {
+					t = kindSpec
+				}
+			}
+			if t == kindNone {
+				sc.live[c] = false
+				continue
+			}
+			o := &out[sc.cand[c]]
+			if t == kindSpec {
 				o.Speculative++
-			default:
+			} else {
 				o.Tiers[t]++
 			}
 			o.Blocks++
-			advanced = true
+			kept = append(kept, c)
 		}
-		if !advanced {
-			return
-		}
-	}
-}
-
-// fold reads one block's records into sc.best: per candidate, the fastest
-// tier it holds for real in its current epoch, else kindSpec if it has a
-// speculative record (sc.spec its last deadline).
-func (x *Index) fold(sc *matchScratch, val []byte) {
-	sc.touch = sc.touch[:0]
-	for off := 0; off+recordSize <= len(val); off += recordSize {
-		rec := val[off : off+recordSize]
-		kind := rec[4]
-		if kind > kindSpec || rec[6] != 0 || rec[7] != 0 {
-			x.metrics.refused.WithLabelValues("record").Inc()
-			continue
-		}
-		c := sc.candOf(uint32(rec[0]) | uint32(rec[1])<<8 | uint32(rec[2])<<16 | uint32(rec[3])<<24)
-		if c < 0 {
-			continue
-		}
-		if sc.count[c] == ([kvindex.NumTiers]int16{}) && sc.spec[c] == 0 {
-			sc.touch = append(sc.touch, c)
-		}
-		if kind == kindSpec {
-			sc.spec[c] = uint64(rec[8]) | uint64(rec[9])<<8 | uint64(rec[10])<<16 | uint64(rec[11])<<24 |
-				uint64(rec[12])<<32 | uint64(rec[13])<<40 | uint64(rec[14])<<48 | uint64(rec[15])<<56
-			continue
-		}
-		if string(rec[8:]) == sc.epochBytes[c] { // the pod's current epoch
-			sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(rec[5])))
-		}
-	}
-	for _, c := range sc.touch {
-		best := uint8(kindNone)
-		for t := range kvindex.NumTiers {
-			if sc.count[c][t] > 0 {
-				best = uint8(t)
-				break
-			}
-		}
-		if best == kindNone && sc.spec[c] != 0 {
-			best = kindSpec
-		}
-		sc.best[c] = best
-	}
-	// count consumes and resets best and spec; the tallies are reset here.
-	for _, c := range sc.touch {
-		sc.count[c] = [kvindex.NumTiers]int16{}
+		sc.alive = kept
 	}
 }
 
