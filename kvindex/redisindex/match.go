@@ -17,17 +17,17 @@ const maxDirectNum = 1 << 20
 
 // matchScratch is one match's working memory, pooled.
 type matchScratch struct {
-	names  []string // the eligible candidates' names
-	cand   []int    // their indexes in out
-	bynum  []int32  // pod number → eligible candidate + 1, 0 none
-	bigNum map[uint32]int32
-	epoch  []uint64 // by eligible candidate; 0: not in the pod table
-	live  []bool
-	alive []int32                   // the candidates whose runs still extend, in no order
-	stamp []uint32                  // by candidate: the block (+1) its tallies are of
-	count [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
-	spec  []uint64                  // by candidate: this block's last speculative deadline
-	members    [][]int32 // by group: its blocks' indexes, in MGET order
+	names   []string // the eligible candidates' names
+	cand    []int    // their indexes in out
+	bynum   []int32  // pod number → eligible candidate + 1, 0 none
+	bigNum  map[uint32]int32
+	epoch   []uint64 // by eligible candidate; 0: not in the pod table
+	live    []bool
+	alive   []int32                   // the candidates whose runs still extend, in no order
+	stamp   []uint32                  // by candidate: the block (+1) its tallies are of
+	count   [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
+	spec    []uint64                  // by candidate: this block's last speculative deadline
+	members [][]int32                 // by group: its blocks' indexes, in MGET order
 	// arena holds the values read; tab (by eligible candidate) and vals
 	// (by block) their spans. tableErr: Redis refused the HMGET.
 	arena    []byte
