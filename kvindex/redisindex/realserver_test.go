@@ -531,3 +531,37 @@ func TestBlockKeysKeepATTL(t *testing.T) {
 		})
 	}
 }
+
+// TestSpeculationCoalesced: in one group commit, a pod's speculative
+// record on a block that a later one of the same pod overrides is not
+// written; other pods' records and real records all are.
+func TestSpeculationCoalesced(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", nil)
+	a.tick()
+	tag := nsTag("m")
+	n1, n2 := a.pod(a.pods["p1"]).num.Load(), a.pod(a.pods["p2"]).num.Load()
+	far, near := uint64(1<<62), uint64(1<<61)
+	stored := appendRecord(nil, n1, uint8(kvindex.TierGPU), 1, 7)
+	batch := []*appendReq{
+		{tag: tag, hashes: blocks[:2], rec: appendRecord(nil, n1, kindSpec, 0, far)},
+		{tag: tag, hashes: blocks[:1], rec: appendRecord(nil, n2, kindSpec, 0, far)},
+		{tag: tag, hashes: blocks[:1], rec: stored},
+		{tag: tag, hashes: blocks[:1], rec: appendRecord(nil, n1, kindSpec, 0, near)},
+	}
+	must(t, a.appendNow(batch))
+	val, err := a.rdb.Get(context.Background(), string(a.blockKey(nil, tag, blocks[0]))).Bytes()
+	must(t, err)
+	var want []byte
+	want = appendRecord(want, n2, kindSpec, 0, far)
+	want = append(want, stored...)
+	want = appendRecord(want, n1, kindSpec, 0, near)
+	if string(val) != string(want) {
+		t.Errorf("block 0's records = %x, want %x (p1's first speculation coalesced into its last)", val, want)
+	}
+	val, err = a.rdb.Get(context.Background(), string(a.blockKey(nil, tag, blocks[1]))).Bytes()
+	must(t, err)
+	if want := appendRecord(nil, n1, kindSpec, 0, far); string(val) != string(want) {
+		t.Errorf("block 1's records = %x, want %x (nothing overrides it)", val, want)
+	}
+}

@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -164,11 +165,14 @@ func (x *Index) appendNow(batch []*appendReq) error {
 	defer x.ttls.Unlock()
 	now := time.Now() // Redis's clock, not the injected one
 	at := now.Add(x.cfg.TTL)
+	x.coalesce(batch)
 	x.ttls.set = x.ttls.set[:0]
+	i := 0
 	for _, r := range batch {
 		tag := tagHash(r.tag)
 		for _, h := range r.hashes {
-			x.ttls.set = append(x.ttls.set, x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
+			x.ttls.set = append(x.ttls.set, !x.ttls.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
+			i++
 		}
 	}
 	fresh, err := x.appendPipe(batch, at)
@@ -176,6 +180,41 @@ func (x *Index) appendNow(batch []*appendReq) error {
 		return err
 	}
 	return x.expireNew(fresh, at)
+}
+
+// specKey is one pod's speculation on one block.
+type specKey struct {
+	tag string
+	h   uint64
+	num uint32
+}
+
+// coalesce marks in ttls.skip the speculative records of batch that a
+// later one of the same pod on the same block overrides (the last one
+// counts): a burst of decisions speculating and settling one prompt on
+// one pod writes each block once per batch, not once per decision.
+func (x *Index) coalesce(batch []*appendReq) {
+	x.ttls.skip = x.ttls.skip[:0]
+	if x.ttls.last == nil {
+		x.ttls.last = make(map[specKey]int32)
+	}
+	clear(x.ttls.last)
+	i := int32(0)
+	for _, r := range batch {
+		spec := r.rec[4] == kindSpec
+		num := binary.LittleEndian.Uint32(r.rec)
+		for _, h := range r.hashes {
+			x.ttls.skip = append(x.ttls.skip, false)
+			if spec && len(batch) > 1 {
+				k := specKey{r.tag, h, num}
+				if j, ok := x.ttls.last[k]; ok {
+					x.ttls.skip[j] = true
+				}
+				x.ttls.last[k] = i
+			}
+			i++
+		}
+	}
 }
 
 // appendPipe writes the appends, and the TTLs ttls.set asks for, in one
@@ -195,6 +234,11 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 	for _, r := range batch {
 		val := string(r.rec)
 		for _, h := range r.hashes {
+			if x.ttls.skip[i] {
+				keys, cmds = append(keys, ""), append(cmds, nil)
+				i++
+				continue
+			}
 			buf = x.blockKey(buf[:0], r.tag, h)
 			key := string(buf)
 			keys = append(keys, key)
@@ -212,6 +256,10 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 	i = 0
 	for _, r := range batch {
 		for _, h := range r.hashes {
+			if cmds[i] == nil {
+				i++
+				continue
+			}
 			n, err := cmds[i].Result()
 			x.appended(r, h, n, err)
 			if err == nil && n == int64(len(r.rec)) && !x.ttls.set[i] {
@@ -238,6 +286,10 @@ func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
 	i := 0
 	for _, r := range batch {
 		for _, h := range r.hashes {
+			if x.ttls.skip[i] {
+				i++
+				continue
+			}
 			k := x.blockKey(key[:0], r.tag, h)
 			w = appendArray(w, 3)
 			w = appendBulk(w, "APPEND")
@@ -262,6 +314,10 @@ func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
 	i = 0
 	for _, r := range batch {
 		for _, h := range r.hashes {
+			if x.ttls.skip[i] {
+				i++
+				continue
+			}
 			n, err := c.readInt()
 			if err != nil && !errors.As(err, &re) {
 				x.raw.put(c, true)
@@ -306,6 +362,8 @@ type ttlCache struct {
 	sync.Mutex
 	slots []ttlSlot
 	set   []bool // by block of the batch being written: refresh its TTL
+	skip  []bool // by block of the batch: a speculative record a later one overrides
+	last  map[specKey]int32
 }
 
 type ttlSlot struct {
