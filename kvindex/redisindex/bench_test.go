@@ -19,27 +19,29 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
-// Measured 2026-11-24 on the 2-core development machine shared with three
-// other engineers' builds (load average 1.4–7.5 across runs: the p99s are
-// the machine's), Debian redis-server 7.0.15 on loopback, started by the
-// benchmark; ranges are over four runs of
+// Measured on the 2-core development machine shared with other engineers'
+// builds (load average 0.9–6), Debian redis-server 7.0.15 on loopback,
+// started by the benchmark, with
 //
 //	go test -run '^$' -bench . -benchmem -benchtime 2s ./kvindex/redisindex/
 //
-//	Match512/memory/pods=8    p50   24–39 µs   p99   78–150 µs        0 allocs
-//	Match512/redis/pods=8     p50  557–881 µs  p99  2.2–5.3 ms  2159 allocs  137 KB
-//	Match512/memory/pods=64   p50  115–234 µs  p99  0.3–8.3 ms        0 allocs
-//	Match512/redis/pods=64    p50  2.0–4.0 ms  p99  6.5–15 ms   2439 allocs  659 KB
-//	Stored16 (one pod, in turn)          1.4k–8.1k batches/s (one round trip each)
-//	Stored16Pods (32 pods at once)       7.5k–9.6k batches/s (group commit)
+// 2026-11-25, ranges over the day's runs (docs/performance.md has them all):
 //
-// Redis over memory, p50: about 20× at 8 pods, 12–17× at 64. The first data
-// model (a hash per block, HGETALL per block, a field per holder) measured
-// p50 2.3 ms (8 pods) and 15 ms (64); a Lua script doing the whole match in
-// the server 6.3 ms and 31 ms. Issue 25's targets, p99 ≤ 1 ms and ≥ 20k
-// batches/s per writer replica, are not met on this machine: a match moves
-// 512 × pods records (16 bytes each) and folds them, and Redis shares the
-// two cores with the benchmark and the other builds.
+//	Match512/memory/pods=8    p50   24–41 µs   p99   57–192 µs        0 allocs
+//	Match512/redis/pods=8     p50  319–602 µs  p99  664–883 µs (9 runs of 12)  7 allocs
+//	Match512/memory/pods=64   p50  114–237 µs  p99  239–365 µs (4.3 ms once)
+//	Match512/redis/pods=64    p50  0.95–2.0 ms p99  1.8–8.6 ms           7 allocs
+//	Stored16 (one pod, in turn)          4.5k–10.3k batches/s (one round trip each)
+//	Stored16Pods (32 pods at once)       9.2k–14.2k batches/s (group commit)
+//	Memory10M (8 pods, the same blocks)  18.8k batches/s; replica heap 3.0 MB,
+//	                                     RSS 17 MB; Redis 45.5 B per entry
+//
+// 2026-11-24, through go-redis: p50 557–881 µs, p99 2.2–5.3 ms and 2,159
+// allocs at 8 pods; p50 2.0–4.0 ms, p99 6.5–15 ms at 64; 7.5k–9.6k
+// batches/s. Issue 25's targets: p99 ≤ 1 ms at 8 pods is met in most runs,
+// not at 64 (512 KB of records a match); ≥ 20k batches/s per writer replica
+// is not met with every block new (an APPEND and a PEXPIREAT each, 2.3 µs
+// of Redis's time, on cores it shares with the benchmark).
 
 func benchIndex(b *testing.B, addr string) *Index {
 	b.Helper()

@@ -150,7 +150,10 @@
 // an event's caller returns once Redis has its records, so a pod's writes
 // stay in order. A decision's Speculate and Settle do not wait: they are
 // queued (in order, so a Settle lands after its Speculate) and written by
-// the group writer; speculation still queued when Run ends is dropped.
+// the group writer; speculation still queued when Run ends is dropped. Of
+// a pod's speculative records on one block in one group commit only the
+// last, the one that counts, is written: a burst of decisions on one
+// prompt writes each block once per commit.
 //
 // # Lifecycle
 //
