@@ -119,7 +119,11 @@
 // another replica takes it within LeaseTTL + LeaseTTL/3. A new holder
 // gives the pod a new epoch (a clear, counted) and copies its local view
 // of the pod into Redis, so events the old holder had not written yet are
-// not lost and nothing it wrote stale survives. Speculation has no
+// not lost and nothing it wrote stale survives. The epoch is the lease's
+// fencing token: an old holder that has not noticed yet (paused past the
+// lease TTL) writes records of its old epoch, which count for nothing, and
+// its clears, which pass the epoch they write under, are refused by the
+// script (kvrouter_index_redis_leases_fenced_total) and stop its writing. Speculation has no
 // owner: every replica writes its own decisions' speculative records,
 // naming the pod by the number its lease holder gave it (learnt at each
 // lease renewal; a pod not yet numbered gets no shared speculation).

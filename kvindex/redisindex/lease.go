@@ -145,7 +145,7 @@ func (x *Index) take(ps *podState) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.held.Store(false)
-	if err := x.newEpochLocked(ps); err != nil {
+	if err := x.newEpochLocked(ps, 0); err != nil {
 		x.failed("lease", err)
 		return false
 	}

@@ -14,6 +14,7 @@ type metrics struct {
 	localMatches prometheus.Counter
 	clears       prometheus.Counter
 	taken        prometheus.Counter
+	fenced       prometheus.Counter
 	roundTrip    *prometheus.HistogramVec
 	compactions  *prometheus.CounterVec
 }
@@ -45,6 +46,10 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "clears_total",
 			Help: "Pods cleared in Redis (moved to new epochs) by this replica: clear events, restarts, and leases taken.",
 		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leases_fenced_total",
+			Help: "Clears refused because another replica had taken the pod's lease meanwhile (a new epoch): this replica stopped writing the pod's events.",
+		}),
 		taken: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases_taken_total",
 			Help: "Writer leases this replica took, or re-took after Redis lost them, copying its view of the pod.",
@@ -63,7 +68,7 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.roundTrip, m.compactions} {
+	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}

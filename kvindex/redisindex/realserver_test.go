@@ -565,3 +565,37 @@ func TestSpeculationCoalesced(t *testing.T) {
 		t.Errorf("block 1's records = %x, want %x (nothing overrides it)", val, want)
 	}
 }
+
+// TestStaleWriterFenced: a replica that lost a pod's lease without knowing
+// it yet (paused past the lease TTL) cannot clear the pod under the new
+// holder: the epoch fences it, and it stops writing the pod's events.
+func TestStaleWriterFenced(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	b.tick() // b holds every lease
+	if !b.pod(b.pods["p1"]).held.Load() {
+		t.Fatal("b does not hold p1's lease")
+	}
+	must(t, b.rdb.Del(context.Background(), b.leaseKey("p1")).Err()) // b's lease expired
+	a.tick()                                                         // a takes p1: a new epoch
+	if !a.pod(a.pods["p1"]).held.Load() {
+		t.Fatal("a did not take p1's lease")
+	}
+	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:3]))
+	must(t, b.ClearPod(b.pods["p1"])) // b still believes it holds p1
+	if b.pod(b.pods["p1"]).held.Load() {
+		t.Error("b still writes p1's events after its clear was fenced")
+	}
+	if got := testutil.ToFloat64(b.metrics.fenced); got != 1 {
+		t.Errorf("leases_fenced_total = %v, want 1", got)
+	}
+	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[3:4])) // local only now
+	if got := a.match(blocks)["p1"].Blocks; got != 3 {
+		t.Errorf("Match(p1) = %d blocks, want a's 3: b's stale clear must not hide them", got)
+	}
+	// a's own clears are not fenced.
+	must(t, a.ClearPod(a.pods["p1"]))
+	if got := a.match(blocks)["p1"].Blocks; got != 0 || !a.pod(a.pods["p1"]).held.Load() {
+		t.Errorf("after a's clear: Match(p1) = %d blocks, held %v; want 0, still held", got, a.pod(a.pods["p1"]).held.Load())
+	}
+}
