@@ -125,6 +125,102 @@ func TestRoutersShareInFlightLoad(t *testing.T) {
 	da.Done()
 }
 
+// TestRoutersUnderRun: two replicas running as kvrouter runs them (group
+// writer, load writer, leases) route concurrently; their speculation and
+// in-flight prefill reach each other without the decisions waiting, and
+// the shared load drains to nothing once every request is done.
+func TestRoutersUnderRun(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	for _, r := range []*routerReplica{a, b} {
+		run.Add(1)
+		go func() { defer run.Done(); _ = r.index.Run(ctx) }()
+	}
+	defer func() { cancel(); run.Wait() }()
+	waitFor(t, "the leases taken", 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.index.metrics.leases)+testutil.ToFloat64(b.index.metrics.leases) == 3 &&
+			a.index.grouping.Load() && b.index.grouping.Load()
+	})
+	waitFor(t, "the pods numbered", 5*time.Second, func() bool {
+		for _, r := range []*routerReplica{a, b} {
+			for _, ps := range r.index.pods.byID {
+				if ps.num.Load() == 0 {
+					r.index.Renew()
+					return false
+				}
+			}
+		}
+		return true
+	})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				r := []*routerReplica{a, b}[(g+i)%2]
+				d, err := r.Route(context.Background(), router.Request{ID: "req", Path: "/v1/completions",
+					Body: []byte(fmt.Sprintf(`{"model":"m","prompt":"group %d: a shared prefix, then question %d"}`, g, i))})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				d.Prefilled()
+				d.Done()
+			}
+		}()
+	}
+	wg.Wait()
+	prompt := "a new prefix nobody has routed yet, long enough for several blocks"
+	da := a.route(t, prompt)
+	waitFor(t, "b seeing a's speculation and in-flight prefill", 5*time.Second, func() bool {
+		id, _ := b.index.local.Pod(da.Pod)
+		_, peers := b.index.MatchLoad("m", []uint64{1}, []kvindex.PodID{id}, nil, nil)
+		return peers[0].Prefilling == 1
+	})
+	hasher, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]uint32, len(prompt))
+	for i := range len(prompt) {
+		tokens[i] = uint32(prompt[i])
+	}
+	hashes := hasher.AppendHashes(nil, tokens, blockhash.Extra{})
+	id, _ := b.index.local.Pod(da.Pod)
+	waitFor(t, "b seeing a's speculation", 5*time.Second, func() bool {
+		return b.index.Match("m", hashes, []kvindex.PodID{id}, nil)[0].Speculative == len(hashes)
+	})
+	da.Prefilled() // the load released; the speculation lasts the grace period
+	waitFor(t, "b seeing a's prefill done", 5*time.Second, func() bool {
+		_, peers := b.index.MatchLoad("m", hashes, []kvindex.PodID{id}, nil, nil)
+		return peers[0] == (kvindex.PodLoad{})
+	})
+	if db := b.route(t, prompt); db.Pod != da.Pod || db.Matched != db.Total {
+		t.Errorf("b routed a's prompt to %s with %d of %d blocks, want %s with all", db.Pod, db.Matched, db.Total, da.Pod)
+	} else {
+		db.Done()
+	}
+	da.Done()
+	waitFor(t, "the shared load drained", 5*time.Second, func() bool {
+		for _, r := range []*routerReplica{a, b} {
+			var ids []kvindex.PodID
+			for id := range r.index.pods.byID {
+				ids = append(ids, id)
+			}
+			_, peers := r.index.MatchLoad("m", []uint64{1}, ids, nil, nil)
+			for _, p := range peers {
+				if p != (kvindex.PodLoad{}) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 // TestRoutersRideOutAnOutage: with Redis gone for a while under load, no
 // request fails and the replica routes on its own view; then it matches
 // through Redis again by itself.
