@@ -161,8 +161,10 @@ func TestRoutersUnderRun(t *testing.T) {
 			defer wg.Done()
 			for i := range 20 {
 				r := []*routerReplica{a, b}[(g+i)%2]
-				d, err := r.Route(context.Background(), router.Request{ID: "req", Path: "/v1/completions",
-					Body: []byte(fmt.Sprintf(`{"model":"m","prompt":"group %d: a shared prefix, then question %d"}`, g, i))})
+				d, err := r.Route(context.Background(), router.Request{
+					ID: "req", Path: "/v1/completions",
+					Body: []byte(fmt.Sprintf(`{"model":"m","prompt":"group %d: a shared prefix, then question %d"}`, g, i)),
+				})
 				if err != nil {
 					t.Error(err)
 					return
