@@ -350,6 +350,12 @@ func TestCluster(t *testing.T) {
 			t.Errorf("%s: Match = %+v, want p1 40 real blocks and p2 64 speculative", name, got)
 		}
 	}
+	// The load table, in the pod table's slot, is read in the same round
+	// trip.
+	a.Charge(a.pods["p2"], 900, 3)
+	if _, peers := b.MatchLoad("m", many, []kvindex.PodID{b.pods["p1"], b.pods["p2"]}, nil, nil); peers[1] != (kvindex.PodLoad{PrefillTokens: 900, Prefilling: 3}) || peers[0] != (kvindex.PodLoad{}) {
+		t.Errorf("b sees the load %+v, want a's 900 tokens in 3 requests on p2", peers)
+	}
 	// The keys really are on several nodes.
 	holding := 0
 	for _, n := range nodes {
