@@ -605,3 +605,54 @@ func TestStaleWriterFenced(t *testing.T) {
 		t.Errorf("after a's clear: Match(p1) = %d blocks, held %v; want 0, still held", got, a.pod(a.pods["p1"]).held.Load())
 	}
 }
+
+// TestAppendsToExistingKeys: a record appended to a key another replica
+// wrote lands after the others' and refreshes the key's TTL, and a batch
+// writing one key twice keeps the pod's records in order.
+func TestAppendsToExistingKeys(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) {
+			srv := redisserver.New(t)
+			a := newReplica(t, srv.Addr, "a", nil)
+			if path == "go-redis" {
+				a.raw.close()
+				a.raw = nil
+			}
+			a.tick()
+			ctx := context.Background()
+			tag := nsTag("m")
+			key := string(a.blockKey(nil, tag, blocks[0]))
+			n1 := a.pod(a.pods["p1"]).num.Load()
+			other := appendRecord(nil, 99, kindSpec, 0, 1<<62)
+			must(t, a.rdb.Set(ctx, key, other, 30*time.Minute).Err()) // written by another replica
+			ep := a.pod(a.pods["p1"]).mu.epoch
+			stored := appendRecord(nil, n1, uint8(kvindex.TierGPU), 1, ep)
+			removed := appendRecord(nil, n1, uint8(kvindex.TierGPU), -1, ep)
+			must(t, a.appendNow([]*appendReq{
+				{tag: tag, hashes: blocks[:1], rec: stored},
+				{tag: tag, hashes: blocks[:1], rec: removed},
+			}))
+			val, err := a.rdb.Get(ctx, key).Bytes()
+			must(t, err)
+			if want := string(other) + string(stored) + string(removed); string(val) != want {
+				t.Errorf("records = %x, want %x: the other's, then p1's in order", val, want)
+			}
+			if d, err := a.rdb.PTTL(ctx, key).Result(); err != nil || d <= 59*time.Minute {
+				t.Errorf("TTL = %v, %v; want refreshed to about 1h", d, err)
+			}
+			if got := a.match(blocks)["p1"].Blocks; got != 0 {
+				t.Errorf("Match(p1) = %d blocks, want 0 (stored then removed)", got)
+			}
+			// Another key, existing, written once.
+			key1 := string(a.blockKey(nil, tag, blocks[1]))
+			must(t, a.rdb.Set(ctx, key1, other, 30*time.Minute).Err())
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[1:2]))
+			if val, err := a.rdb.Get(ctx, key1).Bytes(); err != nil || string(val) != string(other)+string(stored) {
+				t.Errorf("records = %x, %v; want the other's, then p1's", val, err)
+			}
+			if d, err := a.rdb.PTTL(ctx, key1).Result(); err != nil || d <= 59*time.Minute {
+				t.Errorf("TTL = %v, %v; want refreshed to about 1h", d, err)
+			}
+		})
+	}
+}
