@@ -22,6 +22,12 @@ type Config struct {
 	// tokens. Default 1.83e-5 (+15% at 8k tokens of context, +60% at 32k:
 	// Llama-3.1-8B on an H100); 0 prices every token alike.
 	PrefillAttentionPerToken float64
+	// LearnSpeeds prices each pod at the prefill speed learned from its
+	// vLLM metrics (fleet.SpeedEstimator, fed by the fleet's Scraper),
+	// PrefillSecondsPerToken being the prior worth fleet.PriorSeconds of
+	// evidence, so that a fleet mixing GPUs or models is priced right;
+	// false prices every pod at PrefillSecondsPerToken. Default true.
+	LearnSpeeds bool
 	// WaitingSecondsPerRequest is the predicted prefill of a request waiting
 	// on a pod (vllm:num_requests_waiting) that this router did not send
 	// there (another replica's), before the router has queued any of its
@@ -105,6 +111,7 @@ func DefaultConfig() Config {
 	return Config{
 		PrefillSecondsPerToken:   0.0001,
 		PrefillAttentionPerToken: 1.83e-5,
+		LearnSpeeds:              true,
 		WaitingSecondsPerRequest: 0.05,
 		RunningSecondsPerRequest: 0.002,
 		KVPressure:               1,

@@ -143,3 +143,29 @@ func (c prefixCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.budget, s.Budget)
 	gauge(d.entries, int64(s.Entries))
 }
+
+// speedCollector reports the prefill speed each pod is priced at.
+type speedCollector struct{ r *Router }
+
+var (
+	speedDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_tokens_per_second",
+		"The prefill speed each pod is priced at, in tokens per second at no context: learned from its vLLM metrics, or routing.prefill_tokens_per_second.", []string{"pod"}, nil)
+	speedEvidenceDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_learned_seconds",
+		"The seconds of each pod's prefill its learned speed rests on (faded with age; the configured speed counts as 0.5).", []string{"pod"}, nil)
+)
+
+func (speedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- speedDesc
+	ch <- speedEvidenceDesc
+}
+
+func (c speedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.r.fleet.Snapshot().Members() {
+		ch <- prometheus.MustNewConstMetric(speedDesc, prometheus.GaugeValue, 1/c.r.secondsPerToken(m.Load), m.Pod.Name)
+		busy := 0.0
+		if s := m.Load.Speed(); s != nil && c.r.cfg.LearnSpeeds {
+			busy = s.Busy
+		}
+		ch <- prometheus.MustNewConstMetric(speedEvidenceDesc, prometheus.GaugeValue, busy, m.Pod.Name)
+	}
+}

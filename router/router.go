@@ -124,6 +124,9 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	r := &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}
 	r.sharer, _ = index.(LoadSharer)
+	if err := register(reg, speedCollector{r}); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

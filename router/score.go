@@ -18,6 +18,10 @@ type Score struct {
 	Queue   float64 `json:"queue_seconds"`
 	Prefill float64 `json:"prefill_seconds"`
 	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + requests queued on the pod)
+	// Speed is the pod's prefill speed Prefill and Queue were priced at:
+	// tokens per second at no context, learned from its metrics
+	// (fleet.Load.PrefillSecondsPerToken) or the configured prior.
+	Speed float64 `json:"prefill_tokens_per_second"`
 
 	work     int64 // the prefill of the prompt tokens the pod does not cache, in tokens at no context: its charge to the pod's queue
 	uncached int   // the prompt tokens the pod does not cache (nor will soon)
@@ -48,9 +52,9 @@ type Tiers struct {
 func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, tokens int, pressure float64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
-	spt := r.cfg.PrefillSecondsPerToken
 	for i, m := range ms {
 		mem := members[i]
+		spt := r.secondsPerToken(mem.Load)
 		saved := float64(m.Speculative) * bs // a speculative block is on the GPU soon
 		for t, n := range m.Tiers {
 			saved += float64(n) * bs * r.cfg.TierWeights[t]
@@ -61,7 +65,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 		if i < len(peers) {
 			peer = peers[i]
 		}
-		queue, behind := r.queue(mem.Load, peer)
+		queue, behind := r.queue(mem.Load, peer, spt)
 		prefill := work * spt
 		out = append(out, Score{
 			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative,
@@ -69,12 +73,32 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 			Queue:    queue,
 			Prefill:  prefill,
 			Cost:     queue + prefill*(pressure+behind),
+			Speed:    1 / spt,
 			work:     int64(work),
 			uncached: int(uncached),
 		})
 	}
 	return out
 }
+
+// secondsPerToken is the prefill cost of one token at no context on the
+// pod whose load is l: what its metrics taught (Config.LearnSpeeds), or
+// Config.PrefillSecondsPerToken.
+func (r *Router) secondsPerToken(l *fleet.Load) float64 {
+	if !r.cfg.LearnSpeeds {
+		return r.cfg.PrefillSecondsPerToken
+	}
+	return l.PrefillSecondsPerToken(r.cfg.PrefillSecondsPerToken, r.cfg.PrefillAttentionPerToken)
+}
+
+// PrefillSecondsPerToken is the prefill cost of one token at no context
+// the router prices on the pod whose load is l: its learned speed, or the
+// configured one.
+func (r *Router) PrefillSecondsPerToken(l *fleet.Load) float64 { return r.secondsPerToken(l) }
+
+// LearnsSpeeds reports whether the router prices pods at their learned
+// speeds (Config.LearnSpeeds).
+func (r *Router) LearnsSpeeds() bool { return r.cfg.LearnSpeeds }
 
 // MaxKVUsage bounds the KV usage the pressure term reads, so that it stays
 // finite and a queue can still outweigh it: at 0.9 an uncached token costs
@@ -118,9 +142,9 @@ func (r *Router) kvPressure(members []*fleet.Member) float64 {
 // prior worth one request, since replicas running the same policy on the
 // same traffic queue alike. Every request running or queued there will
 // share the steps ahead with this one: each adds its decode,
-// RunningSecondsPerRequest.
-func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad) (seconds, waiting float64) {
-	spt := r.cfg.PrefillSecondsPerToken
+// RunningSecondsPerRequest. spt is the pod's prefill cost of a token
+// (secondsPerToken).
+func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64) (seconds, waiting float64) {
 	own := float64(l.PrefillTokens.Load()+peer.PrefillTokens) * spt
 	n := l.Prefilling.Load() + peer.Prefilling
 	foreign := max(l.Waiting.Load()-n, 0)

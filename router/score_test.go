@@ -3,8 +3,11 @@ package router
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
@@ -211,5 +214,65 @@ func TestPrefillGrowsWithContext(t *testing.T) {
 	}
 	if cfg.PrefillAttentionPerToken <= 0 {
 		t.Fatalf("default PrefillAttentionPerToken %v, want > 0", cfg.PrefillAttentionPerToken)
+	}
+}
+
+// TestLearnedSpeedPricesEachPod: a pod whose metrics show it prefills at
+// half the configured speed is priced at half: its prefill costs twice as
+// much, it loses an uncached prompt to the idle pods at full speed, and
+// /v1/score and the gauge show its speed. With Config.LearnSpeeds off,
+// every pod is priced at the configured speed.
+func TestLearnedSpeedPricesEachPod(t *testing.T) {
+	tr := newTestRouter(t)
+	cfg := DefaultConfig()
+	// 600 s of prefill at half the speed: the prior's 0.5 s hardly count.
+	tr.fleet.Load("b").SetSpeed(&fleet.Speed{Busy: 600, Tokens: 600 / (2 * cfg.PrefillSecondsPerToken)})
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)
+	body := []byte(completion("llama", prompt, ""))
+	for _, learn := range []bool{true, false} {
+		tr.cfg.LearnSpeeds = learn
+		rep, err := tr.Score(Request{Path: "/v1/completions", Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		byPod := map[string]Score{}
+		for _, s := range rep.Pods {
+			byPod[s.Pod] = s
+		}
+		a, b := byPod["a"], byPod["b"]
+		wantB := 1 / cfg.PrefillSecondsPerToken
+		if learn {
+			// The pooled estimate: the prior's 0.5 s at 10k tokens/s, 600 s at 5k.
+			wantB = (fleet.PriorSeconds/cfg.PrefillSecondsPerToken + 600/(2*cfg.PrefillSecondsPerToken)) / (fleet.PriorSeconds + 600)
+		}
+		if math.Abs(a.Speed-1/cfg.PrefillSecondsPerToken) > 1e-6*a.Speed || math.Abs(b.Speed-wantB) > 1e-3*wantB {
+			t.Errorf("learn %v: speeds a %.0f, b %.0f tokens/s; want %.0f, %.0f", learn, a.Speed, b.Speed, 1/cfg.PrefillSecondsPerToken, wantB)
+		}
+		if got, want := b.Prefill/a.Prefill, (1/cfg.PrefillSecondsPerToken)/wantB; math.Abs(got-want) > 1e-3*want {
+			t.Errorf("learn %v: b's prefill %.4f s is %.3f × a's, want %.3f", learn, b.Prefill, got, want)
+		}
+		if learn {
+			for i := range 20 {
+				d, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%d %s", i, prompt), ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Pod == "b" {
+					t.Fatalf("request %d went to b at half the speed, with a and c idle", i)
+				}
+				d.Done()
+			}
+			if err := testutil.CollectAndCompare(speedCollector{tr.Router}, strings.NewReader(fmt.Sprintf(`
+# HELP kvrouter_router_pod_prefill_tokens_per_second %s
+# TYPE kvrouter_router_pod_prefill_tokens_per_second gauge
+kvrouter_router_pod_prefill_tokens_per_second{pod="a"} 10000
+kvrouter_router_pod_prefill_tokens_per_second{pod="b"} %s
+kvrouter_router_pod_prefill_tokens_per_second{pod="c"} 10000
+kvrouter_router_pod_prefill_tokens_per_second{pod="d"} 10000
+`, "The prefill speed each pod is priced at, in tokens per second at no context: learned from its vLLM metrics, or routing.prefill_tokens_per_second.",
+				strconv.FormatFloat(1/tr.secondsPerToken(tr.fleet.Load("b")), 'g', -1, 64))), "kvrouter_router_pod_prefill_tokens_per_second"); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 }

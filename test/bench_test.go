@@ -83,6 +83,9 @@ func qwen3Router(tb testing.TB, prefixBytes int64, metrics prometheus.Registerer
 	fleet := kvfleet.New(index)
 	for i := range 8 {
 		fleet.Upsert(kvpod.Pod{Name: fmt.Sprintf("pod-%d", i), IP: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Model: "qwen3", Ready: true})
+		// Each pod has a learned prefill speed, as under a scraper (9,000
+		// to 12,500 tokens/s), so that decisions price them as in production.
+		fleet.Load(fmt.Sprintf("pod-%d", i)).SetSpeed(&kvfleet.Speed{Busy: 60, Tokens: 60 * 10000 * (0.9 + 0.05*float64(i))})
 	}
 	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), metrics)
 	if err != nil {

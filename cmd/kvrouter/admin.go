@@ -95,6 +95,13 @@ type podReport struct {
 	Metrics      string     `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
 	ScrapedAt    *time.Time `json:"metrics_scraped_at"`    // the last successful scrape; null: none
 	FailingSince *time.Time `json:"metrics_failing_since"` // the first of the current failures; null: none
+	// PrefillSpeed is the prefill speed the pod is priced at, in tokens
+	// per second at no context: learned from its metrics, or the
+	// configured routing.prefill_tokens_per_second; PrefillLearned is the
+	// seconds of its prefill that taught it (faded with age; 0: the
+	// configured speed alone).
+	PrefillSpeed   float64 `json:"prefill_tokens_per_second"`
+	PrefillLearned float64 `json:"prefill_learned_seconds"`
 }
 
 func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
@@ -127,6 +134,10 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
 			r.Metrics = l.Metrics(now, a.staleAfter).String()
 			r.ScrapedAt, r.FailingSince = unixTime(l.ScrapedAt.Load()), unixTime(l.FailingSince.Load())
+			r.PrefillSpeed = 1 / a.router.PrefillSecondsPerToken(l)
+			if sp := l.Speed(); sp != nil && a.router.LearnsSpeeds() {
+				r.PrefillLearned = sp.Busy
+			}
 		}
 		out = append(out, r)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/kubeauth"
 	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -112,6 +114,45 @@ func TestDebugPodsTopology(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Errorf("/debug/pods lacks %v", want)
+	}
+}
+
+// TestDebugPodsSpeed: /debug/pods shows each pod's prefill speed: the
+// configured one until its metrics teach another, and the seconds it
+// learned from.
+func TestDebugPodsSpeed(t *testing.T) {
+	c := defaultConfig()
+	c.Routing.PrefillTokensPerSecond = 20000
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newApp(s, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.fleet.Upsert(pod.Pod{Name: "fast", IP: "10.0.0.1", Port: 8000, Model: "m", Ready: true})
+	a.fleet.Upsert(pod.Pod{Name: "slow", IP: "10.0.0.2", Port: 8000, Model: "m", Ready: true})
+	// 99.5 s at 5,000 tokens/s, with the prior's 0.5 s at 20,000: 5,075 tokens/s at no context.
+	a.fleet.Load("slow").SetSpeed(&fleet.Speed{Busy: 99.5, Tokens: 99.5 * 5000})
+	rec := httptest.NewRecorder()
+	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
+	var got []struct {
+		Name    string  `json:"name"`
+		Speed   float64 `json:"prefill_tokens_per_second"`
+		Learned float64 `json:"prefill_learned_seconds"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
+	}
+	want := map[string][2]float64{"fast": {20000, 0}, "slow": {(0.5*20000 + 99.5*5000) / 100.0, 99.5}}
+	for _, p := range got {
+		if w := want[p.Name]; math.Abs(p.Speed-w[0]) > 1e-6*w[0] || p.Learned != w[1] {
+			t.Errorf("/debug/pods %s: %.1f tokens/s from %g s, want %.1f from %g", p.Name, p.Speed, p.Learned, w[0], w[1])
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("/debug/pods = %d pods, want 2", len(got))
 	}
 }
 

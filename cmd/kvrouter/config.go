@@ -135,8 +135,11 @@ type routingConfig struct {
 	// prompt token costs it.
 	PrefillTokensPerSecond   float64 `yaml:"prefill_tokens_per_second"`   // --prefill-tokens-per-second
 	PrefillAttentionPerToken float64 `yaml:"prefill_attention_per_token"` // --prefill-attention-per-token
-	KVPressure               float64 `yaml:"kv_pressure"`                 // --kv-pressure
-	Tolerance                float64 `yaml:"tolerance"`                   // --routing-tolerance
+	// LearnPrefillSpeeds prices each pod at the prefill speed learned from
+	// its vLLM metrics, PrefillTokensPerSecond being the prior.
+	LearnPrefillSpeeds bool    `yaml:"learn_prefill_speeds"` // --learn-prefill-speeds
+	KVPressure         float64 `yaml:"kv_pressure"`          // --kv-pressure
+	Tolerance          float64 `yaml:"tolerance"`            // --routing-tolerance
 	// StaleMetricsAfter is how long a pod's /metrics scrapes may fail
 	// before the router routes around it as if it had never answered.
 	StaleMetricsAfter duration `yaml:"stale_metrics_after"` // --stale-metrics-after
@@ -245,7 +248,7 @@ func indexDefaults() indexConfig {
 func routingDefaults() routingConfig {
 	r := router.DefaultConfig()
 	return routingConfig{
-		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken,
+		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken, LearnPrefillSpeeds: r.LearnSpeeds,
 		KVPressure: r.KVPressure, Tolerance: r.Tolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
 		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
 		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
@@ -306,6 +309,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.DurationVar((*time.Duration)(&r.Timeout), "index-redis-timeout", time.Duration(r.Timeout), "the longest one round trip to Redis may take before Redis is taken for down and matches read the local view")
 	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
 	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
+	fs.BoolVar(&c.Routing.LearnPrefillSpeeds, "learn-prefill-speeds", c.Routing.LearnPrefillSpeeds, "price each pod at the prefill speed learned from its vLLM metrics (prompt tokens, prefix-cache hits, prefill time), --prefill-tokens-per-second being the prior; off: every pod at --prefill-tokens-per-second")
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
@@ -353,7 +357,8 @@ var flagPaths = map[string]string{
 	"index-redis-tls": "index.redis.tls", "index-redis-tls-ca": "index.redis.tls_ca_file", "index-redis-key-prefix": "index.redis.key_prefix",
 	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-share-load": "index.redis.share_load", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
-	"kv-pressure": "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
+	"learn-prefill-speeds": "routing.learn_prefill_speeds",
+	"kv-pressure":          "routing.kv_pressure", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
 	"pd-threshold-tokens": "routing.pd_threshold_tokens", "prefill-header": "routing.prefill_header",
 	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",

@@ -40,7 +40,7 @@ index:
   max_entries: 1000
   backend: redis
   redis: {address: "r:6379", cluster: true, username: u, password_file: /pw, tls: true, tls_ca_file: /ca, key_prefix: "k:", ttl: 2h, lease_ttl: 3s, timeout: 1s, local_view: false, share_load: false}
-routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1, stale_metrics_after: 30s}
+routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, learn_prefill_speeds: false, kv_pressure: 0.5, tolerance: 0.1, stale_metrics_after: 30s}
 tokenizers:
   models:
     m: /m
@@ -103,10 +103,10 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
 			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
 			"--prefill-tokens-per-second", "8000", "--kv-pressure", "0", "--routing-tolerance", "0", "--prefill-attention-per-token", "1e-5",
-			"--stale-metrics-after", "0s",
+			"--stale-metrics-after", "0s", "--learn-prefill-speeds",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
-			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"}
+			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, LearnPrefillSpeeds: true, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"}
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -418,6 +418,7 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 		{[]string{"--config", file, "--kv-pressure", "2"}, func(r *router.Config) {
 			r.PrefillSecondsPerToken, r.PrefillAttentionPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0, 2, 0.1
 		}},
+		{[]string{"--learn-prefill-speeds=false"}, func(r *router.Config) { r.LearnSpeeds = false }},
 	} {
 		c, err := loadConfig(tt.args)
 		if err != nil {
@@ -430,7 +431,7 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 		want := router.DefaultConfig()
 		tt.want(&want)
 		if math.Abs(s.router.PrefillSecondsPerToken-want.PrefillSecondsPerToken) > 1e-15 || s.router.PrefillAttentionPerToken != want.PrefillAttentionPerToken ||
-			s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance {
+			s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance || s.router.LearnSpeeds != want.LearnSpeeds {
 			t.Errorf("%q: router config %+v, want %+v", tt.args, s.router, want)
 		}
 	}

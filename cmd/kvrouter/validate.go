@@ -197,6 +197,7 @@ func (c config) routerConfig(p *problems) router.Config {
 	} else {
 		p.add("routing.prefill_tokens_per_second: %v, want > 0", v)
 	}
+	r.LearnSpeeds = rc.LearnPrefillSpeeds
 	setChecked(p, "routing.prefill_attention_per_token", rc.PrefillAttentionPerToken, "in [0, 1)", &r.PrefillAttentionPerToken,
 		func(v float64) bool { return v >= 0 && v < 1 })
 	setChecked(p, "routing.kv_pressure", rc.KVPressure, ">= 0", &r.KVPressure, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })

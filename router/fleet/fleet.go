@@ -79,6 +79,22 @@ type Load struct {
 	KVUsagePermille atomic.Int64 // vllm:kv_cache_usage_perc × 1000
 	ScrapedAt       atomic.Int64 // unix nanoseconds of the last successful scrape; 0: none yet
 	FailingSince    atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
+	speed           atomic.Pointer[Speed]
+}
+
+// Speed is what the pod's metrics taught of its prefill speed; nil while
+// nothing is.
+func (l *Load) Speed() *Speed { return l.speed.Load() }
+
+// SetSpeed stores what was learned of the pod's prefill speed, as the
+// Scraper does; the fleet simulator feeds its own SpeedEstimator.
+func (l *Load) SetSpeed(s *Speed) { l.speed.Store(s) }
+
+// PrefillSecondsPerToken is the pod's predicted prefill cost of one token
+// at no context: Speed.SecondsPerToken of what was learned, the prior
+// while nothing is. It allocates nothing.
+func (l *Load) PrefillSecondsPerToken(prior, attention float64) float64 {
+	return l.speed.Load().SecondsPerToken(prior, attention)
 }
 
 // New returns an empty fleet whose pods are registered in index.

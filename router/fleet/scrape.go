@@ -57,6 +57,9 @@ type scrapeState struct {
 	busy     atomic.Bool
 	failures atomic.Int32 // consecutive
 	retryAt  atomic.Int64 // unix nanoseconds; 0: scrape in its slot
+	// speed learns the pod's prefill speed; only the goroutine of the
+	// pod's running scrape (its own, or its server's rank 0's) uses it.
+	speed SpeedEstimator
 }
 
 // NewScraper returns a scraper of fleet's pods; interval 0 means 100ms.
@@ -154,7 +157,7 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 		}
 		s.wg.Go(func() {
 			defer st.busy.Store(false)
-			err := s.scrape(ctx, m, ranks)
+			err := s.scrape(ctx, m, st, ranks, states)
 			end := time.Now()
 			st.record(m.Load, err, s.interval, end)
 			for i, r := range ranks {
@@ -228,10 +231,11 @@ func (st *scrapeState) record(l *Load, err error, interval time.Duration, now ti
 	st.retryAt.Store(now.Add(wait).UnixNano())
 }
 
-// scrape reads m's /metrics into its Load; with ranks (the candidates of
-// one server's data-parallel ranks, m's among them), into each rank's Load
-// its engine's figures.
-func (s *Scraper) scrape(ctx context.Context, m *Member, ranks []*Member) error {
+// scrape reads m's /metrics into its Load, and its prefill counters into
+// st's estimator; with ranks (the candidates of one server's data-parallel
+// ranks, m's among them, with their states), into each rank's Load and
+// estimator its engine's figures.
+func (s *Scraper) scrape(ctx context.Context, m *Member, st *scrapeState, ranks []*Member, states []*scrapeState) error {
 	ctx, cancel := context.WithTimeout(ctx, s.interval*10)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Endpoint+"/metrics", nil)
@@ -247,17 +251,23 @@ func (s *Scraper) scrape(ctx context.Context, m *Member, ranks []*Member) error 
 		return fmt.Errorf("fleet: GET %s/metrics: %s", m.Endpoint, resp.Status)
 	}
 	all, engines := ParseVLLMEngines(io.LimitReader(resp.Body, 8<<20))
+	now := time.Now()
 	if len(ranks) == 0 {
-		all.store(m.Load)
+		all.store(m.Load, &st.speed, now)
 	}
-	for _, r := range ranks {
-		engines.Of(strconv.Itoa(r.Pod.DPRank)).store(r.Load)
+	for i, r := range ranks {
+		engines.Of(strconv.Itoa(r.Pod.DPRank)).store(r.Load, &states[i].speed, now)
 	}
 	return nil
 }
 
-// store keeps q's figures in l; a missing figure leaves l's as it was.
-func (q Queue) store(l *Load) {
+// store keeps q's figures in l, a missing figure leaving l's as it was,
+// and l's prefill speed as speed learns it from q's counters scraped at
+// now.
+func (q Queue) store(l *Load, speed *SpeedEstimator, now time.Time) {
+	if sp := speed.Observe(now, q.Counters); sp != nil {
+		l.speed.Store(sp)
+	}
 	if q.Waiting >= 0 {
 		l.Waiting.Store(q.Waiting)
 	}
@@ -273,6 +283,8 @@ func (q Queue) store(l *Load) {
 type Queue struct {
 	Waiting, Running int64
 	KVUsage          float64 // fraction of the KV cache in use
+	// Counters are its prefill counters, summed across series.
+	Counters Counters
 }
 
 // ParseVLLMMetrics reads vLLM's Prometheus text exposition, summing series
@@ -309,6 +321,7 @@ func (q Queue) merge(o Queue) Queue {
 		q.Running = max(q.Running, 0) + o.Running
 	}
 	q.KVUsage = max(q.KVUsage, o.KVUsage)
+	q.Counters = q.Counters.add(o.Counters)
 	return q
 }
 
@@ -326,10 +339,13 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 			continue
 		}
 		name := line[:strings.IndexAny(line+" ", "{ ")]
+		counter := counterSeries[name]
 		switch name {
 		case "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
 		default:
-			continue
+			if counter == 0 {
+				continue
+			}
 		}
 		rest := line[len(name):]
 		engine, labeled := "", false
@@ -346,10 +362,12 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 			continue
 		}
 		one := none
-		switch name {
-		case "vllm:num_requests_waiting":
+		switch {
+		case counter != 0:
+			one.Counters.addSeries(counter, v)
+		case name == "vllm:num_requests_waiting":
 			one.Waiting = int64(v)
-		case "vllm:num_requests_running":
+		case name == "vllm:num_requests_running":
 			one.Running = int64(v)
 		default: // the fullest engine's cache
 			one.KVUsage = v

@@ -33,15 +33,30 @@ vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-0.6B"} 7.0
 vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-0.6B"} 0.25
 vllm:kv_cache_usage_perc{engine="1",model_name="Qwen/Qwen3-0.6B"} 0.5
 vllm:num_requests_waiting_by_reason{reason="capacity"} 99
-vllm:prompt_tokens_total{model_name="x"} 1.2e+06
+vllm:prompt_tokens_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.2e+06
+vllm:prompt_tokens_created{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.7e+09
+vllm:prompt_tokens_total{engine="1",model_name="Qwen/Qwen3-0.6B"} 3000
+vllm:prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.2e+06
+vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 400000
+vllm:external_prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 50000
+vllm:request_prefill_time_seconds_bucket{engine="0",le="0.3",model_name="Qwen/Qwen3-0.6B"} 9
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="Qwen/Qwen3-0.6B"} 80.5
+vllm:request_prefill_time_seconds_count{engine="0",model_name="Qwen/Qwen3-0.6B"} 10
 `
+
+// engine0, engine1 and both are vllmMetrics' prefill counters.
+var (
+	engine0 = Counters{PromptTokens: 1.2e6, CacheQueries: 1.2e6, CacheHits: 400000, ExternalHits: 50000, PrefillSeconds: 80.5, Prefills: 10, Has: HasPromptTokens | HasCacheQueries | HasCacheHits | HasExternalHits | HasPrefillSeconds | HasPrefills}
+	engine1 = Counters{PromptTokens: 3000, Has: HasPromptTokens}
+	both    = Counters{PromptTokens: 1.2e6 + 3000, CacheQueries: 1.2e6, CacheHits: 400000, ExternalHits: 50000, PrefillSeconds: 80.5, Prefills: 10, Has: engine0.Has}
+)
 
 func TestParseVLLMMetrics(t *testing.T) {
 	tests := []struct {
 		in   string
 		want Queue
 	}{
-		{vllmMetrics, Queue{Waiting: 7, Running: 5, KVUsage: 0.5}},
+		{vllmMetrics, Queue{Waiting: 7, Running: 5, KVUsage: 0.5, Counters: both}},
 		{"vllm:gpu_cache_usage_perc 0.75\n", Queue{Waiting: -1, Running: -1, KVUsage: 0.75}},
 		{"", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
 		{"vllm:num_requests_waiting{} NaN\nvllm:num_requests_running garbage\n", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
@@ -61,10 +76,11 @@ func TestParseVLLMEngines(t *testing.T) {
 		in, engine string
 		want       Queue
 	}{
-		{vllmMetrics, "0", Queue{Waiting: 7, Running: 3, KVUsage: 0.25}},
-		{vllmMetrics, "1", Queue{Waiting: -1, Running: 2, KVUsage: 0.5}},
+		{vllmMetrics, "0", Queue{Waiting: 7, Running: 3, KVUsage: 0.25, Counters: engine0}},
+		{vllmMetrics, "1", Queue{Waiting: -1, Running: 2, KVUsage: 0.5, Counters: engine1}},
 		{vllmMetrics, "2", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
-		{vllmMetrics, "", Queue{Waiting: 7, Running: 5, KVUsage: 0.5}},
+		{vllmMetrics, "", Queue{Waiting: 7, Running: 5, KVUsage: 0.5, Counters: both}},
+		{"vllm:prompt_tokens_total 5\nvllm:prompt_tokens_total{engine=\"1\"} 7\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1, Counters: Counters{PromptTokens: 12, Has: HasPromptTokens}}},
 		{"vllm:num_requests_waiting{model_name=\"m\"} 4\n", "3", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
 		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
 		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "0", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
@@ -408,6 +424,92 @@ func TestScraperStampsFreshness(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// countersText is c in vLLM's exposition, as an engine's series.
+func countersText(c Counters) string {
+	return fmt.Sprintf(`vllm:num_requests_running{engine="0",model_name="m"} 1
+vllm:prompt_tokens_total{engine="0",model_name="m"} %g
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} %g
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} %g
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} %g
+vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} %g
+`, c.PromptTokens, c.CacheQueries, c.CacheHits, c.PrefillSeconds, c.Prefills)
+}
+
+// TestScraperLearnsSpeed checks that the scraper learns each pod's prefill
+// speed from its counters into its Load, a pod at half the speed at half.
+func TestScraperLearnsSpeed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const c = 1.0 / 8000
+		start := time.Now()
+		pods := &fakePods{fn: func(req *http.Request) (*http.Response, error) {
+			p := sharedPod{c: c, u: 1000, hit: 500, k: 3, period: 1000 * c}
+			if req.URL.Host == "10.1.0.1:8000" {
+				p.c, p.period = 2*c, 2000*c
+			}
+			body := countersText(p.at(time.Since(start).Seconds(), Counters{}))
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+		}}
+		fleet, s := scrapeFleet(t, 2, pods)
+		if sp := fleet.Load("p0").Speed(); sp != nil {
+			t.Fatalf("speed before any scrape: %+v", *sp)
+		}
+		runFor(t, s, 30*time.Second)
+		for name, want := range map[string]float64{"p0": c, "p1": 2 * c} {
+			sp := fleet.Load(name).Speed()
+			if sp == nil {
+				t.Errorf("%s: nothing learned in 30s", name)
+				continue
+			}
+			if got := sp.Busy / sp.Tokens; !near(got, want, 0.05) {
+				t.Errorf("%s: learned %.0f tokens/s, want %.0f ±5%%", name, 1/got, 1/want)
+			}
+		}
+	})
+}
+
+// TestScraperLearnsEachRank: the ranks of a data-parallel server share one
+// /metrics, but each rank's speed is learned from its own engine's
+// counters: engine 1 at half engine 0's speed is learned at half.
+func TestScraperLearnsEachRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const c = 1.0 / 8000
+		start := time.Now()
+		index, err := kvindex.New(kvindex.DefaultConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet := New(index)
+		server := podAt(t, "a", "10.1.0.9:8000")
+		server.DPSize = 2
+		for _, r := range pod.Ranks(server, 5557, 5558) {
+			fleet.Upsert(r)
+		}
+		pods := &fakePods{byHost: map[string]int{}, starts: map[time.Time]int{}, fn: func(req *http.Request) (*http.Response, error) {
+			var body strings.Builder
+			for engine, speed := range []float64{1, 0.5} {
+				p := sharedPod{c: c / speed, u: 1000, k: 2, period: 1000 * c / speed}
+				body.WriteString(strings.ReplaceAll(countersText(p.at(time.Since(start).Seconds(), Counters{})), `engine="0"`, fmt.Sprintf(`engine="%d"`, engine)))
+			}
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body.String())), Request: req}, nil
+		}}
+		s, err := NewScraper(fleet, &http.Client{Transport: pods}, 100*time.Millisecond, DefaultStaleAfter, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runFor(t, s, 30*time.Second)
+		for name, want := range map[string]float64{"a": c, "a:rank-1": 2 * c} {
+			sp := fleet.Load(name).Speed()
+			if sp == nil {
+				t.Errorf("%s: nothing learned in 30s", name)
+				continue
+			}
+			if got := sp.Busy / sp.Tokens; !near(got, want, 0.05) {
+				t.Errorf("%s: learned %.0f tokens/s, want %.0f ±5%%", name, 1/got, 1/want)
+			}
 		}
 	})
 }

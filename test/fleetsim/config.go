@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
@@ -41,6 +42,11 @@ type Config struct {
 	// K and V, × 2 bytes of bf16) and 2.3 TB/s.
 	KVBytesPerToken float64
 	MemoryBandwidth float64
+	// Speeds gives each pod a speed relative to the others: a pod of speed
+	// s takes 1/s times as long for every step, prefill and decode (a GPU,
+	// or a model, s times as fast). Empty: every pod 1. The kvrouter
+	// policies' configured prefill speed stays PrefillTokensPerSecond.
+	Speeds []float64
 	// Roles gives each pod its part in prefill/decode disaggregation, by
 	// pod (pd.go): prefill pods compute prompts for decode pods, which
 	// receive their KV over the link below. Empty: every pod serves whole
@@ -62,6 +68,8 @@ type Config struct {
 	// when its destination lacks at least this many of its tokens.
 	// Default the router's, 512.
 	PDThreshold int
+	// Precise configures the llm-d-precise policy; zero: DefaultPrecise.
+	Precise Precise
 	// EventDelay is how long a step's KV events take to reach the router.
 	// Default 50 ms.
 	EventDelay time.Duration
@@ -120,6 +128,14 @@ func (c Config) Validate() error {
 	if c.KVLinkLatency < 0 || c.PDThreshold < 0 {
 		errs = append(errs, errors.New("KV link latency and P/D threshold must be >= 0"))
 	}
+	if len(c.Speeds) != 0 && len(c.Speeds) != c.Pods {
+		errs = append(errs, fmt.Errorf("%d speeds for %d pods, want one per pod or none", len(c.Speeds), c.Pods))
+	}
+	for i, v := range c.Speeds {
+		if !(v > 0) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("pod %d: speed %v, want > 0", i, v))
+		}
+	}
 	if err := c.validateRoles(); err != nil {
 		errs = append(errs, err)
 	}
@@ -130,6 +146,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fleetsim: invalid config: %w", err)
 	}
 	return nil
+}
+
+// speed is pod i's speed (Speeds).
+func (c *Config) speed(i int) float64 {
+	if len(c.Speeds) == 0 {
+		return 1
+	}
+	return c.Speeds[i]
 }
 
 // prefillSeconds is the cost of prefilling tokens [from, from+n) of a

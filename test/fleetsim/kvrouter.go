@@ -47,7 +47,16 @@ type kvRouter struct {
 	byName    map[string]int
 	decisions []*router.Decision // by request ID
 	body      []byte
+	// learn is kvrouter-learned's: the scrapes' prefill counters teach
+	// each pod's speed, as fleet.Scraper does; speeds samples them.
+	learn     bool
+	estimates []fleet.SpeedEstimator
+	speeds    []SpeedSample
+	sampledAt float64
 }
+
+// speedSampleEvery is how often kvrouter-learned samples its speeds.
+const speedSampleEvery = 5.0 // seconds
 
 // promptPrefix starts every simulated prompt; the request ID follows.
 const promptPrefix = "fleetsim request "
@@ -64,7 +73,10 @@ func (t simTokenizer) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]
 }
 
 // newKVRouter builds the policy over an eventIndex.
-func newKVRouter(s *Sim) (*kvRouter, error) {
+func newKVRouter(s *Sim) (*kvRouter, error) { return newKVRouterConfig(s, RouterConfig(s)) }
+
+// newKVRouterConfig builds the policy with the router configured by rc.
+func newKVRouterConfig(s *Sim, rc router.Config) (*kvRouter, error) {
 	ei, err := newEventIndex(s)
 	if err != nil {
 		return nil, err
@@ -83,11 +95,35 @@ func newKVRouter(s *Sim) (*kvRouter, error) {
 		p.fleet.Upsert(kvpod.Pod{Name: name, IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000, Model: simModel, Role: role, Ready: true})
 		p.byName[name] = i
 	}
-	p.r, err = router.New(RouterConfig(s), p.fleet, ei.index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	p.r, err = router.New(rc, p.fleet, ei.index, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// newLearnedKVRouter is kvrouter-learned: the policy learning each pod's
+// prefill speed from its scraped counters.
+func newLearnedKVRouter(s *Sim) (*kvRouter, error) {
+	p, err := newKVRouter(s)
+	if err != nil {
+		return nil, err
+	}
+	p.learn, p.estimates = true, make([]fleet.SpeedEstimator, s.Pods())
+	return p, nil
+}
+
+// newMeanKVRouter is kvrouter-mean: kvrouter pricing every pod at the
+// fleet's mean prefill speed (Config.Speeds), the single figure an
+// operator who knew the fleet's mix of pods would set.
+func newMeanKVRouter(s *Sim) (*kvRouter, error) {
+	rc := RouterConfig(s)
+	mean := 0.0
+	for i := range s.Pods() {
+		mean += s.cfg.speed(i) / float64(s.Pods())
+	}
+	rc.PrefillSecondsPerToken /= mean
+	return newKVRouterConfig(s, rc)
 }
 
 func (p *kvRouter) Pick(r *Request) int {
@@ -118,14 +154,34 @@ func (p *kvRouter) Finished(r *Request) {
 }
 
 // Scraped stores the metrics in the fleet's Load, as fleet.Scraper does.
+// kvrouter-learned also feeds each pod's prefill counters to its
+// SpeedEstimator, on the sim's clock.
 func (p *kvRouter) Scraped(m []Metrics) {
+	now := p.s.Now()
+	at := time.Unix(0, 0).Add(time.Duration(now * float64(time.Second)))
+	sample := p.learn && now >= p.sampledAt+speedSampleEvery
+	if sample {
+		p.sampledAt = now
+	}
 	for i, x := range m {
 		l := p.fleet.Load(podName(i))
 		l.Waiting.Store(int64(x.Waiting))
 		l.Running.Store(int64(x.Running))
 		l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
+		if !p.learn {
+			continue
+		}
+		if sp := p.estimates[i].Observe(at, x.Prefill); sp != nil {
+			l.SetSpeed(sp)
+		}
+		if sample {
+			p.speeds = append(p.speeds, SpeedSample{At: now, Pod: i, TokensPerSecond: 1 / p.r.PrefillSecondsPerToken(l)})
+		}
 	}
 }
+
+// Speeds is what kvrouter-learned priced each pod at over the run.
+func (p *kvRouter) Speeds() []SpeedSample { return p.speeds }
 
 // podName is pod i's name in the policies' indexes and fleets.
 func podName(i int) string { return fmt.Sprintf("pod-%03d", i) }

@@ -49,8 +49,8 @@ func (o *oracle) Pick(r *Request) int {
 		seqs, ctx := p.pendingDecode()
 		steps := math.Ceil(float64(tokens) / float64(cfg.StepTokens))
 		own := cfg.prefillSeconds(hit*bs, uncached[i])
-		est := own*(pressure+float64(o.waiting[i])) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
-			steps*(cfg.StepOverhead.Seconds()+cfg.decodeSeconds(seqs, ctx))
+		est := (own*(pressure+float64(o.waiting[i])) + float64(o.queued[i])/cfg.PrefillTokensPerSecond +
+			steps*(cfg.StepOverhead.Seconds()+cfg.decodeSeconds(seqs, ctx))) / cfg.speed(i)
 		o.scores = append(o.scores, est)
 	}
 	i := cheapest(o.s, o.scores, oracleTies)

@@ -1,6 +1,10 @@
 package fleetsim
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/kvrouter/kvrouter/router/fleet"
+)
 
 // seq is one request on its pod.
 type seq struct {
@@ -16,6 +20,7 @@ type seq struct {
 	out      int     // output tokens produced
 	sched    int     // tokens scheduled in the current step
 	hit      int     // prompt blocks found cached when first admitted; -1 before
+	admitted float64 // when it was first admitted (vLLM's scheduled time), if hit >= 0
 	first    float64 // when the first output token came out; -1 before
 	// prefill is the seq of the request's prompt on its prefill pod; nil
 	// when its pod computes the prompt itself.
@@ -63,10 +68,16 @@ type pod struct {
 	preempt int      // preemptions so far
 	hashes  []uint64 // hashesOf's scratch
 	aborts  int      // requests canceled since the last purge
+	speed   float64  // Config.Speeds: its steps take 1/speed as long
+	now     float64  // the sim's time when it schedules a step
+	// counters are vLLM's prefill counters, as its /metrics shows them.
+	counters fleet.Counters
 }
 
-func newPod(cfg *Config) *pod {
-	return &pod{cfg: cfg, cache: newCache(cfg.Blocks)}
+func newPod(cfg *Config, speed float64) *pod {
+	p := &pod{cfg: cfg, cache: newCache(cfg.Blocks), speed: speed}
+	p.counters.Has = fleet.HasPromptTokens | fleet.HasCacheQueries | fleet.HasCacheHits | fleet.HasPrefillSeconds | fleet.HasPrefills
+	return p
 }
 
 func (p *pod) blocksFor(tokens int) int { return (tokens + p.cfg.BlockSize - 1) / p.cfg.BlockSize }
@@ -109,7 +120,7 @@ func (p *pod) schedule() (float64, bool) {
 	if len(p.step) == 0 {
 		return 0, false
 	}
-	return p.cfg.StepOverhead.Seconds() + p.cfg.decodeSeconds(decodes, ctx) + prefill, true
+	return (p.cfg.StepOverhead.Seconds() + p.cfg.decodeSeconds(decodes, ctx) + prefill) / p.speed, true
 }
 
 // admit moves waiting requests into the running batch while the budget,
@@ -139,7 +150,7 @@ func (p *pod) admit(budget int) float64 {
 		s.blocks, _ = p.cache.allocate(s.blocks, need)
 		s.computed = h * bs
 		if s.hit < 0 {
-			s.hit = h
+			s.hit, s.admitted = h, p.now
 		}
 		p.waiting = p.waiting[1:]
 		if s.remote {
@@ -148,6 +159,10 @@ func (p *pod) admit(budget int) float64 {
 			p.pulls = append(p.pulls, s)
 			continue
 		}
+		// vLLM counts a prefix-cache query of the tokens to compute at
+		// each admission (again after a preemption), in tokens.
+		p.counters.CacheQueries += float64(s.target)
+		p.counters.CacheHits += float64(h * bs)
 		p.running = append(p.running, s)
 		p.commit(s, n)
 		cost += p.cfg.prefillSeconds(s.computed, n)
@@ -241,6 +256,11 @@ func (p *pod) finishStep(now float64, started, finished func(*seq)) {
 		s.out++
 		if s.first < 0 {
 			s.first = now
+			if !s.remote { // its prefill, from its first schedule: vLLM's prompt and prefill-time counters
+				p.counters.PromptTokens += float64(s.req.Prompt)
+				p.counters.PrefillSeconds += now - s.admitted
+				p.counters.Prefills++
+			}
 			started(s)
 		}
 		if s.out >= s.outputs() {

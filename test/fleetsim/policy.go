@@ -8,7 +8,13 @@ import (
 // Policies lists the policies PolicyByName knows, in report order.
 var Policies = []string{"random", "round-robin", "least-loaded", "approximate", "llm-d-precise", "kvrouter", "oracle"}
 
-// PolicyByName returns the constructor of a policy in Policies.
+// PolicyByName returns the constructor of a policy in Policies, or of
+// kvrouter-learned: kvrouter pricing each pod at the prefill speed it
+// learns from the pods' scraped counters (fleet.SpeedEstimator), the
+// configured speed its prior, where kvrouter prices every pod at the
+// configured speed (the operator's measurement of a speed-1 pod); or of
+// kvrouter-mean, pricing every pod at the fleet's mean speed. Only
+// fleets of several speeds (Config.Speeds) run those two.
 func PolicyByName(name string) (NewPolicy, error) {
 	switch name {
 	case "random":
@@ -20,9 +26,19 @@ func PolicyByName(name string) (NewPolicy, error) {
 	case "approximate":
 		return func(s *Sim) (Policy, error) { return newApproximate(s, DefaultApproximate()), nil }, nil
 	case "llm-d-precise":
-		return func(s *Sim) (Policy, error) { return newPrecise(s, DefaultPrecise()) }, nil
+		return func(s *Sim) (Policy, error) {
+			cfg := s.Config().Precise
+			if cfg == (Precise{}) {
+				cfg = DefaultPrecise()
+			}
+			return newPrecise(s, cfg)
+		}, nil
 	case "kvrouter":
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
+	case "kvrouter-learned":
+		return func(s *Sim) (Policy, error) { return newLearnedKVRouter(s) }, nil
+	case "kvrouter-mean":
+		return func(s *Sim) (Policy, error) { return newMeanKVRouter(s) }, nil
 	case "oracle":
 		return func(s *Sim) (Policy, error) { return newOracle(s), nil }, nil
 	}

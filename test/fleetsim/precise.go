@@ -4,23 +4,31 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
-// Precise configures llm-d's precise prefix-cache scheduler as its
-// published benchmark configurations set it: the prefix-cache scorer in
-// cache-tracking mode (the pods' own KV events), the KV-cache utilization
-// scorer and the queue scorer, weights 1:1:1, and the max-score picker.
+// Precise configures llm-d's precise prefix-cache scheduler: the
+// prefix-cache scorer in cache-tracking mode (the pods' own KV events),
+// the KV-cache utilization scorer and the queue scorer, and the
+// max-score picker.
 type Precise struct {
 	// BlockSize is the scorer's block size in tokens, a multiple of the
 	// fleet's: a prompt's matched prefix counts in whole blocks of it.
-	// Default 16; the cache-overload runs used 64.
+	// Default 64, as every published run set it.
 	BlockSize int
 	// Weights of the prefix-cache, queue and KV-utilization scorers.
-	// Defaults 1, 1, 1.
+	// Defaults 3, 2, 2: the 73-capacity run's configuration and llm-d's
+	// precise-routing guide's. The cache-overload runs used 1, 1, 1
+	// (OverloadPrecise).
 	PrefixWeight, QueueWeight, KVWeight float64
 }
 
 // DefaultPrecise returns the defaults documented on Precise.
 func DefaultPrecise() Precise {
-	return Precise{BlockSize: 16, PrefixWeight: 1, QueueWeight: 1, KVWeight: 1}
+	return Precise{BlockSize: 64, PrefixWeight: 3, QueueWeight: 2, KVWeight: 2}
+}
+
+// OverloadPrecise returns the cache-overload runs' precise scheduler:
+// block size 64, weights 1:1:1.
+func OverloadPrecise() Precise {
+	return Precise{BlockSize: 64, PrefixWeight: 1, QueueWeight: 1, KVWeight: 1}
 }
 
 // precise is llm-d's precise scheduler over kvrouter's exact view of the

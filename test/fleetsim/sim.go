@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // Policy picks a pod for each request and hears how its requests go.
@@ -31,6 +33,10 @@ type Metrics struct {
 	Waiting int     // vllm:num_requests_waiting
 	Running int     // vllm:num_requests_running
 	KVUsage float64 // vllm:kv_cache_usage_perc
+	// Prefill is its prefill counters (prompt tokens, prefix-cache
+	// queries and hits, prefill time), from which a router learns its
+	// speed.
+	Prefill fleet.Counters
 }
 
 // NewPolicy builds a policy for a sim.
@@ -62,6 +68,21 @@ type Result struct {
 	TimedOut    int       // requests the client canceled
 	Preemptions int
 	End         float64 // when the last request ended
+	// Speeds is what a policy that learns the pods' prefill speeds
+	// (kvrouter-learned) priced them at over the run; nil for the others.
+	Speeds []SpeedSample
+}
+
+// SpeedSample is the prefill speed a policy priced a pod at, at a moment.
+type SpeedSample struct {
+	At              float64 // seconds since the start
+	Pod             int
+	TokensPerSecond float64 // at no context
+}
+
+// speedLearner is a Policy that learns the pods' prefill speeds.
+type speedLearner interface {
+	Speeds() []SpeedSample
 }
 
 // Sim is one run in progress: the fleet, the clock, the event queue.
@@ -131,8 +152,8 @@ func Run(cfg Config, w *Workload, newPolicy NewPolicy) (*Result, error) {
 		return nil, fmt.Errorf("fleetsim: workload hashed with block size %d, fleet uses %d", w.BlockSize, cfg.BlockSize)
 	}
 	s := &Sim{cfg: cfg, w: w, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), metrics: make([]Metrics, cfg.Pods), client: c}
-	for range cfg.Pods {
-		s.pods = append(s.pods, newPod(&s.cfg))
+	for i := range cfg.Pods {
+		s.pods = append(s.pods, newPod(&s.cfg, cfg.speed(i)))
 	}
 	s.seqs = make([]seq, len(w.Requests))
 	p, err := newPolicy(s)
@@ -231,6 +252,9 @@ func (s *Sim) result() *Result {
 	for _, p := range s.pods {
 		res.Preemptions += p.preempt
 	}
+	if l, ok := s.policy.(speedLearner); ok {
+		res.Speeds = l.Speeds()
+	}
 	return res
 }
 
@@ -264,6 +288,7 @@ func (s *Sim) enqueue(q *seq) {
 // startStep schedules pod i's next step, if it has work.
 func (s *Sim) startStep(i int) {
 	p := s.pods[i]
+	p.now = s.now
 	d, ok := p.schedule()
 	p.busy = ok
 	if ok {
@@ -322,7 +347,7 @@ func (s *Sim) publish(i int) {
 // them.
 func (s *Sim) scrape() {
 	for i, p := range s.pods {
-		s.metrics[i] = Metrics{Waiting: len(p.waiting) + len(p.pulling), Running: len(p.running), KVUsage: p.cache.usage()}
+		s.metrics[i] = Metrics{Waiting: len(p.waiting) + len(p.pulling), Running: len(p.running), KVUsage: p.cache.usage(), Prefill: p.counters}
 	}
 	if l, ok := s.policy.(scrapeListener); ok {
 		l.Scraped(s.metrics)

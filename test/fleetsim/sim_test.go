@@ -153,7 +153,7 @@ func TestSharedPrefixBlocksCountOnce(t *testing.T) {
 func TestPreemptedRequestHitsItsOwnBlocks(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Blocks = 16
-	p := newPod(&cfg)
+	p := newPod(&cfg, 1)
 	s := &seq{req: &Request{Prompt: 48, Output: 100, Hashes: []uint64{1, 2, 3}}, target: 48, hit: -1, first: -1}
 	p.waiting = append(p.waiting, s)
 	for step := 0; s.out < 40; step++ {

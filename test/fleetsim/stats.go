@@ -125,6 +125,27 @@ func summarize(res *Result, bound, ids []int, start float64) Stats {
 	return st
 }
 
+// LevelTTFTs appends to dst the time to first token of every request of
+// level li of w (len(w.Levels): every level) that got its whole answer in
+// res, unsorted.
+func LevelTTFTs(dst []float64, w *Workload, res *Result, li int) []float64 {
+	for i, o := range res.Outcomes {
+		if o.answered() && (li == len(w.Levels) || w.Requests[i].Level == li) {
+			dst = append(dst, o.First-o.Arrival)
+		}
+	}
+	return dst
+}
+
+// Quantile is the q-quantile of xs, nearest rank; it sorts xs.
+func Quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return quantile(xs, q)
+}
+
 // answered says o's request got its whole answer: the statistics' sample.
 func (o Outcome) answered() bool { return !o.TimedOut && o.Finish > 0 }
 

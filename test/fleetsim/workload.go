@@ -170,7 +170,10 @@ type SharedPrefix struct {
 	Durations    []float64 // seconds of each stage; StageSeconds where missing
 	StageSeconds float64
 	QPSScale     float64 // simulated QPS per published QPS
-	Seed         uint64
+	// Constant sends at fixed gaps of 1/rate (inference-perf's constant
+	// load) instead of Poisson arrivals.
+	Constant bool
+	Seed     uint64
 }
 
 // PublishedSharedPrefix returns the published parameters, unscaled: the
@@ -190,11 +193,11 @@ func PublishedSharedPrefix() SharedPrefix {
 func (p SharedPrefix) WorkingSet() int { return p.Groups * (p.System + p.PerGroup*p.Question) }
 
 // Generate builds the workload as inference-perf's shared_prefix data
-// and Poisson load generators do: the fixed prompts shuffled once; each
-// stage sends int(rate × seconds) requests at the stage's scaled rate, the
-// nth of them with prompt n of the shuffled list (cycled), each second of
-// the schedule drawing a Poisson number of requests spread over it at
-// exponential gaps. Levels are named by the published QPS; a level ends
+// and load generators do: the fixed prompts shuffled once; each stage
+// sends int(rate × seconds) requests at the stage's scaled rate, the nth
+// of them with prompt n of the shuffled list (cycled), each second of the
+// schedule drawing a Poisson number of requests spread over it at
+// exponential gaps (or, Constant, 1/rate apart). Levels are named by the published QPS; a level ends
 // at its nominal end or its last arrival, whichever is later.
 func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 	rng := rand.New(rand.NewPCG(p.Seed, 0x5a5))
@@ -217,7 +220,11 @@ func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 	stage := func(label string, qps, seconds float64) {
 		rate := qps * p.QPSScale
 		l := Level{Name: label, Start: t, End: t + seconds, QPS: rate}
-		for n, at := range poissonSchedule(rng, rate, int(rate*seconds)) {
+		times := constantSchedule(rate, int(rate*seconds))
+		if !p.Constant {
+			times = poissonSchedule(rng, rate, int(rate*seconds))
+		}
+		for n, at := range times {
 			pr := prompts[n%len(prompts)]
 			w.Requests = append(w.Requests, Request{
 				ID: len(w.Requests), Arrival: t + at, Level: len(w.Levels),
@@ -239,6 +246,16 @@ func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 		stage(fmt.Sprintf("%g", q), q, seconds)
 	}
 	return w
+}
+
+// constantSchedule returns n send times (seconds from the start) at
+// rate per second, 1/rate apart, the first at the start.
+func constantSchedule(rate float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = float64(i) / rate
+	}
+	return out
 }
 
 // poissonSchedule returns n send times (seconds from the start) at rate

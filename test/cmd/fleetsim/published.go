@@ -19,7 +19,8 @@ type published struct {
 // publishedShared is the published (b) run, next to the simulated policy
 // that plays each scheduler.
 var publishedShared = []published{
-	{"kvrouter", "precise", 0.542, 0.298, 8730, "none"},
+	{"llm-d-precise", "precise", 0.542, 0.298, 8730, "none"},
+	{"kvrouter", "precise, the peer to beat", 0.542, 0.298, 8730, "none"},
 	{"approximate", "estimated", 31.083, 13.316, 6944, "40"},
 	{"least-loaded", "load", 94.865, 46.987, 4266, "15"},
 	{"random", "random", 92.551, 45.281, 4429, "20"},

@@ -38,6 +38,8 @@ type scenario struct {
 	sweep bool
 	// topology names the fleet of a (d): aggregated, or P/D at a threshold.
 	topology string
+	// overload is the published run an (e) plays.
+	overload *overloadRun
 }
 
 // job is one scenario under one policy.
@@ -74,7 +76,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c,d", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation)")
+	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation), e (llm-d's cache-overload runs), f (heterogeneous pods: learned prefill speeds)")
 	fs.StringVar(&o.outputs, "shared-output", sharedOutputs, "output tokens per request of the shared-prefix workloads: each value (comma separated) runs them once")
 	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
 	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")
@@ -108,10 +110,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if !strings.Contains(o.workloads, sc.group) {
 			continue
 		}
-		for _, p := range strings.Split(o.policies, ",") {
-			if sc.only == nil || slices.Contains(sc.only, p) {
-				jobs = append(jobs, &job{sc: sc, policy: p})
-			}
+		for _, p := range runPolicies(strings.Split(o.policies, ","), sc.only) {
+			jobs = append(jobs, &job{sc: sc, policy: p})
 		}
 	}
 	runJobs(ctx, jobs, o.parallel, stdout)
@@ -134,6 +134,30 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %s in %v\n", filepath.Join(o.out, "report.md"), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// runPolicies is the policies a scenario runs: those asked for, or of
+// them those in only when only is set; and a variant of kvrouter in only
+// (kvrouter-learned, kvrouter-mean: what (f) compares) whenever kvrouter
+// is asked for.
+func runPolicies(asked, only []string) []string {
+	if only == nil {
+		return asked
+	}
+	var out []string
+	for _, p := range asked {
+		if slices.Contains(only, p) {
+			out = append(out, p)
+		}
+	}
+	if slices.Contains(asked, "kvrouter") {
+		for _, p := range only {
+			if strings.HasPrefix(p, "kvrouter-") && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // runJobs runs jobs, parallel at a time, stopping early when ctx ends.

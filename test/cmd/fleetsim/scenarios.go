@@ -96,7 +96,7 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
 			rc, rw := mc, *orig.w
 			rc.Seed, rw.Name = seed, fmt.Sprintf("%s, seed %d", orig.w.Name, seed)
-			out = append(out, &scenario{group: "a", cfg: rc, w: &rw, only: []string{"kvrouter", "oracle"}, base: orig})
+			out = append(out, &scenario{group: "a", cfg: rc, w: &rw, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: orig})
 		}
 	}
 	if strings.Contains(o.workloads, "d") {
@@ -105,6 +105,16 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 			return nil, err
 		}
 		out = append(out, pd...)
+	}
+	if strings.Contains(o.workloads, "e") {
+		out = append(out, overloadScenarios(o, h, base)...)
+	}
+	if strings.Contains(o.workloads, "f") {
+		he, err := heteroScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, he...)
 	}
 	for _, sc := range out {
 		if sc.bound != nil { // (d) shares its workloads' bound
@@ -141,7 +151,7 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 		rs, rc := sp, cfg
 		rs.Seed, rc.Seed = seed, seed
 		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
-		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups})
+		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups})
 	}
 	for i, share := range append([]float64{overloadShare}, overloadSweep...) {
 		over := sp

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/test/fleetsim"
+)
+
+// TestHeteroScenarios: (f) runs each of its two workloads under three
+// seeds on fleets whose second half is at half the speed, under kvrouter,
+// kvrouter-learned and the oracle only.
+func TestHeteroScenarios(t *testing.T) {
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scs, err := heteroScenarios(options{traces: "../../../testdata/traces", seed: 4, quick: true}, h, fleetsim.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scs) != 2*heteroSeeds {
+		t.Fatalf("%d scenarios, want %d", len(scs), 2*heteroSeeds)
+	}
+	for i, sc := range scs {
+		n := sc.cfg.Pods
+		want := slices.Repeat([]float64{1}, n/2)
+		want = append(want, slices.Repeat([]float64{0.5}, n-n/2)...)
+		if sc.group != "f" || !slices.Equal(sc.cfg.Speeds, want) || sc.cfg.Seed != 4+uint64(i%heteroSeeds) || !slices.Equal(sc.only, heteroPolicies) {
+			t.Errorf("%s: group %q, speeds %v, seed %d, policies %v", sc.w.Name, sc.group, sc.cfg.Speeds, sc.cfg.Seed, sc.only)
+		}
+		if err := sc.cfg.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestHeteroReport: (f)'s section pools each policy's requests over the
+// seeds, says whether learned speeds beat the global figure, and shows
+// the estimates over time against each pod's speed.
+func TestHeteroReport(t *testing.T) {
+	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
+	var jobs []*job
+	for seed := range 2 {
+		sc := &scenario{group: "f", cfg: cfg, w: &fleetsim.Workload{Name: "(f) w, seed " + string(rune('1'+seed))}}
+		sc.cfg.Seed = uint64(seed + 1)
+		for _, p := range []string{"kvrouter", "kvrouter-learned"} {
+			ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1}[p]
+			res := &fleetsim.Result{Outcomes: []fleetsim.Outcome{{Arrival: 1, First: 1 + ttft, Finish: 9}, {Arrival: 2, First: 2 + 2*ttft, Finish: 9}}}
+			if p == "kvrouter-learned" {
+				res.Speeds = []fleetsim.SpeedSample{{At: 5, Pod: 0, TokensPerSecond: 900}, {At: 5, Pod: 1, TokensPerSecond: 450}}
+			}
+			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
+		}
+	}
+	var b strings.Builder
+	writeHetero(&b, jobs)
+	got := b.String()
+	for _, want := range []string{
+		"### (f) w\n",
+		"| pooled | kvrouter | 4 | 2.000 s | 4.000 s | 3.000 s | | |",
+		"| pooled | kvrouter-learned | 4 | 1.000 s | 2.000 s | 1.500 s | | |",
+		"against kvrouter's global figure, pooled over the seeds: TTFT p90 2.000 s against 4.000 s (×0.50), mean 1.500 s against 3.000 s (×0.50): **better**",
+		"| time (s) | pod 0 (1000) | pod 1 (500) | slow / fast |",
+		"| 5 | 900 | 450 | 0.50 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("(f) section lacks %q:\n%s", want, got)
+		}
+	}
+}
