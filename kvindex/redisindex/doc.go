@@ -107,7 +107,11 @@
 // Without it every replica sees a new prefix's speculation on one pod and
 // sends its share of the burst there while each counts only its own
 // requests queued on it (test/fleetsim BenchmarkReplicas). Config.
-// NoSharedLoad (index.redis.share_load: false) turns it off. A load table
+// NoSharedLoad (index.redis.share_load: false) turns it off. A match reads
+// the whole table: one field per pod with prefill in flight and replica
+// that routed it (64 pods and 4 replicas: at most 256 fields, about 10 KB),
+// so a fleet of thousands of pods busy at once pays for it on every
+// decision; fields at zero are deleted, not kept. A load table
 // of the wrong type or a field of the wrong shape is refused and counted
 // (reason load) and counts as no load.
 //
