@@ -83,7 +83,9 @@ func percentiles(b *testing.B, d []time.Duration) {
 }
 
 // BenchmarkMatch512 matches 512 blocks, every one held by every pod, over 8
-// and 64 pods: through the memory index and through Redis on loopback.
+// and 64 pods: through the memory index, through Redis on loopback, and
+// through Redis with the load table the router reads too (redis-load:
+// three other replicas' in-flight prefill on every pod).
 func BenchmarkMatch512(b *testing.B) {
 	srv := redisserver.New(b)
 	for _, pods := range []int{8, 64} {
@@ -104,11 +106,31 @@ func BenchmarkMatch512(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for _, backend := range []string{"memory", "redis"} {
+		// Three other replicas each have prefill in flight on every pod:
+		// what the load table costs the router's MatchLoad.
+		for i := range pods {
+			for r := range 3 {
+				field := fmt.Sprintf("pod-%d|replica-%d", i, r)
+				if err := x.rdb.HSet(context.Background(), x.loadKey(nsTag("m")), field, "12000:3:99999999999999").Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		var peers []kvindex.PodLoad
+		for _, backend := range []string{"memory", "redis", "redis-load"} {
 			b.Run(fmt.Sprintf("%s/pods=%d", backend, pods), func(b *testing.B) {
 				match := x.Match
-				if backend == "memory" {
+				switch backend {
+				case "memory":
 					match = x.local.Match
+				case "redis-load":
+					match = func(ns string, hs []uint64, cands []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch {
+						out, peers = x.MatchLoad(ns, hs, cands, out, peers)
+						if peers[0].Prefilling != 9 {
+							b.Fatalf("peers[0] = %+v, want 3 replicas' 3 requests", peers[0])
+						}
+						return out
+					}
 				}
 				out := make([]kvindex.PodMatch, 0, pods)
 				times := make([]time.Duration, 0, 1024)
