@@ -115,7 +115,9 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 }
 
 // fold is compaction's arithmetic: the live holders of val, one record
-// each, in first-seen order.
+// each, in first-seen order; then, as they were, the records of pods the
+// table epochs was read before (a newer epoch, or no number yet), which a
+// new lease holder may have written since.
 func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 	type holderKey struct {
 		num  uint32
@@ -124,6 +126,7 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 	counts := map[holderKey]int{}
 	spec := map[uint32]uint64{}
 	var order []holderKey
+	var raw []byte
 	for off := 0; off+recordSize <= len(val); off += recordSize {
 		r, ok := decodeRecord(val[off:])
 		if !ok {
@@ -138,8 +141,14 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 			spec[r.num] = r.v
 			continue
 		}
-		if ep, ok := epochs[r.num]; !ok || r.v != ep {
+		switch ep, ok := epochs[r.num]; {
+		case !ok || r.v > ep:
+			// A pod numbered, or given a new epoch, after the table was
+			// read: its records are a new holder's, kept as they are.
+			raw = append(raw, val[off:off+recordSize]...)
 			continue
+		case r.v < ep:
+			continue // an older epoch: counts for nothing
 		}
 		counts[k] = max(0, counts[k]+int(r.delta))
 	}
@@ -154,5 +163,5 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 			out = appendRecord(out, k.num, k.kind, int8(min(counts[k], 127)), epochs[k.num])
 		}
 	}
-	return out
+	return append(out, raw...)
 }

@@ -28,7 +28,10 @@ func TestFold(t *testing.T) {
 		{"counts summed", cat(rec(1, 0, 1, 5), rec(1, 0, 1, 5), rec(1, 1, 1, 5)), cat(rec(1, 0, 2, 5), rec(1, 1, 1, 5))},
 		{"removed to zero", cat(rec(1, 0, 1, 5), rec(1, 0, -1, 5)), nil},
 		{"a removal of an absent block is ignored", cat(rec(1, 0, -1, 5), rec(1, 0, 1, 5)), rec(1, 0, 1, 5)},
-		{"older epochs and unknown pods dropped", cat(rec(1, 0, 1, 4), rec(3, 0, 1, 5), rec(2, 2, 1, 7)), rec(2, 2, 1, 7)},
+		{"older epochs dropped", cat(rec(1, 0, 1, 4), rec(2, 2, 1, 7)), rec(2, 2, 1, 7)},
+		// Read after the pod table: a new holder's records (a newer epoch,
+		// or a pod numbered since) stay as they are, in their order.
+		{"newer epochs and new pods kept", cat(rec(1, 0, 1, 6), rec(3, 0, 1, 5), rec(1, 0, 1, 5), rec(1, 0, -1, 6)), cat(rec(1, 0, 1, 5), rec(1, 0, 1, 6), rec(3, 0, 1, 5), rec(1, 0, -1, 6))},
 		{"the last speculation wins", cat(rec(1, kindSpec, 0, 5000), rec(1, kindSpec, 0, 2000)), rec(1, kindSpec, 0, 2000)},
 		{"expired speculation dropped", cat(rec(1, kindSpec, 0, 5000), rec(1, kindSpec, 0, now)), nil},
 		{"unknown kinds dropped", cat(rec(1, 9, 1, 5), rec(2, 0, 1, 7)), rec(2, 0, 1, 7)},

@@ -65,7 +65,8 @@
 // new epoch in the pod table, one script call. Records of older epochs no
 // longer count. A key that appends grow past each multiple of 64 records
 // is compacted in the background: read, folded to one record per live
-// holder, and written back by a script that keeps the records appended
+// holder (records of an epoch newer than the pod table it read kept as
+// they are: a new holder's), and written back by a script that keeps the records appended
 // meanwhile after the folded ones, so a hot key (a shared system prompt's,
 // appended to by every decision's speculation) stays short however busy.
 //
