@@ -87,10 +87,14 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	if t != nil {
 		ns = t.Base
 	}
-	sc.matches = r.index.Match(ns, sc.hashes, sc.ids, sc.matches)
+	if r.sharer != nil {
+		sc.matches, sc.peers = r.sharer.MatchLoad(ns, sc.hashes, sc.ids, sc.matches, sc.peers)
+	} else {
+		sc.matches, sc.peers = r.index.Match(ns, sc.hashes, sc.ids, sc.matches), sc.peers[:0]
+	}
 	t2 := time.Now()
 	ev.pressure = r.kvPressure(sc.members)
-	sc.scores = r.score(sc.matches, sc.members, ev.tokens, ev.pressure, sc.scores)
+	sc.scores = r.score(sc.matches, sc.peers, sc.members, ev.tokens, ev.pressure, sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil
 }

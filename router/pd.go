@@ -59,8 +59,7 @@ func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
 	m := sc.members[j]
 	hop := &prefillHop{member: m, work: sc.scores[j].work}
 	m.Load.InFlight.Add(1)
-	m.Load.PrefillTokens.Add(hop.work)
-	m.Load.Prefilling.Add(1)
+	r.charge(m.Load, m.ID, hop.work, 1)
 	if len(sc.hashes) > 0 {
 		switch err := r.index.Speculate(m.ID, sc.hashes); {
 		case err == nil:
@@ -82,8 +81,7 @@ func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
 func (h *prefillHop) prefilled(r *Router) {
 	l := h.member.Load
 	l.InFlight.Add(-1)
-	l.PrefillTokens.Add(-h.work)
-	l.Prefilling.Add(-1)
+	r.charge(l, h.member.ID, -h.work, -1)
 	if b := h.spec; b != nil {
 		h.spec = nil
 		r.settle(h.member.ID, b)

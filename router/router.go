@@ -73,11 +73,24 @@ type Index interface {
 	Settle(pod kvindex.PodID, hashes []uint64) error
 }
 
+// LoadSharer is an Index shared by router replicas that also shares their
+// in-flight prefill (a *redisindex.Index): each replica charges its
+// decisions' prefill there, and a match reports the other replicas' on
+// each candidate, which the score adds to the replica's own.
+type LoadSharer interface {
+	// MatchLoad is Match that also fills peers, by candidate, with the
+	// prefill the other replicas routed there and that is not done yet.
+	MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []kvindex.PodLoad) ([]kvindex.PodMatch, []kvindex.PodLoad)
+	// Charge adds to the prefill this replica routed to pod, not done yet.
+	Charge(pod kvindex.PodID, tokens, requests int64)
+}
+
 // Router turns requests into routing decisions.
 type Router struct {
 	cfg     Config
 	fleet   *fleet.Fleet
 	index   Index
+	sharer  LoadSharer // index, when it shares the replicas' in-flight prefill; nil otherwise
 	hasher  *blockhash.Hasher
 	tok     Tokenizers
 	logger  *slog.Logger
@@ -110,6 +123,7 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 		}
 	}
 	r := &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}
+	r.sharer, _ = index.(LoadSharer)
 	if err := register(reg, speedCollector{r}); err != nil {
 		return nil, err
 	}
@@ -174,8 +188,7 @@ func (d *Decision) Prefilled() {
 	if d.hop != nil {
 		d.hop.prefilled(d.router)
 	} else {
-		d.load.PrefillTokens.Add(-d.prefill)
-		d.load.Prefilling.Add(-1)
+		d.router.charge(d.load, d.pod, -d.prefill, -1)
 	}
 	if b := d.spec; b != nil {
 		d.spec = nil
@@ -204,10 +217,8 @@ func (d *Decision) Served(address string) bool {
 	m.Load.InFlight.Add(1)
 	if !d.prefilled.Load() {
 		if d.hop == nil { // with a hop, the prefill pod keeps the prefill work
-			d.load.PrefillTokens.Add(-d.prefill)
-			d.load.Prefilling.Add(-1)
-			m.Load.PrefillTokens.Add(a.work)
-			m.Load.Prefilling.Add(1)
+			d.router.charge(d.load, d.pod, -d.prefill, -1)
+			d.router.charge(m.Load, m.ID, a.work, 1)
 		}
 		if b := d.spec; b != nil {
 			r := d.router
@@ -246,6 +257,7 @@ type scratch struct {
 	ids     []kvindex.PodID
 	members []*fleet.Member
 	matches []kvindex.PodMatch
+	peers   []kvindex.PodLoad // by member: the other replicas' prefill there, with a LoadSharer
 	scores  []Score
 }
 
@@ -291,8 +303,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	}
 	m.Load.InFlight.Add(1)
 	if d.hop == nil {
-		m.Load.PrefillTokens.Add(d.prefill)
-		m.Load.Prefilling.Add(1)
+		r.charge(m.Load, m.ID, d.prefill, 1)
 	}
 	if len(sc.hashes) > 0 {
 		err := r.index.Speculate(m.ID, sc.hashes)
@@ -313,6 +324,16 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	d.Elapsed = time.Since(start)
 	r.observe(d)
 	return d, nil
+}
+
+// charge adds prefill routed to a pod, not yet done, to its load, and
+// shares it with the other replicas when the index does.
+func (r *Router) charge(l *fleet.Load, pod kvindex.PodID, tokens, requests int64) {
+	l.PrefillTokens.Add(tokens)
+	l.Prefilling.Add(requests)
+	if r.sharer != nil {
+		r.sharer.Charge(pod, tokens, requests)
+	}
 }
 
 // maxKeptTokens bounds the token buffer a pooled scratch keeps (1 MiB):

@@ -45,7 +45,11 @@ type Tiers struct {
 // every cache and cut the fleet's throughput. The prefill counts more as
 // the fleet's KV caches fill (Config.KVPressure): new blocks then evict
 // cached prefixes or wait for running requests to end.
-func (r *Router) score(ms []kvindex.PodMatch, members []*fleet.Member, tokens int, pressure float64, out []Score) []Score {
+//
+// peers, by member (empty without a LoadSharer), is the prefill other
+// router replicas routed to each pod and have not seen done: it counts as
+// the replica's own.
+func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, tokens int, pressure float64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	for i, m := range ms {
@@ -57,8 +61,11 @@ func (r *Router) score(ms []kvindex.PodMatch, members []*fleet.Member, tokens in
 		}
 		uncached := max(float64(tokens)-saved, 0)
 		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.PrefillAttentionPerToken)
-		l := mem.Load
-		queue, behind := r.queue(l, spt)
+		var peer kvindex.PodLoad
+		if i < len(peers) {
+			peer = peers[i]
+		}
+		queue, behind := r.queue(mem.Load, peer, spt)
 		prefill := work * spt
 		out = append(out, Score{
 			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative,
@@ -122,7 +129,9 @@ func (r *Router) kvPressure(members []*fleet.Member) float64 {
 // seconds of the pod's time, and how many requests wait there.
 //
 // The router's own unprefilled requests count by the prefill it charged
-// them: a queue of cache hits is short however long it is.
+// them: a queue of cache hits is short however long it is. With an index
+// that shares the replicas' in-flight prefill, the other replicas' (peer)
+// count as the router's own.
 // (Counting every waiting request at a flat price made a pod caching a
 // group's prefix, with many hits queued, look busier than a pod with none,
 // and a decode-saturated fleet spread its groups, prefilling each prefix
@@ -135,9 +144,9 @@ func (r *Router) kvPressure(members []*fleet.Member) float64 {
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest. spt is the pod's prefill cost of a token
 // (secondsPerToken).
-func (r *Router) queue(l *fleet.Load, spt float64) (seconds, waiting float64) {
-	own := float64(l.PrefillTokens.Load()) * spt
-	n := l.Prefilling.Load()
+func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64) (seconds, waiting float64) {
+	own := float64(l.PrefillTokens.Load()+peer.PrefillTokens) * spt
+	n := l.Prefilling.Load() + peer.Prefilling
 	foreign := max(l.Waiting.Load()-n, 0)
 	each := (own + r.cfg.WaitingSecondsPerRequest) / float64(n+1)
 	seconds = own + float64(foreign)*each + float64(l.Running.Load()+n+foreign)*r.cfg.RunningSecondsPerRequest

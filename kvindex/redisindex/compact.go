@@ -40,8 +40,8 @@ func (x *Index) compactor(ctx context.Context) {
 			switch err := x.compactKey(ctx, c); {
 			case err == nil:
 				x.metrics.compactions.WithLabelValues("done").Inc()
-			case errors.Is(err, redis.TxFailedErr):
-				x.metrics.compactions.WithLabelValues("raced").Inc() // a write won; it queues the key again
+			case errors.Is(err, errCompactRaced):
+				x.metrics.compactions.WithLabelValues("raced").Inc() // the next crossing queues the key again
 			case replied(err):
 				x.metrics.refused.WithLabelValues("type").Inc()
 			default:
@@ -51,10 +51,31 @@ func (x *Index) compactor(ctx context.Context) {
 	}
 }
 
+// compactScript replaces the prefix ARGV[1] of a block key's value, which
+// the caller read and folded into ARGV[2], keeping the records appended
+// since and the key's TTL: 1 done (or the key gone), -1 the value no longer
+// starts with ARGV[1] (another compaction, or a writer of a new key after
+// the old one expired). It compares and copies bytes; it decodes nothing.
+var compactScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 1 end
+local old = ARGV[1]
+if #cur < #old or string.sub(cur, 1, #old) ~= old then return -1 end
+local new = ARGV[2] .. string.sub(cur, #old + 1)
+if #new == 0 then redis.call('DEL', KEYS[1]) return 1 end
+redis.call('SET', KEYS[1], new, 'KEEPTTL')
+return 1`)
+
+// errCompactRaced: the key changed under a compaction other than by
+// appends.
+var errCompactRaced = errors.New("redisindex: the block key changed during its compaction")
+
 // compactKey folds a block key's records into one per live holder: real
 // holders of their pod's current epoch with a count above zero, the last
-// unexpired speculative record of each pod. It rewrites the key only if
-// no write touched it meanwhile (WATCH), keeping its TTL.
+// unexpired speculative record of each pod. The records appended while it
+// folds are kept after the folded ones (compactScript), so a hot key, one
+// appended to by every decision, is compacted however busy it is; folding
+// the old records first and the new ones after counts as folding them all.
 func (x *Index) compactKey(ctx context.Context, c compaction) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*x.cfg.Timeout)
 	defer cancel()
@@ -71,33 +92,32 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 			epochs[num] = ep
 		}
 	}
-	return x.rdb.Watch(ctx, func(tx *redis.Tx) error {
-		val, err := tx.Get(ctx, c.key).Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(val)%recordSize != 0 {
-			x.metrics.refused.WithLabelValues("size").Inc()
-			return nil
-		}
-		out := fold(val, epochs, uint64(x.now().UnixMilli()))
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			if len(out) == 0 {
-				p.Del(ctx, c.key)
-				return nil
-			}
-			p.SetArgs(ctx, c.key, out, redis.SetArgs{KeepTTL: true})
-			return nil
-		})
+	val, err := x.rdb.Get(ctx, c.key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
 		return err
-	}, c.key)
+	}
+	if len(val)%recordSize != 0 {
+		x.metrics.refused.WithLabelValues("size").Inc()
+		return nil
+	}
+	out := fold(val, epochs, uint64(x.now().UnixMilli()))
+	n, err := compactScript.Run(ctx, x.rdb, []string{c.key}, val, out).Int()
+	switch {
+	case err != nil:
+		return err
+	case n < 0:
+		return errCompactRaced
+	}
+	return nil
 }
 
 // fold is compaction's arithmetic: the live holders of val, one record
-// each, in first-seen order.
+// each, in first-seen order; then, as they were, the records of pods the
+// table epochs was read before (a newer epoch, or no number yet), which a
+// new lease holder may have written since.
 func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 	type holderKey struct {
 		num  uint32
@@ -106,6 +126,7 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 	counts := map[holderKey]int{}
 	spec := map[uint32]uint64{}
 	var order []holderKey
+	var raw []byte
 	for off := 0; off+recordSize <= len(val); off += recordSize {
 		r, ok := decodeRecord(val[off:])
 		if !ok {
@@ -120,8 +141,14 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 			spec[r.num] = r.v
 			continue
 		}
-		if ep, ok := epochs[r.num]; !ok || r.v != ep {
+		switch ep, ok := epochs[r.num]; {
+		case !ok || r.v > ep:
+			// A pod numbered, or given a new epoch, after the table was
+			// read: its records are a new holder's, kept as they are.
+			raw = append(raw, val[off:off+recordSize]...)
 			continue
+		case r.v < ep:
+			continue // an older epoch: counts for nothing
 		}
 		counts[k] = max(0, counts[k]+int(r.delta))
 	}
@@ -136,5 +163,5 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 			out = appendRecord(out, k.num, k.kind, int8(min(counts[k], 127)), epochs[k.num])
 		}
 	}
-	return out
+	return append(out, raw...)
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// starts the pod empty in Redis (a clear; entries return with the pod's
 	// next events) instead of copying its view.
 	NoLocalView bool
+	// NoSharedLoad stops sharing the in-flight prefill: Charge publishes
+	// nothing and matches report no other replica's load.
+	NoSharedLoad bool
 	// Now is the clock of speculative deadlines and epochs; nil means
 	// time.Now. The fleet simulator injects its own.
 	Now func() time.Time

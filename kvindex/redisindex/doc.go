@@ -23,39 +23,66 @@
 //	<prefix>{<n>}p              the namespace's pod table, a hash:
 //	    "<pod>"  → "<num>:<epoch>"   the pod's number and current epoch
 //	    "#next"  → the last number given
+//	<prefix>{<n>}l              the namespace's load table, a hash:
+//	    "<pod>|<replica>" → "<tokens>:<requests>:<deadline ms>"
+//	                            the prefill the replica routed to the pod,
+//	                            not done yet (see Load below)
 //	<prefix>lease:{<pod>}       the pod's writer lease: the holder's id
 //
 // A record is (pod number u32, kind u8: tier 0–3 or speculative, count
 // delta i8, 2 zero bytes, epoch or deadline u64), little-endian. Every
-// write is an APPEND plus a PEXPIRE, so writers of different pods never
-// read-modify-write a shared key and need no script: a BlockStored of 16
-// blocks is one pipeline of 32 commands, a speculation of a 512-block
-// prompt one of 1024. Readers fold a pod's real records of its current
+// write is an APPEND (with a PEXPIREAT when the key's TTL is due, below),
+// so writers of different pods never read-modify-write a shared key and
+// need no script: a BlockStored of 16 blocks is one pipeline of 16 to 32
+// commands, a speculation of a 512-block prompt one of 512 to 1024. Readers fold a pod's real records of its current
 // epoch in order, the count never below zero (a removal of an absent block
 // is ignored, as kvindex ignores it); the last speculative record of a pod
 // wins, so Settle is an append of a shorter deadline.
 //
-// A Match is one pipeline: HMGET of the candidates' pod table entries, and
-// one MGET per slot group of the blocks' keys; then the leading runs are
+// A Match is one pipeline: HMGET of the candidates' pod table entries
+// (and, for the router's MatchLoad, HGETALL of the load table), and one
+// MGET per slot group of the blocks' keys; then the leading runs are
 // counted here exactly as kvindex.Index.Match counts them (fastest real
-// tier first, speculation only where no real holder counts). Only bytes
+// tier first, speculation only where no real holder counts), in one pass
+// per block over the records of the candidates still running. Only bytes
 // cross the wire: no per-holder strings to parse. The braces are Redis
 // Cluster hash tags: a namespace's blocks spread over Config.Groups slots,
 // so one request touches at most Groups + 1 slots and the cluster client
 // sends one pipeline per node, in parallel.
 //
+// On a standalone server the two hot paths, a match's reads and the
+// appends, do not go through go-redis: a small pool of plain RESP2
+// connections (resp.go, AUTH and TLS as configured) writes each request
+// as one buffer and parses the replies in place, bulk values copied into
+// a pooled arena. A match allocates 7 times, not 2,159, and takes a third
+// of the time (BenchmarkMatch512). An idle connection the server closed (a
+// restart) is found by a non-blocking read before use, not by a failed
+// match. The cluster client keeps go-redis, which routes by slot; both
+// paths refuse the same values the same way.
+//
 // Clearing a pod (an AllBlocksCleared event, a restart, a gap replay cannot
 // fill, a new lease holder) does not walk its entries: it gives the pod a
 // new epoch in the pod table, one script call. Records of older epochs no
 // longer count. A key that appends grow past each multiple of 64 records
-// is compacted in the background (one record per live holder; WATCH, so a
-// concurrent append wins and the key is compacted at its next crossing).
+// is compacted in the background: read, folded to one record per live
+// holder (records of an epoch newer than the pod table it read kept as
+// they are: a new holder's), and written back by a script that keeps the records appended
+// meanwhile after the folded ones, so a hot key (a shared system prompt's,
+// appended to by every decision's speculation) stays short however busy.
 //
 // # Bounds
 //
-// Every write sets its block key's TTL to Config.TTL: a block nobody
-// writes again for that long leaves Redis on its own, which bounds the
-// entries by what the fleet stored in one TTL. Set Redis's maxmemory with
+// Block keys carry Config.TTL: a block nobody writes again for that long
+// leaves Redis on its own, which bounds the entries by what the fleet
+// stored in one TTL. A replica refreshes a key's TTL (PEXPIREAT, which
+// Redis does not rewrite for propagation as it does PEXPIRE) with its
+// append only when it has not refreshed that key in the last TTL/4 (a
+// direct-mapped cache of 64Ki keys; a collision costs a refresh), so a key
+// lives between 3/4 of the TTL and the TTL after its last write; a hot
+// key, appended to by every decision's speculation, is refreshed once per
+// TTL/4 instead of at each append. A key an append creates always gets its
+// TTL: in the same pipeline, or in a second one when the cache skipped it.
+// The TTL deadlines are the replica's clock, not Config.Now. Set Redis's maxmemory with
 // maxmemory-policy volatile-ttl as the hard bound: an evicted block key is
 // a block no pod seems to hold, an under-estimate, never a wrong route. The
 // pod tables have no TTL, so volatile-ttl never evicts them (with
@@ -65,6 +92,30 @@
 // Speculative records carry their deadline (kvindex.Config.SpeculativeTTL,
 // shortened to SpeculativeGrace by Settle) and count only before it.
 //
+// # Load
+//
+// The router charges each decision's prefill (uncached prompt tokens
+// weighed by their context, and one request) to its pod until the pod
+// starts answering (router.LoadSharer: Charge, MatchLoad). Each replica
+// counts its own per pod and publishes the count in the namespace's load
+// table: at each change (through Run's load writer, which writes the pods
+// that changed in one pipeline without holding up the decision; at once
+// without Run), deleted at zero, and renewed at each lease tick while not
+// zero. A field counts until its deadline, twice Config.LeaseTTL after its
+// last write, so a dead replica's load lapses in that time. A match reads
+// the table in its round trip and reports the other replicas' fields by
+// candidate; the router adds them to its own (router/score.go queue).
+// Without it every replica sees a new prefix's speculation on one pod and
+// sends its share of the burst there while each counts only its own
+// requests queued on it (test/fleetsim BenchmarkReplicas). Config.
+// NoSharedLoad (index.redis.share_load: false) turns it off. A match reads
+// the whole table: one field per pod with prefill in flight and replica
+// that routed it (64 pods and 4 replicas: at most 256 fields, about 10 KB),
+// so a fleet of thousands of pods busy at once pays for it on every
+// decision; fields at zero are deleted, not kept. A load table
+// of the wrong type or a field of the wrong shape is refused and counted
+// (reason load) and counts as no load.
+//
 // # Writers
 //
 // Exactly one replica writes a pod's events: the holder of its lease, a
@@ -73,7 +124,11 @@
 // another replica takes it within LeaseTTL + LeaseTTL/3. A new holder
 // gives the pod a new epoch (a clear, counted) and copies its local view
 // of the pod into Redis, so events the old holder had not written yet are
-// not lost and nothing it wrote stale survives. Speculation has no
+// not lost and nothing it wrote stale survives. The epoch is the lease's
+// fencing token: an old holder that has not noticed yet (paused past the
+// lease TTL) writes records of its old epoch, which count for nothing, and
+// its clears, which pass the epoch they write under, are refused by the
+// script (kvrouter_index_redis_leases_fenced_total) and stop its writing. Speculation has no
 // owner: every replica writes its own decisions' speculative records,
 // naming the pod by the number its lease holder gave it (learnt at each
 // lease renewal; a pod not yet numbered gets no shared speculation).
@@ -100,14 +155,20 @@
 // the hot path; each pod's writes are serialized with the copy a new lease
 // holder makes by the pod's own mutex. While Run runs, the appends of
 // concurrent callers (the appliers of many pods, the decisions of many
-// requests) share one pipeline, a group commit; each caller still returns
-// once Redis has its records, so a pod's writes stay in order.
+// requests) share one pipeline, a group commit of at most 4,096 blocks;
+// an event's caller returns once Redis has its records, so a pod's writes
+// stay in order. A decision's Speculate and Settle do not wait: they are
+// queued (in order, so a Settle lands after its Speculate) and written by
+// the group writer; speculation still queued when Run ends is dropped. Of
+// a pod's speculative records on one block in one group commit only the
+// last, the one that counts, is written: a burst of decisions on one
+// prompt writes each block once per commit.
 //
 // # Lifecycle
 //
 // New validates its Config, makes no connection and starts no goroutines.
-// Run keeps the leases and the health check, and runs the group writer and
-// the compactor, until its context ends; then it releases the leases it
+// Run keeps the leases and the health check, and runs the group writer,
+// the load writer and the compactor, until its context ends; then it releases the leases it
 // holds, closes the client, and returns once its goroutines have exited.
 // A caller without Run (the fleet simulator) calls Renew to take the
 // leases; its appends then go out one call at a time.

@@ -20,10 +20,13 @@ import (
 // Index is the block index shared through Redis, over a local
 // kvindex.Index. Its methods are safe for concurrent use.
 type Index struct {
-	cfg     Config
-	local   *kvindex.Index
-	spec    kvindex.Config // the local view's speculative TTL and grace
-	rdb     redis.UniversalClient
+	cfg   Config
+	local *kvindex.Index
+	spec  kvindex.Config // the local view's speculative TTL and grace
+	rdb   redis.UniversalClient
+	// raw carries the hot paths (matches, appends) to a standalone server;
+	// nil with Cluster.
+	raw     *rawPool
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
@@ -34,9 +37,16 @@ type Index struct {
 	compact chan compaction
 	// appends carries callers' appends to Run's group writer while
 	// grouping is set; stopped is closed when the writer has stopped.
-	appends  chan *appendReq
-	grouping atomic.Bool
-	stopped  chan struct{}
+	appends chan *appendReq
+	// specQueue carries speculation nobody waits for to the group writer,
+	// in order.
+	specQueue chan *appendReq
+	grouping  atomic.Bool
+	stopped   chan struct{}
+	// ttls is the TTL refresh cache; its lock serializes appendNow.
+	ttls ttlCache
+	// loadKick wakes Run's load writer.
+	loadKick chan struct{}
 
 	pods struct {
 		sync.RWMutex
@@ -60,6 +70,12 @@ type podState struct {
 		sync.Mutex
 		num   uint32 // valid while held
 		epoch uint64 // valid while held
+	}
+	// load is the prefill this replica routed to the pod, not done yet;
+	// dirty: changed since the load writer last published it.
+	load struct {
+		tokens, requests atomic.Int64
+		dirty            atomic.Bool
 	}
 }
 
@@ -101,10 +117,13 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 		x.rdb = redis.NewClusterClient(opts.Cluster())
 	} else {
 		x.rdb = redis.NewClient(opts.Simple())
+		x.raw = newRawPool(cfg)
 	}
 	x.pods.byID = make(map[kvindex.PodID]*podState)
 	x.compact = make(chan compaction, compactQueue)
 	x.appends, x.stopped = make(chan *appendReq), make(chan struct{})
+	x.specQueue = make(chan *appendReq, specQueue)
+	x.loadKick = make(chan struct{}, 1)
 	m, err := newMetrics(x, reg)
 	if err != nil {
 		return nil, err
@@ -174,6 +193,9 @@ func (x *Index) failed(op string, err error) {
 	if x.up.CompareAndSwap(true, false) {
 		x.downSince.Store(x.now().UnixMilli())
 		x.metrics.up.Set(0)
+		if x.raw != nil {
+			x.raw.drop()
+		}
 		x.log.Warn("redisindex: Redis unreachable; routing on the local view", "op", op, "error", err)
 		x.pods.RLock()
 		for _, ps := range x.pods.byID {
@@ -199,6 +221,14 @@ func (x *Index) exec(pipe redis.Pipeliner) error {
 		return err
 	}
 	return nil
+}
+
+// close closes the clients.
+func (x *Index) close() error {
+	if x.raw != nil {
+		x.raw.close()
+	}
+	return x.rdb.Close()
 }
 
 // ctx bounds one round trip.

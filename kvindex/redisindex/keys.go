@@ -82,8 +82,9 @@ func decodeRecord[B string | []byte](b B) (r record, ok bool) {
 	return r, r.kind <= kindSpec && b[6] == 0 && b[7] == 0
 }
 
-// parsePodEntry reads a pod table value "<num>:<epoch>".
-func parsePodEntry(s string) (num uint32, epoch uint64, ok bool) {
+// parsePodEntry reads a pod table value "<num>:<epoch>": decimal digits,
+// the number in [1, 2³²), the epoch in [1, 2⁶³).
+func parsePodEntry[B string | []byte](s B) (num uint32, epoch uint64, ok bool) {
 	i := 0
 	for i < len(s) && s[i] != ':' {
 		i++
@@ -91,13 +92,26 @@ func parsePodEntry(s string) (num uint32, epoch uint64, ok bool) {
 	if i == 0 || i >= len(s)-1 {
 		return 0, 0, false
 	}
-	n, err := strconv.ParseUint(s[:i], 10, 32)
-	if err != nil || n == 0 {
+	n, ok := parseDecimal(s[:i], 1<<32-1)
+	if !ok || n == 0 {
 		return 0, 0, false
 	}
-	e, err := strconv.ParseUint(s[i+1:], 10, 63)
-	if err != nil || e == 0 {
+	e, ok := parseDecimal(s[i+1:], 1<<63-1)
+	if !ok || e == 0 {
 		return 0, 0, false
 	}
 	return uint32(n), e, true
+}
+
+// parseDecimal reads decimal digits, reporting false past limit.
+func parseDecimal[B string | []byte](s B, limit uint64) (uint64, bool) {
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		d := uint64(s[i]) - '0'
+		if d > 9 || v > (limit-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
 }

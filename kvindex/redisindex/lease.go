@@ -34,8 +34,9 @@ const copyBatch = 2048
 // closes the client. Run may be called once.
 func (x *Index) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); x.compactor(ctx) }()
+	go func() { defer wg.Done(); x.loadWriter(ctx) }()
 	go func() { defer wg.Done(); x.groupWriter(ctx) }()
 	x.tick()
 	leases := time.NewTicker(x.cfg.LeaseTTL / 3)
@@ -47,7 +48,7 @@ func (x *Index) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			wg.Wait()
 			x.releaseAll()
-			return x.rdb.Close()
+			return x.close()
 		case <-leases.C:
 			if x.up.Load() {
 				x.tick()
@@ -81,6 +82,7 @@ func (x *Index) tick() {
 		x.log.Info("redisindex: Redis reachable again; matching through it")
 	}
 	x.renew()
+	x.republish()
 }
 
 // renew takes or renews every registered pod's lease in one pipeline,
@@ -143,7 +145,7 @@ func (x *Index) take(ps *podState) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.held.Store(false)
-	if err := x.newEpochLocked(ps); err != nil {
+	if err := x.newEpochLocked(ps, 0); err != nil {
 		x.failed("lease", err)
 		return false
 	}
@@ -175,6 +177,7 @@ func (x *Index) copyLocked(ps *podState) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
 	defer cancel()
 	var buf, rec []byte
+	at := time.Now().Add(x.cfg.TTL) // Redis's clock, not the injected one; PEXPIREAT: see appendRaw
 	for len(entries) > 0 {
 		chunk := entries[:min(len(entries), copyBatch)]
 		entries = entries[len(chunk):]
@@ -184,7 +187,7 @@ func (x *Index) copyLocked(ps *podState) error {
 			key := string(buf)
 			rec = appendRecord(rec[:0], ps.mu.num, uint8(e.tier), int8(min(e.count, 127)), ps.mu.epoch)
 			pipe.Append(ctx, key, string(rec))
-			pipe.PExpire(ctx, key, x.cfg.TTL)
+			pipe.PExpireAt(ctx, key, at)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
 			return err

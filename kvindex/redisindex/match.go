@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -16,36 +17,60 @@ const maxDirectNum = 1 << 20
 
 // matchScratch is one match's working memory, pooled.
 type matchScratch struct {
-	names  []string // the eligible candidates' names
-	cand   []int    // their indexes in out
-	bynum  []int32  // pod number → eligible candidate + 1, 0 none
-	bigNum map[uint32]int32
-	epoch  []uint64 // by eligible candidate; 0: not in the pod table
-	// epochBytes is epoch as a record's last 8 bytes, compared whole.
-	epochBytes []string
-	live       []bool
-	best       []uint8 // this block: fastest tier held, kindSpec speculative, kindNone none
-	count      [][kvindex.NumTiers]int16
-	spec       []uint64 // this block: the last speculative deadline
-	touch      []int32
-	keys       [][]string // by group
-	slot       []int32    // by block: its index in its group's keys
-	cmds       []*redis.SliceCmd
-	buf        []byte
+	names   []string // the eligible candidates' names
+	cand    []int    // their indexes in out
+	bynum   []int32  // pod number → eligible candidate + 1, 0 none
+	bigNum  map[uint32]int32
+	epoch   []uint64 // by eligible candidate; 0: not in the pod table
+	live    []bool
+	alive   []int32                   // the candidates whose runs still extend, in no order
+	stamp   []uint32                  // by candidate: the block (+1) its tallies are of
+	count   [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
+	spec    []uint64                  // by candidate: this block's last speculative deadline
+	members [][]int32                 // by group: its blocks' indexes, in MGET order
+	// arena holds the values read; tab (by eligible candidate) and vals
+	// (by block) their spans. tableErr: Redis refused the HMGET.
+	arena    []byte
+	tab      []span
+	vals     []span
+	tableErr bool
+	// loadSpans are the load table's fields and values, in turn; loadErr:
+	// Redis refused the HGETALL. byName maps a candidate's name to its
+	// index in out.
+	loadSpans []span
+	loadErr   bool
+	withLoad  bool // read the load table too
+	byName    map[string]int32
+	keys      []string // the go-redis path's keys of one group
+	cmds      []*redis.SliceCmd
+	buf       []byte
 }
 
 const kindNone = 0xff
 
-var scratchPool = sync.Pool{New: func() any { return &matchScratch{bigNum: map[uint32]int32{}} }}
+var scratchPool = sync.Pool{New: func() any {
+	return &matchScratch{bigNum: map[uint32]int32{}, byName: map[string]int32{}}
+}}
 
 // Match reports, for each candidate in order, how many leading blocks of
 // hashes it holds, as kvindex.Index.Match does, from Redis: one pipelined
 // round trip (the pod table's entries of the candidates and one MGET per
 // slot group). While Redis is down it answers from the local view.
 func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch {
+	out, _ = x.MatchLoad(namespace, hashes, candidates, out, nil)
+	return out
+}
+
+// MatchLoad is Match that also reports, in peers by candidate, the
+// prefill the other replicas routed there and that is not done yet (see
+// Charge), read in the same round trip. peers is zero when Redis is down
+// or the load is not shared.
+func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []kvindex.PodLoad) ([]kvindex.PodMatch, []kvindex.PodLoad) {
+	peers = resize(peers, len(candidates))
+	clear(peers)
 	if !x.up.Load() || len(hashes) == 0 {
 		x.metrics.localMatches.Inc()
-		return x.local.Match(namespace, hashes, candidates, out)
+		return x.local.Match(namespace, hashes, candidates, out), peers
 	}
 	start := time.Now()
 	sc := scratchPool.Get().(*matchScratch)
@@ -63,79 +88,256 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.Po
 	}
 	x.pods.RUnlock()
 	if len(sc.names) == 0 {
-		return out
+		return out, peers
 	}
+	x.groupBlocks(sc, hashes)
+	sc.withLoad = peers != nil && !x.cfg.NoSharedLoad
+	read := x.readPipe
+	if x.raw != nil {
+		read = x.readRaw
+	}
+	if err := read(sc, tag, hashes); err != nil {
+		x.failed("match", err)
+		x.metrics.localMatches.Inc()
+		return x.local.Match(namespace, hashes, candidates, out), peers
+	}
+	if x.readTable(sc) {
+		x.count(sc, hashes, out)
+	}
+	if sc.withLoad {
+		x.readLoad(sc, peers)
+	}
+	x.metrics.roundTrip.WithLabelValues("match").Observe(time.Since(start).Seconds())
+	return out, peers
+}
+
+// groupBlocks spreads the blocks over their slot groups.
+func (x *Index) groupBlocks(sc *matchScratch, hashes []uint64) {
+	if len(sc.members) != x.cfg.Groups {
+		sc.members = make([][]int32, x.cfg.Groups)
+	}
+	for g := range sc.members {
+		sc.members[g] = sc.members[g][:0]
+	}
+	for i, h := range hashes {
+		g := x.group(h)
+		sc.members[g] = append(sc.members[g], int32(i))
+	}
+	sc.arena = sc.arena[:0]
+	sc.tab = resize(sc.tab, len(sc.names))
+	sc.vals = resize(sc.vals, len(hashes))
+	sc.tableErr, sc.loadErr = false, false
+	sc.loadSpans = sc.loadSpans[:0]
+}
+
+// podEntryMax bounds a pod table value read: longer ones are refused.
+const podEntryMax = 64
+
+// readRaw reads the candidates' pod table entries and the blocks' values
+// in one round trip on a connection of the raw pool.
+func (x *Index) readRaw(sc *matchScratch, tag string, hashes []uint64) error {
+	c, err := x.raw.get()
+	if err != nil {
+		return err
+	}
+	w := appendArray(c.w[:0], 2+len(sc.names))
+	w = appendBulk(w, "HMGET")
+	w = appendBulk(w, x.podsKey(tag))
+	for _, name := range sc.names {
+		w = appendBulk(w, name)
+	}
+	if sc.withLoad {
+		w = appendArray(w, 2)
+		w = appendBulk(w, "HGETALL")
+		w = appendBulk(w, x.loadKey(tag))
+	}
+	for _, mem := range sc.members {
+		if len(mem) == 0 {
+			continue
+		}
+		w = appendArray(w, 1+len(mem))
+		w = appendBulk(w, "MGET")
+		for _, b := range mem {
+			sc.buf = x.blockKey(sc.buf[:0], tag, hashes[b])
+			w = appendBulk(w, sc.buf)
+		}
+	}
+	c.w = w
+	if err := c.flush(x.cfg.Timeout); err != nil {
+		x.raw.put(c, true)
+		return err
+	}
+	err = x.readRawReplies(c, sc)
+	x.raw.put(c, err != nil)
+	return err
+}
+
+func (x *Index) readRawReplies(c *rawConn, sc *matchScratch) error {
+	var re replyError
+	n, err := c.readArray()
+	switch {
+	case errors.As(err, &re):
+		sc.tableErr = true
+	case err != nil:
+		return err
+	case n != len(sc.names):
+		return errProto
+	}
+	for i := 0; i < n; i++ {
+		if sc.arena, sc.tab[i], err = c.readBulk(sc.arena, podEntryMax, 1); err != nil {
+			return err
+		}
+	}
+	if sc.withLoad {
+		n, err := c.readArray()
+		switch {
+		case errors.As(err, &re):
+			sc.loadErr = true
+		case err != nil:
+			return err
+		case n%2 != 0:
+			return errProto
+		}
+		for i := 0; i < n; i++ {
+			var sp span
+			if sc.arena, sp, err = c.readBulk(sc.arena, loadFieldMax, 1); err != nil {
+				return err
+			}
+			sc.loadSpans = append(sc.loadSpans, sp)
+		}
+	}
+	maxLen := x.cfg.MaxHolders * recordSize
+	for _, mem := range sc.members {
+		if len(mem) == 0 {
+			continue
+		}
+		n, err := c.readArray()
+		switch {
+		case errors.As(err, &re):
+			for _, b := range mem {
+				sc.vals[b] = span{n: spanType}
+			}
+			continue
+		case err != nil:
+			return err
+		case n != len(mem):
+			return errProto
+		}
+		for _, b := range mem {
+			if sc.arena, sc.vals[b], err = c.readBulk(sc.arena, maxLen, recordSize); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readPipe reads what readRaw reads through go-redis, in one pipeline
+// (the cluster client sends one per node, in parallel).
+func (x *Index) readPipe(sc *matchScratch, tag string, hashes []uint64) error {
 	ctx, cancel := x.ctx()
 	defer cancel()
 	pipe := x.rdb.Pipeline()
 	table := pipe.HMGet(ctx, x.podsKey(tag), sc.names...)
-	x.groupKeys(sc, tag, hashes)
+	var load *redis.MapStringStringCmd
+	if sc.withLoad {
+		load = pipe.HGetAll(ctx, x.loadKey(tag))
+	}
 	sc.cmds = sc.cmds[:0]
-	for _, keys := range sc.keys {
-		if len(keys) > 0 {
-			sc.cmds = append(sc.cmds, pipe.MGet(ctx, keys...))
-		} else {
+	for _, mem := range sc.members {
+		if len(mem) == 0 {
 			sc.cmds = append(sc.cmds, nil)
+			continue
 		}
+		sc.keys = sc.keys[:0]
+		for _, b := range mem {
+			sc.buf = x.blockKey(sc.buf[:0], tag, hashes[b])
+			sc.keys = append(sc.keys, string(sc.buf))
+		}
+		sc.cmds = append(sc.cmds, pipe.MGet(ctx, sc.keys...))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
-		x.failed("match", err)
-		x.metrics.localMatches.Inc()
-		return x.local.Match(namespace, hashes, candidates, out)
+		return err
 	}
-	if x.readTable(sc, table) {
-		x.count(sc, hashes, out)
+	if table.Err() != nil {
+		sc.tableErr = true
+	} else {
+		for i, v := range table.Val() {
+			sc.tab[i] = x.toArena(sc, v, podEntryMax, 1)
+		}
 	}
-	x.metrics.roundTrip.WithLabelValues("match").Observe(time.Since(start).Seconds())
-	return out
+	if load != nil {
+		if load.Err() != nil {
+			sc.loadErr = true
+		}
+		for f, v := range load.Val() {
+			sc.loadSpans = append(sc.loadSpans, x.toArena(sc, f, loadFieldMax, 1), x.toArena(sc, v, loadFieldMax, 1))
+		}
+	}
+	maxLen := x.cfg.MaxHolders * recordSize
+	for g, mem := range sc.members {
+		if len(mem) == 0 {
+			continue
+		}
+		vals := sc.cmds[g].Val()
+		for j, b := range mem {
+			if sc.cmds[g].Err() != nil || len(vals) != len(mem) {
+				sc.vals[b] = span{n: spanType}
+				continue
+			}
+			sc.vals[b] = x.toArena(sc, vals[j], maxLen, recordSize)
+		}
+	}
+	return nil
 }
 
-// groupKeys spreads the blocks' keys over their slot groups.
-func (x *Index) groupKeys(sc *matchScratch, tag string, hashes []uint64) {
-	if len(sc.keys) != x.cfg.Groups {
-		sc.keys = make([][]string, x.cfg.Groups)
+// toArena copies one go-redis reply value into the arena, as readBulk
+// reads it.
+func (x *Index) toArena(sc *matchScratch, v any, limit, mod int) span {
+	s, ok := v.(string)
+	switch {
+	case v == nil:
+		return span{n: spanNil}
+	case !ok:
+		return span{n: spanNotBulk}
+	case len(s)%mod != 0:
+		return span{n: spanSize}
+	case len(s) > limit:
+		return span{n: spanHolders}
 	}
-	for g := range sc.keys {
-		sc.keys[g] = sc.keys[g][:0]
-	}
-	sc.slot = resize(sc.slot, len(hashes))
-	for i, h := range hashes {
-		g := x.group(h)
-		sc.buf = x.blockKey(sc.buf[:0], tag, h)
-		sc.slot[i] = int32(len(sc.keys[g]))
-		sc.keys[g] = append(sc.keys[g], string(sc.buf))
-	}
+	off := len(sc.arena)
+	sc.arena = append(sc.arena, s...)
+	return span{off: int32(off), n: int32(len(s))}
 }
 
 // readTable maps the candidates' pod numbers to them and notes their
 // epochs. It reports false when the table cannot be read: nothing counts.
-func (x *Index) readTable(sc *matchScratch, table *redis.SliceCmd) bool {
+func (x *Index) readTable(sc *matchScratch) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
-	sc.epochBytes = resize(sc.epochBytes, n)
 	sc.live = resize(sc.live, n)
 	clear(sc.bynum)
 	clear(sc.bigNum)
-	if table.Err() != nil {
+	if sc.tableErr {
 		x.metrics.refused.WithLabelValues("pods").Inc()
 		return false
 	}
-	for i, v := range table.Val() {
+	for i, sp := range sc.tab {
 		sc.epoch[i], sc.live[i] = 0, false
-		sc.epochBytes[i] = ""
-		s, ok := v.(string)
-		if !ok {
+		if sp.n == spanNil {
 			continue // no writer has numbered the pod: it holds nothing
 		}
-		num, ep, ok := parsePodEntry(s)
+		var num uint32
+		var ep uint64
+		ok := sp.n >= 0
+		if ok {
+			num, ep, ok = parsePodEntry(sc.arena[sp.off : sp.off+sp.n])
+		}
 		if !ok {
 			x.metrics.refused.WithLabelValues("pods").Inc()
 			continue
 		}
 		sc.epoch[i], sc.live[i] = ep, true
-		if len(sc.epochBytes[i]) != 8 || binary.LittleEndian.Uint64([]byte(sc.epochBytes[i])) != ep {
-			sc.epochBytes[i] = string(binary.LittleEndian.AppendUint64(nil, ep))
-		}
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
@@ -158,106 +360,96 @@ func (sc *matchScratch) candOf(num uint32) int32 {
 	return sc.bigNum[num] - 1
 }
 
-// count walks the blocks in order, extending each candidate's run.
+// count walks the blocks in order, extending each candidate's run: per
+// block it folds the records of the candidates still running (their real
+// records of their current epoch, the count never below zero; their last
+// speculative record) and advances those holding the block, fastest real
+// tier first, speculation only where no real holder counts.
 func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch) {
 	n := len(sc.names)
-	sc.best = resize(sc.best, n)
+	sc.stamp = resize(sc.stamp, n)
 	sc.count = resize(sc.count, n)
 	sc.spec = resize(sc.spec, n)
-	for i := range n {
-		sc.count[i], sc.spec[i], sc.best[i] = [kvindex.NumTiers]int16{}, 0, kindNone
+	clear(sc.stamp)
+	sc.alive = sc.alive[:0]
+	for k := range n {
+		if sc.live[k] {
+			sc.alive = append(sc.alive, int32(k))
+		}
 	}
 	now := uint64(x.now().UnixMilli())
-	maxLen := x.cfg.MaxHolders * recordSize
-	for b, h := range hashes {
-		var val string
-		if vals := sc.cmds[x.group(h)].Val(); int(sc.slot[b]) < len(vals) {
-			val, _ = vals[sc.slot[b]].(string)
-		} else { // the group's MGET failed in the server: its blocks are held by none
+	for b := range hashes {
+		if len(sc.alive) == 0 {
+			return
+		}
+		var val []byte
+		switch sp := sc.vals[b]; sp.n {
+		case spanNil:
+		case spanType, spanNotBulk: // the group's MGET failed in the server: its blocks are held by none
 			x.metrics.refused.WithLabelValues("type").Inc()
-		}
-		switch {
-		case len(val)%recordSize != 0:
+		case spanSize:
 			x.metrics.refused.WithLabelValues("size").Inc()
-			val = ""
-		case len(val) > maxLen:
+		case spanHolders:
 			x.metrics.refused.WithLabelValues("holders").Inc()
-			val = ""
+		default:
+			val = sc.arena[sp.off : sp.off+sp.n]
 		}
-		x.fold(sc, val)
-		advanced := false
-		for k := range n {
-			t := sc.best[k]
-			if t == kindSpec && sc.spec[k] <= now {
-				t = kindNone
-			}
-			sc.best[k], sc.spec[k] = kindNone, 0
-			if !sc.live[k] {
+		gen := uint32(b) + 1
+		bad := 0
+		for off := 0; off+recordSize <= len(val); off += recordSize {
+			hdr := binary.LittleEndian.Uint64(val[off:])
+			kind := uint8(hdr >> 32)
+			if kind > kindSpec || hdr>>48 != 0 {
+				bad++
 				continue
 			}
-			o := &out[sc.cand[k]]
-			switch t {
-			case kindNone:
-				sc.live[k] = false
+			c := sc.candOf(uint32(hdr))
+			if c < 0 || !sc.live[c] {
 				continue
-			case kindSpec:
+			}
+			if sc.stamp[c] != gen {
+				sc.stamp[c], sc.count[c], sc.spec[c] = gen, [kvindex.NumTiers]int16{}, 0
+			}
+			v := binary.LittleEndian.Uint64(val[off+8:])
+			if kind == kindSpec {
+				sc.spec[c] = v
+				continue
+			}
+			if v == sc.epoch[c] { // the pod's current epoch
+				sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(hdr>>40)))
+			}
+		}
+		if bad > 0 {
+			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
+		}
+		kept := sc.alive[:0]
+		for _, c := range sc.alive {
+			t := uint8(kindNone)
+			if sc.stamp[c] == gen {
+				for tier := range kvindex.NumTiers {
+					if sc.count[c][tier] > 0 {
+						t = uint8(tier)
+						break
+					}
+				}
+				if t == kindNone && sc.spec[c] > now {
+					t = kindSpec
+				}
+			}
+			if t == kindNone {
+				sc.live[c] = false
+				continue
+			}
+			o := &out[sc.cand[c]]
+			if t == kindSpec {
 				o.Speculative++
-			default:
+			} else {
 				o.Tiers[t]++
 			}
 			o.Blocks++
-			advanced = true
+			kept = append(kept, c)
 		}
-		if !advanced {
-			return
-		}
-	}
-}
-
-// fold reads one block's records into sc.best: per candidate, the fastest
-// tier it holds for real in its current epoch, else kindSpec if it has a
-// speculative record (sc.spec its last deadline).
-func (x *Index) fold(sc *matchScratch, val string) {
-	sc.touch = sc.touch[:0]
-	for off := 0; off+recordSize <= len(val); off += recordSize {
-		rec := val[off : off+recordSize]
-		kind := rec[4]
-		if kind > kindSpec || rec[6] != 0 || rec[7] != 0 {
-			x.metrics.refused.WithLabelValues("record").Inc()
-			continue
-		}
-		c := sc.candOf(uint32(rec[0]) | uint32(rec[1])<<8 | uint32(rec[2])<<16 | uint32(rec[3])<<24)
-		if c < 0 {
-			continue
-		}
-		if sc.count[c] == ([kvindex.NumTiers]int16{}) && sc.spec[c] == 0 {
-			sc.touch = append(sc.touch, c)
-		}
-		if kind == kindSpec {
-			sc.spec[c] = uint64(rec[8]) | uint64(rec[9])<<8 | uint64(rec[10])<<16 | uint64(rec[11])<<24 |
-				uint64(rec[12])<<32 | uint64(rec[13])<<40 | uint64(rec[14])<<48 | uint64(rec[15])<<56
-			continue
-		}
-		if rec[8:] == sc.epochBytes[c] { // the pod's current epoch
-			sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(rec[5])))
-		}
-	}
-	for _, c := range sc.touch {
-		best := uint8(kindNone)
-		for t := range kvindex.NumTiers {
-			if sc.count[c][t] > 0 {
-				best = uint8(t)
-				break
-			}
-		}
-		if best == kindNone && sc.spec[c] != 0 {
-			best = kindSpec
-		}
-		sc.best[c] = best
-	}
-	// count consumes and resets best and spec; the tallies are reset here.
-	for _, c := range sc.touch {
-		sc.count[c] = [kvindex.NumTiers]int16{}
+		sc.alive = kept
 	}
 }
 

@@ -14,6 +14,7 @@ type metrics struct {
 	localMatches prometheus.Counter
 	clears       prometheus.Counter
 	taken        prometheus.Counter
+	fenced       prometheus.Counter
 	roundTrip    *prometheus.HistogramVec
 	compactions  *prometheus.CounterVec
 }
@@ -31,11 +32,11 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "errors_total",
-			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, ping).",
+			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, load, ping).",
 		}, []string{"op"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "refused_total",
-			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry).",
+			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry), load (a load table field or value: taken as no load).",
 		}, []string{"reason"}),
 		localMatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "local_matches_total",
@@ -45,25 +46,29 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "clears_total",
 			Help: "Pods cleared in Redis (moved to new epochs) by this replica: clear events, restarts, and leases taken.",
 		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leases_fenced_total",
+			Help: "Clears refused because another replica had taken the pod's lease meanwhile (a new epoch): this replica stopped writing the pod's events.",
+		}),
 		taken: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases_taken_total",
 			Help: "Writer leases this replica took, or re-took after Redis lost them, copying its view of the pod.",
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
-			Help:    "Time of a Redis round trip, by operation (match, events).",
+			Help:    "Time of a Redis round trip, by operation (match, events, load).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}
 	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "compactions_total",
-		Help: "Block keys grown by appends and rewritten to one record per live holder, by result: done, raced (a write came first), dropped (queue full).",
+		Help: "Block keys grown by appends and rewritten to one record per live holder, by result: done, raced (the key changed other than by appends: recreated, or compacted by another replica), dropped (queue full).",
 	}, []string{"result"})
 	m.up.Set(1)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.roundTrip, m.compactions} {
+	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = x.rdb.Close() })
+	t.Cleanup(func() { _ = x.close() })
 	r := &replica{Index: x, pods: map[string]kvindex.PodID{}}
 	for _, p := range []string{"p1", "p2"} {
 		r.pods[p] = x.AddPod(p, "m")
@@ -241,8 +242,23 @@ func TestRedisUnreachableUnderLoad(t *testing.T) {
 }
 
 func TestHostileValuesRefused(t *testing.T) {
+	// Standalone, matches and appends go through the raw connections; the
+	// cluster's path, go-redis, must refuse the same values the same way.
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) { testHostileValuesRefused(t, path == "go-redis") })
+	}
+}
+
+func testHostileValuesRefused(t *testing.T, goRedis bool) {
 	srv := redisserver.New(t)
 	a := newReplica(t, srv.Addr, "a", func(c *Config) { c.MaxHolders = 8 })
+	if a.raw == nil {
+		t.Fatal("a standalone index has no raw pool")
+	}
+	if goRedis {
+		a.raw.close()
+		a.raw = nil
+	}
 	a.tick()
 	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -277,6 +293,12 @@ func TestHostileValuesRefused(t *testing.T) {
 			return rdb.Append(ctx, key(blocks[0]), string(val)).Err()
 		}, "holders", 0},
 		{"a garbage pod table entry", func() error { return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "x:y").Err() }, "pods", 0},
+		{"a pod number out of range", func() error {
+			return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "4294967296:1").Err()
+		}, "pods", 0},
+		{"a pod table entry too long", func() error {
+			return rdb.HSet(ctx, a.podsKey(nsTag("m")), "p1", "1:"+strings.Repeat("1", 100)).Err()
+		}, "pods", 0},
 		{"a pod table of the wrong type", func() error {
 			if err := rdb.Del(ctx, a.podsKey(nsTag("m"))).Err(); err != nil {
 				return err
@@ -328,6 +350,12 @@ func TestCluster(t *testing.T) {
 			t.Errorf("%s: Match = %+v, want p1 40 real blocks and p2 64 speculative", name, got)
 		}
 	}
+	// The load table, in the pod table's slot, is read in the same round
+	// trip.
+	a.Charge(a.pods["p2"], 900, 3)
+	if _, peers := b.MatchLoad("m", many, []kvindex.PodID{b.pods["p1"], b.pods["p2"]}, nil, nil); peers[1] != (kvindex.PodLoad{PrefillTokens: 900, Prefilling: 3}) || peers[0] != (kvindex.PodLoad{}) {
+		t.Errorf("b sees the load %+v, want a's 900 tokens in 3 requests on p2", peers)
+	}
 	// The keys really are on several nodes.
 	holding := 0
 	for _, n := range nodes {
@@ -376,5 +404,255 @@ func TestNoLocalView(t *testing.T) {
 	}
 	if up, _ := a.Up(); up {
 		t.Error("Redis not marked down")
+	}
+}
+
+// TestSharedLoad: a replica's charges reach the other replicas' matches,
+// not its own; they lapse at their deadline unless renewed, and a load
+// table of the wrong shape is refused and counted, never a failure.
+func TestSharedLoad(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) { testSharedLoad(t, path == "go-redis") })
+	}
+}
+
+func testSharedLoad(t *testing.T, goRedis bool) {
+	srv := redisserver.New(t)
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	clock := func(c *Config) {
+		c.LeaseTTL = time.Second
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	}
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	a, b := newReplica(t, srv.Addr, "a", clock), newReplica(t, srv.Addr, "b", clock)
+	if goRedis {
+		for _, r := range []*replica{a, b} {
+			r.raw.close()
+			r.raw = nil
+		}
+	}
+	a.tick()
+	b.tick()
+	ids := func(r *replica) []kvindex.PodID { return []kvindex.PodID{r.pods["p1"], r.pods["p2"]} }
+	load := func(r *replica) []kvindex.PodLoad {
+		_, peers := r.MatchLoad("m", blocks, ids(r), nil, nil)
+		return peers
+	}
+	a.Charge(a.pods["p1"], 1000, 1)
+	a.Charge(a.pods["p1"], 500, 1)
+	b.Charge(b.pods["p2"], 70, 1)
+	if got := load(b); got[0] != (kvindex.PodLoad{PrefillTokens: 1500, Prefilling: 2}) || got[1] != (kvindex.PodLoad{}) {
+		t.Errorf("b sees %+v, want a's 1500 tokens in 2 requests on p1, nothing of its own on p2", got)
+	}
+	if got := load(a); got[0] != (kvindex.PodLoad{}) || got[1] != (kvindex.PodLoad{PrefillTokens: 70, Prefilling: 1}) {
+		t.Errorf("a sees %+v, want b's 70 tokens on p2 only", got)
+	}
+	a.Charge(a.pods["p1"], -1000, -1)
+	if got := load(b)[0]; got != (kvindex.PodLoad{PrefillTokens: 500, Prefilling: 1}) {
+		t.Errorf("after a's first prefill b sees %+v on p1, want 500 tokens in 1 request", got)
+	}
+	// Unchanged, a's field lapses after twice the lease TTL; the lease
+	// tick renews it.
+	advance(1500 * time.Millisecond)
+	a.tick()
+	advance(1500 * time.Millisecond)
+	if got := load(b)[0]; got.Prefilling != 1 {
+		t.Errorf("renewed by a's tick, b sees %+v on p1, want a's request", got)
+	}
+	advance(2500 * time.Millisecond)
+	if got := load(b)[0]; got != (kvindex.PodLoad{}) {
+		t.Errorf("past its deadline b sees %+v on p1, want nothing", got)
+	}
+	a.Charge(a.pods["p1"], -500, -1)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	if n, err := rdb.HLen(ctx, a.loadKey(nsTag("m"))).Result(); err != nil || n != 1 {
+		t.Errorf("load table fields = %d, %v; want only b's (a's at zero deleted)", n, err)
+	}
+
+	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("load")) }
+	before := refused()
+	must(t, rdb.HSet(ctx, a.loadKey(nsTag("m")), "p1|c", "lots", "p1", "1:1:99999999999999", "p2|d", "1:2:3:4").Err())
+	if got := load(b); got[0] != (kvindex.PodLoad{}) || got[1] != (kvindex.PodLoad{}) {
+		t.Errorf("garbage fields: b sees %+v, want nothing", got)
+	}
+	if after := refused(); after < before+3 {
+		t.Errorf("refused{reason=load} = %v, want at least %v", after, before+3)
+	}
+	must(t, rdb.Del(ctx, a.loadKey(nsTag("m"))).Err())
+	must(t, rdb.Set(ctx, a.loadKey(nsTag("m")), "x", 0).Err())
+	before = refused()
+	if got := b.match(blocks)["p1"].Blocks; got != 0 {
+		t.Errorf("a load table of the wrong type: Match = %d blocks, want 0 (nothing stored)", got)
+	}
+	if got := load(b); got[0] != (kvindex.PodLoad{}) {
+		t.Errorf("a load table of the wrong type: b sees %+v, want nothing", got)
+	}
+	if refused() <= before {
+		t.Error("a load table of the wrong type was not refused")
+	}
+	if up, _ := b.Up(); !up {
+		t.Error("a hostile load table marked Redis down")
+	}
+}
+
+// TestBlockKeysKeepATTL: a key refreshed recently is not refreshed again
+// by each append, but a key an append creates always gets its TTL, even
+// when this replica refreshed the key's previous incarnation a moment ago.
+func TestBlockKeysKeepATTL(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) {
+			srv := redisserver.New(t)
+			a := newReplica(t, srv.Addr, "a", func(c *Config) { c.TTL = time.Hour })
+			if path == "go-redis" {
+				a.raw.close()
+				a.raw = nil
+			}
+			a.tick()
+			ctx := context.Background()
+			key := string(a.blockKey(nil, nsTag("m"), blocks[0]))
+			ttl := func() time.Duration {
+				d, err := a.rdb.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:1]))
+			if d := ttl(); d <= 59*time.Minute {
+				t.Fatalf("a new key's TTL = %v, want about 1h", d)
+			}
+			must(t, a.rdb.PExpire(ctx, key, 30*time.Minute).Err())
+			must(t, a.Speculate(a.pods["p2"], blocks[:1]))
+			if d := ttl(); d > 30*time.Minute || d <= 29*time.Minute {
+				t.Errorf("after an append to a key refreshed a moment ago, TTL = %v, want the 30m set (no refresh)", d)
+			}
+			must(t, a.rdb.Del(ctx, key).Err())
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:1]))
+			if d := ttl(); d <= 59*time.Minute {
+				t.Errorf("a key recreated by an append: TTL = %v, want about 1h", d)
+			}
+		})
+	}
+}
+
+// TestSpeculationCoalesced: in one group commit, a pod's speculative
+// record on a block that a later one of the same pod overrides is not
+// written; other pods' records and real records all are.
+func TestSpeculationCoalesced(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", nil)
+	a.tick()
+	tag := nsTag("m")
+	n1, n2 := a.pod(a.pods["p1"]).num.Load(), a.pod(a.pods["p2"]).num.Load()
+	far, near := uint64(1<<62), uint64(1<<61)
+	stored := appendRecord(nil, n1, uint8(kvindex.TierGPU), 1, 7)
+	batch := []*appendReq{
+		{tag: tag, hashes: blocks[:2], rec: appendRecord(nil, n1, kindSpec, 0, far)},
+		{tag: tag, hashes: blocks[:1], rec: appendRecord(nil, n2, kindSpec, 0, far)},
+		{tag: tag, hashes: blocks[:1], rec: stored},
+		{tag: tag, hashes: blocks[:1], rec: appendRecord(nil, n1, kindSpec, 0, near)},
+	}
+	must(t, a.appendNow(batch))
+	val, err := a.rdb.Get(context.Background(), string(a.blockKey(nil, tag, blocks[0]))).Bytes()
+	must(t, err)
+	var want []byte
+	want = appendRecord(want, n2, kindSpec, 0, far)
+	want = append(want, stored...)
+	want = appendRecord(want, n1, kindSpec, 0, near)
+	if string(val) != string(want) {
+		t.Errorf("block 0's records = %x, want %x (p1's first speculation coalesced into its last)", val, want)
+	}
+	val, err = a.rdb.Get(context.Background(), string(a.blockKey(nil, tag, blocks[1]))).Bytes()
+	must(t, err)
+	if want := appendRecord(nil, n1, kindSpec, 0, far); string(val) != string(want) {
+		t.Errorf("block 1's records = %x, want %x (nothing overrides it)", val, want)
+	}
+}
+
+// TestStaleWriterFenced: a replica that lost a pod's lease without knowing
+// it yet (paused past the lease TTL) cannot clear the pod under the new
+// holder: the epoch fences it, and it stops writing the pod's events.
+func TestStaleWriterFenced(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	b.tick() // b holds every lease
+	if !b.pod(b.pods["p1"]).held.Load() {
+		t.Fatal("b does not hold p1's lease")
+	}
+	must(t, b.rdb.Del(context.Background(), b.leaseKey("p1")).Err()) // b's lease expired
+	a.tick()                                                         // a takes p1: a new epoch
+	if !a.pod(a.pods["p1"]).held.Load() {
+		t.Fatal("a did not take p1's lease")
+	}
+	must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:3]))
+	must(t, b.ClearPod(b.pods["p1"])) // b still believes it holds p1
+	if b.pod(b.pods["p1"]).held.Load() {
+		t.Error("b still writes p1's events after its clear was fenced")
+	}
+	if got := testutil.ToFloat64(b.metrics.fenced); got != 1 {
+		t.Errorf("leases_fenced_total = %v, want 1", got)
+	}
+	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[3:4])) // local only now
+	if got := a.match(blocks)["p1"].Blocks; got != 3 {
+		t.Errorf("Match(p1) = %d blocks, want a's 3: b's stale clear must not hide them", got)
+	}
+	// a's own clears are not fenced.
+	must(t, a.ClearPod(a.pods["p1"]))
+	if got := a.match(blocks)["p1"].Blocks; got != 0 || !a.pod(a.pods["p1"]).held.Load() {
+		t.Errorf("after a's clear: Match(p1) = %d blocks, held %v; want 0, still held", got, a.pod(a.pods["p1"]).held.Load())
+	}
+}
+
+// TestAppendsToExistingKeys: a record appended to a key another replica
+// wrote lands after the others' and refreshes the key's TTL, and a batch
+// writing one key twice keeps the pod's records in order.
+func TestAppendsToExistingKeys(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) {
+			srv := redisserver.New(t)
+			a := newReplica(t, srv.Addr, "a", nil)
+			if path == "go-redis" {
+				a.raw.close()
+				a.raw = nil
+			}
+			a.tick()
+			ctx := context.Background()
+			tag := nsTag("m")
+			key := string(a.blockKey(nil, tag, blocks[0]))
+			n1 := a.pod(a.pods["p1"]).num.Load()
+			other := appendRecord(nil, 99, kindSpec, 0, 1<<62)
+			must(t, a.rdb.Set(ctx, key, other, 30*time.Minute).Err()) // written by another replica
+			ep := a.pod(a.pods["p1"]).mu.epoch
+			stored := appendRecord(nil, n1, uint8(kvindex.TierGPU), 1, ep)
+			removed := appendRecord(nil, n1, uint8(kvindex.TierGPU), -1, ep)
+			must(t, a.appendNow([]*appendReq{
+				{tag: tag, hashes: blocks[:1], rec: stored},
+				{tag: tag, hashes: blocks[:1], rec: removed},
+			}))
+			val, err := a.rdb.Get(ctx, key).Bytes()
+			must(t, err)
+			if want := string(other) + string(stored) + string(removed); string(val) != want {
+				t.Errorf("records = %x, want %x: the other's, then p1's in order", val, want)
+			}
+			if d, err := a.rdb.PTTL(ctx, key).Result(); err != nil || d <= 59*time.Minute {
+				t.Errorf("TTL = %v, %v; want refreshed to about 1h", d, err)
+			}
+			if got := a.match(blocks)["p1"].Blocks; got != 0 {
+				t.Errorf("Match(p1) = %d blocks, want 0 (stored then removed)", got)
+			}
+			// Another key, existing, written once.
+			key1 := string(a.blockKey(nil, tag, blocks[1]))
+			must(t, a.rdb.Set(ctx, key1, other, 30*time.Minute).Err())
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[1:2]))
+			if val, err := a.rdb.Get(ctx, key1).Bytes(); err != nil || string(val) != string(other)+string(stored) {
+				t.Errorf("records = %x, %v; want the other's, then p1's", val, err)
+			}
+			if d, err := a.rdb.PTTL(ctx, key1).Result(); err != nil || d <= 59*time.Minute {
+				t.Errorf("TTL = %v, %v; want refreshed to about 1h", d, err)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/router/fleet"
@@ -65,10 +67,12 @@ func (r *routerReplica) route(t *testing.T, prompt string) *router.Decision {
 
 // TestRoutersShareSpeculation: a burst of requests sharing a new prefix,
 // split over two replicas, goes to one pod: each replica sees the other's
-// decision.
+// decision. The in-flight load is not shared here (it weighs the pod's
+// queue against the prefill elsewhere: TestRoutersShareInFlightLoad).
 func TestRoutersShareSpeculation(t *testing.T) {
 	srv := redisserver.New(t)
-	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	private := func(c *Config) { c.NoSharedLoad = true }
+	a, b := newRouterReplica(t, srv.Addr, "a", private), newRouterReplica(t, srv.Addr, "b", private)
 	a.index.tick()
 	b.index.tick() // b learns the pods' numbers
 	for i := range 8 {
@@ -82,6 +86,141 @@ func TestRoutersShareSpeculation(t *testing.T) {
 		da.Done()
 		db.Done()
 	}
+}
+
+// TestRoutersShareInFlightLoad: a replica sees the prefill the other
+// routed and has not seen done as its own, and sends a request elsewhere
+// that it would have sent to that pod, until the prefill is done.
+func TestRoutersShareInFlightLoad(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	a.index.tick()
+	b.index.tick()
+	long := strings.Repeat("an uncached prompt, long to prefill. ", 200)
+	da := a.route(t, long)
+	id, ok := b.index.local.Pod(da.Pod)
+	if !ok {
+		t.Fatalf("pod %s unknown to b", da.Pod)
+	}
+	_, peers := b.index.MatchLoad("m", blocks[:1], []kvindex.PodID{id}, nil, nil)
+	if peers[0].Prefilling != 1 || peers[0].PrefillTokens < int64(len(long)) {
+		t.Fatalf("b sees %+v on %s, want a's request and its %d tokens at least", peers[0], da.Pod, len(long))
+	}
+	aid, _ := a.index.local.Pod(da.Pod)
+	if _, own := a.index.MatchLoad("m", blocks[:1], []kvindex.PodID{aid}, nil, nil); own[0] != (kvindex.PodLoad{}) {
+		t.Errorf("a sees %+v of its own load through Redis, want none (its fleet.Load has it)", own[0])
+	}
+	// A short request with nothing cached anywhere: b avoids a's queue.
+	for i := range 4 {
+		if db := b.route(t, fmt.Sprintf("short %d", i)); db.Pod == da.Pod {
+			t.Errorf("short request %d: b sent it to %s, behind a's long prefill", i, db.Pod)
+		} else {
+			db.Done()
+		}
+	}
+	da.Prefilled()
+	if _, peers = b.index.MatchLoad("m", blocks[:1], []kvindex.PodID{id}, nil, nil); peers[0] != (kvindex.PodLoad{}) {
+		t.Errorf("after a's prefill b sees %+v on %s, want none", peers[0], da.Pod)
+	}
+	da.Done()
+}
+
+// TestRoutersUnderRun: two replicas running as kvrouter runs them (group
+// writer, load writer, leases) route concurrently; their speculation and
+// in-flight prefill reach each other without the decisions waiting, and
+// the shared load drains to nothing once every request is done.
+func TestRoutersUnderRun(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newRouterReplica(t, srv.Addr, "a", nil), newRouterReplica(t, srv.Addr, "b", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	for _, r := range []*routerReplica{a, b} {
+		run.Add(1)
+		go func() { defer run.Done(); _ = r.index.Run(ctx) }()
+	}
+	defer func() { cancel(); run.Wait() }()
+	waitFor(t, "the leases taken", 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.index.metrics.leases)+testutil.ToFloat64(b.index.metrics.leases) == 3 &&
+			a.index.grouping.Load() && b.index.grouping.Load()
+	})
+	waitFor(t, "the pods numbered", 5*time.Second, func() bool {
+		for _, r := range []*routerReplica{a, b} {
+			for _, ps := range r.index.pods.byID {
+				if ps.num.Load() == 0 {
+					r.index.Renew()
+					return false
+				}
+			}
+		}
+		return true
+	})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				r := []*routerReplica{a, b}[(g+i)%2]
+				d, err := r.Route(context.Background(), router.Request{
+					ID: "req", Path: "/v1/completions",
+					Body: []byte(fmt.Sprintf(`{"model":"m","prompt":"group %d: a shared prefix, then question %d"}`, g, i)),
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				d.Prefilled()
+				d.Done()
+			}
+		}()
+	}
+	wg.Wait()
+	prompt := "a new prefix nobody has routed yet, long enough for several blocks"
+	da := a.route(t, prompt)
+	waitFor(t, "b seeing a's speculation and in-flight prefill", 5*time.Second, func() bool {
+		id, _ := b.index.local.Pod(da.Pod)
+		_, peers := b.index.MatchLoad("m", []uint64{1}, []kvindex.PodID{id}, nil, nil)
+		return peers[0].Prefilling == 1
+	})
+	hasher, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256, Seed: "vllm-none-hash", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]uint32, len(prompt))
+	for i := range len(prompt) {
+		tokens[i] = uint32(prompt[i])
+	}
+	hashes := hasher.AppendHashes(nil, tokens, blockhash.Extra{})
+	id, _ := b.index.local.Pod(da.Pod)
+	waitFor(t, "b seeing a's speculation", 5*time.Second, func() bool {
+		return b.index.Match("m", hashes, []kvindex.PodID{id}, nil)[0].Speculative == len(hashes)
+	})
+	da.Prefilled() // the load released; the speculation lasts the grace period
+	waitFor(t, "b seeing a's prefill done", 5*time.Second, func() bool {
+		_, peers := b.index.MatchLoad("m", hashes, []kvindex.PodID{id}, nil, nil)
+		return peers[0] == (kvindex.PodLoad{})
+	})
+	if db := b.route(t, prompt); db.Pod != da.Pod || db.Matched != db.Total {
+		t.Errorf("b routed a's prompt to %s with %d of %d blocks, want %s with all", db.Pod, db.Matched, db.Total, da.Pod)
+	} else {
+		db.Done()
+	}
+	da.Done()
+	waitFor(t, "the shared load drained", 5*time.Second, func() bool {
+		for _, r := range []*routerReplica{a, b} {
+			var ids []kvindex.PodID
+			for id := range r.index.pods.byID {
+				ids = append(ids, id)
+			}
+			_, peers := r.index.MatchLoad("m", []uint64{1}, ids, nil, nil)
+			for _, p := range peers {
+				if p != (kvindex.PodLoad{}) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 // TestRoutersRideOutAnOutage: with Redis gone for a while under load, no
@@ -138,3 +277,6 @@ func TestRoutersRideOutAnOutage(t *testing.T) {
 		t.Errorf("after recovery a match read the local view (%v → %v)", local, got)
 	}
 }
+
+// The router finds the shared load through this interface.
+var _ router.LoadSharer = (*Index)(nil)

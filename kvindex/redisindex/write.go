@@ -2,7 +2,12 @@ package redisindex
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,10 +20,18 @@ import (
 // of the old one plus one and the caller's clock in ms, so that a pod table
 // lost and rebuilt never repeats a (number, epoch) pair. It returns
 // {number, epoch}.
+//
+// The epoch is the lease's fencing token. A holder clearing its pod passes
+// the epoch it writes under (ARGV[3]); if the table has another, a new
+// holder took the pod meanwhile, and the script returns {-1, epoch} and
+// changes nothing: a writer that lost its lease without knowing it yet
+// cannot make the new holder's records stale (its own, of its old epoch,
+// already do not count). A replica taking the lease passes 0.
 const takeScript = `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 local num, ep
 if v then num, ep = string.match(v, '^(%d+):(%d+)$') end
+if ARGV[3] ~= '0' and ep ~= ARGV[3] then return {-1, tonumber(ep) or 0} end
 if not num then
   num = redis.call('HINCRBY', KEYS[1], '#next', 1)
   ep = 0
@@ -72,8 +85,20 @@ type appendReq struct {
 	tag    string
 	hashes []uint64
 	rec    []byte
-	done   chan error
+	// done receives the outcome; nil for a request nobody waits for
+	// (speculation), whose failure is op's.
+	done chan error
+	op   string
 }
+
+// specQueue bounds the decisions' speculation waiting for the group
+// writer; when it is full a decision waits.
+const specQueue = 1024
+
+// maxGroupBlocks bounds the blocks one pipeline carries (two commands
+// each), so that a burst of long prompts' speculation does not hold Redis
+// for one long pipeline while matches wait behind it.
+const maxGroupBlocks = 4096
 
 // maxGroup bounds the callers' appends one pipeline carries.
 const maxGroup = 256
@@ -105,68 +130,304 @@ func (x *Index) groupWriter(ctx context.Context) {
 	}()
 	batch := make([]*appendReq, 0, maxGroup)
 	for {
+		var r *appendReq
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-x.appends:
-			batch = append(batch[:0], r)
-		more:
-			for len(batch) < maxGroup {
-				select {
-				case r := <-x.appends:
-					batch = append(batch, r)
-				default:
-					break more
-				}
+		case r = <-x.appends:
+		case r = <-x.specQueue:
+		}
+		batch = append(batch[:0], r)
+		blocks := len(r.hashes)
+	more:
+		for len(batch) < maxGroup && blocks < maxGroupBlocks {
+			select {
+			case r = <-x.appends:
+			case r = <-x.specQueue:
+			default:
+				break more
 			}
-			err := x.appendNow(batch)
-			for _, r := range batch {
+			batch = append(batch, r)
+			blocks += len(r.hashes)
+		}
+		err := x.appendNow(batch)
+		failed := false
+		for _, r := range batch {
+			switch {
+			case r.done != nil:
 				r.done <- err
+			case err != nil && !failed:
+				x.failed(r.op, err)
+				failed = true
 			}
 		}
 	}
 }
 
 // appendNow writes the appends of batch in one pipeline, and queues the
-// keys grown past a multiple of compactEvery for compaction.
+// keys grown past a multiple of compactEvery for compaction. A key's TTL
+// is refreshed with its append unless this replica refreshed it less than
+// TTL/4 ago (refreshed); a key an append created gets its TTL in a second
+// pipeline when it was not refreshed in the first.
 func (x *Index) appendNow(batch []*appendReq) error {
-	ctx, cancel := x.ctx()
-	defer cancel()
-	pipe := x.rdb.Pipeline()
-	n := 0
-	for _, r := range batch {
-		n += len(r.hashes)
-	}
-	cmds := make([]*redis.IntCmd, 0, n)
-	keys := make([]string, 0, n)
-	var buf []byte
-	for _, r := range batch {
-		val := string(r.rec)
-		for _, h := range r.hashes {
-			buf = x.blockKey(buf[:0], r.tag, h)
-			key := string(buf)
-			keys = append(keys, key)
-			cmds = append(cmds, pipe.Append(ctx, key, val))
-			pipe.PExpire(ctx, key, x.cfg.TTL)
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
-		return err
-	}
+	x.ttls.Lock()
+	defer x.ttls.Unlock()
+	now := time.Now() // Redis's clock, not the injected one
+	at := now.Add(x.cfg.TTL)
+	x.coalesce(batch)
+	x.ttls.set = x.ttls.set[:0]
 	i := 0
 	for _, r := range batch {
-		for range r.hashes {
-			n, err := cmds[i].Result()
-			switch {
-			case err != nil:
-				x.metrics.refused.WithLabelValues("type").Inc()
-			case n >= compactEvery && n%compactEvery < int64(len(r.rec)):
-				x.queueCompaction(r.tag, keys[i])
+		tag := tagHash(r.tag)
+		for _, h := range r.hashes {
+			x.ttls.set = append(x.ttls.set, !x.ttls.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
+			i++
+		}
+	}
+	fresh, err := x.appendPipe(batch, at)
+	if err != nil || len(fresh) == 0 {
+		return err
+	}
+	return x.expireNew(fresh, at)
+}
+
+// specKey is one pod's speculation on one block.
+type specKey struct {
+	tag string
+	h   uint64
+	num uint32
+}
+
+// coalesce marks in ttls.skip the speculative records of batch that a
+// later one of the same pod on the same block overrides (the last one
+// counts): a burst of decisions speculating and settling one prompt on
+// one pod writes each block once per batch, not once per decision.
+func (x *Index) coalesce(batch []*appendReq) {
+	x.ttls.skip = x.ttls.skip[:0]
+	if x.ttls.last == nil {
+		x.ttls.last = make(map[specKey]int32)
+	}
+	clear(x.ttls.last)
+	i := int32(0)
+	for _, r := range batch {
+		spec := r.rec[4] == kindSpec
+		num := binary.LittleEndian.Uint32(r.rec)
+		for _, h := range r.hashes {
+			x.ttls.skip = append(x.ttls.skip, false)
+			if spec && len(batch) > 1 {
+				k := specKey{r.tag, h, num}
+				if j, ok := x.ttls.last[k]; ok {
+					x.ttls.skip[j] = true
+				}
+				x.ttls.last[k] = i
 			}
 			i++
 		}
 	}
+}
+
+// appendPipe writes the appends, and the TTLs ttls.set asks for, in one
+// pipeline: raw on a standalone server, go-redis on a cluster. It returns
+// the keys it created without a TTL.
+func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
+	if x.raw != nil {
+		return x.appendRaw(batch, at)
+	}
+	ctx, cancel := x.ctx()
+	defer cancel()
+	pipe := x.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, len(x.ttls.set))
+	keys := make([]string, 0, len(x.ttls.set))
+	var buf []byte
+	i := 0
+	for _, r := range batch {
+		val := string(r.rec)
+		for _, h := range r.hashes {
+			if x.ttls.skip[i] {
+				keys, cmds = append(keys, ""), append(cmds, nil)
+				i++
+				continue
+			}
+			buf = x.blockKey(buf[:0], r.tag, h)
+			key := string(buf)
+			keys = append(keys, key)
+			cmds = append(cmds, pipe.Append(ctx, key, val))
+			if x.ttls.set[i] {
+				pipe.PExpireAt(ctx, key, at)
+			}
+			i++
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
+		return nil, err
+	}
+	var fresh []string
+	i = 0
+	for _, r := range batch {
+		for _, h := range r.hashes {
+			if cmds[i] == nil {
+				i++
+				continue
+			}
+			n, err := cmds[i].Result()
+			x.appended(r, h, n, err)
+			if err == nil && n == int64(len(r.rec)) && !x.ttls.set[i] {
+				fresh = append(fresh, keys[i])
+			}
+			i++
+		}
+	}
+	return fresh, nil
+}
+
+// appendRaw is appendPipe on a connection of the raw pool: one write of
+// every APPEND and PEXPIREAT, then their replies.
+func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
+	c, err := x.raw.get()
+	if err != nil {
+		return nil, err
+	}
+	var key [80]byte
+	// PEXPIREAT, not PEXPIRE: Redis propagates a PEXPIRE rewritten into a
+	// PEXPIREAT, which costs it an allocation per command.
+	atMs := at.UnixMilli()
+	w := c.w[:0]
+	i := 0
+	for _, r := range batch {
+		for _, h := range r.hashes {
+			if x.ttls.skip[i] {
+				i++
+				continue
+			}
+			k := x.blockKey(key[:0], r.tag, h)
+			w = appendArray(w, 3)
+			w = appendBulk(w, "APPEND")
+			w = appendBulk(w, k)
+			w = appendBulk(w, r.rec)
+			if x.ttls.set[i] {
+				w = appendArray(w, 3)
+				w = appendBulk(w, "PEXPIREAT")
+				w = appendBulk(w, k)
+				w = appendBulkInt(w, atMs)
+			}
+			i++
+		}
+	}
+	c.w = w
+	if err := c.flush(x.cfg.Timeout); err != nil {
+		x.raw.put(c, true)
+		return nil, err
+	}
+	var re replyError
+	var fresh []string
+	i = 0
+	for _, r := range batch {
+		for _, h := range r.hashes {
+			if x.ttls.skip[i] {
+				i++
+				continue
+			}
+			n, err := c.readInt()
+			if err != nil && !errors.As(err, &re) {
+				x.raw.put(c, true)
+				return nil, err
+			}
+			x.appended(r, h, n, err)
+			if x.ttls.set[i] {
+				if _, err := c.readInt(); err != nil && !errors.As(err, &re) {
+					x.raw.put(c, true)
+					return nil, err
+				}
+			} else if err == nil && n == int64(len(r.rec)) {
+				fresh = append(fresh, string(x.blockKey(nil, r.tag, h)))
+			}
+			i++
+		}
+	}
+	x.raw.put(c, false)
+	return fresh, nil
+}
+
+// expireNew sets the TTL of keys appends created: one more pipeline.
+func (x *Index) expireNew(keys []string, at time.Time) error {
+	pipe := x.rdb.Pipeline()
+	ctx, cancel := x.ctx()
+	defer cancel()
+	for _, k := range keys {
+		pipe.PExpireAt(ctx, k, at)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && !replied(err) {
+		return err
+	}
 	return nil
+}
+
+// ttlCache remembers when this replica last refreshed block keys' TTLs,
+// direct-mapped (a collision only costs a refresh): the appends to a hot
+// key, one every decision's speculation writes, refresh it once per TTL/4,
+// not each time.
+type ttlCache struct {
+	sync.Mutex
+	slots []ttlSlot
+	set   []bool // by block of the batch being written: refresh its TTL
+	skip  []bool // by block of the batch: a speculative record a later one overrides
+	last  map[specKey]int32
+}
+
+type ttlSlot struct {
+	key uint64
+	at  int64 // unix ms
+}
+
+// ttlSlots is the cache's size: 1 MiB.
+const ttlSlots = 1 << 16
+
+// refresh reports whether key's TTL is due (not refreshed within every),
+// noting that it will be.
+func (c *ttlCache) refresh(key uint64, now time.Time, every time.Duration) bool {
+	if c.slots == nil {
+		c.slots = make([]ttlSlot, ttlSlots)
+	}
+	key = mix(key)
+	s := &c.slots[key%ttlSlots]
+	ms := now.UnixMilli()
+	if s.key == key && ms-s.at < every.Milliseconds() {
+		return false
+	}
+	s.key, s.at = key, ms
+	return true
+}
+
+// mix spreads a 64-bit key's bits (the finalizer of MurmurHash3).
+func mix(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	return k ^ k>>33
+}
+
+// tagHash is a namespace tag's hash, which keys the TTL cache with a
+// block's.
+func tagHash(tag string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(tag); i++ {
+		h ^= uint64(tag[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// appended takes APPEND's reply for block h of r: the key's new length, or
+// the error Redis replied (a key of another type).
+func (x *Index) appended(r *appendReq, h uint64, n int64, err error) {
+	switch {
+	case err != nil:
+		x.metrics.refused.WithLabelValues("type").Inc()
+	case n >= compactEvery && n%compactEvery < int64(len(r.rec)):
+		x.queueCompaction(r.tag, string(x.blockKey(nil, r.tag, h)))
+	}
 }
 
 // checkOnly is the local view's write without a local view: it only
@@ -197,20 +458,32 @@ func (x *Index) ClearPod(pod kvindex.PodID) error {
 	if err := clearLocal(pod); err != nil || !ps.held.Load() {
 		return err
 	}
-	if err := x.newEpochLocked(ps); err != nil {
+	switch err := x.newEpochLocked(ps, ps.mu.epoch); {
+	case errors.Is(err, errFenced):
+		ps.held.Store(false) // the lease tick takes it again if it is free
+		x.metrics.fenced.Inc()
+		x.log.Warn("redisindex: another replica took the pod's lease; its events are no longer written here", "pod", ps.name)
+	case err != nil:
 		x.failed("clear", err)
 	}
 	return nil
 }
 
+// errFenced: the pod has a newer epoch than the one its writer passed.
+var errFenced = errors.New("redisindex: another replica took the pod's lease")
+
 // newEpochLocked gives the pod a new epoch (and a number if it has none):
-// its older records no longer count.
-func (x *Index) newEpochLocked(ps *podState) error {
+// its older records no longer count. fence is the epoch the caller writes
+// under, 0 when it takes the lease; errFenced: the pod has another.
+func (x *Index) newEpochLocked(ps *podState, fence uint64) error {
 	ctx, cancel := x.ctx()
 	defer cancel()
-	res, err := x.rdb.Eval(ctx, takeScript, []string{x.podsKey(ps.tag)}, ps.name, x.now().UnixMilli()).Int64Slice()
+	res, err := x.rdb.Eval(ctx, takeScript, []string{x.podsKey(ps.tag)}, ps.name, x.now().UnixMilli(), strconv.FormatUint(fence, 10)).Int64Slice()
 	if err != nil {
 		return err
+	}
+	if len(res) == 2 && res[0] == -1 {
+		return errFenced
 	}
 	if len(res) != 2 || res[0] <= 0 || res[0] > 1<<32-1 || res[1] <= 0 {
 		return errPodTable
@@ -251,7 +524,19 @@ func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration
 		return nil
 	}
 	deadline := uint64(x.now().Add(life).UnixMilli())
-	if err := x.appendAll(ps.tag, hashes, appendRecord(nil, num, kindSpec, 0, deadline)); err != nil {
+	rec := appendRecord(nil, num, kindSpec, 0, deadline)
+	if x.grouping.Load() {
+		// The decision does not wait for its speculation to reach Redis:
+		// the group writer takes requests in order, so a Settle still
+		// lands after its Speculate. The hashes are the caller's, reused
+		// once it returns: copied.
+		select {
+		case x.specQueue <- &appendReq{tag: ps.tag, hashes: slices.Clone(hashes), rec: rec, op: op}:
+			return nil // (queued as Run ends, it is dropped: speculation is a hint)
+		case <-x.stopped:
+		}
+	}
+	if err := x.appendAll(ps.tag, hashes, rec); err != nil {
 		x.failed(op, err)
 	}
 	return nil

@@ -39,10 +39,15 @@ type replica struct {
 // pod's events and scrapes. With RedisAddr set the replicas share one
 // index through that Redis (index.backend: redis: shared entries and
 // speculation; replica 0 holds every pod's writer lease); without, each
-// keeps its own (the memory backend: private speculation).
+// keeps its own (the memory backend: private speculation). The replicas
+// share their in-flight prefill through that Redis too, unless
+// PrivateLoad.
 type Replicated struct {
 	Replicas  int
 	RedisAddr string
+	// PrivateLoad keeps each replica's in-flight prefill its own with
+	// RedisAddr (index.redis share_load off): shared speculation alone.
+	PrivateLoad bool
 	// Prefix keeps one run's keys apart from another's on the server.
 	Prefix string
 }
@@ -85,6 +90,7 @@ func (c Replicated) build(s *Sim) (*replicated, error) {
 			rcfg := redisindex.DefaultConfig()
 			rcfg.Addrs, rcfg.Prefix, rcfg.Now = []string{c.RedisAddr}, c.Prefix, now
 			rcfg.Replica, rcfg.Timeout = strconv.Itoa(i), 5*time.Second
+			rcfg.NoSharedLoad = c.PrivateLoad
 			if idx, err = redisindex.New(rcfg, local, icfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
 				return nil, err
 			}
