@@ -49,6 +49,14 @@ type Config struct {
 	// per-pod term would send every request of an interval to the emptiest
 	// pod. Default 1; 0 turns it off.
 	KVPressure float64
+	// ReuseWeight weighs the cached blocks a prompt's new blocks evict.
+	// With h the share of their prompts recent requests found cached on
+	// the candidates (fleet.Load.Reuse), an uncached token costs
+	// ReuseWeight × h prefills more: the expected recomputation of the
+	// block it pushes out of a full cache. It keeps a prefix on its pod
+	// when the fleet's caches hold a reused working set, and leaves pods
+	// to load when prompts rarely repeat. Default 1; 0 turns it off.
+	ReuseWeight float64
 	// TierWeights is how much a cached block saves in each tier, relative to
 	// GPU: a CPU block still has to be copied back. Default GPU 1.0, CPU 0.8,
 	// disk 0.5, other 0.5.
@@ -115,6 +123,7 @@ func DefaultConfig() Config {
 		WaitingSecondsPerRequest: 0.05,
 		RunningSecondsPerRequest: 0.002,
 		KVPressure:               1,
+		ReuseWeight:              1,
 		TierWeights:              [kvindex.NumTiers]float64{1.0, 0.8, 0.5, 0.5},
 		Tolerance:                0.05,
 		ToleranceSeconds:         0.001,
@@ -139,6 +148,7 @@ func (c Config) Validate() error {
 	}
 	nonNeg("prefill seconds per token", c.PrefillSecondsPerToken)
 	nonNeg("prefill attention per token", c.PrefillAttentionPerToken)
+	nonNeg("reuse weight", c.ReuseWeight)
 	nonNeg("waiting seconds per request", c.WaitingSecondsPerRequest)
 	nonNeg("running seconds per request", c.RunningSecondsPerRequest)
 	nonNeg("KV pressure", c.KVPressure)

@@ -17,6 +17,8 @@ type evaluation struct {
 	tokens   int
 	reason   Reason
 	pressure float64 // the candidates' KV pressure
+	reuse    float64 // the candidates' eviction weight (Router.reuseWeight)
+	share    float64 // the share of the prompt's blocks the best candidate caches; -1: no blocks
 	stages   Stages
 }
 
@@ -94,7 +96,8 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	}
 	t2 := time.Now()
 	ev.pressure = r.kvPressure(sc.members)
-	sc.scores = r.score(sc.matches, sc.peers, sc.members, ev.tokens, ev.pressure, sc.scores)
+	ev.reuse, ev.share = r.reuseWeight(sc.members, sc.matches, len(sc.hashes))
+	sc.scores = r.score(sc.matches, sc.peers, sc.members, ev.tokens, ev.pressure+ev.reuse, sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil
 }
@@ -222,7 +225,8 @@ type Report struct {
 	Reason     Reason   `json:"reason"`
 	Tokens     int      `json:"prompt_tokens"`
 	Blocks     []string `json:"block_hashes"` // decimal, as vLLM's events print them
-	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs (Config.KVPressure)
+	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs for the fleet's KV use (Config.KVPressure)
+	Reuse      float64  `json:"reuse_weight"` // prefills it costs more for the cached block it evicts (Config.ReuseWeight)
 	Pods       []Score  `json:"pods"`
 	Stages     Stages   `json:"stage_ns"`
 }
@@ -235,7 +239,7 @@ func (r *Router) Score(req Request) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Pods: sc.scores, Stages: ev.stages}
+	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Reuse: ev.reuse, Pods: sc.scores, Stages: ev.stages}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {
 		rep.Blocks[i] = strconv.FormatUint(h, 10)

@@ -302,6 +302,9 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		r.fallbacks(d, i, sc)
 	}
 	m.Load.InFlight.Add(1)
+	if ev.share >= 0 {
+		m.Load.FoldReuse(ev.share, ReuseWindow)
+	}
 	if d.hop == nil {
 		r.charge(m.Load, m.ID, d.prefill, 1)
 	}

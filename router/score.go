@@ -17,7 +17,7 @@ type Score struct {
 	Spec    int     `json:"speculative_blocks"`
 	Queue   float64 `json:"queue_seconds"`
 	Prefill float64 `json:"prefill_seconds"`
-	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + requests queued on the pod)
+	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + reuse weight + requests queued on the pod)
 	// Speed is the pod's prefill speed Prefill and Queue were priced at:
 	// tokens per second at no context, learned from its metrics
 	// (fleet.Load.PrefillSecondsPerToken) or the configured prior.
@@ -44,7 +44,9 @@ type Tiers struct {
 // the pod caching their prefix instead of spreading misses that thrash
 // every cache and cut the fleet's throughput. The prefill counts more as
 // the fleet's KV caches fill (Config.KVPressure): new blocks then evict
-// cached prefixes or wait for running requests to end.
+// cached prefixes or wait for running requests to end; and as the workload
+// reuses what the caches hold (Config.ReuseWeight): the prefixes a new
+// block evicts will be prefilled again.
 //
 // peers, by member (empty without a LoadSharer), is the prefill other
 // router replicas routed to each pod and have not seen done: it counts as
@@ -112,6 +114,40 @@ func KVPressure(weight, u float64) float64 {
 	u = min(max(u, 0), MaxKVUsage)
 	return 1 + weight*u/(1-u)
 }
+
+// reuseWeight is how many prefills of a block evicting a cached one costs
+// on the candidates: Config.ReuseWeight times the mean of their
+// fleet.Load.Reuse, the share of a prompt the fleet's caches held over
+// recent requests. A new block pushes the least recently used one out of
+// a full cache, and a workload that reuses what is cached will prefill
+// that block again about as often. Where prompts rarely repeat, evicting
+// costs nothing and pods are picked by load; where they do (shared system
+// prompts, multi-turn chats), a copy of a prefix on a second pod is priced
+// with the prefixes it displaces. share is this request's share, folded
+// into the chosen pod's mean when the decision is made (-1: the prompt has
+// no full block).
+func (r *Router) reuseWeight(members []*fleet.Member, ms []kvindex.PodMatch, blocks int) (weight, share float64) {
+	share = -1
+	if blocks > 0 {
+		best := 0
+		for _, m := range ms {
+			best = max(best, m.Blocks+m.Speculative)
+		}
+		share = min(float64(best)/float64(blocks), 1)
+	}
+	if r.cfg.ReuseWeight == 0 || len(members) == 0 {
+		return 0, share
+	}
+	sum := 0.0
+	for _, m := range members {
+		sum += m.Load.Reuse()
+	}
+	return r.cfg.ReuseWeight * sum / float64(len(members)), share
+}
+
+// ReuseWindow is the requests a pod's reuse mean (fleet.Load.Reuse) spans,
+// about.
+const ReuseWindow = 256
 
 // kvPressure is KVPressure on the candidates' scraped KV usage.
 func (r *Router) kvPressure(members []*fleet.Member) float64 {

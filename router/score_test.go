@@ -276,3 +276,50 @@ kvrouter_router_pod_prefill_tokens_per_second{pod="d"} 10000
 		}
 	}
 }
+
+// TestReuseWeight: a caches a 2,000-token prefix behind six waiting
+// requests of another replica; b and c are idle. Where prompts have rarely
+// been found cached lately, copying the prefix to b or c is cheaper than
+// a's queue. Where they mostly have been, that copy also pushes out
+// blocks that will be prefilled again, and the request stays on a. The
+// weight is the candidates' mean share, folded in by each decision.
+func TestReuseWeight(t *testing.T) {
+	system := strings.Repeat("Translate to French. ", 96)[:2000] // 500 blocks of 4
+	for _, tc := range []struct {
+		name   string
+		reuse  float64
+		weight float64
+		onA    bool
+	}{
+		{"nothing reused lately", 0, 1, false},
+		{"most prompts found cached", 0.9, 1, true},
+		{"weight off", 0.9, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTestRouter(t)
+			tr.cfg.ReuseWeight = tc.weight
+			tr.store("a", system, "", "")
+			for _, name := range []string{"a", "b", "c"} {
+				tr.fleet.Load(name).FoldReuse(tc.reuse, 1)
+			}
+			tr.fleet.Load("a").Waiting.Store(6)
+			rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", system+"question?", ""))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := tc.weight * tc.reuse; math.Abs(rep.Reuse-want) > 1e-9 {
+				t.Errorf("reuse weight %v, want %v", rep.Reuse, want)
+			}
+			d, err := tr.route("/v1/completions", completion("llama", system+"question?", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (d.Pod == "a") != tc.onA {
+				t.Fatalf("went to %s (matched %d/%d), want a: %v; scores %+v", d.Pod, d.Matched, d.Total, tc.onA, rep.Pods)
+			}
+			if got, want := tr.fleet.Load(d.Pod).Reuse(), tc.reuse+(float64(d.Matched)/float64(d.Total)-tc.reuse)/ReuseWindow; d.Pod == "a" && math.Abs(got-want) > 1e-9 {
+				t.Errorf("a's reuse after the decision %v, want %v (this request's share folded in)", got, want)
+			}
+		})
+	}
+}

@@ -201,6 +201,7 @@ func (c config) routerConfig(p *problems) router.Config {
 	setChecked(p, "routing.prefill_attention_per_token", rc.PrefillAttentionPerToken, "in [0, 1)", &r.PrefillAttentionPerToken,
 		func(v float64) bool { return v >= 0 && v < 1 })
 	setChecked(p, "routing.kv_pressure", rc.KVPressure, ">= 0", &r.KVPressure, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
+	setChecked(p, "routing.reuse_weight", rc.ReuseWeight, ">= 0", &r.ReuseWeight, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
 	setChecked(p, "routing.tolerance", rc.Tolerance, "in [0, 1]", &r.Tolerance, func(v float64) bool { return v >= 0 && v <= 1 })
 	setChecked(p, "routing.saturation_waiting", rc.SaturationWaiting, ">= 0", &r.SaturationWaiting, func(v int) bool { return v >= 0 })
 	setChecked(p, "routing.saturation_kv", rc.SaturationKV, "in [0, 1]", &r.SaturationKV, func(v float64) bool { return v >= 0 && v <= 1 })

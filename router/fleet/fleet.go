@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ type Load struct {
 	ScrapedAt       atomic.Int64 // unix nanoseconds of the last successful scrape; 0: none yet
 	FailingSince    atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
 	speed           atomic.Pointer[Speed]
+	reuse           atomic.Uint64 // float64 bits: see Reuse
 }
 
 // Speed is what the pod's metrics taught of its prefill speed; nil while
@@ -95,6 +97,19 @@ func (l *Load) SetSpeed(s *Speed) { l.speed.Store(s) }
 // while nothing is. It allocates nothing.
 func (l *Load) PrefillSecondsPerToken(prior, attention float64) float64 {
 	return l.speed.Load().SecondsPerToken(prior, attention)
+}
+
+// Reuse is the running mean, over the recent requests routed to the pod,
+// of the share of each prompt's blocks the best candidate had cached: how
+// often this workload finds what a cache holds. 0 before any.
+func (l *Load) Reuse() float64 { return math.Float64frombits(l.reuse.Load()) }
+
+// FoldReuse folds one request's share (0..1) into Reuse, a mean over
+// about window requests. Concurrent folds may lose one another's update,
+// which a running mean can afford.
+func (l *Load) FoldReuse(share float64, window int) {
+	old := l.Reuse()
+	l.reuse.Store(math.Float64bits(old + (share-old)/float64(max(window, 1))))
 }
 
 // New returns an empty fleet whose pods are registered in index.

@@ -137,19 +137,7 @@ func heteroWorkload(sc *scenario) string {
 // of every policy, the acceptance line, and how kvrouter-learned's
 // estimates converged.
 func writeHetero(b *strings.Builder, jobs []*job) {
-	var workloads []string
-	by := map[string]map[string][]*job{} // by workload and policy, in seed order
-	for _, j := range jobs {
-		if j.sc.group != "f" {
-			continue
-		}
-		name := heteroWorkload(j.sc)
-		if by[name] == nil {
-			by[name] = map[string][]*job{}
-			workloads = append(workloads, name)
-		}
-		by[name][j.policy] = append(by[name][j.policy], j)
-	}
+	workloads, by := heteroGroups(jobs)
 	if len(workloads) == 0 {
 		return
 	}
@@ -177,20 +165,66 @@ func writeHetero(b *strings.Builder, jobs []*job) {
 				fmt.Fprintf(b, "| pooled | %s | %d | %s | %s | %s | | |\n", p, s.n, secs(s.p50), secs(s.p90), secs(s.mean))
 			}
 		}
-		for _, global := range []string{"kvrouter", "kvrouter-mean"} {
-			g, l := pooled[global], pooled["kvrouter-learned"]
-			if len(g) == 0 || len(l) == 0 {
-				continue
-			}
-			sg, sl := summarize(g), summarize(l)
-			ok := sl.p90 < sg.p90 && sl.mean < sg.mean
-			fmt.Fprintf(b, "\nLearned speeds against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s.\n",
-				global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok])
+		for _, line := range learnedLines(pooled) {
+			fmt.Fprintf(b, "\n%s.\n", line)
 		}
 		if ls := by[name]["kvrouter-learned"]; len(ls) > 0 {
 			writeConvergence(b, ls[0])
 		}
 	}
+}
+
+// heteroGroups is the (f) jobs by workload (heteroWorkload) and policy,
+// in seed order, and the workloads in the order they ran.
+func heteroGroups(jobs []*job) (workloads []string, by map[string]map[string][]*job) {
+	by = map[string]map[string][]*job{}
+	for _, j := range jobs {
+		if j.sc.group != "f" {
+			continue
+		}
+		name := heteroWorkload(j.sc)
+		if by[name] == nil {
+			by[name] = map[string][]*job{}
+			workloads = append(workloads, name)
+		}
+		by[name][j.policy] = append(by[name][j.policy], j)
+	}
+	return workloads, by
+}
+
+// learnedLines compares kvrouter-learned's pooled TTFT with each global
+// figure's (kvrouter, kvrouter-mean), given every policy's pooled TTFTs.
+func learnedLines(pooled map[string][]float64) []string {
+	var out []string
+	for _, global := range []string{"kvrouter", "kvrouter-mean"} {
+		g, l := pooled[global], pooled["kvrouter-learned"]
+		if len(g) == 0 || len(l) == 0 {
+			continue
+		}
+		sg, sl := summarize(g), summarize(l)
+		ok := sl.p90 < sg.p90 && sl.mean < sg.mean
+		out = append(out, fmt.Sprintf("Learned speeds against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s",
+			global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok]))
+	}
+	return out
+}
+
+// heteroAcceptance is learnedLines for each (f) workload, named.
+func heteroAcceptance(jobs []*job) []string {
+	workloads, by := heteroGroups(jobs)
+	var out []string
+	for _, name := range workloads {
+		pooled := map[string][]float64{}
+		for p, js := range by[name] {
+			for _, j := range js {
+				pooled[p] = append(pooled[p], ttfts(j.res)...)
+			}
+		}
+		for _, line := range learnedLines(pooled) {
+			out = append(out, name+": "+line)
+		}
+	}
+	return out
 }
 
 // writeConvergence writes the speeds kvrouter-learned priced each pod at

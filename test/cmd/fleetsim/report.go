@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,6 +102,9 @@ func writePlots(dir string, jobs []*job) error {
 		for _, m := range plotMetrics {
 			c := &chart{title: ps.title + ": " + m.what, xLabel: ps.xLabel, yLabel: m.axis, xs: ps.xs}
 			for _, p := range policies {
+				if ps.stats[p] == nil {
+					continue // not run on this workload
+				}
 				s := series{name: p}
 				for _, st := range ps.stats[p] {
 					s.ys = append(s.ys, m.value(st))
@@ -141,7 +145,7 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
 	b.WriteString("\n## Acceptance\n\n")
-	for _, line := range append(acceptance(jobs), overloadAcceptance(jobs, verdict)...) {
+	for _, line := range slices.Concat(acceptance(jobs), overloadAcceptance(jobs, verdict), heteroAcceptance(jobs)) {
 		fmt.Fprintf(&b, "- %s\n", line)
 	}
 	writePublished(&b, jobs)
@@ -181,6 +185,9 @@ func writeScenario(b *strings.Builder, jobs []*job, sc *scenario, policies []str
 	for li := range len(sc.w.Levels) + 1 {
 		for _, p := range policies {
 			j := byPolicy[p]
+			if j == nil {
+				continue // a variant only another workload runs
+			}
 			st := j.stats[li]
 			pre := ""
 			if st.Level == "all" {
@@ -223,7 +230,7 @@ func acceptance(jobs []*job) []string {
 			}
 		}
 		kv, ll, or := by["kvrouter"], by["least-loaded"], by["oracle"]
-		if kv == nil || j.sc.group == "e" { // (e): overloadAcceptance
+		if kv == nil || j.sc.group == "e" || j.sc.group == "f" { // overloadAcceptance, heteroAcceptance
 			continue
 		}
 		name := j.sc.w.Name
