@@ -132,18 +132,7 @@ func TestE2EHubDownload(t *testing.T) {
 // and each candidate's matched blocks. It routes nothing.
 func (p *kvrouterProcess) score(t *testing.T, body string) (reason string, matched map[string]int) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+p.admin+"/v1/score", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if p.token != "" {
-		req.Header.Set("Authorization", "Bearer "+p.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := p.adminDo(t, http.MethodPost, "/v1/score", strings.NewReader(body))
 	defer func() { _ = resp.Body.Close() }()
 	var rep struct {
 		Reason string `json:"reason"`
@@ -151,9 +140,6 @@ func (p *kvrouterProcess) score(t *testing.T, body string) (reason string, match
 			Name    string `json:"name"`
 			Matched int    `json:"matched_blocks"`
 		} `json:"pods"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/score = %s", resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
 		t.Fatal(err)

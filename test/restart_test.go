@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -82,12 +83,16 @@ func (p *kvrouterProcess) kill() {
 	}
 }
 
-// podEntries returns /debug/pods' index entries by pod.
-func (p *kvrouterProcess) podEntries(t *testing.T) map[string]int {
+// adminDo sends a request to the admin port with the debug token, and
+// fails the test unless it answers 200. The caller closes the body.
+func (p *kvrouterProcess) adminDo(t *testing.T, method, path string, body io.Reader) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+p.admin+"/debug/pods", nil)
+	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+p.admin+path, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
@@ -96,10 +101,18 @@ func (p *kvrouterProcess) podEntries(t *testing.T) map[string]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /debug/pods = %s", resp.Status)
+		_ = resp.Body.Close()
+		t.Fatalf("%s %s = %s", method, path, resp.Status)
 	}
+	return resp
+}
+
+// podEntries returns /debug/pods' index entries by pod.
+func (p *kvrouterProcess) podEntries(t *testing.T) map[string]int {
+	t.Helper()
+	resp := p.adminDo(t, http.MethodGet, "/debug/pods", nil)
+	defer func() { _ = resp.Body.Close() }()
 	var pods []struct {
 		Name    string `json:"name"`
 		Entries int    `json:"index_entries"`
