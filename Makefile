@@ -27,6 +27,7 @@ test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint,
 
 test-go:
 	KVROUTER_REQUIRE_APISERVER=1 $(GO) test -race -count=1 ./...
+	KVROUTER_REDIS_SERVER=valkey-server $(GO) test -race -count=1 ./kvindex/redisindex/
 
 fuzz-short:
 	FUZZTIME=10s test/fuzz.sh

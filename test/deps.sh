@@ -5,6 +5,11 @@
 #     (pickle/hashlib are built in; cbor2, xxhash, zmq, msgpack, jinja2 for
 #     /usr/bin/python3), etcd for the discovery tests, redis-server for the shared
 #     index tests, Node.js for the npm oracles;
+#   - valkey-server (Valkey 8) for the shared index tests too: Debian's package
+#     where the configured sources have it (trixie), else, on bookworm, the one
+#     of bookworm-backports, unpacked under /usr/local/lib/kvrouter-valkey
+#     without adding the suite to the system's sources (its libraries are
+#     redis-server's);
 #   - the npm oracle packages of test/oracle (npm ci, keyed on its lock file);
 #   - golangci-lint at the pinned version, under the Go path;
 #   - kube-apiserver for the discovery tests (test/kube-apiserver.sh: built once
@@ -39,6 +44,37 @@ system() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+valkey() {
+  command -v valkey-server >/dev/null 2>&1 && return 0
+  if apt-cache policy valkey-server 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    log "installing Debian package valkey-server"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valkey-server >/dev/null
+    return 0
+  fi
+  local codename
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  if [ "$codename" != bookworm ]; then
+    log "no valkey-server for Debian '$codename': install Valkey 8 and put valkey-server on the PATH"
+    return 1
+  fi
+  log "installing valkey-server 8 from bookworm-backports under /usr/local/lib/kvrouter-valkey"
+  local tmp
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"
+  mkdir -p "$tmp/lists/partial"
+  echo "deb http://deb.debian.org/debian bookworm-backports main" >"$tmp/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=/dev/null -o "Dir::State::Lists=$tmp/lists")
+  as_root apt-get -qq "${opts[@]}" update
+  (cd "$tmp" && as_root apt-get -qq "${opts[@]}" download valkey-tools) 2>/dev/null
+  as_root rm -rf /usr/local/lib/kvrouter-valkey
+  as_root dpkg-deb -x "$tmp"/valkey-tools_*.deb /usr/local/lib/kvrouter-valkey
+  # valkey-server is valkey-check-rdb under another name, as the
+  # valkey-server package links it.
+  as_root ln -sf /usr/local/lib/kvrouter-valkey/usr/bin/valkey-check-rdb /usr/local/bin/valkey-server
+  as_root rm -rf "$tmp"
+  valkey-server --version >/dev/null
+}
+
 oracle() {
   local dir=test/oracle stamp=test/oracle/node_modules/.kvrouter-lock
   if [ -f "$stamp" ] && cmp -s "$dir/package-lock.json" "$stamp"; then return 0; fi
@@ -68,7 +104,8 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube)
 for s in "${steps[@]}"; do
   case "$s" in
-    system|oracle|lint|kube) "$s" ;;
+    system) system && valkey ;;
+    oracle|lint|kube) "$s" ;;
     *) log "unknown step $s (want system, oracle, lint or kube)"; exit 2 ;;
   esac
 done
