@@ -57,12 +57,19 @@ valkey() {
     log "no valkey-server for Debian '$codename': install Valkey 8 and put valkey-server on the PATH"
     return 1
   fi
+  # The mirror the system's sources use for bookworm serves its backports too.
+  local mirror
+  mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null | awk '$2 == "bookworm" { print $1; exit }')
+  if [ -z "$mirror" ]; then
+    log "no bookworm suite in the apt sources to take bookworm-backports from: install Valkey 8 and put valkey-server on the PATH"
+    return 1
+  fi
   log "installing valkey-server 8 from bookworm-backports under /usr/local/lib/kvrouter-valkey"
   local tmp
   tmp=$(mktemp -d)
   chmod 755 "$tmp"
   mkdir -p "$tmp/lists/partial"
-  echo "deb http://deb.debian.org/debian bookworm-backports main" >"$tmp/sources.list"
+  echo "deb $mirror bookworm-backports main" >"$tmp/sources.list"
   local opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=/dev/null -o "Dir::State::Lists=$tmp/lists")
   as_root apt-get -qq "${opts[@]}" update
   (cd "$tmp" && as_root apt-get -qq "${opts[@]}" download valkey-tools) 2>/dev/null
