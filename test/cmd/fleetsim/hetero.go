@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -50,12 +48,7 @@ func heteroScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*s
 	if o.quick {
 		minutes, seconds = 2, 15
 	}
-	f, err := os.Open(filepath.Join(o.traces, "conversation_trace.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	mc, err := fleetsim.ReadMooncake("conversation", f, h, minutes*60)
-	_ = f.Close() // read-only: nothing to lose
+	mc, err := readTrace(o, h, "conversation", "conversation", minutes)
 	if err != nil {
 		return nil, err
 	}

@@ -166,15 +166,6 @@ func pooledMean(js []*job, li int) float64 {
 	return sum / float64(n)
 }
 
-// pooledP90 is the TTFT p90 over every seed's requests of js.
-func pooledP90(js []*job) float64 {
-	rs := make([]*fleetsim.Result, 0, len(js))
-	for _, j := range js {
-		rs = append(rs, j.res)
-	}
-	return fleetsim.PooledTTFT(0.9, rs...)
-}
-
 // seedsOf names the seeds of js.
 func seedsOf(js []*job) string {
 	var s []string
@@ -277,7 +268,7 @@ func writeOverload(b *strings.Builder, jobs []*job, policies []string) {
 				}
 				fmt.Fprintf(b, " %s |", cell)
 			}
-			p90 := secs(pooledP90(js))
+			p90 := secs(pooledLevelP90(js, len(overloadStages)))
 			if v, ok := run.p90[p]; ok {
 				p90 += " / " + secs(v)
 			}

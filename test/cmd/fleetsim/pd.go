@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -47,12 +46,7 @@ func pdScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*scena
 	if o.quick {
 		minutes, seconds = 2, 15
 	}
-	f, err := os.Open(filepath.Join(o.traces, "conversation_trace.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	mc, err := fleetsim.ReadMooncake(fmt.Sprintf("(d) mooncake conversation, %g min", minutes), f, h, minutes*60)
-	_ = f.Close() // read-only: nothing to lose
+	mc, err := readTrace(o, h, "conversation", fmt.Sprintf("(d) mooncake conversation, %g min", minutes), minutes)
 	if err != nil {
 		return nil, err
 	}

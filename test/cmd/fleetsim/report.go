@@ -305,10 +305,6 @@ func preciseLine(name string, kv, pr []*job) string {
 	if len(pr) != len(kv) {
 		kv, pr = kv[:1], pr[:1]
 	}
-	var seeds []string
-	for _, j := range kv {
-		seeds = append(seeds, strconv.FormatUint(j.sc.cfg.Seed, 10))
-	}
 	levels := len(kv[0].sc.w.Levels)
 	r := pooledLevelP90(kv, levels) / pooledLevelP90(pr, levels)
 	worst, at := 0.0, ""
@@ -317,9 +313,9 @@ func preciseLine(name string, kv, pr []*job) string {
 			worst, at = q, kv[0].sc.w.Levels[li].Name
 		}
 	}
-	over := "seed " + seeds[0]
-	if len(seeds) > 1 {
-		over = "seeds " + strings.Join(seeds, ", ") + " pooled"
+	over := "seed " + seedsOf(kv)
+	if len(kv) > 1 {
+		over = "seeds " + seedsOf(kv) + " pooled"
 	}
 	return fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.2f), worst level %s ×%.2f (want ≤ 1.0 both): %s",
 		name, over, secs(pooledLevelP90(kv, levels)), secs(pooledLevelP90(pr, levels)), r, at, worst, verdict(r <= 1 && worst <= 1))

@@ -72,12 +72,7 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		if o.quick {
 			minutes = 2
 		}
-		f, err := os.Open(filepath.Join(o.traces, name+"_trace.jsonl"))
-		if err != nil {
-			return nil, err
-		}
-		w, err := fleetsim.ReadMooncake("(a) mooncake "+name, f, h, minutes*60)
-		_ = f.Close() // read-only: nothing to lose
+		w, err := readTrace(o, h, name, "(a) mooncake "+name, minutes)
 		if err != nil {
 			return nil, err
 		}
@@ -160,6 +155,17 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 		out = append(out, &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0})
 	}
 	return out
+}
+
+// readTrace reads the first minutes of arrivals of the Mooncake trace
+// file (conversation or synthetic) in o.traces as the workload name.
+func readTrace(o options, h *blockhash.Hasher, file, name string, minutes float64) (*fleetsim.Workload, error) {
+	f, err := os.Open(filepath.Join(o.traces, file+"_trace.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
+	return fleetsim.ReadMooncake(name, f, h, minutes*60)
 }
 
 // parseOutputs reads -shared-output: output tokens per request, a comma
