@@ -7,13 +7,16 @@ import (
 
 // nsTag is a namespace's hash tag body: FNV-1a of the model name in hex, so
 // that no model name can break a tag.
-func nsTag(namespace string) string {
+func nsTag(namespace string) string { return strconv.FormatUint(fnv1a(namespace), 16) }
+
+// fnv1a is the 64-bit FNV-1a hash of s.
+func fnv1a(s string) uint64 {
 	h := uint64(14695981039346656037)
-	for i := 0; i < len(namespace); i++ {
-		h ^= uint64(namespace[i])
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
 		h *= 1099511628211
 	}
-	return strconv.FormatUint(h, 16)
+	return h
 }
 
 // group is the slot group of block h.

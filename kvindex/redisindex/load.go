@@ -129,7 +129,7 @@ func (x *Index) publish(pods []*podState) {
 		x.failed("load", err)
 		return
 	}
-	x.metrics.roundTrip.WithLabelValues("load").Observe(time.Since(start).Seconds())
+	x.metrics.rtLoad.Observe(time.Since(start).Seconds())
 }
 
 // readLoad sums the other replicas' fields of the load table, read into

@@ -20,6 +20,7 @@ type matchScratch struct {
 	names   []string // the eligible candidates' names
 	cand    []int    // their indexes in out
 	bynum   []int32  // pod number → eligible candidate + 1, 0 none
+	nums    []uint32 // the entries of bynum the last readTable set, to reset
 	bigNum  map[uint32]int32
 	epoch   []uint64 // by eligible candidate; 0: not in the pod table
 	live    []bool
@@ -107,7 +108,7 @@ func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvinde
 	if sc.withLoad {
 		x.readLoad(sc, peers)
 	}
-	x.metrics.roundTrip.WithLabelValues("match").Observe(time.Since(start).Seconds())
+	x.metrics.rtMatch.Observe(time.Since(start).Seconds())
 	return out, peers
 }
 
@@ -316,7 +317,12 @@ func (x *Index) readTable(sc *matchScratch) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
 	sc.live = resize(sc.live, n)
-	clear(sc.bynum)
+	// Reset only what the last match set: bynum is as long as the largest
+	// pod number seen, which grows with every pod name a namespace sees.
+	for _, num := range sc.nums {
+		sc.bynum[num] = 0
+	}
+	sc.nums = sc.nums[:0]
 	clear(sc.bigNum)
 	if sc.tableErr {
 		x.metrics.refused.WithLabelValues("pods").Inc()
@@ -343,6 +349,7 @@ func (x *Index) readTable(sc *matchScratch) bool {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
 			}
 			sc.bynum[num] = int32(i) + 1
+			sc.nums = append(sc.nums, num)
 		} else {
 			sc.bigNum[num] = int32(i) + 1
 		}

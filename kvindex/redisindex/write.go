@@ -75,7 +75,7 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 		x.failed("events", err)
 		return nil // the local view has the event; the lease, re-taken, copies it
 	}
-	x.metrics.roundTrip.WithLabelValues("events").Observe(time.Since(start).Seconds())
+	x.metrics.rtEvents.Observe(time.Since(start).Seconds())
 	return nil
 }
 
@@ -178,7 +178,7 @@ func (x *Index) appendNow(batch []*appendReq) error {
 	x.ttls.set = x.ttls.set[:0]
 	i := 0
 	for _, r := range batch {
-		tag := tagHash(r.tag)
+		tag := fnv1a(r.tag) // keys the TTL cache with each block's hash
 		for _, h := range r.hashes {
 			x.ttls.set = append(x.ttls.set, !x.ttls.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
 			i++
@@ -406,17 +406,6 @@ func mix(k uint64) uint64 {
 	k ^= k >> 33
 	k *= 0xc4ceb9fe1a85ec53
 	return k ^ k>>33
-}
-
-// tagHash is a namespace tag's hash, which keys the TTL cache with a
-// block's.
-func tagHash(tag string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(tag); i++ {
-		h ^= uint64(tag[i])
-		h *= 1099511628211
-	}
-	return h
 }
 
 // appended takes APPEND's reply for block h of r: the key's new length, or
