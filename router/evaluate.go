@@ -17,8 +17,7 @@ type evaluation struct {
 	tokens   int
 	reason   Reason
 	pressure float64 // the candidates' KV pressure
-	reuse    float64 // the candidates' eviction weight (Router.reuseWeight)
-	share    float64 // the share of the prompt's blocks the best candidate caches; -1: no blocks
+	reuse    float64 // the candidates' eviction weight (Router.weights)
 	stages   Stages
 }
 
@@ -95,8 +94,7 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 		sc.matches, sc.peers = r.index.Match(ns, sc.hashes, sc.ids, sc.matches), sc.peers[:0]
 	}
 	t2 := time.Now()
-	ev.pressure = r.kvPressure(sc.members)
-	ev.reuse, ev.share = r.reuseWeight(sc.members, sc.matches, len(sc.hashes))
+	ev.pressure, ev.reuse = r.weights(sc.members)
 	sc.scores = r.score(sc.matches, sc.peers, sc.members, ev.tokens, ev.pressure+ev.reuse, sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil

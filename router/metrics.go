@@ -161,11 +161,7 @@ func (speedCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c speedCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.r.fleet.Snapshot().Members() {
-		ch <- prometheus.MustNewConstMetric(speedDesc, prometheus.GaugeValue, 1/c.r.secondsPerToken(m.Load), m.Pod.Name)
-		busy := 0.0
-		if s := m.Load.Speed(); s != nil && c.r.cfg.LearnSpeeds {
-			busy = s.Busy
-		}
-		ch <- prometheus.MustNewConstMetric(speedEvidenceDesc, prometheus.GaugeValue, busy, m.Pod.Name)
+		ch <- prometheus.MustNewConstMetric(speedDesc, prometheus.GaugeValue, 1/c.r.PrefillSecondsPerToken(m.Load), m.Pod.Name)
+		ch <- prometheus.MustNewConstMetric(speedEvidenceDesc, prometheus.GaugeValue, c.r.LearnedSeconds(m.Load), m.Pod.Name)
 	}
 }

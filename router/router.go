@@ -287,7 +287,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	i := r.pick(sc.scores, dest)
 	m := sc.members[i]
 	d := &Decision{
-		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: rankOf(m),
+		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: sc.scores[i].DPRank,
 		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
 		Stages: ev.stages, load: m.Load, router: r, pod: m.ID,
 	}
@@ -302,8 +302,8 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		r.fallbacks(d, i, sc)
 	}
 	m.Load.InFlight.Add(1)
-	if ev.share >= 0 {
-		m.Load.FoldReuse(ev.share, ReuseWindow)
+	if share := bestShare(sc.scores, len(sc.hashes)); share >= 0 {
+		m.Load.FoldReuse(share, ReuseWindow)
 	}
 	if d.hop == nil {
 		r.charge(m.Load, m.ID, d.prefill, 1)
@@ -398,7 +398,7 @@ func (r *Router) fallbacks(d *Decision, pick int, sc *scratch) {
 	order := make([]int, 0, len(sc.scores)-1)
 	dest := sc.members[pick].Pod.Role != pod.RolePrefill // a prefill pod is no fallback for a destination
 	for j := range sc.scores {
-		if rank := rankOf(sc.members[j]); j != pick && (rank == d.DPRank || d.DPRank == 0 && rank < 0) &&
+		if rank := sc.scores[j].DPRank; j != pick && (rank == d.DPRank || d.DPRank == 0 && rank < 0) &&
 			(!dest || sc.members[j].Pod.Role != pod.RolePrefill) {
 			order = append(order, j)
 		}

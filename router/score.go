@@ -56,7 +56,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 	bs := float64(r.hasher.BlockSize())
 	for i, m := range ms {
 		mem := members[i]
-		spt := r.secondsPerToken(mem.Load)
+		spt := r.PrefillSecondsPerToken(mem.Load)
 		saved := float64(m.Speculative) * bs // a speculative block is on the GPU soon
 		for t, n := range m.Tiers {
 			saved += float64(n) * bs * r.cfg.TierWeights[t]
@@ -83,24 +83,24 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 	return out
 }
 
-// secondsPerToken is the prefill cost of one token at no context on the
-// pod whose load is l: what its metrics taught (Config.LearnSpeeds), or
-// Config.PrefillSecondsPerToken.
-func (r *Router) secondsPerToken(l *fleet.Load) float64 {
+// PrefillSecondsPerToken is the prefill cost of one token at no context
+// the router prices on the pod whose load is l: what its metrics taught
+// (Config.LearnSpeeds), or Config.PrefillSecondsPerToken.
+func (r *Router) PrefillSecondsPerToken(l *fleet.Load) float64 {
 	if !r.cfg.LearnSpeeds {
 		return r.cfg.PrefillSecondsPerToken
 	}
 	return l.PrefillSecondsPerToken(r.cfg.PrefillSecondsPerToken, r.cfg.PrefillAttentionPerToken)
 }
 
-// PrefillSecondsPerToken is the prefill cost of one token at no context
-// the router prices on the pod whose load is l: its learned speed, or the
-// configured one.
-func (r *Router) PrefillSecondsPerToken(l *fleet.Load) float64 { return r.secondsPerToken(l) }
-
-// LearnsSpeeds reports whether the router prices pods at their learned
-// speeds (Config.LearnSpeeds).
-func (r *Router) LearnsSpeeds() bool { return r.cfg.LearnSpeeds }
+// LearnedSeconds is the prefill time the pod's speed was learned from
+// (fleet.Speed.Busy); 0 while nothing is, or with Config.LearnSpeeds off.
+func (r *Router) LearnedSeconds(l *fleet.Load) float64 {
+	if s := l.Speed(); s != nil && r.cfg.LearnSpeeds {
+		return s.Busy
+	}
+	return 0
+}
 
 // MaxKVUsage bounds the KV usage the pressure term reads, so that it stays
 // finite and a queue can still outweigh it: at 0.9 an uncached token costs
@@ -115,50 +115,51 @@ func KVPressure(weight, u float64) float64 {
 	return 1 + weight*u/(1-u)
 }
 
-// reuseWeight is how many prefills of a block evicting a cached one costs
-// on the candidates: Config.ReuseWeight times the mean of their
-// fleet.Load.Reuse, the share of a prompt the fleet's caches held over
-// recent requests. A new block pushes the least recently used one out of
-// a full cache, and a workload that reuses what is cached will prefill
-// that block again about as often. Where prompts rarely repeat, evicting
-// costs nothing and pods are picked by load; where they do (shared system
+// weights is what an uncached prompt token costs on the candidates, in
+// prefills, beyond its own: pressure is KVPressure on their mean scraped
+// KV usage (Config.KVPressure; 1 when off), reuse the recomputation of the
+// cached block it evicts, Config.ReuseWeight times the mean of their
+// fleet.Load.Reuse (the share of a prompt their caches held over recent
+// requests). A new block pushes the least recently used one out of a full
+// cache, and a workload that reuses what is cached will prefill that block
+// again about as often. Where prompts rarely repeat, evicting costs
+// nothing and pods are picked by load; where they do (shared system
 // prompts, multi-turn chats), a copy of a prefix on a second pod is priced
-// with the prefixes it displaces. share is this request's share, folded
-// into the chosen pod's mean when the decision is made (-1: the prompt has
-// no full block).
-func (r *Router) reuseWeight(members []*fleet.Member, ms []kvindex.PodMatch, blocks int) (weight, share float64) {
-	share = -1
-	if blocks > 0 {
-		best := 0
-		for _, m := range ms {
-			best = max(best, m.Blocks+m.Speculative)
-		}
-		share = min(float64(best)/float64(blocks), 1)
+// with the prefixes it displaces. One pass over the candidates reads both.
+func (r *Router) weights(members []*fleet.Member) (pressure, reuse float64) {
+	pressure = 1
+	if len(members) == 0 || (r.cfg.KVPressure == 0 && r.cfg.ReuseWeight == 0) {
+		return pressure, 0
 	}
-	if r.cfg.ReuseWeight == 0 || len(members) == 0 {
-		return 0, share
-	}
+	var permille int64
 	sum := 0.0
 	for _, m := range members {
+		permille += m.Load.KVUsagePermille.Load()
 		sum += m.Load.Reuse()
 	}
-	return r.cfg.ReuseWeight * sum / float64(len(members)), share
+	n := float64(len(members))
+	if r.cfg.KVPressure != 0 {
+		pressure = KVPressure(r.cfg.KVPressure, float64(permille)/1000/n)
+	}
+	return pressure, r.cfg.ReuseWeight * sum / n
 }
 
 // ReuseWindow is the requests a pod's reuse mean (fleet.Load.Reuse) spans,
 // about.
 const ReuseWindow = 256
 
-// kvPressure is KVPressure on the candidates' scraped KV usage.
-func (r *Router) kvPressure(members []*fleet.Member) float64 {
-	if r.cfg.KVPressure == 0 || len(members) == 0 {
-		return 1
+// bestShare is the share of the prompt's blocks the best candidate of
+// scores caches (or soon will), which a decision folds into the chosen
+// pod's reuse mean; -1 for a prompt of no full block.
+func bestShare(scores []Score, blocks int) float64 {
+	if blocks == 0 {
+		return -1
 	}
-	var permille int64
-	for _, m := range members {
-		permille += m.Load.KVUsagePermille.Load()
+	best := 0
+	for _, s := range scores {
+		best = max(best, s.Matched+s.Spec)
 	}
-	return KVPressure(r.cfg.KVPressure, float64(permille)/1000/float64(len(members)))
+	return min(float64(best)/float64(blocks), 1)
 }
 
 // queue predicts the work queued on a pod ahead of a new request, in
@@ -179,7 +180,7 @@ func (r *Router) kvPressure(members []*fleet.Member) float64 {
 // same traffic queue alike. Every request running or queued there will
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest. spt is the pod's prefill cost of a token
-// (secondsPerToken).
+// (PrefillSecondsPerToken).
 func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64) (seconds, waiting float64) {
 	own := float64(l.PrefillTokens.Load()+peer.PrefillTokens) * spt
 	n := l.Prefilling.Load() + peer.Prefilling

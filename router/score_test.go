@@ -185,7 +185,7 @@ func TestKVPressure(t *testing.T) {
 			m.Load.KVUsagePermille.Store(p)
 			members = append(members, m)
 		}
-		if got := r.kvPressure(members); math.Abs(got-tt.want) > 1e-9 {
+		if got, _ := r.weights(members); math.Abs(got-tt.want) > 1e-9 {
 			t.Errorf("KVPressure %v, usage %v‰: pressure %v, want %v", tt.weight, tt.permille, got, tt.want)
 		}
 	}
@@ -270,7 +270,7 @@ kvrouter_router_pod_prefill_tokens_per_second{pod="b"} %s
 kvrouter_router_pod_prefill_tokens_per_second{pod="c"} 10000
 kvrouter_router_pod_prefill_tokens_per_second{pod="d"} 10000
 `, "The prefill speed each pod is priced at, in tokens per second at no context: learned from its vLLM metrics, or routing.prefill_tokens_per_second.",
-				strconv.FormatFloat(1/tr.secondsPerToken(tr.fleet.Load("b")), 'g', -1, 64))), "kvrouter_router_pod_prefill_tokens_per_second"); err != nil {
+				strconv.FormatFloat(1/tr.PrefillSecondsPerToken(tr.fleet.Load("b")), 'g', -1, 64))), "kvrouter_router_pod_prefill_tokens_per_second"); err != nil {
 				t.Error(err)
 			}
 		}

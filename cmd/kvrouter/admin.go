@@ -135,9 +135,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 			r.Metrics = l.Metrics(now, a.staleAfter).String()
 			r.ScrapedAt, r.FailingSince = unixTime(l.ScrapedAt.Load()), unixTime(l.FailingSince.Load())
 			r.PrefillSpeed = 1 / a.router.PrefillSecondsPerToken(l)
-			if sp := l.Speed(); sp != nil && a.router.LearnsSpeeds() {
-				r.PrefillLearned = sp.Busy
-			}
+			r.PrefillLearned = a.router.LearnedSeconds(l)
 		}
 		out = append(out, r)
 	}
