@@ -3,7 +3,6 @@ package redisindex
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -45,20 +44,9 @@ import (
 
 func benchIndex(b *testing.B, addr string) *Index {
 	b.Helper()
-	kcfg := kvindex.DefaultConfig()
-	local, err := kvindex.New(kcfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.Addrs = []string{addr}
-	cfg.Timeout = 5 * time.Second // a loaded machine must not mark Redis down mid-run
-	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = x.close() })
-	return x
+	return testIndex(b, addr, nil, func(cfg *Config) {
+		cfg.Timeout = 5 * time.Second // a loaded machine must not mark Redis down mid-run
+	})
 }
 
 // waitUntil polls cond for at most 5 s.

@@ -23,25 +23,37 @@ type replica struct {
 	pods map[string]kvindex.PodID
 }
 
-func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica {
-	t.Helper()
+// testIndex is an index over the server at addr with a local view of
+// kvindex's defaults, Config's defaults changed by mutate (nil: none),
+// metrics in reg (nil: none), closed when the test ends.
+func testIndex(tb testing.TB, addr string, reg prometheus.Registerer, mutate func(*Config)) *Index {
+	tb.Helper()
 	kcfg := kvindex.DefaultConfig()
 	local, err := kvindex.New(kcfg, nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cfg := DefaultConfig()
 	cfg.Addrs = []string{addr}
-	cfg.Replica = name
-	cfg.Prefix = "test:"
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = x.close() })
+	tb.Cleanup(func() { _ = x.close() })
+	return x
+}
+
+func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica {
+	t.Helper()
+	x := testIndex(t, addr, prometheus.NewRegistry(), func(cfg *Config) {
+		cfg.Replica, cfg.Prefix = name, "test:"
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
 	r := &replica{Index: x, pods: map[string]kvindex.PodID{}}
 	for _, p := range []string{"p1", "p2"} {
 		r.pods[p] = x.AddPod(p, "m")

@@ -215,47 +215,44 @@ func parseInt(b []byte) (int64, error) {
 	return n, nil
 }
 
-// readStatus reads a simple string reply (+OK).
-func (c *rawConn) readStatus() error {
+// reply reads one reply line of type kind ('+', ':' or '*') and returns
+// what follows the type byte; a replyError is Redis's answer to the
+// command, any other error a failed round trip.
+func (c *rawConn) reply(kind byte) ([]byte, error) {
 	l, err := c.line()
 	switch {
 	case err != nil:
-		return err
+		return nil, err
 	case l[0] == '-':
-		return replyError(l[1:])
-	case l[0] != '+':
-		return errProto
+		return nil, replyError(l[1:])
+	case l[0] != kind:
+		return nil, errProto
 	}
-	return nil
+	return l[1:], nil
 }
 
-// readInt reads an integer reply; a replyError is Redis's answer to the
-// command, any other error a failed round trip.
+// readStatus reads a simple string reply (+OK).
+func (c *rawConn) readStatus() error {
+	_, err := c.reply('+')
+	return err
+}
+
+// readInt reads an integer reply.
 func (c *rawConn) readInt() (int64, error) {
-	l, err := c.line()
-	switch {
-	case err != nil:
+	l, err := c.reply(':')
+	if err != nil {
 		return 0, err
-	case l[0] == '-':
-		return 0, replyError(l[1:])
-	case l[0] != ':':
-		return 0, errProto
 	}
-	return parseInt(l[1:])
+	return parseInt(l)
 }
 
 // readArray reads an array reply's length (-1 a nil array).
 func (c *rawConn) readArray() (int, error) {
-	l, err := c.line()
-	switch {
-	case err != nil:
+	l, err := c.reply('*')
+	if err != nil {
 		return 0, err
-	case l[0] == '-':
-		return 0, replyError(l[1:])
-	case l[0] != '*':
-		return 0, errProto
 	}
-	n, err := parseInt(l[1:])
+	n, err := parseInt(l)
 	if err != nil || n < -1 || n > 1<<24 {
 		return 0, errProto
 	}

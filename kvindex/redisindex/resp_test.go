@@ -17,18 +17,7 @@ import (
 // fuzzIndex is an index with no server: the reply parsers only.
 func fuzzIndex(t testing.TB) *Index {
 	t.Helper()
-	kcfg := kvindex.DefaultConfig()
-	local, err := kvindex.New(kcfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.Addrs, cfg.MaxHolders = []string{"127.0.0.1:1"}, 4
-	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
+	return testIndex(t, "127.0.0.1:1", prometheus.NewRegistry(), func(cfg *Config) { cfg.MaxHolders = 4 })
 }
 
 // FuzzRawReplies feeds arbitrary bytes to a match's reply parser, as a
