@@ -23,11 +23,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// TestDebugPodsMetricsState: /debug/pods tells a pod whose figures are
-// fresh from one whose metrics never answered or went stale.
-func TestDebugPodsMetricsState(t *testing.T) {
-	c := defaultConfig()
-	c.Routing.StaleMetricsAfter = duration(10 * time.Second)
+// testApp is the app of config c, validated.
+func testApp(t *testing.T, c config) (*app, settings) {
+	t.Helper()
 	s, err := c.validate("")
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +34,15 @@ func TestDebugPodsMetricsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, s
+}
+
+// TestDebugPodsMetricsState: /debug/pods tells a pod whose figures are
+// fresh from one whose metrics never answered or went stale.
+func TestDebugPodsMetricsState(t *testing.T) {
+	c := defaultConfig()
+	c.Routing.StaleMetricsAfter = duration(10 * time.Second)
+	a, _ := testApp(t, c)
 	now := time.Now()
 	for i, name := range []string{"fresh", "never", "pending", "stale"} {
 		a.fleet.Upsert(pod.Pod{Name: name, IP: "10.0.0.1", Port: 8000 + i, Model: "m", Ready: true})
@@ -79,14 +86,7 @@ func TestDebugPodsMetricsState(t *testing.T) {
 // TestDebugPodsTopology: /debug/pods names a candidate's data-parallel
 // rank and a pod's prefill/decode role, and only where there is one.
 func TestDebugPodsTopology(t *testing.T) {
-	s, err := defaultConfig().validate("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := newApp(s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, s := testApp(t, defaultConfig())
 	sink := newFleetSink(a.fleet, a.events, s.events, a.logger)
 	sink.Upsert(pod.Pod{Name: "dp", IP: "10.0.0.1", Port: 8000, Model: "m", DPSize: 2, Ready: true})
 	sink.Upsert(pod.Pod{Name: "p", IP: "10.0.0.2", Port: 8000, Model: "m", Role: pod.RolePrefill, Ready: true})
@@ -123,14 +123,7 @@ func TestDebugPodsTopology(t *testing.T) {
 func TestDebugPodsSpeed(t *testing.T) {
 	c := defaultConfig()
 	c.Routing.PrefillTokensPerSecond = 20000
-	s, err := c.validate("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := newApp(s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := testApp(t, c)
 	a.fleet.Upsert(pod.Pod{Name: "fast", IP: "10.0.0.1", Port: 8000, Model: "m", Ready: true})
 	a.fleet.Upsert(pod.Pod{Name: "slow", IP: "10.0.0.2", Port: 8000, Model: "m", Ready: true})
 	// 99.5 s at 5,000 tokens/s, with the prior's 0.5 s at 20,000: 5,075 tokens/s at no context.
@@ -215,14 +208,7 @@ func TestAdminLimit(t *testing.T) {
 // "reader", who may; "other" is user "someone", who may not.
 func TestAdminEndpointsGuarded(t *testing.T) {
 	c := defaultConfig()
-	s, err := c.validate("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := newApp(s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := testApp(t, c)
 	client := fake.NewClientset()
 	client.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
@@ -239,6 +225,7 @@ func TestAdminEndpointsGuarded(t *testing.T) {
 		sar.Status.Allowed = sar.Spec.User == "reader"
 		return true, sar, nil
 	})
+	var err error
 	if a.auth, err = kubeauth.New(client, slog.New(slog.DiscardHandler), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,14 +21,7 @@ import (
 // without PYTHONHASHSEED) reads "mismatch" and "rekeyed" in /debug/pods once
 // its chains have failed verification.
 func TestDebugPodsRekeyed(t *testing.T) {
-	s, err := defaultConfig().validate("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := newApp(s, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := testApp(t, defaultConfig())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	t.Cleanup(func() {
