@@ -230,6 +230,22 @@ func scrapeFleet(t *testing.T, n int, pods *fakePods) (*Fleet, *Scraper) {
 	return fleet, s
 }
 
+// checkLearned checks each named pod's learned seconds per token
+// against want, within 5%.
+func checkLearned(t *testing.T, fleet *Fleet, want map[string]float64) {
+	t.Helper()
+	for name, w := range want {
+		sp := fleet.Load(name).Speed()
+		if sp == nil {
+			t.Errorf("%s: nothing learned in 30s", name)
+			continue
+		}
+		if got := sp.Busy / sp.Tokens; !near(got, w, 0.05) {
+			t.Errorf("%s: learned %.0f tokens/s, want %.0f ±5%%", name, 1/got, 1/w)
+		}
+	}
+}
+
 // runFor runs s for d of the bubble's fake time and waits for it to return.
 func runFor(t *testing.T, s *Scraper, d time.Duration) {
 	t.Helper()
@@ -458,16 +474,7 @@ func TestScraperLearnsSpeed(t *testing.T) {
 			t.Fatalf("speed before any scrape: %+v", *sp)
 		}
 		runFor(t, s, 30*time.Second)
-		for name, want := range map[string]float64{"p0": c, "p1": 2 * c} {
-			sp := fleet.Load(name).Speed()
-			if sp == nil {
-				t.Errorf("%s: nothing learned in 30s", name)
-				continue
-			}
-			if got := sp.Busy / sp.Tokens; !near(got, want, 0.05) {
-				t.Errorf("%s: learned %.0f tokens/s, want %.0f ±5%%", name, 1/got, 1/want)
-			}
-		}
+		checkLearned(t, fleet, map[string]float64{"p0": c, "p1": 2 * c})
 	})
 }
 
@@ -501,15 +508,6 @@ func TestScraperLearnsEachRank(t *testing.T) {
 			t.Fatal(err)
 		}
 		runFor(t, s, 30*time.Second)
-		for name, want := range map[string]float64{"a": c, "a:rank-1": 2 * c} {
-			sp := fleet.Load(name).Speed()
-			if sp == nil {
-				t.Errorf("%s: nothing learned in 30s", name)
-				continue
-			}
-			if got := sp.Busy / sp.Tokens; !near(got, want, 0.05) {
-				t.Errorf("%s: learned %.0f tokens/s, want %.0f ±5%%", name, 1/got, 1/want)
-			}
-		}
+		checkLearned(t, fleet, map[string]float64{"a": c, "a:rank-1": 2 * c})
 	})
 }
