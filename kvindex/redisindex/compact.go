@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -103,7 +104,7 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 		x.metrics.refused.WithLabelValues("size").Inc()
 		return nil
 	}
-	out := fold(val, epochs, uint64(x.now().UnixMilli()))
+	out := fold(val, epochs, uint64(x.now().UnixMilli()), x.lives())
 	n, err := compactScript.Run(ctx, x.rdb, []string{c.key}, val, out).Int()
 	switch {
 	case err != nil:
@@ -115,16 +116,17 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 }
 
 // fold is compaction's arithmetic: the live holders of val, one record
-// each, in first-seen order; then, as they were, the records of pods the
-// table epochs was read before (a newer epoch, or no number yet), which a
-// new lease holder may have written since.
-func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
+// each (a settled speculative holder two: its speculation and its
+// settling), in first-seen order; then, as they were, the records of pods
+// the table epochs was read before (a newer epoch, or no number yet),
+// which a new lease holder may have written since.
+func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []byte {
 	type holderKey struct {
 		num  uint32
 		kind uint8
 	}
 	counts := map[holderKey]int{}
-	spec := map[uint32]uint64{}
+	spec := map[uint32]*specState{}
 	var order []holderKey
 	var raw []byte
 	for off := 0; off+recordSize <= len(val); off += recordSize {
@@ -137,11 +139,19 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 			order = append(order, k)
 			counts[k] = 0
 		}
+		ep, ok := epochs[r.num]
 		if r.kind == kindSpec {
-			spec[r.num] = r.v
+			if !ok { // a pod numbered after the table was read
+				raw = append(raw, val[off:off+recordSize]...)
+				continue
+			}
+			if spec[r.num] == nil {
+				spec[r.num] = &specState{}
+			}
+			spec[r.num].apply(r.delta == specSettle, r.v, ep, lives)
 			continue
 		}
-		switch ep, ok := epochs[r.num]; {
+		switch {
 		case !ok || r.v > ep:
 			// A pod numbered, or given a new epoch, after the table was
 			// read: its records are a new holder's, kept as they are.
@@ -151,13 +161,19 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64) []byte {
 			continue // an older epoch: counts for nothing
 		}
 		counts[k] = max(0, counts[k]+int(r.delta))
+		if s := spec[r.num]; s != nil && r.kind == uint8(kvindex.TierGPU) && r.delta > 0 {
+			*s = specState{} // confirmed
+		}
 	}
 	var out []byte
 	for _, k := range order {
 		switch {
 		case k.kind == kindSpec:
-			if d := spec[k.num]; d > now {
-				out = appendRecord(out, k.num, kindSpec, 0, d)
+			if s := spec[k.num]; s != nil && s.deadline() > now {
+				out = appendRecord(out, k.num, kindSpec, 0, s.pending)
+				if s.settled != 0 {
+					out = appendRecord(out, k.num, kindSpec, specSettle, s.settled)
+				}
 			}
 		case counts[k] > 0:
 			out = appendRecord(out, k.num, k.kind, int8(min(counts[k], 127)), epochs[k.num])

@@ -19,7 +19,10 @@ func TestFold(t *testing.T) {
 		return appendRecord(nil, num, kind, delta, v)
 	}
 	cat := func(rs ...[]byte) []byte { return bytes.Join(rs, nil) }
-	epochs := map[uint32]uint64{1: 5, 2: 7}
+	spec := func(num uint32, v uint64) []byte { return rec(num, kindSpec, 0, v) }
+	settle := func(num uint32, v uint64) []byte { return rec(num, kindSpec, specSettle, v) }
+	epochs := map[uint32]uint64{1: 5, 2: 7, 4: 2000}
+	lives := specLives{ttl: 100, grace: 10}
 	for _, tt := range []struct {
 		name string
 		in   []byte
@@ -35,8 +38,22 @@ func TestFold(t *testing.T) {
 		{"the last speculation wins", cat(rec(1, kindSpec, 0, 5000), rec(1, kindSpec, 0, 2000)), rec(1, kindSpec, 0, 2000)},
 		{"expired speculation dropped", cat(rec(1, kindSpec, 0, 5000), rec(1, kindSpec, 0, now)), nil},
 		{"unknown kinds dropped", cat(rec(1, 9, 1, 5), rec(2, 0, 1, 7)), rec(2, 0, 1, 7)},
+		{"a GPU store confirms the speculation", cat(spec(1, 5000), rec(1, 0, 1, 5)), rec(1, 0, 1, 5)},
+		{"a CPU store does not", cat(spec(1, 5000), rec(1, 1, 1, 5)), cat(spec(1, 5000), rec(1, 1, 1, 5))},
+		{"a speculation after the store stays", cat(rec(1, 0, 1, 5), spec(1, 5000)), cat(rec(1, 0, 1, 5), spec(1, 5000))},
+		{"a settling shortens the speculation", cat(spec(1, 5000), settle(1, 2000)), cat(spec(1, 5000), settle(1, 2000))},
+		{"the first settling counts", cat(spec(1, 5000), settle(1, 2000), settle(1, 3000)), cat(spec(1, 5000), settle(1, 2000))},
+		{"a new speculation ends the settling", cat(spec(1, 5000), settle(1, 2000), spec(1, 6000)), spec(1, 6000)},
+		{"a settling creates no speculation", settle(1, 2000), nil},
+		{"a settled speculation expires", cat(spec(1, 5000), settle(1, now)), nil},
+		// Written before the pod's epoch began (deadline less its life):
+		// the pod's from before its clear.
+		{"speculation before the clear dropped", cat(spec(4, 2099), spec(2, 5000)), spec(2, 5000)},
+		{"speculation after the clear kept", spec(4, 2100), spec(4, 2100)},
+		{"a settling before the clear dropped", cat(spec(4, 2500), settle(4, 2009)), spec(4, 2500)},
+		{"speculation of a pod numbered since kept as it is", cat(settle(3, 2000), spec(1, 5000)), cat(spec(1, 5000), settle(3, 2000))},
 	} {
-		if got := fold(tt.in, epochs, now); !bytes.Equal(got, tt.want) {
+		if got := fold(tt.in, epochs, now, lives); !bytes.Equal(got, tt.want) {
 			t.Errorf("%s: fold = %x, want %x", tt.name, got, tt.want)
 		}
 	}

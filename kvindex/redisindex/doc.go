@@ -34,10 +34,16 @@
 // write is an APPEND (with a PEXPIREAT when the key's TTL is due, below),
 // so writers of different pods never read-modify-write a shared key and
 // need no script: a BlockStored of 16 blocks is one pipeline of 16 to 32
-// commands, a speculation of a 512-block prompt one of 512 to 1024. Readers fold a pod's real records of its current
-// epoch in order, the count never below zero (a removal of an absent block
-// is ignored, as kvindex ignores it); the last speculative record of a pod
-// wins, so Settle is an append of a shorter deadline.
+// commands, a speculation of a 512-block prompt one of 512 to 1024. Readers
+// fold a pod's real records of its current epoch in order, the count never
+// below zero (a removal of an absent block is ignored, as kvindex ignores
+// it), and its speculative records to what kvindex's own speculative holder
+// would be: a speculation sets the deadline, a settling (flagged) only
+// shortens a pending one, the pod's GPU store confirms it, and one written
+// before the pod's current epoch (its deadline less its life, before the
+// epoch, the clearing replica's clock) is from before a clear and counts
+// for nothing. TestMatchAgreesWithLocalView holds a match through Redis to
+// the local view's over random runs of every operation.
 //
 // A Match is one pipeline: HMGET of the candidates' pod table entries
 // (and, for the router's MatchLoad, HGETALL of the load table), and one
@@ -160,9 +166,10 @@
 // stay in order. A decision's Speculate and Settle do not wait: they are
 // queued (in order, so a Settle lands after its Speculate) and written by
 // the group writer; speculation still queued when Run ends is dropped. Of
-// a pod's speculative records on one block in one group commit only the
-// last, the one that counts, is written: a burst of decisions on one
-// prompt writes each block once per commit.
+// a pod's speculative records on one block in one group commit only those
+// that count are written, its last speculation and the first settling
+// after: a burst of decisions on one prompt writes each block at most
+// twice per commit.
 //
 // # Lifecycle
 //

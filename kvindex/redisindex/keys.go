@@ -47,17 +47,61 @@ func (x *Index) leaseKey(pod string) string {
 //
 //	[0:4]  the pod's number in its namespace's pod table, little-endian
 //	[4]    kind: 0–3 a tier (a real holder), 4 speculative
-//	[5]    real: a count delta, a signed byte (+n stored, -1 removed)
+//	[5]    real: a count delta, a signed byte (+n stored, -1 removed);
+//	       speculative: 0 a decision's speculation, 1 its settling
 //	[6:8]  zero
 //	[8:16] real: the pod's epoch; speculative: the deadline in unix ms
 //
 // Readers fold a pod's real records of its current epoch in order, the
 // count never going below zero (a removal of an absent block is ignored,
-// as kvindex ignores it); the last speculative record of a pod wins.
+// as kvindex ignores it), and its speculative records as specState does.
 const (
 	recordSize = 16
 	kindSpec   = 4
+	specSettle = 1 // a speculative record's [5]: Settle's
 )
+
+// specState is one pod's speculative holder of one block as its records
+// fold, in order, to what kvindex's own holder would be: a speculation
+// sets the deadline (a new one, should the pod have one already); a
+// settling shortens the one pending, if any, and creates none; the pod's
+// GPU store of the block confirms it (real, no longer speculative); a
+// clear (a new epoch) drops it. Records carry no epoch: one written before
+// the pod's current epoch began, its deadline less the life it was given
+// (kvindex.Config.SpeculativeTTL, or SpeculativeGrace for a settling)
+// before the epoch, is the pod's from before its clear. The epoch is the
+// clearing replica's clock in ms, so another replica's clock skew errs by
+// as much; a deadline of 0 is none.
+type specState struct{ pending, settled uint64 }
+
+// specLives is the lives speculative records are given, in ms.
+type specLives struct{ ttl, grace uint64 }
+
+// lives is the lives this replica gives its speculative records.
+func (x *Index) lives() specLives {
+	return specLives{uint64(x.spec.SpeculativeTTL.Milliseconds()), uint64(x.spec.SpeculativeGrace.Milliseconds())}
+}
+
+// apply folds the speculative record (settle: Settle's) of deadline v of
+// a pod whose current epoch is epoch.
+func (s *specState) apply(settle bool, v, epoch uint64, l specLives) {
+	switch {
+	case !settle:
+		if v >= epoch+l.ttl {
+			*s = specState{pending: v}
+		}
+	case s.pending != 0 && v >= epoch+l.grace && (s.settled == 0 || v < s.settled):
+		s.settled = v
+	}
+}
+
+// deadline is when the holder stops counting; 0: there is none.
+func (s specState) deadline() uint64 {
+	if s.settled != 0 && s.settled < s.pending {
+		return s.settled
+	}
+	return s.pending
+}
 
 func appendRecord(buf []byte, num uint32, kind uint8, delta int8, v uint64) []byte {
 	buf = binary.LittleEndian.AppendUint32(buf, num)
@@ -82,7 +126,7 @@ func decodeRecord[B string | []byte](b B) (r record, ok bool) {
 	for i := 15; i >= 8; i-- {
 		r.v = r.v<<8 | uint64(b[i])
 	}
-	return r, r.kind <= kindSpec && b[6] == 0 && b[7] == 0
+	return r, r.kind <= kindSpec && b[6] == 0 && b[7] == 0 && (r.kind != kindSpec || r.delta == 0 || r.delta == specSettle)
 }
 
 // parsePodEntry reads a pod table value "<num>:<epoch>": decimal digits,

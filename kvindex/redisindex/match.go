@@ -24,10 +24,11 @@ type matchScratch struct {
 	bigNum  map[uint32]int32
 	epoch   []uint64 // by eligible candidate; 0: not in the pod table
 	live    []bool
+	numOf   []uint32                  // by eligible candidate: its pod number
 	alive   []int32                   // the candidates whose runs still extend, in no order
-	stamp   []uint32                  // by candidate: the block (+1) its tallies are of
 	count   [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
-	spec    []uint64                  // by candidate: this block's last speculative deadline
+	spec    []specState               // by candidate: this block's speculative holder
+	tally   [][kindSpec + 1]int32     // by candidate: its run's blocks by tier, speculative last
 	members [][]int32                 // by group: its blocks' indexes, in MGET order
 	// arena holds the values read; tab (by eligible candidate) and vals
 	// (by block) their spans. tableErr: Redis refused the HMGET.
@@ -317,6 +318,7 @@ func (x *Index) readTable(sc *matchScratch) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
 	sc.live = resize(sc.live, n)
+	sc.numOf = resize(sc.numOf, n)
 	// Reset only what the last match set: bynum is as long as the largest
 	// pod number seen, which grows with every pod name a namespace sees.
 	for _, num := range sc.nums {
@@ -343,7 +345,7 @@ func (x *Index) readTable(sc *matchScratch) bool {
 			x.metrics.refused.WithLabelValues("pods").Inc()
 			continue
 		}
-		sc.epoch[i], sc.live[i] = ep, true
+		sc.epoch[i], sc.live[i], sc.numOf[i] = ep, true, num
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
@@ -355,6 +357,20 @@ func (x *Index) readTable(sc *matchScratch) bool {
 		}
 	}
 	return true
+}
+
+// unmap takes candidate c's pod number out of the lookup: its records
+// no longer count. (A pod table that gave two candidates one number maps
+// it to the last: the other's records never counted.)
+func (sc *matchScratch) unmap(c int32) {
+	num := sc.numOf[c]
+	if num >= maxDirectNum {
+		if sc.bigNum[num] == c+1 {
+			delete(sc.bigNum, num)
+		}
+	} else if sc.bynum[num] == c+1 {
+		sc.bynum[num] = 0
+	}
 }
 
 func (sc *matchScratch) candOf(num uint32) int32 {
@@ -369,25 +385,30 @@ func (sc *matchScratch) candOf(num uint32) int32 {
 
 // count walks the blocks in order, extending each candidate's run: per
 // block it folds the records of the candidates still running (their real
-// records of their current epoch, the count never below zero; their last
-// speculative record) and advances those holding the block, fastest real
-// tier first, speculation only where no real holder counts.
+// records of their current epoch, the count never below zero; their
+// speculative records, specState) and advances those holding the block, fastest real
+// tier first, speculation only where no real holder counts. A candidate
+// whose run ends is unmapped from its pod number, so that its records in
+// the blocks after cost one lookup; the runs are tallied in the scratch
+// and written to out at the end.
 func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch) {
 	n := len(sc.names)
-	sc.stamp = resize(sc.stamp, n)
 	sc.count = resize(sc.count, n)
 	sc.spec = resize(sc.spec, n)
-	clear(sc.stamp)
+	sc.tally = resize(sc.tally, n)
+	clear(sc.count)
+	clear(sc.spec)
+	clear(sc.tally)
 	sc.alive = sc.alive[:0]
 	for k := range n {
 		if sc.live[k] {
 			sc.alive = append(sc.alive, int32(k))
 		}
 	}
-	now := uint64(x.now().UnixMilli())
+	now, lives := uint64(x.now().UnixMilli()), x.lives()
 	for b := range hashes {
 		if len(sc.alive) == 0 {
-			return
+			break
 		}
 		var val []byte
 		switch sp := sc.vals[b]; sp.n {
@@ -401,29 +422,29 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		default:
 			val = sc.arena[sp.off : sp.off+sp.n]
 		}
-		gen := uint32(b) + 1
 		bad := 0
 		for off := 0; off+recordSize <= len(val); off += recordSize {
 			hdr := binary.LittleEndian.Uint64(val[off:])
-			kind := uint8(hdr >> 32)
-			if kind > kindSpec || hdr>>48 != 0 {
+			kind, delta := uint8(hdr>>32), int8(hdr>>40)
+			if kind > kindSpec || hdr>>48 != 0 || kind == kindSpec && delta != 0 && delta != specSettle {
 				bad++
 				continue
 			}
 			c := sc.candOf(uint32(hdr))
-			if c < 0 || !sc.live[c] {
-				continue
-			}
-			if sc.stamp[c] != gen {
-				sc.stamp[c], sc.count[c], sc.spec[c] = gen, [kvindex.NumTiers]int16{}, 0
+			if c < 0 {
+				continue // no candidate, or one whose run has ended
 			}
 			v := binary.LittleEndian.Uint64(val[off+8:])
 			if kind == kindSpec {
-				sc.spec[c] = v
+				sc.spec[c].apply(delta == specSettle, v, sc.epoch[c], lives)
 				continue
 			}
 			if v == sc.epoch[c] { // the pod's current epoch
-				sc.count[c][kind] = max(0, sc.count[c][kind]+int16(int8(hdr>>40)))
+				t := &sc.count[c][kind]
+				*t = max(0, *t+int16(delta))
+				if kind == uint8(kvindex.TierGPU) && delta > 0 {
+					sc.spec[c] = specState{} // confirmed
+				}
 			}
 		}
 		if bad > 0 {
@@ -432,31 +453,34 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		kept := sc.alive[:0]
 		for _, c := range sc.alive {
 			t := uint8(kindNone)
-			if sc.stamp[c] == gen {
-				for tier := range kvindex.NumTiers {
-					if sc.count[c][tier] > 0 {
-						t = uint8(tier)
-						break
-					}
-				}
-				if t == kindNone && sc.spec[c] > now {
-					t = kindSpec
+			for tier := range kvindex.NumTiers {
+				if sc.count[c][tier] > 0 {
+					t = uint8(tier)
+					break
 				}
 			}
+			if t == kindNone && sc.spec[c].deadline() > now {
+				t = kindSpec
+			}
+			sc.count[c], sc.spec[c] = [kvindex.NumTiers]int16{}, specState{}
 			if t == kindNone {
 				sc.live[c] = false
+				sc.unmap(c)
 				continue
 			}
-			o := &out[sc.cand[c]]
-			if t == kindSpec {
-				o.Speculative++
-			} else {
-				o.Tiers[t]++
-			}
-			o.Blocks++
+			sc.tally[c][t]++
 			kept = append(kept, c)
 		}
 		sc.alive = kept
+	}
+	for k := range n {
+		o, t := &out[sc.cand[k]], &sc.tally[k]
+		for tier := range kvindex.NumTiers {
+			o.Tiers[tier] = int(t[tier])
+			o.Blocks += int(t[tier])
+		}
+		o.Speculative = int(t[kindSpec])
+		o.Blocks += o.Speculative
 	}
 }
 

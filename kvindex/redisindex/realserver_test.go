@@ -3,9 +3,13 @@ package redisindex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -566,6 +570,12 @@ func TestSpeculationCoalesced(t *testing.T) {
 		{tag: tag, hashes: blocks[:1], rec: appendRecord(nil, n2, kindSpec, 0, far)},
 		{tag: tag, hashes: blocks[:1], rec: stored},
 		{tag: tag, hashes: blocks[:1], rec: appendRecord(nil, n1, kindSpec, 0, near)},
+		// p2 on block 1: a speculation settled twice; the first settling
+		// is the one that counts.
+		{tag: tag, hashes: blocks[1:2], rec: appendRecord(nil, n2, kindSpec, specSettle, near)},
+		{tag: tag, hashes: blocks[1:2], rec: appendRecord(nil, n2, kindSpec, 0, far)},
+		{tag: tag, hashes: blocks[1:2], rec: appendRecord(nil, n2, kindSpec, specSettle, near)},
+		{tag: tag, hashes: blocks[1:2], rec: appendRecord(nil, n2, kindSpec, specSettle, far-1)},
 	}
 	must(t, a.appendNow(batch))
 	val, err := a.rdb.Get(context.Background(), string(a.blockKey(nil, tag, blocks[0]))).Bytes()
@@ -579,8 +589,11 @@ func TestSpeculationCoalesced(t *testing.T) {
 	}
 	val, err = a.rdb.Get(context.Background(), string(a.blockKey(nil, tag, blocks[1]))).Bytes()
 	must(t, err)
-	if want := appendRecord(nil, n1, kindSpec, 0, far); string(val) != string(want) {
-		t.Errorf("block 1's records = %x, want %x (nothing overrides it)", val, want)
+	want = appendRecord(nil, n1, kindSpec, 0, far)
+	want = appendRecord(want, n2, kindSpec, 0, far)
+	want = appendRecord(want, n2, kindSpec, specSettle, near)
+	if string(val) != string(want) {
+		t.Errorf("block 1's records = %x, want %x (p1's: nothing overrides it; p2's speculation and its first settling after)", val, want)
 	}
 }
 
@@ -666,5 +679,76 @@ func TestAppendsToExistingKeys(t *testing.T) {
 				t.Errorf("TTL = %v, %v; want refreshed to about 1h", d, err)
 			}
 		})
+	}
+}
+
+// TestMatchAgreesWithLocalView: after every few of a random run of stores,
+// removals (of blocks held and not), clears, speculation and settling on
+// six pods, in every tier, Match through Redis reports for every candidate
+// exactly what the local view, kvindex's own Match, reports.
+func TestMatchAgreesWithLocalView(t *testing.T) {
+	srv := redisserver.New(t)
+	// One clock for both, so that a speculative entry lapses for both at
+	// once, moved 10 ms at each operation: the 2 s grace of a settled
+	// entry runs out within the run, and a pod's clear (its epoch, the
+	// clock in ms) falls between the speculation before it and after.
+	var ms atomic.Int64
+	clock := func() time.Time { return time.UnixMilli(1_767_225_600_000 + ms.Load()) }
+	kcfg := kvindex.DefaultConfig()
+	kcfg.Now = clock
+	local, err := kvindex.New(kcfg, nil)
+	must(t, err)
+	cfg := DefaultConfig()
+	cfg.Addrs, cfg.Now = []string{srv.Addr}, clock
+	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), nil)
+	must(t, err)
+	t.Cleanup(func() { _ = x.close() })
+	var ids []kvindex.PodID
+	for i := range 6 {
+		ids = append(ids, x.AddPod(fmt.Sprintf("pod-%d", i), "m"))
+	}
+	x.tick() // every lease
+	rng := rand.New(rand.NewPCG(7, 11))
+	chains := make([][]uint64, 8) // prompts sharing prefixes: chain i continues chain i/2's first blocks
+	for i := range chains {
+		n := 4 + rng.IntN(28)
+		if i > 0 {
+			chains[i] = slices.Clone(chains[i/2][:rng.IntN(len(chains[i/2]))])
+		}
+		for len(chains[i]) < n {
+			chains[i] = append(chains[i], rng.Uint64())
+		}
+	}
+	var got, want []kvindex.PodMatch
+	for op := range 600 {
+		ms.Add(10)
+		pod := ids[rng.IntN(len(ids))]
+		ch := chains[rng.IntN(len(chains))]
+		from := rng.IntN(len(ch))
+		part := ch[from:min(len(ch), from+1+rng.IntN(4))]
+		tier := kvindex.Tier(rng.IntN(kvindex.NumTiers))
+		switch k := rng.IntN(20); {
+		case k < 9:
+			must(t, x.Stored(pod, tier, ch[:1+rng.IntN(len(ch))]))
+		case k < 14:
+			must(t, x.Removed(pod, tier, part))
+		case k < 15:
+			must(t, x.ClearPod(pod))
+		case k < 18:
+			must(t, x.Speculate(pod, ch[:1+rng.IntN(len(ch))]))
+		default:
+			must(t, x.Settle(pod, ch))
+		}
+		if op%5 != 4 {
+			continue
+		}
+		for _, ch := range chains {
+			cands := ids[rng.IntN(2):] // now and then not every pod
+			got = x.Match("m", ch, cands, got)
+			want = x.local.Match("m", ch, cands, want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("after op %d: Match through Redis = %+v, the local view's = %+v", op, got, want)
+			}
+		}
 	}
 }

@@ -198,32 +198,60 @@ type specKey struct {
 	num uint32
 }
 
-// coalesce marks in ttls.skip the speculative records of batch that a
-// later one of the same pod on the same block overrides (the last one
-// counts): a burst of decisions speculating and settling one prompt on
-// one pod writes each block once per batch, not once per decision.
+// coalesce marks in ttls.skip the speculative records of batch that
+// change nothing read after the batch (specState): those before a later
+// speculation of the same pod on the same block, and a settling after
+// another since the last speculation (the first, shorter, counts). A
+// burst of decisions speculating and settling one prompt on one pod
+// writes each block at most twice per batch, not once per decision.
 func (x *Index) coalesce(batch []*appendReq) {
 	x.ttls.skip = x.ttls.skip[:0]
 	if x.ttls.last == nil {
-		x.ttls.last = make(map[specKey]int32)
+		x.ttls.last = make(map[specKey]specWrites)
 	}
 	clear(x.ttls.last)
 	i := int32(0)
 	for _, r := range batch {
-		spec := r.rec[4] == kindSpec
+		spec, settle := r.rec[4] == kindSpec, int8(r.rec[5]) == specSettle
 		num := binary.LittleEndian.Uint32(r.rec)
 		for _, h := range r.hashes {
 			x.ttls.skip = append(x.ttls.skip, false)
 			if spec && len(batch) > 1 {
 				k := specKey{r.tag, h, num}
-				if j, ok := x.ttls.last[k]; ok {
-					x.ttls.skip[j] = true
+				w, ok := x.ttls.last[k]
+				switch {
+				case !ok:
+					w = specWrites{-1, -1}
+				case !settle:
+					for _, j := range w {
+						if j >= 0 {
+							x.ttls.skip[j] = true
+						}
+					}
+					w = specWrites{-1, -1}
+				case w[1] >= 0:
+					x.ttls.skip[i] = true
 				}
-				x.ttls.last[k] = i
+				w[b2i(settle)] = i
+				if !x.ttls.skip[i] {
+					x.ttls.last[k] = w
+				}
 			}
 			i++
 		}
 	}
+}
+
+// specWrites is the indexes in a batch of the records of one pod's
+// speculation on one block that count so far: its last speculation and
+// the first settling since; -1 none.
+type specWrites [2]int32
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // appendPipe writes the appends, and the TTLs ttls.set asks for, in one
@@ -371,8 +399,8 @@ type ttlCache struct {
 	sync.Mutex
 	slots []ttlSlot
 	set   []bool // by block of the batch being written: refresh its TTL
-	skip  []bool // by block of the batch: a speculative record a later one overrides
-	last  map[specKey]int32
+	skip  []bool // by block of the batch: a speculative record that changes nothing (coalesce)
+	last  map[specKey]specWrites
 }
 
 type ttlSlot struct {
@@ -489,7 +517,7 @@ func (x *Index) Speculate(pod kvindex.PodID, hashes []uint64) error {
 	if err := x.local.Speculate(pod, hashes); err != nil {
 		return err
 	}
-	return x.speculate(pod, hashes, x.spec.SpeculativeTTL, "speculate")
+	return x.speculate(pod, hashes, x.spec.SpeculativeTTL, 0, "speculate")
 }
 
 // Settle shortens a decision's speculative holders to the grace period in
@@ -498,12 +526,12 @@ func (x *Index) Settle(pod kvindex.PodID, hashes []uint64) error {
 	if err := x.local.Settle(pod, hashes); err != nil {
 		return err
 	}
-	return x.speculate(pod, hashes, x.spec.SpeculativeGrace, "settle")
+	return x.speculate(pod, hashes, x.spec.SpeculativeGrace, specSettle, "settle")
 }
 
-// speculate appends a speculative record with the deadline now + life:
-// the pod's last one counts.
-func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration, op string) error {
+// speculate appends a speculative record (flag: 0, or specSettle) with
+// the deadline now + life.
+func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration, flag int8, op string) error {
 	ps := x.pod(pod)
 	if ps == nil || !x.up.Load() || len(hashes) == 0 {
 		return nil
@@ -513,7 +541,7 @@ func (x *Index) speculate(pod kvindex.PodID, hashes []uint64, life time.Duration
 		return nil
 	}
 	deadline := uint64(x.now().Add(life).UnixMilli())
-	rec := appendRecord(nil, num, kindSpec, 0, deadline)
+	rec := appendRecord(nil, num, kindSpec, flag, deadline)
 	if x.grouping.Load() {
 		// The decision does not wait for its speculation to reach Redis:
 		// the group writer takes requests in order, so a Settle still
