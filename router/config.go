@@ -112,6 +112,10 @@ type Config struct {
 	// called from concurrent Route calls. Nil means math/rand/v2.IntN; the
 	// fleet simulator injects a seeded one so that its runs repeat.
 	IntN func(n int) int
+	// Now is the clock the queue estimate reads (how long the pod has
+	// worked on the prefill at the head of the router's queue there). Nil
+	// means time.Now; the fleet simulator injects its own.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.

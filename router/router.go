@@ -331,12 +331,27 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 
 // charge adds prefill routed to a pod, not yet done, to its load, and
 // shares it with the other replicas when the index does.
+//
+// The pod begins a request's prefill when nothing of the router's is
+// ahead of it there: when it arrives at an idle pod, or when the one
+// before it is prefilled (or moves away). Load.PrefillSince keeps that
+// time for queue.
 func (r *Router) charge(l *fleet.Load, pod kvindex.PodID, tokens, requests int64) {
 	l.PrefillTokens.Add(tokens)
-	l.Prefilling.Add(requests)
+	if n := l.Prefilling.Add(requests); n > 0 && (requests < 0 || n == requests) {
+		l.PrefillSince.Store(r.now().UnixNano())
+	}
 	if r.sharer != nil {
 		r.sharer.Charge(pod, tokens, requests)
 	}
+}
+
+// now is Config.Now, or time.Now.
+func (r *Router) now() time.Time {
+	if r.cfg.Now != nil {
+		return r.cfg.Now()
+	}
+	return time.Now()
 }
 
 // maxKeptTokens bounds the token buffer a pooled scratch keeps (1 MiB):

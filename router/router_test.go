@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,7 +41,11 @@ type testRouter struct {
 	t     *testing.T
 	index *kvindex.Index
 	fleet *fleet.Fleet
+	clock *atomic.Int64 // Config.Now, in unix nanoseconds: still unless a test moves it
 }
+
+// advance moves the router's clock on by d.
+func (tr *testRouter) advance(d time.Duration) { tr.clock.Add(int64(d)) }
 
 func newTestRouter(t *testing.T) *testRouter {
 	t.Helper()
@@ -66,11 +71,15 @@ func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(DefaultConfig(), fl, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	clock := &atomic.Int64{}
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	cfg := DefaultConfig()
+	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	r, err := New(cfg, fl, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testRouter{Router: r, t: t, index: index, fleet: fl}
+	return &testRouter{Router: r, t: t, index: index, fleet: fl, clock: clock}
 }
 
 // store records that pod holds the blocks of prompt (under lora and salt).

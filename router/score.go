@@ -50,8 +50,8 @@ type Tiers struct {
 //
 // peers, by member (empty without a LoadSharer), is the prefill other
 // router replicas routed to each pod and have not seen done: it counts as
-// the replica's own.
-func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, tokens int, pressure float64, out []Score) []Score {
+// the replica's own. now is the time in unix nanoseconds.
+func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, tokens int, pressure float64, now int64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	for i, m := range ms {
@@ -67,7 +67,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 		if i < len(peers) {
 			peer = peers[i]
 		}
-		queue, behind := r.queue(mem.Load, peer, spt)
+		queue, behind := r.queue(mem.Load, peer, spt, now)
 		prefill := work * spt
 		out = append(out, Score{
 			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative,
@@ -166,7 +166,13 @@ func bestShare(scores []Score, blocks int) float64 {
 // seconds of the pod's time, and how many requests wait there.
 //
 // The router's own unprefilled requests count by the prefill it charged
-// them: a queue of cache hits is short however long it is. With an index
+// them: a queue of cache hits is short however long it is. The oldest of
+// them has been prefilling since Load.PrefillSince: the time since then
+// (now, unix nanoseconds), up to its share of the charge, is done. (Counting
+// the whole charge until the pod answered priced a pod a moment from its
+// first token as if it had not begun, and the router copied a cached
+// prefix to an idle pod, a cold prefill, rather than wait the moment.)
+// With an index
 // that shares the replicas' in-flight prefill, the other replicas' (peer)
 // count as the router's own.
 // (Counting every waiting request at a flat price made a pod caching a
@@ -181,8 +187,13 @@ func bestShare(scores []Score, blocks int) float64 {
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest. spt is the pod's prefill cost of a token
 // (PrefillSecondsPerToken).
-func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64) (seconds, waiting float64) {
-	own := float64(l.PrefillTokens.Load()+peer.PrefillTokens) * spt
+func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int64) (seconds, waiting float64) {
+	own := float64(l.PrefillTokens.Load()) * spt
+	if mine := l.Prefilling.Load(); mine > 0 && own > 0 {
+		done := float64(now-l.PrefillSince.Load()) / 1e9
+		own -= min(max(done, 0), own/float64(mine))
+	}
+	own += float64(peer.PrefillTokens) * spt
 	n := l.Prefilling.Load() + peer.Prefilling
 	foreign := max(l.Waiting.Load()-n, 0)
 	each := (own + r.cfg.WaitingSecondsPerRequest) / float64(n+1)

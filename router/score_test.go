@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -121,6 +122,45 @@ func TestQueueCountsOwnRequestsByWork(t *testing.T) {
 	want = own + 10*(own+cfg.WaitingSecondsPerRequest)/3 + (4+12)*cfg.RunningSecondsPerRequest
 	if got := queueOf("a"); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("queue of a with 2 own requests of 30 tokens, 10 foreign waiting, 4 running = %v, want %v", got, want)
+	}
+}
+
+// TestQueueDiscountsPrefillUnderWay: the pod began the oldest of the
+// router's requests there when it arrived at the idle pod; the time since,
+// up to that request's share of the charge, is done. When it is
+// prefilled, the next one begins.
+func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
+	tr := newTestRouter(t)
+	cfg := DefaultConfig()
+	var ds []*Decision
+	for i := range 2 { // 30 uncached tokens each
+		d, err := tr.route("/v1/completions", completion("llama", fmt.Sprint(i)+prompt[1:], ""), "10.0.0.1:8000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	each := 30 * cfg.PrefillSecondsPerToken // 3 ms
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		prefill int // requests prefilled first
+		want    float64
+	}{
+		{"just routed", 0, 0, 2*each + 2*cfg.RunningSecondsPerRequest},
+		{"the first 2 ms in", 2 * time.Millisecond, 0, 2*each - 0.002 + 2*cfg.RunningSecondsPerRequest},
+		{"past the first's share", 10 * time.Millisecond, 0, each + 2*cfg.RunningSecondsPerRequest},
+		{"the first prefilled: the second begins", 0, 1, each + cfg.RunningSecondsPerRequest},
+		{"the second 1 ms in", time.Millisecond, 0, each - 0.001 + cfg.RunningSecondsPerRequest},
+	} {
+		tr.advance(step.advance)
+		for _, d := range ds[:step.prefill] {
+			d.Prefilled()
+		}
+		ds = ds[step.prefill:]
+		if got := tr.scoreOn(completion("llama", "x", ""), "a", step.name).Queue; math.Abs(got-step.want) > 1e-12 {
+			t.Fatalf("%s: queue of a = %v, want %v", step.name, got, step.want)
+		}
 	}
 }
 

@@ -75,6 +75,7 @@ type Load struct {
 	InFlight        atomic.Int64 // requests routed here and not finished
 	PrefillTokens   atomic.Int64 // prefill routed here, not yet done: uncached prompt tokens weighed by their context
 	Prefilling      atomic.Int64 // requests routed here, not yet prefilled
+	PrefillSince    atomic.Int64 // unix nanoseconds: when the pod began the oldest of them, as far as the router knows (see router.Router.queue)
 	Waiting         atomic.Int64 // vllm:num_requests_waiting
 	Running         atomic.Int64 // vllm:num_requests_running
 	KVUsagePermille atomic.Int64 // vllm:kv_cache_usage_perc × 1000

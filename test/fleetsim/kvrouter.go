@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"time"
 
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -28,6 +27,7 @@ func RouterConfig(s *Sim) router.Config {
 	c.PrefillSecondsPerToken = 1 / s.Config().PrefillTokensPerSecond
 	c.PrefillAttentionPerToken = s.Config().AttentionPerToken
 	c.IntN = s.Rand().IntN
+	c.Now = s.Clock
 	c.PDThreshold = s.Config().PDThreshold
 	return c
 }
@@ -158,7 +158,7 @@ func (p *kvRouter) Finished(r *Request) {
 // SpeedEstimator, on the sim's clock.
 func (p *kvRouter) Scraped(m []Metrics) {
 	now := p.s.Now()
-	at := time.Unix(0, 0).Add(time.Duration(now * float64(time.Second)))
+	at := p.s.Clock()
 	sample := p.learn && now >= p.sampledAt+speedSampleEvery
 	if sample {
 		p.sampledAt = now
@@ -199,10 +199,9 @@ type eventIndex struct {
 // speculative entries live while their request waits for prefill, up to
 // 60 s, and 2 s after Prefilled) with every pod registered.
 func newEventIndex(s *Sim) (*eventIndex, error) {
-	epoch := time.Unix(0, 0)
 	icfg := kvindex.DefaultConfig()
 	icfg.Shards = 16
-	icfg.Now = func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
+	icfg.Now = s.Clock
 	index, err := kvindex.New(icfg, prometheus.NewRegistry())
 	if err != nil {
 		return nil, err

@@ -72,8 +72,7 @@ func (c Replicated) build(s *Sim) (*replicated, error) {
 		return nil, fmt.Errorf("fleetsim: %d replicas, want at least 1", c.Replicas)
 	}
 	p := &replicated{s: s, owner: make([]int32, len(s.w.Requests)), dec: make([]*router.Decision, len(s.w.Requests))}
-	epoch := time.Unix(0, 0)
-	now := func() time.Time { return epoch.Add(time.Duration(s.Now() * float64(time.Second))) }
+	now := s.Clock
 	hasher, err := blockhash.NewHasher(s.w.Hash)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
@@ -172,6 +173,12 @@ func (s *Sim) Pods() int { return len(s.pods) }
 
 // Now is the simulated time in seconds.
 func (s *Sim) Now() float64 { return s.now }
+
+// Clock is the simulated time as a time.Time, from the Unix epoch: the
+// clock the index and the router read in a run.
+func (s *Sim) Clock() time.Time {
+	return time.Unix(0, 0).Add(time.Duration(s.now * float64(time.Second)))
+}
 
 // Config is the fleet's configuration.
 func (s *Sim) Config() Config { return s.cfg }
