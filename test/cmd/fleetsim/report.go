@@ -307,18 +307,19 @@ func preciseLine(name string, kv, pr []*job) string {
 	}
 	levels := len(kv[0].sc.w.Levels)
 	r := pooledLevelP90(kv, levels) / pooledLevelP90(pr, levels)
-	worst, at := 0.0, ""
+	worst, at, wkv, wpr := 0.0, "", 0.0, 0.0
 	for li := range levels {
-		if q := pooledLevelP90(kv, li) / pooledLevelP90(pr, li); q > worst {
-			worst, at = q, kv[0].sc.w.Levels[li].Name
+		k, p := pooledLevelP90(kv, li), pooledLevelP90(pr, li)
+		if q := k / p; q > worst {
+			worst, at, wkv, wpr = q, kv[0].sc.w.Levels[li].Name, k, p
 		}
 	}
 	over := "seed " + seedsOf(kv)
 	if len(kv) > 1 {
 		over = "seeds " + seedsOf(kv) + " pooled"
 	}
-	return fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.2f), worst level %s ×%.2f (want ≤ 1.0 both): %s",
-		name, over, secs(pooledLevelP90(kv, levels)), secs(pooledLevelP90(pr, levels)), r, at, worst, verdict(r <= 1 && worst <= 1))
+	return fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.3f), worst level %s, %s vs %s (×%.3f) (want ≤ 1.0 both): %s",
+		name, over, secs(pooledLevelP90(kv, levels)), secs(pooledLevelP90(pr, levels)), r, at, secs(wkv), secs(wpr), worst, verdict(r <= 1 && worst <= 1))
 }
 
 // lastRepeat says no repeat of sc's base follows sc in jobs.
@@ -432,7 +433,7 @@ func writeSweep(b *strings.Builder, jobs []*job, policies []string) {
 	text := sweepText
 	for _, j := range jobs {
 		base := j.sc
-		if base.group != "c" || base.sweep || j.policy != policies[0] {
+		if base.group != "c" || base.sweep || base.base != nil || j.policy != policies[0] {
 			continue
 		}
 		runs := sweepOf(jobs, base)

@@ -125,8 +125,9 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 }
 
 // sharedScenarios is (b), its repeats under the next two seeds for
-// kvrouter and the oracle (the p90 sits on a cliff), and (c), with
-// requests of output tokens each, on a fleet of the published pods.
+// kvrouter and the oracle (the p90 sits on a cliff), and (c), with its
+// repeats for kvrouter and precise, with requests of output tokens each,
+// on a fleet of the published pods.
 func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, output int) []*scenario {
 	sp := fleetsim.PublishedSharedPrefix()
 	sp.Groups, sp.Output, sp.QPSScale, sp.Seed = sharedGroups, output, o.qpsScale, o.seed
@@ -152,7 +153,16 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 		over := sp
 		over.Groups = int(share*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
 		name := fmt.Sprintf("(c) shared prefix %g%%%s", 100*share, tag)
-		out = append(out, &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0})
+		c := &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0}
+		out = append(out, c)
+		// kvrouter and precise again under the next two seeds: the
+		// acceptance compares them per stage pooled over three seeds.
+		for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
+			rs, rc := over, cfg
+			rs.Seed, rc.Seed = seed, seed
+			w := rs.Generate(fmt.Sprintf("%s, seed %d", name, seed), h)
+			out = append(out, &scenario{group: "c", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter"}, base: c, share: share, groups: over.Groups})
+		}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,10 +47,18 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 	for _, output := range []int{1000, 230} {
 		scs = append(scs, sharedScenarios(o, h, fleetsim.DefaultConfig(), output)...)
 	}
-	if want := 2 * (4 + len(overloadSweep)); len(scs) != want {
-		t.Fatalf("%d scenarios, want (b), 2 repeats, (c) and its sweep for each of 2 output lengths: %d", len(scs), want)
+	if want := 2 * (3 + 3*(1+len(overloadSweep))); len(scs) != want {
+		t.Fatalf("%d scenarios, want (b), 2 repeats, (c) and its sweep, each with 2 repeats, for each of 2 output lengths: %d", len(scs), want)
 	}
-	for _, sc := range scs {
+	for i, sc := range scs {
+		if sc.group == "c" && sc.base == nil { // kvrouter and precise again under seeds 2 and 3
+			for k, rep := range scs[i+1 : i+3] {
+				if rep.base != sc || rep.cfg.Seed != uint64(2+k) || !slices.Equal(rep.only, []string{"llm-d-precise", "kvrouter"}) || rep.groups != sc.groups {
+					t.Errorf("%s: repeat %d is %s, seed %d, %v; want its repeat under seed %d for precise and kvrouter", sc.w.Name, k, rep.w.Name, rep.cfg.Seed, rep.only, 2+k)
+				}
+			}
+		}
+		sweep := sc.sweep || sc.base != nil && sc.base.sweep
 		c := sc.cfg
 		if c.Pods != 4 || c.Blocks != 19_208 || math.Abs(c.PrefillTokensPerSecond-12_241) > 1 || c.StepOverhead.Round(100*time.Microsecond) != 11200*time.Microsecond {
 			t.Fatalf("%s: %d pods of %d blocks, prefill %.0f tokens/s, step %v; want 4 of 19,208, 12,241, 11.2ms",
@@ -57,7 +66,7 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 		}
 		capacity := float64(c.Pods * c.Blocks * c.BlockSize)
 		want := map[string]float64{"b": 0.73, "c": 1.25}[sc.group]
-		if !sc.sweep && sc.share != want {
+		if !sweep && sc.share != want {
 			t.Errorf("%s: share %v, want %v", sc.w.Name, sc.share, want)
 		}
 		var tokens float64
@@ -71,7 +80,7 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 				t.Fatalf("%s: a request of %d output tokens, want %d", sc.w.Name, r.Output, sc.output)
 			}
 		}
-		if sc.sweep { // the groups the share asks for; the client sends what its stages reach
+		if sweep { // the groups the share asks for; the client sends what its stages reach
 			if g := int(sc.share*capacity/12_000 + 0.5); sc.groups != g {
 				t.Errorf("%s: %d groups, want %d", sc.w.Name, sc.groups, g)
 			}

@@ -105,7 +105,9 @@ replays at 3×, which overload the fleet, under the next two seeds too:
 their p90 is a queue of tens of seconds that moves by ±15% between seeds
 for either policy (an oracle that broke only exact ties traced one of
 those trajectories, 19.9 s on the conversation trace against 19.7–23.4 s
-over seeds 1–6 when its 0.1% ties are broken at random). Those repeats
+over seeds 1–6 when its 0.1% ties are broken at random). kvrouter and
+llm-d's precise scheduler run (c) under the next two seeds as well, so
+that every comparison of the two is pooled over three seeds. Those repeats
 appear only in the acceptance lines: each seed's, and the three seeds'
 requests pooled into one sample, whose p90 estimates the policy's rather
 than one trajectory's.
