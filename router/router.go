@@ -336,10 +336,20 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 // ahead of it there: when it arrives at an idle pod, or when the one
 // before it is prefilled (or moves away). Load.PrefillSince keeps that
 // time for queue.
+// The time is stored before the count shows the change, so that a queue
+// read in between takes the new request for one just begun, not for one
+// the pod has worked on since it was last busy.
 func (r *Router) charge(l *fleet.Load, pod kvindex.PodID, tokens, requests int64) {
 	l.PrefillTokens.Add(tokens)
-	if n := l.Prefilling.Add(requests); n > 0 && (requests < 0 || n == requests) {
-		l.PrefillSince.Store(r.now().UnixNano())
+	now := r.now().UnixNano()
+	for {
+		n := l.Prefilling.Load()
+		if n+requests > 0 && (requests < 0 || n == 0) {
+			l.PrefillSince.Store(now)
+		}
+		if l.Prefilling.CompareAndSwap(n, n+requests) {
+			break
+		}
 	}
 	if r.sharer != nil {
 		r.sharer.Charge(pod, tokens, requests)

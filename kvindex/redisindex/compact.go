@@ -117,9 +117,10 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 
 // fold is compaction's arithmetic: the live holders of val, one record
 // each (a settled speculative holder two: its speculation and its
-// settling), in first-seen order; then, as they were, the records of pods
-// the table epochs was read before (a newer epoch, or no number yet),
-// which a new lease holder may have written since.
+// settling), real ones first, each kind in first-seen order; then, as
+// they were, the records of pods the table epochs was read before (a
+// newer epoch, or no number yet), which a new lease holder may have
+// written since.
 func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []byte {
 	type holderKey struct {
 		num  uint32
@@ -127,6 +128,17 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []b
 	}
 	counts := map[holderKey]int{}
 	spec := map[uint32]*specState{}
+	// The pods given a new epoch after the table was read: their
+	// speculative records stay as they are too, in order with the new
+	// holder's stores that may confirm them.
+	newer := map[uint32]bool{}
+	for off := 0; off+recordSize <= len(val); off += recordSize {
+		if r, ok := decodeRecord(val[off:]); ok && r.kind != kindSpec {
+			if ep, ok := epochs[r.num]; ok && r.v > ep {
+				newer[r.num] = true
+			}
+		}
+	}
 	var order []holderKey
 	var raw []byte
 	for off := 0; off+recordSize <= len(val); off += recordSize {
@@ -141,7 +153,7 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []b
 		}
 		ep, ok := epochs[r.num]
 		if r.kind == kindSpec {
-			if !ok { // a pod numbered after the table was read
+			if !ok || newer[r.num] { // a pod numbered, or given a new epoch, after the table was read
 				raw = append(raw, val[off:off+recordSize]...)
 				continue
 			}
@@ -165,19 +177,22 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []b
 			*s = specState{} // confirmed
 		}
 	}
-	var out []byte
+	// The real holders first, then the speculative ones: a pod's GPU
+	// record after its speculation would confirm it.
+	var out, specs []byte
 	for _, k := range order {
 		switch {
 		case k.kind == kindSpec:
 			if s := spec[k.num]; s != nil && s.deadline() > now {
-				out = appendRecord(out, k.num, kindSpec, 0, s.pending)
+				specs = appendRecord(specs, k.num, kindSpec, 0, s.pending)
 				if s.settled != 0 {
-					out = appendRecord(out, k.num, kindSpec, specSettle, s.settled)
+					specs = appendRecord(specs, k.num, kindSpec, specSettle, s.settled)
 				}
 			}
 		case counts[k] > 0:
 			out = appendRecord(out, k.num, k.kind, int8(min(counts[k], 127)), epochs[k.num])
 		}
 	}
+	out = append(out, specs...)
 	return append(out, raw...)
 }

@@ -130,7 +130,10 @@
 // another replica takes it within LeaseTTL + LeaseTTL/3. A new holder
 // gives the pod a new epoch (a clear, counted) and copies its local view
 // of the pod into Redis, so events the old holder had not written yet are
-// not lost and nothing it wrote stale survives. The epoch is the lease's
+// not lost and nothing it wrote stale survives. The new epoch drops the
+// pod's speculative records too, as a clear does (the local views keep
+// theirs): for the seconds after a handover the replicas see less
+// speculation on the pod than they made, an under-estimate. The epoch is the lease's
 // fencing token: an old holder that has not noticed yet (paused past the
 // lease TTL) writes records of its old epoch, which count for nothing, and
 // its clears, which pass the epoch they write under, are refused by the
@@ -167,7 +170,7 @@
 // queued (in order, so a Settle lands after its Speculate) and written by
 // the group writer; speculation still queued when Run ends is dropped. Of
 // a pod's speculative records on one block in one group commit only those
-// that count are written, its last speculation and the first settling
+// that count are written, its last speculation and the shortest settling
 // after: a burst of decisions on one prompt writes each block at most
 // twice per commit.
 //

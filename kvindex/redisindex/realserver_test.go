@@ -684,8 +684,9 @@ func TestAppendsToExistingKeys(t *testing.T) {
 
 // TestMatchAgreesWithLocalView: after every few of a random run of stores,
 // removals (of blocks held and not), clears, speculation and settling on
-// six pods, in every tier, Match through Redis reports for every candidate
-// exactly what the local view, kvindex's own Match, reports.
+// six pods, in every tier, and after every block key is compacted now and
+// then, Match through Redis reports for every candidate exactly what the
+// local view, kvindex's own Match, reports.
 func TestMatchAgreesWithLocalView(t *testing.T) {
 	srv := redisserver.New(t)
 	// One clock for both, so that a speculative entry lapses for both at
@@ -741,6 +742,14 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 		}
 		if op%5 != 4 {
 			continue
+		}
+		if op%50 == 49 { // every block key compacted: the same matches
+			for _, ch := range chains {
+				for _, h := range ch {
+					c := compaction{nsTag("m"), string(x.blockKey(nil, nsTag("m"), h))}
+					must(t, x.compactKey(context.Background(), c))
+				}
+			}
 		}
 		for _, ch := range chains {
 			cands := ids[rng.IntN(2):] // now and then not every pod

@@ -129,26 +129,46 @@ func (x *Index) groupWriter(ctx context.Context) {
 		close(x.stopped)
 	}()
 	batch := make([]*appendReq, 0, maxGroup)
+	blocks := 0
+	// add puts r in the batch. An event's records go after the
+	// speculation queued before them: a decision's speculation made before
+	// the pod's store of the block is confirmed by it, as in the local view
+	// (one made after it but taken first is confirmed too: a speculative
+	// entry lost, never one kept too long).
+	add := func(r *appendReq, event bool) {
+	drain:
+		for event && len(batch) < maxGroup {
+			select {
+			case s := <-x.specQueue:
+				batch = append(batch, s)
+				blocks += len(s.hashes)
+			default:
+				break drain
+			}
+		}
+		batch = append(batch, r)
+		blocks += len(r.hashes)
+	}
 	for {
-		var r *appendReq
+		batch, blocks = batch[:0], 0
 		select {
 		case <-ctx.Done():
 			return
-		case r = <-x.appends:
-		case r = <-x.specQueue:
+		case r := <-x.appends:
+			add(r, true)
+		case r := <-x.specQueue:
+			add(r, false)
 		}
-		batch = append(batch[:0], r)
-		blocks := len(r.hashes)
 	more:
 		for len(batch) < maxGroup && blocks < maxGroupBlocks {
 			select {
-			case r = <-x.appends:
-			case r = <-x.specQueue:
+			case r := <-x.appends:
+				add(r, true)
+			case r := <-x.specQueue:
+				add(r, false)
 			default:
 				break more
 			}
-			batch = append(batch, r)
-			blocks += len(r.hashes)
 		}
 		err := x.appendNow(batch)
 		failed := false
@@ -200,8 +220,8 @@ type specKey struct {
 
 // coalesce marks in ttls.skip the speculative records of batch that
 // change nothing read after the batch (specState): those before a later
-// speculation of the same pod on the same block, and a settling after
-// another since the last speculation (the first, shorter, counts). A
+// speculation of the same pod on the same block, and all but the shortest
+// settling since the last speculation. A
 // burst of decisions speculating and settling one prompt on one pod
 // writes each block at most twice per batch, not once per decision.
 func (x *Index) coalesce(batch []*appendReq) {
@@ -214,44 +234,44 @@ func (x *Index) coalesce(batch []*appendReq) {
 	for _, r := range batch {
 		spec, settle := r.rec[4] == kindSpec, int8(r.rec[5]) == specSettle
 		num := binary.LittleEndian.Uint32(r.rec)
+		deadline := binary.LittleEndian.Uint64(r.rec[8:])
 		for _, h := range r.hashes {
 			x.ttls.skip = append(x.ttls.skip, false)
 			if spec && len(batch) > 1 {
 				k := specKey{r.tag, h, num}
 				w, ok := x.ttls.last[k]
+				if !ok {
+					w = specWrites{spec: -1, settle: -1}
+				}
 				switch {
-				case !ok:
-					w = specWrites{-1, -1}
-				case !settle:
-					for _, j := range w {
+				case !settle: // a new speculation: what came before it changes nothing
+					for _, j := range []int32{w.spec, w.settle} {
 						if j >= 0 {
 							x.ttls.skip[j] = true
 						}
 					}
-					w = specWrites{-1, -1}
-				case w[1] >= 0:
+					w = specWrites{spec: i, settle: -1}
+				case w.settle < 0:
+					w.settle, w.deadline = i, deadline
+				case deadline < w.deadline: // the shorter settling counts
+					x.ttls.skip[w.settle] = true
+					w.settle, w.deadline = i, deadline
+				default:
 					x.ttls.skip[i] = true
 				}
-				w[b2i(settle)] = i
-				if !x.ttls.skip[i] {
-					x.ttls.last[k] = w
-				}
+				x.ttls.last[k] = w
 			}
 			i++
 		}
 	}
 }
 
-// specWrites is the indexes in a batch of the records of one pod's
-// speculation on one block that count so far: its last speculation and
-// the first settling since; -1 none.
-type specWrites [2]int32
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+// specWrites is what counts so far in a batch of one pod's speculation on
+// one block: the index of its last speculation and of the shortest
+// settling since (-1 none), and that settling's deadline.
+type specWrites struct {
+	spec, settle int32
+	deadline     uint64
 }
 
 // appendPipe writes the appends, and the TTLs ttls.set asks for, in one
