@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
@@ -161,6 +162,13 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 		if got := tr.scoreOn(completion("llama", "x", ""), "a", step.name).Queue; math.Abs(got-step.want) > 1e-12 {
 			t.Fatalf("%s: queue of a = %v, want %v", step.name, got, step.want)
 		}
+	}
+	// Another replica's prefill in flight there too: the router cannot
+	// tell when the pod began its own, and counts it whole.
+	peer := kvindex.PodLoad{PrefillTokens: 20, Prefilling: 1}
+	want := 50*cfg.PrefillSecondsPerToken + 2*cfg.RunningSecondsPerRequest
+	if got, _ := tr.queue(tr.fleet.Load("a"), peer, cfg.PrefillSecondsPerToken, tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("with another replica's request there: queue of a = %v, want %v", got, want)
 	}
 }
 

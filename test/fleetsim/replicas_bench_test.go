@@ -55,11 +55,32 @@ func benchSharedPrefix(b *testing.B, seed uint64) (Config, *Workload) {
 // while the prefill each replica charges that pod stays private, so none
 // sees the queue the others built there (each counts the others' requests
 // only once a scrape reports them waiting). With the in-flight prefill
-// shared as well, 2 and 4 replicas route exactly as one does: the same
-// TTFT p90 and hit ratio as one replica: 5% under private indexes' p90
-// at 4 replicas (3% over it at 2, where private did better than one
-// replica), and 32% (2 replicas) to 40% (4) under shared speculation
-// alone.
+// shared as well, 2 and 4 replicas routed exactly as one did: the same
+// TTFT p90 and hit ratio as one replica.
+//
+// Later the same day the queue took the time a pod has worked on the
+// oldest prefill under way as done (router.Router.queue), which a replica
+// can tell only while all of the pod's in-flight prefill is its own, and
+// the speculative records came to fold as kvindex's do (confirmed by the
+// pod's store, dropped by a clear):
+//
+//	replicas  index        TTFT p90   hit ratio
+//	1         private      21.5 ms    0.934
+//	1         shared       18.1 ms    0.952
+//	2         private      19.0 ms    0.947
+//	2         shared-spec  22.2 ms    0.944
+//	2         shared       22.6 ms    0.939
+//	4         private      19.3 ms    0.945
+//	4         shared-spec  19.7 ms    0.950
+//	4         shared       18.4 ms    0.938
+//
+// With the records' folding alone 2 replicas shared did 16.0 ms and 4
+// did 18.4; the queue's discount (here counted only while no other
+// replica's prefill is in flight on the pod) costs the 2-replica run
+// 6.6 ms of its p90. Publishing each replica's start in the load table
+// and discounting the oldest head of all did worse (24.1 ms at 2 and at
+// 4): a replica's request that arrives behind another's is taken to have
+// begun on arrival.
 func BenchmarkReplicas(b *testing.B) {
 	srv := redisserver.New(b)
 	for _, n := range []int{1, 2, 4} {
