@@ -167,10 +167,13 @@ func bestShare(scores []Score, blocks int) float64 {
 //
 // The router's own unprefilled requests count by the prefill it charged
 // them: a queue of cache hits is short however long it is. The oldest of
-// them has been prefilling since Load.PrefillSince: the time since then
-// (now, unix nanoseconds), up to its share of the charge, is done, while
-// none of the pod's in-flight prefill is another replica's: the router
-// cannot tell when the pod began its request behind theirs. (Counting
+// them has been prefilling since Load.PrefillSince (now is unix
+// nanoseconds): of the time since, the share its prefill has of the pod's
+// steps, which it shares with the requests running there
+// (RunningSecondsPerRequest each, as below), is done, up to its share of
+// the charge, while none of the pod's in-flight prefill is another
+// replica's: the router cannot tell when the pod began its request behind
+// theirs. (Counting
 // the whole charge until the pod answered priced a pod a moment from its
 // first token as if it had not begun, and the router copied a cached
 // prefix to an idle pod, a cold prefill, rather than wait the moment.)
@@ -192,8 +195,10 @@ func bestShare(scores []Score, blocks int) float64 {
 func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int64) (seconds, waiting float64) {
 	own := float64(l.PrefillTokens.Load()) * spt
 	if mine := l.Prefilling.Load(); mine > 0 && own > 0 && peer.Prefilling == 0 {
+		head := own / float64(mine)
 		done := float64(now-l.PrefillSince.Load()) / 1e9
-		own -= min(max(done, 0), own/float64(mine))
+		done *= head / (head + float64(l.Running.Load())*r.cfg.RunningSecondsPerRequest)
+		own -= min(max(done, 0), head)
 	}
 	own += float64(peer.PrefillTokens) * spt
 	n := l.Prefilling.Load() + peer.Prefilling

@@ -153,7 +153,14 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 		{"past the first's share", 10 * time.Millisecond, 0, each + 2*cfg.RunningSecondsPerRequest},
 		{"the first prefilled: the second begins", 0, 1, each + cfg.RunningSecondsPerRequest},
 		{"the second 1 ms in", time.Millisecond, 0, each - 0.001 + cfg.RunningSecondsPerRequest},
+		// 12 requests decoding there: the second's 3 ms of prefill shares
+		// the pod's steps with their 24 ms, so of the 3.7 ms since it
+		// began, a ninth went to it.
+		{"2.7 ms more beside 12 running", 2700 * time.Microsecond, 0, each - 0.0037/9 + 13*cfg.RunningSecondsPerRequest},
 	} {
+		if step.name == "2.7 ms more beside 12 running" {
+			tr.fleet.Load("a").Running.Store(12)
+		}
 		tr.advance(step.advance)
 		for _, d := range ds[:step.prefill] {
 			d.Prefilled()
@@ -166,7 +173,7 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 	// Another replica's prefill in flight there too: the router cannot
 	// tell when the pod began its own, and counts it whole.
 	peer := kvindex.PodLoad{PrefillTokens: 20, Prefilling: 1}
-	want := 50*cfg.PrefillSecondsPerToken + 2*cfg.RunningSecondsPerRequest
+	want := 50*cfg.PrefillSecondsPerToken + (12+2)*cfg.RunningSecondsPerRequest
 	if got, _ := tr.queue(tr.fleet.Load("a"), peer, cfg.PrefillSecondsPerToken, tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("with another replica's request there: queue of a = %v, want %v", got, want)
 	}
