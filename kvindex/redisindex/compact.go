@@ -2,7 +2,9 @@ package redisindex
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/redis/go-redis/v9"
@@ -84,13 +86,17 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 	if err != nil {
 		return err
 	}
-	epochs := make(map[uint32]uint64, len(table))
+	t := podTable{epochs: make(map[uint32]uint64, len(table)), vers: make(map[uint32]uint64, len(table))}
 	for name, v := range table {
-		if name == "#next" {
+		switch name {
+		case "#next":
+			continue
+		case "#ver":
+			t.version, _ = parseDecimal(v, 1<<63-1)
 			continue
 		}
-		if num, ep, ok := parsePodEntry(v); ok {
-			epochs[num] = ep
+		if num, ep, ver, ok := parsePodEntry(v); ok {
+			t.epochs[num], t.vers[num] = ep, ver
 		}
 	}
 	val, err := x.rdb.Get(ctx, c.key).Bytes()
@@ -104,7 +110,7 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 		x.metrics.refused.WithLabelValues("size").Inc()
 		return nil
 	}
-	out := fold(val, epochs, uint64(x.now().UnixMilli()), x.lives())
+	out := fold(val, t, uint64(x.now().UnixMilli()), x.lives())
 	n, err := compactScript.Run(ctx, x.rdb, []string{c.key}, val, out).Int()
 	switch {
 	case err != nil:
@@ -115,13 +121,50 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 	return nil
 }
 
+// podTable is what a compaction read of a namespace's pod table: each
+// numbered pod's epoch and the version at its last epoch change, and the
+// table's version ("#ver"; 0 when the table has none).
+type podTable struct {
+	epochs, vers map[uint32]uint64
+	version      uint64
+}
+
+// expand returns val with each summary (kindSummary) replaced by its
+// members' records, GPU stores of their epoch in t while they have had no
+// epoch change since the summary's version; a summary of no known shape
+// ends it.
+func expand(val []byte, t podTable) []byte {
+	out := make([]byte, 0, len(val))
+	for off := 0; off+recordSize <= len(val); off += recordSize {
+		hdr := binary.LittleEndian.Uint64(val[off:])
+		if uint8(hdr>>32) != kindSummary || hdr>>40 != 0 {
+			out = append(out, val[off:off+recordSize]...)
+			continue
+		}
+		end := off + recordSize*(1+int(uint32(hdr)))
+		v := binary.LittleEndian.Uint64(val[off+8:])
+		if end > len(val) || !summaryMembers(val[off+recordSize:end], func(num uint32) {
+			if ep, ok := t.epochs[num]; ok && t.vers[num] <= v {
+				out = appendRecord(out, num, uint8(kvindex.TierGPU), 1, ep)
+			}
+		}) {
+			break
+		}
+		off = end - recordSize
+	}
+	return out
+}
+
 // fold is compaction's arithmetic: the live holders of val, one record
 // each (a settled speculative holder two: its speculation and its
-// settling), real ones first, each kind in first-seen order; then, as
-// they were, the records of pods the table epochs was read before (a
-// newer epoch, or no number yet), which a new lease holder may have
-// written since.
-func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []byte {
+// settling), real ones first, each kind in first-seen order, those held
+// once in the GPU tier as one summary under the table's version (when it
+// has one); then, as they were, the records of pods the table was read
+// before (a newer epoch, or no number yet), which a new lease holder may
+// have written since.
+func fold(val []byte, t podTable, now uint64, lives specLives) []byte {
+	val = expand(val, t)
+	epochs := t.epochs
 	type holderKey struct {
 		num  uint32
 		kind uint8
@@ -180,6 +223,7 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []b
 	// The real holders first, then the speculative ones: a pod's GPU
 	// record after its speculation would confirm it.
 	var out, specs []byte
+	var summary []uint32
 	for _, k := range order {
 		switch {
 		case k.kind == kindSpec:
@@ -189,9 +233,15 @@ func fold(val []byte, epochs map[uint32]uint64, now uint64, lives specLives) []b
 					specs = appendRecord(specs, k.num, kindSpec, specSettle, s.settled)
 				}
 			}
+		case counts[k] == 1 && k.kind == uint8(kvindex.TierGPU) && t.version > 0:
+			summary = append(summary, k.num)
 		case counts[k] > 0:
 			out = appendRecord(out, k.num, k.kind, int8(min(counts[k], 127)), epochs[k.num])
 		}
+	}
+	if len(summary) > 0 {
+		slices.Sort(summary)
+		out = append(summaryOf(t.version, summary), out...)
 	}
 	out = append(out, specs...)
 	return append(out, raw...)

@@ -21,7 +21,8 @@ func TestFold(t *testing.T) {
 	cat := func(rs ...[]byte) []byte { return bytes.Join(rs, nil) }
 	spec := func(num uint32, v uint64) []byte { return rec(num, kindSpec, 0, v) }
 	settle := func(num uint32, v uint64) []byte { return rec(num, kindSpec, specSettle, v) }
-	epochs := map[uint32]uint64{1: 5, 2: 7, 4: 2000}
+	// A table of no version (one older writers kept): no summaries.
+	tab := podTable{epochs: map[uint32]uint64{1: 5, 2: 7, 4: 2000}, vers: map[uint32]uint64{}}
 	lives := specLives{ttl: 100, grace: 10}
 	for _, tt := range []struct {
 		name string
@@ -55,9 +56,45 @@ func TestFold(t *testing.T) {
 		{"a settling before the clear dropped", cat(spec(4, 2500), settle(4, 2009)), spec(4, 2500)},
 		{"speculation of a pod numbered since kept as it is", cat(settle(3, 2000), spec(1, 5000)), cat(spec(1, 5000), settle(3, 2000))},
 	} {
-		if got := fold(tt.in, epochs, now, lives); !bytes.Equal(got, tt.want) {
+		if got := fold(tt.in, tab, now, lives); !bytes.Equal(got, tt.want) {
 			t.Errorf("%s: fold = %x, want %x", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestFoldSummary: with a table version, the pods holding a block once in
+// the GPU tier fold into one summary, the rest into records after it; a
+// summary read back counts its members as stores of their epochs, less
+// those whose epoch changed since its version.
+func TestFoldSummary(t *testing.T) {
+	const now = 1000
+	rec := func(num uint32, kind uint8, delta int8, v uint64) []byte {
+		return appendRecord(nil, num, kind, delta, v)
+	}
+	cat := func(rs ...[]byte) []byte { return bytes.Join(rs, nil) }
+	lives := specLives{ttl: 100, grace: 10}
+	tab := podTable{epochs: map[uint32]uint64{1: 5, 2: 7, 4: 2000, 300: 9}, vers: map[uint32]uint64{1: 50, 2: 60, 4: 100, 300: 70}, version: 100}
+	in := cat(rec(1, 0, 1, 5), rec(2, 0, 1, 7), rec(2, 0, 1, 7), rec(300, 0, 1, 9), rec(4, 0, 1, 2000), rec(1, 1, 1, 5), rec(3, 0, 1, 1))
+	got := fold(in, tab, now, lives)
+	want := cat(summaryOf(100, []uint32{1, 4, 300}), rec(2, 0, 2, 7), rec(1, 1, 1, 5), rec(3, 0, 1, 1))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("fold = %x, want %x", got, want)
+	}
+	if n := len(summaryOf(100, []uint32{1, 4, 300})); n != 2*recordSize {
+		t.Errorf("a summary of 3 pods takes %d bytes, want 32 (a header and one record of body)", n)
+	}
+	// Pod 4 cleared since (a new epoch at version 150), pod 1 not: folded
+	// again, pod 4's summary membership counts for nothing.
+	tab.epochs[4], tab.vers[4], tab.version = 2100, 150, 150
+	again := fold(got, tab, now, lives)
+	want = cat(summaryOf(150, []uint32{1, 300}), rec(2, 0, 2, 7), rec(1, 1, 1, 5), rec(3, 0, 1, 1))
+	if !bytes.Equal(again, want) {
+		t.Fatalf("folded again after pod 4's clear = %x, want %x", again, want)
+	}
+	// A body of no known shape ends what can be read.
+	bad := cat(rec(1, kindSummary, 0, 100), []byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}, rec(2, 0, 1, 7))
+	if got := fold(bad, tab, now, lives); len(got) != 0 {
+		t.Errorf("fold of a bad summary = %x, want nothing", got)
 	}
 }
 

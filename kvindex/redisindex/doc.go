@@ -21,8 +21,11 @@
 //	<prefix>{<n>:<g>}b:<hash>   a string per block, g = hash mod Config.Groups:
 //	                            16-byte records, appended (see below)
 //	<prefix>{<n>}p              the namespace's pod table, a hash:
-//	    "<pod>"  → "<num>:<epoch>"   the pod's number and current epoch
+//	    "<pod>"  → "<num>:<epoch>:<version>"   the pod's number, its
+//	                                 current epoch, and the table's version
+//	                                 when it began
 //	    "#next"  → the last number given
+//	    "#ver"   → the table's version, raised at every epoch change
 //	<prefix>{<n>}l              the namespace's load table, a hash:
 //	    "<pod>|<replica>" → "<tokens>:<requests>:<deadline ms>"
 //	                            the prefill the replica routed to the pod,
@@ -75,6 +78,12 @@
 // they are: a new holder's), and written back by a script that keeps the records appended
 // meanwhile after the folded ones, so a hot key (a shared system prompt's,
 // appended to by every decision's speculation) stays short however busy.
+// The holders that hold the block once in the GPU tier, most of them, fold
+// into one summary: the table version the compaction read and their
+// numbers as varint deltas, about a byte each (64 holders: 80 bytes, not
+// 1 KiB). A member counts while its pod's entry has the version it had
+// then or older; an epoch change raises it, and the member counts for
+// nothing, as its records would (kindSummary).
 //
 // # Bounds
 //

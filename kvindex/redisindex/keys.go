@@ -129,25 +129,92 @@ func decodeRecord[B string | []byte](b B) (r record, ok bool) {
 	return r, r.kind <= kindSpec && b[6] == 0 && b[7] == 0 && (r.kind != kindSpec || r.delta == 0 || r.delta == specSettle)
 }
 
-// parsePodEntry reads a pod table value "<num>:<epoch>": decimal digits,
-// the number in [1, 2³²), the epoch in [1, 2⁶³).
-func parsePodEntry[B string | []byte](s B) (num uint32, epoch uint64, ok bool) {
-	i := 0
-	for i < len(s) && s[i] != ':' {
-		i++
+// parsePodEntry reads a pod table value "<num>:<epoch>:<version>" (or
+// "<num>:<epoch>", version 0): decimal digits, the number in [1, 2³²),
+// the epoch in [1, 2⁶³), the version in [0, 2⁶³).
+func parsePodEntry[B string | []byte](s B) (num uint32, epoch, version uint64, ok bool) {
+	var parts [3]uint64
+	n, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != ':' {
+			continue
+		}
+		if n == len(parts) || i == start {
+			return 0, 0, 0, false
+		}
+		if parts[n], ok = parseDecimal(s[start:i], 1<<63-1); !ok {
+			return 0, 0, 0, false
+		}
+		n, start = n+1, i+1
 	}
-	if i == 0 || i >= len(s)-1 {
-		return 0, 0, false
+	if n < 2 || parts[0] == 0 || parts[0] > 1<<32-1 || parts[1] == 0 {
+		return 0, 0, 0, false
 	}
-	n, ok := parseDecimal(s[:i], 1<<32-1)
-	if !ok || n == 0 {
-		return 0, 0, false
+	return uint32(parts[0]), parts[1], parts[2], true
+}
+
+// A compacted block key starts with a summary of its plainest holders:
+// the pods holding the block once, in the GPU tier, under the epoch they
+// had when the compaction read the pod table at version V (the table's
+// "#ver", which every epoch change raises, and which each pod's entry
+// records as of its own last change). A header record — [0:4] the body's
+// length in records, [4] kindSummary, [5:8] zero, [8:16] V — is followed
+// by the body: the pods' numbers, ascending, as uvarint deltas, padded
+// with zero bytes to a whole record. A member counts as a GPU store of
+// its current epoch while its entry's version is at most V (no epoch
+// change since the compaction read the table); after one it counts for
+// nothing, as its old records would. 64 holders take 80 bytes, not 1 KiB.
+const kindSummary = 5
+
+// summaryOf is the summary of pods nums (ascending) under table version v.
+func summaryOf(v uint64, nums []uint32) []byte {
+	var body []byte
+	prev := uint32(0)
+	for _, n := range nums {
+		body = binary.AppendUvarint(body, uint64(n-prev))
+		prev = n
 	}
-	e, ok := parseDecimal(s[i+1:], 1<<63-1)
-	if !ok || e == 0 {
-		return 0, 0, false
+	for len(body)%recordSize != 0 {
+		body = append(body, 0)
 	}
-	return uint32(n), e, true
+	return append(appendRecord(nil, uint32(len(body)/recordSize), kindSummary, 0, v), body...)
+}
+
+// summaryNext reads the pod number of a summary's body at i, after prev:
+// the number and the index after it, or end at the body's end (its
+// padding, zeros to the end); ok is false for a body of no known shape (a
+// number past 2³²−1, a nonzero byte in the padding, a truncated varint).
+func summaryNext(body []byte, i int, prev uint32) (num uint32, next int, end, ok bool) {
+	if i >= len(body) || body[i] == 0 {
+		for ; i < len(body); i++ {
+			if body[i] != 0 {
+				return 0, i, true, false
+			}
+		}
+		return 0, i, true, true
+	}
+	d, n := uint64(body[i]), 1
+	if d >= 0x80 {
+		if d, n = binary.Uvarint(body[i:]); n <= 0 {
+			return 0, i, true, false
+		}
+	}
+	if d > uint64(1<<32-1-prev) {
+		return 0, i, true, false
+	}
+	return prev + uint32(d), i + n, false, true
+}
+
+// summaryMembers calls fn with each pod number of a summary's body; it
+// reports false for a body of no known shape (summaryNext).
+func summaryMembers(body []byte, fn func(num uint32)) bool {
+	for i, num := 0, uint32(0); ; {
+		var end, ok bool
+		if num, i, end, ok = summaryNext(body, i, num); !ok || end {
+			return ok
+		}
+		fn(num)
+	}
 }
 
 // parseDecimal reads decimal digits, reporting false past limit.

@@ -115,7 +115,7 @@ func (x *Index) renew() {
 	held := 0
 	for i, ps := range pods {
 		if v, err := nums[i].Result(); err == nil {
-			if num, _, ok := parsePodEntry(v); ok {
+			if num, _, _, ok := parsePodEntry(v); ok {
 				ps.num.Store(num)
 			}
 		}

@@ -23,6 +23,7 @@ type matchScratch struct {
 	nums    []uint32 // the entries of bynum the last readTable set, to reset
 	bigNum  map[uint32]int32
 	epoch   []uint64 // by eligible candidate; 0: not in the pod table
+	ver     []uint64 // by eligible candidate: the pod table's version at its last epoch change
 	live    []bool
 	numOf   []uint32                  // by eligible candidate: its pod number
 	alive   []int32                   // the candidates whose runs still extend, in no order
@@ -319,6 +320,7 @@ func (x *Index) readTable(sc *matchScratch) bool {
 	sc.epoch = resize(sc.epoch, n)
 	sc.live = resize(sc.live, n)
 	sc.numOf = resize(sc.numOf, n)
+	sc.ver = resize(sc.ver, n)
 	// Reset only what the last match set: bynum is as long as the largest
 	// pod number seen, which grows with every pod name a namespace sees.
 	for _, num := range sc.nums {
@@ -336,16 +338,16 @@ func (x *Index) readTable(sc *matchScratch) bool {
 			continue // no writer has numbered the pod: it holds nothing
 		}
 		var num uint32
-		var ep uint64
+		var ep, ver uint64
 		ok := sp.n >= 0
 		if ok {
-			num, ep, ok = parsePodEntry(sc.arena[sp.off : sp.off+sp.n])
+			num, ep, ver, ok = parsePodEntry(sc.arena[sp.off : sp.off+sp.n])
 		}
 		if !ok {
 			x.metrics.refused.WithLabelValues("pods").Inc()
 			continue
 		}
-		sc.epoch[i], sc.live[i], sc.numOf[i] = ep, true, num
+		sc.epoch[i], sc.ver[i], sc.live[i], sc.numOf[i] = ep, ver, true, num
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
@@ -357,6 +359,25 @@ func (x *Index) readTable(sc *matchScratch) bool {
 		}
 	}
 	return true
+}
+
+// summary counts the members of a summary (kindSummary) of table version
+// v: each a GPU store of its pod's current epoch, while the pod has had
+// no epoch change since the version. It reports false for a body of no
+// known shape.
+func (x *Index) summary(sc *matchScratch, body []byte, v uint64) bool {
+	for i, num := 0, uint32(0); ; {
+		var end, ok bool
+		if num, i, end, ok = summaryNext(body, i, num); !ok || end {
+			return ok
+		}
+		if c := sc.candOf(num); c >= 0 && sc.ver[c] <= v {
+			sc.count[c][kvindex.TierGPU]++
+			if sc.spec[c].pending != 0 {
+				sc.spec[c] = specState{} // confirmed, as a store is
+			}
+		}
+	}
 }
 
 // unmap takes candidate c's pod number out of the lookup: its records
@@ -426,6 +447,15 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		for off := 0; off+recordSize <= len(val); off += recordSize {
 			hdr := binary.LittleEndian.Uint64(val[off:])
 			kind, delta := uint8(hdr>>32), int8(hdr>>40)
+			if kind == kindSummary && hdr>>40 == 0 {
+				end := off + recordSize*(1+int(uint32(hdr)))
+				if end > len(val) || !x.summary(sc, val[off+recordSize:end], binary.LittleEndian.Uint64(val[off+8:])) {
+					bad++
+					break // the rest cannot be told from the summary's body
+				}
+				off = end - recordSize
+				continue
+			}
 			if kind > kindSpec || hdr>>48 != 0 || kind == kindSpec && delta != 0 && delta != specSettle {
 				bad++
 				continue
@@ -452,6 +482,15 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		}
 		kept := sc.alive[:0]
 		for _, c := range sc.alive {
+			if cnt := &sc.count[c]; cnt[kvindex.TierGPU] > 0 { // most blocks: held on the GPU
+				*cnt = [kvindex.NumTiers]int16{}
+				if sc.spec[c].pending != 0 {
+					sc.spec[c] = specState{}
+				}
+				sc.tally[c][kvindex.TierGPU]++
+				kept = append(kept, c)
+				continue
+			}
 			t := uint8(kindNone)
 			for tier := range kvindex.NumTiers {
 				if sc.count[c][tier] > 0 {

@@ -18,8 +18,11 @@ import (
 // takeScript gives a pod a new epoch in its namespace's pod table, and a
 // number if it has none: the lease holder's clear. The epoch is the larger
 // of the old one plus one and the caller's clock in ms, so that a pod table
-// lost and rebuilt never repeats a (number, epoch) pair. It returns
-// {number, epoch}.
+// lost and rebuilt never repeats a (number, epoch) pair. The table's
+// version ("#ver", raised the same way) is raised too and recorded in the
+// pod's entry: a compacted key's summary counts a member only while its
+// entry's version is at most the one the compaction read (kindSummary).
+// It returns {number, epoch}.
 //
 // The epoch is the lease's fencing token. A holder clearing its pod passes
 // the epoch it writes under (ARGV[3]); if the table has another, a new
@@ -30,14 +33,19 @@ import (
 const takeScript = `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 local num, ep
-if v then num, ep = string.match(v, '^(%d+):(%d+)$') end
+if v then
+  num, ep = string.match(v, '^(%d+):(%d+)$')
+  if not num then num, ep = string.match(v, '^(%d+):(%d+):%d+$') end
+end
 if ARGV[3] ~= '0' and ep ~= ARGV[3] then return {-1, tonumber(ep) or 0} end
 if not num then
   num = redis.call('HINCRBY', KEYS[1], '#next', 1)
   ep = 0
 end
 ep = math.max(tonumber(ep) + 1, tonumber(ARGV[2]))
-redis.call('HSET', KEYS[1], ARGV[1], num .. ':' .. string.format('%d', ep))
+local ver = math.max((tonumber(redis.call('HGET', KEYS[1], '#ver')) or 0) + 1, tonumber(ARGV[2]))
+ver = string.format('%d', ver)
+redis.call('HSET', KEYS[1], ARGV[1], num .. ':' .. string.format('%d', ep) .. ':' .. ver, '#ver', ver)
 return {tonumber(num), ep}`
 
 // Stored records a BlockStored event in the local view and, when this
