@@ -62,17 +62,17 @@ func benchSharedPrefix(b *testing.B, seed uint64) (Config, *Workload) {
 // oldest prefill under way as done (router.Router.queue), which a replica
 // can tell only while all of the pod's in-flight prefill is its own, and
 // the speculative records came to fold as kvindex's do (confirmed by the
-// pod's store, dropped by a clear):
+// pod's store, dropped by a clear); at 0dfc20d:
 //
 //	replicas  index        TTFT p90   hit ratio
 //	1         private      21.5 ms    0.934
 //	1         shared       18.1 ms    0.952
 //	2         private      19.0 ms    0.947
 //	2         shared-spec  22.2 ms    0.944
-//	2         shared       22.6 ms    0.939
+//	2         shared       22.6 ms    0.933
 //	4         private      19.3 ms    0.945
 //	4         shared-spec  19.7 ms    0.950
-//	4         shared       18.4 ms    0.938
+//	4         shared       18.4 ms    0.961
 //
 // With the records' folding alone 2 replicas shared did 16.0 ms and 4
 // did 18.4; the queue's discount (here counted only while no other
