@@ -225,12 +225,26 @@ func (h *seqHarness) send(b seqBatch, lost bool) {
 	}
 	gap, drops := h.m.live(b.seq)
 	h.setDrops(drops) // before the batch that asks for the replay
+	ended := h.replaysEnded()
 	if err := h.p.Publish(context.Background(), h.payload(b)); err != nil {
 		h.t.Fatal(err)
 	}
 	if gap {
 		h.settle()
+		// The index can show the replayed batches before the replay has
+		// counted its result: a reconnect that read the counters then
+		// raced the count.
+		eventually(h.t, "the gap's replay to count its result", func() bool { return h.replaysEnded() > ended })
 	}
+}
+
+// replaysEnded is the replays that ended, whatever their result.
+func (h *seqHarness) replaysEnded() float64 {
+	n := 0.0
+	for _, result := range []string{"ok", "exhausted", "failed"} {
+		n += h.f.counter(h.f.mgr.metrics.replays, "pod", result)
+	}
+	return n
 }
 
 // settle waits until the subscriber has applied the publisher's last batch
