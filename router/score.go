@@ -173,13 +173,11 @@ func bestShare(scores []Score, blocks int) float64 {
 // (RunningSecondsPerRequest each, as below), is done, up to its share of
 // the charge, while none of the pod's in-flight prefill is another
 // replica's: the router cannot tell when the pod began its request behind
-// theirs. (Counting
-// the whole charge until the pod answered priced a pod a moment from its
-// first token as if it had not begun, and the router copied a cached
-// prefix to an idle pod, a cold prefill, rather than wait the moment.)
-// With an index
-// that shares the replicas' in-flight prefill, the other replicas' (peer)
-// count as the router's own.
+// theirs. (Counting the whole charge until the pod answered priced a pod a
+// moment from its first token as if it had not begun, and the router
+// copied a cached prefix to an idle pod, a cold prefill, rather than wait
+// the moment.) With an index that shares the replicas' in-flight prefill,
+// the other replicas' (peer) count as the router's own.
 // (Counting every waiting request at a flat price made a pod caching a
 // group's prefix, with many hits queued, look busier than a pod with none,
 // and a decode-saturated fleet spread its groups, prefilling each prefix
