@@ -367,9 +367,14 @@ func (x *Index) readTable(sc *matchScratch) bool {
 // known shape.
 func (x *Index) summary(sc *matchScratch, body []byte, v uint64) bool {
 	for i, num := 0, uint32(0); ; {
-		var end, ok bool
-		if num, i, end, ok = summaryNext(body, i, num); !ok || end {
-			return ok
+		if i < len(body) && body[i]-1 < 0x7f && uint64(num)+uint64(body[i]) <= 1<<32-1 {
+			num += uint32(body[i]) // a delta of one byte: most of them
+			i++
+		} else {
+			var end, ok bool
+			if num, i, end, ok = summaryNext(body, i, num); !ok || end {
+				return ok
+			}
 		}
 		if c := sc.candOf(num); c >= 0 && sc.ver[c] <= v {
 			sc.count[c][kvindex.TierGPU]++
