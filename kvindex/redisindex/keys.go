@@ -134,23 +134,31 @@ func decodeRecord[B string | []byte](b B) (r record, ok bool) {
 // the epoch in [1, 2⁶³), the version in [0, 2⁶³).
 func parsePodEntry[B string | []byte](s B) (num uint32, epoch, version uint64, ok bool) {
 	var parts [3]uint64
-	n, start := 0, 0
+	n, ok := parseFields(s, parts[:], 1<<63-1)
+	if !ok || n < 2 || parts[0] == 0 || parts[0] > 1<<32-1 || parts[1] == 0 {
+		return 0, 0, 0, false
+	}
+	return uint32(parts[0]), parts[1], parts[2], true
+}
+
+// parseFields reads decimal fields separated by ':' into parts, each at
+// most limit: how many it read, false for an empty field, a field past
+// limit, or more fields than parts holds.
+func parseFields[B string | []byte](s B, parts []uint64, limit uint64) (n int, ok bool) {
+	start := 0
 	for i := 0; i <= len(s); i++ {
 		if i < len(s) && s[i] != ':' {
 			continue
 		}
 		if n == len(parts) || i == start {
-			return 0, 0, 0, false
+			return 0, false
 		}
-		if parts[n], ok = parseDecimal(s[start:i], 1<<63-1); !ok {
-			return 0, 0, 0, false
+		if parts[n], ok = parseDecimal(s[start:i], limit); !ok {
+			return 0, false
 		}
 		n, start = n+1, i+1
 	}
-	if n < 2 || parts[0] == 0 || parts[0] > 1<<32-1 || parts[1] == 0 {
-		return 0, 0, 0, false
-	}
-	return uint32(parts[0]), parts[1], parts[2], true
+	return n, true
 }
 
 // A compacted block key starts with a summary of its plainest holders:

@@ -182,21 +182,7 @@ func (x *Index) readLoad(sc *matchScratch, peers []kvindex.PodLoad) {
 // parseLoad reads a load table value "<tokens>:<requests>:<deadline>".
 func parseLoad(b []byte) (tokens, requests, deadline uint64, ok bool) {
 	var parts [3]uint64
-	n := 0
-	start := 0
-	for i := 0; i <= len(b); i++ {
-		if i < len(b) && b[i] != ':' {
-			continue
-		}
-		if n == 3 || i == start {
-			return 0, 0, 0, false
-		}
-		if parts[n], ok = parseDecimal(b[start:i], 1<<53); !ok {
-			return 0, 0, 0, false
-		}
-		n, start = n+1, i+1
-	}
-	if n != 3 {
+	if n, ok := parseFields(b, parts[:], 1<<53); !ok || n != 3 {
 		return 0, 0, 0, false
 	}
 	return parts[0], parts[1], parts[2], true
