@@ -126,7 +126,14 @@ func decodeRecord[B string | []byte](b B) (r record, ok bool) {
 	for i := 15; i >= 8; i-- {
 		r.v = r.v<<8 | uint64(b[i])
 	}
-	return r, r.kind <= kindSpec && b[6] == 0 && b[7] == 0 && (r.kind != kindSpec || r.delta == 0 || r.delta == specSettle)
+	return r, knownRecord(r.kind, r.delta, b[6] == 0 && b[7] == 0)
+}
+
+// knownRecord says whether a record of kind and delta byte, its bytes
+// [6:8] zero or not, is of a known shape: a tier's, or a speculation's or
+// a settling's. (kindSummary headers are told apart before.)
+func knownRecord(kind uint8, delta int8, zero bool) bool {
+	return zero && (kind < kindSpec || kind == kindSpec && (delta == 0 || delta == specSettle))
 }
 
 // parsePodEntry reads a pod table value "<num>:<epoch>:<version>" (or

@@ -461,7 +461,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 				off = end - recordSize
 				continue
 			}
-			if kind > kindSpec || hdr>>48 != 0 || kind == kindSpec && delta != 0 && delta != specSettle {
+			if !knownRecord(kind, delta, hdr>>48 == 0) {
 				bad++
 				continue
 			}
