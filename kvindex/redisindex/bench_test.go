@@ -340,3 +340,58 @@ func infoField(info, name string) float64 {
 	}
 	return 0
 }
+
+// BenchmarkCount512 is the client's share of BenchmarkMatch512, with no
+// server: 512 blocks, every one held by every candidate, counted. same:
+// each block is one summary, all alike (a prefix the pods stored
+// together); distinct: each summary also names a pod no candidate is, so
+// that none is like another; records: each block is one GPU store record
+// per candidate, uncompacted.
+func BenchmarkCount512(b *testing.B) {
+	for _, c := range []struct {
+		pods int
+		kind string
+	}{{8, "same"}, {64, "same"}, {64, "distinct"}, {64, "records"}, {256, "same"}, {256, "distinct"}} {
+		pods := c.pods
+		b.Run(fmt.Sprintf("pods=%d/%s", pods, c.kind), func(b *testing.B) {
+			x := fuzzIndex(b)
+			sc := &matchScratch{bigNum: map[uint32]int32{}, byName: map[string]int32{}}
+			nums := make([]uint32, pods)
+			for i := range pods {
+				sc.names = append(sc.names, fmt.Sprintf("pod-%d", i))
+				sc.cand = append(sc.cand, i)
+				sc.tab = append(sc.tab, span{off: int32(len(sc.arena)), n: int32(len(fmt.Sprint(i+1, ":1:0")))})
+				sc.arena = fmt.Append(sc.arena, i+1, ":1:0")
+				nums[i] = uint32(i + 1)
+			}
+			hs := make([]uint64, 512)
+			for i := range hs {
+				var sum []byte
+				switch c.kind {
+				case "same":
+					sum = summaryOf(1, nums)
+				case "distinct":
+					sum = summaryOf(1, append(nums, uint32(pods+1+i)))
+				case "records":
+					for _, num := range nums {
+						sum = appendRecord(sum, num, uint8(kvindex.TierGPU), 1, 1)
+					}
+				}
+				sc.vals = append(sc.vals, span{off: int32(len(sc.arena)), n: int32(len(sum))})
+				sc.arena = append(sc.arena, sum...)
+			}
+			out := make([]kvindex.PodMatch, pods)
+			b.ReportAllocs()
+			for b.Loop() {
+				if !x.readTable(sc) {
+					b.Fatal("table refused")
+				}
+				clear(out)
+				x.count(sc, hs, out)
+			}
+			if out[0].Blocks != 512 || out[pods-1].Tiers[kvindex.TierGPU] != 512 {
+				b.Fatalf("count = %+v, want every pod at 512 blocks on the GPU", out[pods-1])
+			}
+		})
+	}
+}

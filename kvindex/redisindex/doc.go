@@ -53,7 +53,11 @@
 // MGET per slot group of the blocks' keys; then the leading runs are
 // counted here exactly as kvindex.Index.Match counts them (fastest real
 // tier first, speculation only where no real holder counts), in one pass
-// per block over the records of the candidates still running. Only bytes
+// per block over the records of the candidates still running. The
+// candidates are bits: a block's summary members and first GPU stores only
+// set a bit, a summary like the block before's (the blocks of a prefix the
+// same pods hold) reuses its bits, and only a candidate a block names
+// otherwise has its records folded one by one. Only bytes
 // cross the wire: no per-holder strings to parse. The braces are Redis
 // Cluster hash tags: a namespace's blocks spread over Config.Groups slots,
 // so one request touches at most Groups + 1 slots and the cluster client

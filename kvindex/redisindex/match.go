@@ -1,8 +1,10 @@
 package redisindex
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -17,20 +19,26 @@ const maxDirectNum = 1 << 20
 
 // matchScratch is one match's working memory, pooled.
 type matchScratch struct {
-	names   []string // the eligible candidates' names
-	cand    []int    // their indexes in out
-	bynum   []int32  // pod number → eligible candidate + 1, 0 none
-	nums    []uint32 // the entries of bynum the last readTable set, to reset
-	bigNum  map[uint32]int32
-	epoch   []uint64 // by eligible candidate; 0: not in the pod table
-	ver     []uint64 // by eligible candidate: the pod table's version at its last epoch change
-	live    []bool
-	numOf   []uint32                  // by eligible candidate: its pod number
-	alive   []int32                   // the candidates whose runs still extend, in no order
-	count   [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
-	spec    []specState               // by candidate: this block's speculative holder
-	tally   [][kindSpec + 1]int32     // by candidate: its run's blocks by tier, speculative last
-	members [][]int32                 // by group: its blocks' indexes, in MGET order
+	names      []string // the eligible candidates' names
+	cand       []int    // their indexes in out
+	bynum      []int32  // pod number → eligible candidate + 1, 0 none
+	nums       []uint32 // the entries of bynum the last readTable set, to reset
+	bigNum     map[uint32]int32
+	epoch      []uint64 // by eligible candidate; 0: not in the pod table
+	ver        []uint64 // by eligible candidate: the pod table's version at its last epoch change
+	maxVer     uint64   // the largest of ver
+	memo       summaryMemo
+	live       []bool
+	numOf      []uint32                  // by eligible candidate: its pod number
+	alive      []uint64                  // bits by candidate: its run still extends
+	held       []uint64                  // bits: named in this block only by a summary
+	touched    []uint64                  // bits: named in this block by a record
+	anyTouched bool                      // a bit of touched is set
+	runs       []int32                   // by candidate: its run's length, once it ends
+	count      [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
+	spec       []specState               // by candidate: this block's speculative holder
+	tally      [][kindSpec + 1]int32     // by candidate: its run's blocks by tier, speculative last
+	members    [][]int32                 // by group: its blocks' indexes, in MGET order
 	// arena holds the values read; tab (by eligible candidate) and vals
 	// (by block) their spans. tableErr: Redis refused the HMGET.
 	arena    []byte
@@ -50,6 +58,16 @@ type matchScratch struct {
 }
 
 const kindNone = 0xff
+
+// summaryMemo is what summaryFast keeps of the last summary it read in a
+// match: its body and members' bits, and the bits of the candidates whose
+// epochs are no newer than version v.
+type summaryMemo struct {
+	ok, verOK     bool
+	body          []byte
+	bits, verBits []uint64
+	v             uint64
+}
 
 var scratchPool = sync.Pool{New: func() any {
 	return &matchScratch{bigNum: map[uint32]int32{}, byName: map[string]int32{}}
@@ -327,6 +345,7 @@ func (x *Index) readTable(sc *matchScratch) bool {
 		sc.bynum[num] = 0
 	}
 	sc.nums = sc.nums[:0]
+	sc.maxVer = 0
 	clear(sc.bigNum)
 	if sc.tableErr {
 		x.metrics.refused.WithLabelValues("pods").Inc()
@@ -348,6 +367,7 @@ func (x *Index) readTable(sc *matchScratch) bool {
 			continue
 		}
 		sc.epoch[i], sc.ver[i], sc.live[i], sc.numOf[i] = ep, ver, true, num
+		sc.maxVer = max(sc.maxVer, ver)
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {
 				sc.bynum = append(sc.bynum, make([]int32, int(num)+1-len(sc.bynum))...)
@@ -363,9 +383,15 @@ func (x *Index) readTable(sc *matchScratch) bool {
 
 // summary counts the members of a summary (kindSummary) of table version
 // v: each a GPU store of its pod's current epoch, while the pod has had
-// no epoch change since the version. It reports false for a body of no
-// known shape.
+// no epoch change since the version. A member the block names nowhere
+// else is only a bit in sc.held. It reports false for a body of no known
+// shape.
 func (x *Index) summary(sc *matchScratch, body []byte, v uint64) bool {
+	if !sc.anyTouched && sc.summaryFast(body, v) {
+		return true
+	}
+	ver := sc.ver
+	anyVer := v < sc.maxVer // some candidate's epoch changed since v
 	for i, num := 0, uint32(0); ; {
 		if i < len(body) && body[i]-1 < 0x7f && uint64(num)+uint64(body[i]) <= 1<<32-1 {
 			num += uint32(body[i]) // a delta of one byte: most of them
@@ -376,12 +402,119 @@ func (x *Index) summary(sc *matchScratch, body []byte, v uint64) bool {
 				return ok
 			}
 		}
-		if c := sc.candOf(num); c >= 0 && sc.ver[c] <= v {
-			sc.count[c][kvindex.TierGPU]++
-			if sc.spec[c].pending != 0 {
-				sc.spec[c] = specState{} // confirmed, as a store is
+		c := sc.candOf(num)
+		if c < 0 || anyVer && ver[c] > v {
+			continue
+		}
+		if sc.hold(c) {
+			continue
+		}
+		sc.touch(c) // named twice in the block: counted
+		sc.count[c][kvindex.TierGPU]++
+		if sc.spec[c].pending != 0 {
+			sc.spec[c] = specState{} // confirmed, as a store is
+		}
+	}
+}
+
+// summaryFast adds a summary's members to sc.held when no record of the
+// block has named a candidate yet: the members' bits are kept from the
+// last summary with the same body (the blocks of a prefix every pod holds
+// share one), and filtered by version only when a candidate's epoch
+// changed since v. It reports false, having changed nothing, for a body
+// of no known shape or one naming a candidate held already: the long way
+// counts those.
+func (sc *matchScratch) summaryFast(body []byte, v uint64) bool {
+	m := &sc.memo
+	if !m.ok || !bytes.Equal(body, m.body) {
+		if m.ok = sc.summaryBits(body, m.bits); !m.ok {
+			return false
+		}
+		m.body = body
+	}
+	if v < sc.maxVer && (!m.verOK || m.v != v) {
+		m.verOK, m.v = true, v
+		clear(m.verBits)
+		for k, cv := range sc.ver {
+			if cv <= v {
+				m.verBits[k>>6] |= 1 << (k & 63)
 			}
 		}
+	}
+	filter := v < sc.maxVer
+	for w, h := range sc.held {
+		bits := m.bits[w]
+		if filter {
+			bits &= m.verBits[w]
+		}
+		if h&bits != 0 {
+			return false
+		}
+	}
+	for w := range sc.held {
+		bits := m.bits[w]
+		if filter {
+			bits &= m.verBits[w]
+		}
+		sc.held[w] |= bits
+	}
+	return true
+}
+
+// summaryBits sets in bits (cleared first) the candidates a summary's body
+// names; it reports false for a body of no known shape or one naming a
+// candidate twice.
+func (sc *matchScratch) summaryBits(body []byte, bits []uint64) bool {
+	clear(bits)
+	var twice, one uint64 // one: the bits of word 0, kept in a register
+	for i, num := 0, uint32(0); ; {
+		if i < len(body) && body[i]-1 < 0x7f && uint64(num)+uint64(body[i]) <= 1<<32-1 {
+			num += uint32(body[i])
+			i++
+		} else {
+			var end, ok bool
+			if num, i, end, ok = summaryNext(body, i, num); !ok || end {
+				bits[0] |= one
+				return ok && twice == 0
+			}
+		}
+		c := sc.candOf(num)
+		switch bit := uint64(1) << (c & 63); {
+		case c < 0:
+		case c < 64:
+			twice |= one & bit
+			one |= bit
+		default:
+			twice |= bits[c>>6] & bit
+			bits[c>>6] |= bit
+		}
+	}
+}
+
+// hold puts candidate c in sc.held, a GPU store of the block, if nothing
+// in the block named it before, and reports whether it did.
+func (sc *matchScratch) hold(c int32) bool {
+	w, bit := c>>6, uint64(1)<<(c&63)
+	if (sc.held[w]|sc.touched[w])&bit != 0 {
+		return false
+	}
+	sc.held[w] |= bit
+	return true
+}
+
+// touch moves candidate c from sc.held, where a summary put it, to the
+// candidates whose records in this block are folded one by one
+// (sc.touched), its summary's store counted.
+func (sc *matchScratch) touch(c int32) {
+	w, bit := c>>6, uint64(1)<<(c&63)
+	if sc.touched[w]&bit != 0 {
+		return
+	}
+	sc.touched[w] |= bit
+	sc.anyTouched = true
+	if sc.held[w]&bit != 0 {
+		sc.held[w] &^= bit
+		sc.count[c][kvindex.TierGPU] = 1
 	}
 }
 
@@ -412,30 +545,44 @@ func (sc *matchScratch) candOf(num uint32) int32 {
 // count walks the blocks in order, extending each candidate's run: per
 // block it folds the records of the candidates still running (their real
 // records of their current epoch, the count never below zero; their
-// speculative records, specState) and advances those holding the block, fastest real
-// tier first, speculation only where no real holder counts. A candidate
-// whose run ends is unmapped from its pod number, so that its records in
-// the blocks after cost one lookup; the runs are tallied in the scratch
-// and written to out at the end.
+// speculative records, specState) and advances those holding the block,
+// fastest real tier first, speculation only where no real holder counts.
+// The candidates running are bits of sc.alive; a candidate a block names
+// only in a summary (most blocks, once a key is compacted) is a bit of
+// sc.held and advances on the GPU with no more work, one named by a record
+// (sc.touched) has its records folded. A candidate whose run ends is
+// unmapped from its pod number, so that its records in the blocks after
+// cost one lookup. A run's length is noted when it ends, its blocks held
+// off the GPU tallied as they come; the rest of it was held on the GPU.
 func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch) {
 	n := len(sc.names)
+	words := (n + 63) / 64
 	sc.count = resize(sc.count, n)
 	sc.spec = resize(sc.spec, n)
 	sc.tally = resize(sc.tally, n)
+	sc.runs = resize(sc.runs, n)
+	sc.alive = resize(sc.alive, words)
+	sc.held = resize(sc.held, words)
+	sc.touched = resize(sc.touched, words)
 	clear(sc.count)
 	clear(sc.spec)
 	clear(sc.tally)
-	sc.alive = sc.alive[:0]
+	clear(sc.alive)
+	clear(sc.held)
+	clear(sc.touched)
+	sc.memo = summaryMemo{bits: resize(sc.memo.bits, words), verBits: resize(sc.memo.verBits, words)}
+	sc.anyTouched = false
+	running := 0
 	for k := range n {
+		sc.runs[k] = 0
 		if sc.live[k] {
-			sc.alive = append(sc.alive, int32(k))
+			sc.alive[k>>6] |= 1 << (k & 63)
+			sc.runs[k] = int32(len(hashes))
+			running++
 		}
 	}
 	now, lives := uint64(x.now().UnixMilli()), x.lives()
-	for b := range hashes {
-		if len(sc.alive) == 0 {
-			break
-		}
+	for b := 0; b < len(hashes) && running > 0; b++ {
 		var val []byte
 		switch sp := sc.vals[b]; sp.n {
 		case spanNil:
@@ -471,61 +618,81 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 			}
 			v := binary.LittleEndian.Uint64(val[off+8:])
 			if kind == kindSpec {
+				sc.touch(c)
 				sc.spec[c].apply(delta == specSettle, v, sc.epoch[c], lives)
 				continue
 			}
-			if v == sc.epoch[c] { // the pod's current epoch
-				t := &sc.count[c][kind]
-				*t = max(0, *t+int16(delta))
-				if kind == uint8(kvindex.TierGPU) && delta > 0 {
-					sc.spec[c] = specState{} // confirmed
-				}
+			if v != sc.epoch[c] {
+				continue // from before the pod's current epoch: it counts for nothing
+			}
+			if kind == uint8(kvindex.TierGPU) && delta == 1 && sc.hold(c) {
+				continue // the first record naming c, a store: held, as a summary's member is
+			}
+			sc.touch(c)
+			t := &sc.count[c][kind]
+			*t = max(0, *t+int16(delta))
+			if kind == uint8(kvindex.TierGPU) && delta > 0 {
+				sc.spec[c] = specState{} // confirmed
 			}
 		}
 		if bad > 0 {
 			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
 		}
-		kept := sc.alive[:0]
-		for _, c := range sc.alive {
-			if cnt := &sc.count[c]; cnt[kvindex.TierGPU] > 0 { // most blocks: held on the GPU
-				*cnt = [kvindex.NumTiers]int16{}
-				if sc.spec[c].pending != 0 {
-					sc.spec[c] = specState{}
-				}
-				sc.tally[c][kvindex.TierGPU]++
-				kept = append(kept, c)
-				continue
-			}
-			t := uint8(kindNone)
-			for tier := range kvindex.NumTiers {
-				if sc.count[c][tier] > 0 {
-					t = uint8(tier)
-					break
+		for w, a := range sc.alive {
+			touched := sc.touched[w] & a
+			ends := a &^ (sc.held[w] | touched)
+			sc.held[w], sc.touched[w] = 0, 0
+			for ; touched != 0; touched &= touched - 1 {
+				c := int32(w<<6 + bits.TrailingZeros64(touched))
+				switch t := sc.tier(c, now); t {
+				case kindNone:
+					ends |= touched & -touched
+				case uint8(kvindex.TierGPU):
+				default:
+					sc.tally[c][t]++
 				}
 			}
-			if t == kindNone && sc.spec[c].deadline() > now {
-				t = kindSpec
-			}
-			sc.count[c], sc.spec[c] = [kvindex.NumTiers]int16{}, specState{}
-			if t == kindNone {
-				sc.live[c] = false
+			sc.alive[w] = a &^ ends
+			for ; ends != 0; ends &= ends - 1 {
+				c := int32(w<<6 + bits.TrailingZeros64(ends))
+				sc.runs[c] = int32(b)
 				sc.unmap(c)
-				continue
+				running--
 			}
-			sc.tally[c][t]++
-			kept = append(kept, c)
 		}
-		sc.alive = kept
+		sc.anyTouched = false
 	}
 	for k := range n {
 		o, t := &out[sc.cand[k]], &sc.tally[k]
+		o.Blocks = int(sc.runs[k])
+		gpu := o.Blocks
 		for tier := range kvindex.NumTiers {
-			o.Tiers[tier] = int(t[tier])
-			o.Blocks += int(t[tier])
+			if kvindex.Tier(tier) != kvindex.TierGPU {
+				o.Tiers[tier] = int(t[tier])
+				gpu -= o.Tiers[tier]
+			}
 		}
 		o.Speculative = int(t[kindSpec])
-		o.Blocks += o.Speculative
+		o.Tiers[kvindex.TierGPU] = gpu - o.Speculative
 	}
+}
+
+// tier is the fastest tier whose holder the block's folded records of
+// candidate c count (kindSpec: a speculative one; kindNone: none), and
+// clears them for the next block.
+func (sc *matchScratch) tier(c int32, now uint64) uint8 {
+	t := uint8(kindNone)
+	for tier := range kvindex.NumTiers {
+		if sc.count[c][tier] > 0 {
+			t = uint8(tier)
+			break
+		}
+	}
+	if t == kindNone && sc.spec[c].deadline() > now {
+		t = kindSpec
+	}
+	sc.count[c], sc.spec[c] = [kvindex.NumTiers]int16{}, specState{}
+	return t
 }
 
 func resize[T any](s []T, n int) []T {
