@@ -686,9 +686,20 @@ func TestAppendsToExistingKeys(t *testing.T) {
 // removals (of blocks held and not), clears, speculation and settling on
 // six pods, in every tier, and after every block key is compacted now and
 // then, Match through Redis reports for every candidate exactly what the
-// local view, kvindex's own Match, reports.
+// local view, kvindex's own Match, reports. In wide, 64 pods that hold
+// nothing come between the six's first two and the rest among the
+// candidates: the count keeps candidates in 64-bit words, and four of the
+// six are then in the second.
 func TestMatchAgreesWithLocalView(t *testing.T) {
 	srv := redisserver.New(t)
+	for _, idle := range []int{0, 64} {
+		t.Run(map[int]string{0: "six", 64: "wide"}[idle], func(t *testing.T) {
+			matchAgreesWithLocalView(t, srv.Addr, idle)
+		})
+	}
+}
+
+func matchAgreesWithLocalView(t *testing.T, addr string, idle int) {
 	// One clock for both, so that a speculative entry lapses for both at
 	// once, moved 10 ms at each operation: the 2 s grace of a settled
 	// entry runs out within the run, and a pod's clear (its epoch, the
@@ -700,7 +711,8 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 	local, err := kvindex.New(kcfg, nil)
 	must(t, err)
 	cfg := DefaultConfig()
-	cfg.Addrs, cfg.Now = []string{srv.Addr}, clock
+	cfg.Addrs, cfg.Now = []string{addr}, clock
+	cfg.Prefix = fmt.Sprintf("agree%d:", idle)
 	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), nil)
 	must(t, err)
 	t.Cleanup(func() { _ = x.close() })
@@ -708,6 +720,11 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 	for i := range 6 {
 		ids = append(ids, x.AddPod(fmt.Sprintf("pod-%d", i), "m"))
 	}
+	all := slices.Clone(ids[:2]) // the candidates: the six, idle pods among them
+	for i := range idle {
+		all = append(all, x.AddPod(fmt.Sprintf("idle-%d", i), "m"))
+	}
+	all = append(all, ids[2:]...)
 	x.tick() // every lease
 	rng := rand.New(rand.NewPCG(7, 11))
 	chains := make([][]uint64, 8) // prompts sharing prefixes: chain i continues chain i/2's first blocks
@@ -752,7 +769,7 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 			}
 		}
 		for _, ch := range chains {
-			cands := ids[rng.IntN(2):] // now and then not every pod
+			cands := all[rng.IntN(2):] // now and then not every pod
 			got = x.Match("m", ch, cands, got)
 			want = x.local.Match("m", ch, cands, want)
 			if !slices.Equal(got, want) {
