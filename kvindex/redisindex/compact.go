@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/redis/go-redis/v9"
@@ -17,6 +18,15 @@ const (
 	// compactQueue bounds the keys waiting for compaction; more are dropped
 	// (the next crossing queues them again).
 	compactQueue = 1024
+	// compactRead: a block key a match reads with at least this many
+	// records outside a summary is queued for compaction too, at most once
+	// per readQueuedEvery by this replica. Appends compact a key only as it
+	// crosses each 64 records: a block 40 pods store once would otherwise
+	// stay 40 records (640 bytes) for every match to read, where its
+	// summary is 16 bytes and one per pod.
+	compactRead     = 16
+	readQueuedEvery = 10 * time.Second
+	readQueuedSlots = 4096
 )
 
 // compaction is a block key to rewrite, with its namespace's tag.
@@ -28,6 +38,21 @@ func (x *Index) queueCompaction(tag, key string) {
 	default:
 		x.metrics.compactions.WithLabelValues("dropped").Inc()
 	}
+}
+
+// compactLater queues block h's key, which a match read long, for
+// compaction, unless this replica queued it for that less than about
+// readQueuedEvery ago (a direct-mapped memory of the keys queued: a
+// collision only queues a key again).
+func (x *Index) compactLater(tag string, h uint64) {
+	k := mix(fnv1a(tag) ^ h)
+	v := k ^ uint64(time.Now().UnixNano()/int64(readQueuedEvery))
+	slot := &x.readQueued[k%readQueuedSlots]
+	if slot.Load() == v {
+		return
+	}
+	slot.Store(v)
+	x.queueCompaction(tag, string(x.blockKey(nil, tag, h)))
 }
 
 // compactor rewrites queued block keys until ctx ends.

@@ -3,6 +3,8 @@ package redisindex
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +190,59 @@ func TestCompactionOfAHotKey(t *testing.T) {
 	got := a.match(blocks[:1])
 	if got["p1"].Tiers[kvindex.TierGPU] != 1 || got["p2"].Speculative != 1 {
 		t.Errorf("Match = %+v, want p1 holding the block, p2 speculatively", got)
+	}
+}
+
+// TestMatchQueuesLongKeys: blocks 20 pods stored once each are 20
+// records, short of the 64 that appends compact at; the first match that
+// reads them queues their keys (once, however often it matches), the
+// compactor folds them into summaries, and the matches say the same
+// before and after.
+func TestMatchQueuesLongKeys(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", nil)
+	ids := []kvindex.PodID{a.pods["p1"], a.pods["p2"]}
+	for i := range 18 {
+		ids = append(ids, a.AddPod(fmt.Sprintf("q%d", i), "m"))
+	}
+	a.tick()
+	for _, id := range ids {
+		must(t, a.Stored(id, kvindex.TierGPU, blocks[:3]))
+	}
+	must(t, a.Stored(ids[0], kvindex.TierGPU, blocks[3:4])) // one record: not queued
+	if n := len(a.compact); n != 0 {
+		t.Fatalf("%d keys queued by 21 appends, want none", n)
+	}
+	before := a.Match("m", blocks[:4], ids, nil)
+	for range 3 {
+		if got := a.Match("m", blocks[:4], ids, nil); !slices.Equal(got, before) {
+			t.Fatalf("Match = %+v, then %+v", before, got)
+		}
+	}
+	if n := len(a.compact); n != 3 {
+		t.Fatalf("%d keys queued by four matches, want the three of 20 records, once each", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.compactor(ctx) }()
+	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.metrics.compactions.WithLabelValues("done")) >= 3
+	})
+	cancel()
+	<-done
+	for _, h := range blocks[:3] {
+		n, err := a.rdb.StrLen(context.Background(), string(a.blockKey(nil, nsTag("m"), h))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 3*recordSize {
+			t.Errorf("block %x's key after compaction: %d bytes, want one summary of 20 pods (48)", h, n)
+		}
+	}
+	if after := a.Match("m", blocks[:4], ids, nil); !slices.Equal(after, before) {
+		t.Errorf("Match after compaction = %+v, want %+v as before", after, before)
+	}
+	if before[0].Blocks != 4 || before[1].Blocks != 3 {
+		t.Errorf("Match = %+v, want p1 at 4 blocks, the others at 3", before)
 	}
 }

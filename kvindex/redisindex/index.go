@@ -35,6 +35,9 @@ type Index struct {
 	downSince atomic.Int64
 	// compact queues block keys grown long for Run's compactor.
 	compact chan compaction
+	// readQueued remembers the keys matches queued for compaction, for
+	// compactRead.
+	readQueued [readQueuedSlots]atomic.Uint64
 	// appends carries callers' appends to Run's group writer while
 	// grouping is set; stopped is closed when the writer has stopped.
 	appends chan *appendReq

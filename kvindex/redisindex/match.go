@@ -19,6 +19,7 @@ const maxDirectNum = 1 << 20
 
 // matchScratch is one match's working memory, pooled.
 type matchScratch struct {
+	tag        string   // the namespace's
 	names      []string // the eligible candidates' names
 	cand       []int    // their indexes in out
 	bynum      []int32  // pod number → eligible candidate + 1, 0 none
@@ -99,6 +100,7 @@ func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvinde
 	out = out[:0]
 	sc.names, sc.cand = sc.names[:0], sc.cand[:0]
 	tag := nsTag(namespace)
+	sc.tag = tag
 	x.pods.RLock()
 	for i, id := range candidates {
 		out = append(out, kvindex.PodMatch{Pod: id})
@@ -595,7 +597,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		default:
 			val = sc.arena[sp.off : sp.off+sp.n]
 		}
-		bad := 0
+		bad, raw := 0, 0
 		for off := 0; off+recordSize <= len(val); off += recordSize {
 			hdr := binary.LittleEndian.Uint64(val[off:])
 			kind, delta := uint8(hdr>>32), int8(hdr>>40)
@@ -612,6 +614,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 				bad++
 				continue
 			}
+			raw++
 			c := sc.candOf(uint32(hdr))
 			if c < 0 {
 				continue // no candidate, or one whose run has ended
@@ -637,6 +640,9 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		}
 		if bad > 0 {
 			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
+		}
+		if raw >= compactRead {
+			x.compactLater(sc.tag, hashes[b])
 		}
 		for w, a := range sc.alive {
 			touched := sc.touched[w] & a
