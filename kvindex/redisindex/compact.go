@@ -18,12 +18,15 @@ const (
 	// compactQueue bounds the keys waiting for compaction; more are dropped
 	// (the next crossing queues them again).
 	compactQueue = 1024
-	// compactRead: a block key a match reads with at least this many
-	// records outside a summary is queued for compaction too, at most once
-	// per readQueuedEvery by this replica. Appends compact a key only as it
-	// crosses each 64 records: a block 40 pods store once would otherwise
-	// stay 40 records (640 bytes) for every match to read, where its
-	// summary is 16 bytes and one per pod.
+	// compactRead: a block key a match reads with at least this many GPU
+	// store records (+1) outside a summary is queued for compaction too,
+	// and again at most every readQueuedEvery by this replica. Appends
+	// compact a key only as it crosses each 64 records: a block 40 pods
+	// store once would otherwise stay 40 records (640 bytes) for every
+	// match to read, where its summary is 64 (a 16-byte header and a byte
+	// per pod, padded). A compaction leaves no such record but those of
+	// pods whose epoch is newer than the pod table it read: a compacted key
+	// is not queued again until stores lengthen it again.
 	compactRead     = 16
 	readQueuedEvery = 10 * time.Second
 	readQueuedSlots = 4096
@@ -42,11 +45,15 @@ func (x *Index) queueCompaction(tag, key string) {
 
 // compactLater queues block h's key, which a match read long, for
 // compaction, unless this replica queued it for that less than about
-// readQueuedEvery ago (a direct-mapped memory of the keys queued: a
-// collision only queues a key again).
-func (x *Index) compactLater(tag string, h uint64) {
+// readQueuedEvery ago, by the index's clock: bucket is the match's time
+// in readQueuedEvery units. The memory of the keys queued
+// is direct-mapped: two long keys in one slot are queued at every match
+// until the compactor has folded them (a compaction of a key already
+// short costs three commands and changes nothing); two matches reading a
+// key at once may both queue it.
+func (x *Index) compactLater(tag string, h, bucket uint64) {
 	k := mix(fnv1a(tag) ^ h)
-	v := k ^ uint64(time.Now().UnixNano()/int64(readQueuedEvery))
+	v := k ^ bucket
 	slot := &x.readQueued[k%readQueuedSlots]
 	if slot.Load() == v {
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,7 +201,9 @@ func TestCompactionOfAHotKey(t *testing.T) {
 // before and after.
 func TestMatchQueuesLongKeys(t *testing.T) {
 	srv := redisserver.New(t)
-	a := newReplica(t, srv.Addr, "a", nil)
+	var ms atomic.Int64
+	clock := func() time.Time { return time.UnixMilli(1_767_225_600_000 + ms.Load()) }
+	a := newReplica(t, srv.Addr, "a", func(cfg *Config) { cfg.Now = clock })
 	ids := []kvindex.PodID{a.pods["p1"], a.pods["p2"]}
 	for i := range 18 {
 		ids = append(ids, a.AddPod(fmt.Sprintf("q%d", i), "m"))
@@ -208,10 +211,14 @@ func TestMatchQueuesLongKeys(t *testing.T) {
 	a.tick()
 	for _, id := range ids {
 		must(t, a.Stored(id, kvindex.TierGPU, blocks[:3]))
+		must(t, a.Speculate(id, blocks[4:5])) // 20 records no compaction would fold: not queued
 	}
 	must(t, a.Stored(ids[0], kvindex.TierGPU, blocks[3:4])) // one record: not queued
 	if n := len(a.compact); n != 0 {
-		t.Fatalf("%d keys queued by 21 appends, want none", n)
+		t.Fatalf("%d keys queued by 41 appends, want none", n)
+	}
+	if got := a.Match("m", blocks[4:5], ids, nil); got[0].Speculative != 1 || len(a.compact) != 0 {
+		t.Fatalf("Match = %+v with %d keys queued, want p1 speculative on the block, none queued", got[0], len(a.compact))
 	}
 	before := a.Match("m", blocks[:4], ids, nil)
 	for range 3 {
@@ -239,10 +246,43 @@ func TestMatchQueuesLongKeys(t *testing.T) {
 			t.Errorf("block %x's key after compaction: %d bytes, want one summary of 20 pods (48)", h, n)
 		}
 	}
+	ms.Add(readQueuedEvery.Milliseconds()) // past the memory of the keys queued
 	if after := a.Match("m", blocks[:4], ids, nil); !slices.Equal(after, before) {
 		t.Errorf("Match after compaction = %+v, want %+v as before", after, before)
 	}
+	if n := len(a.compact); n != 0 {
+		t.Errorf("%d keys queued by a match after the compaction, want none: they are short", n)
+	}
 	if before[0].Blocks != 4 || before[1].Blocks != 3 {
 		t.Errorf("Match = %+v, want p1 at 4 blocks, the others at 3", before)
+	}
+}
+
+// TestCountsDoNotWrap: a key of 259 records each storing the block 127
+// times for one pod (no writer writes it; the holder bound is 1,024
+// records) holds the block for the match as for the compaction, which
+// folds it to one record of 127: a count that wrapped at 32,767 would say
+// the block is not held before the compaction and held after.
+func TestCountsDoNotWrap(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", nil)
+	a.tick()
+	ps := a.pod(a.pods["p1"])
+	ps.mu.Lock()
+	num, epoch := ps.mu.num, ps.mu.epoch
+	ps.mu.Unlock()
+	var val []byte
+	for range 259 {
+		val = appendRecord(val, num, uint8(kvindex.TierGPU), 127, epoch)
+	}
+	key := string(a.blockKey(nil, nsTag("m"), blocks[0]))
+	must(t, a.rdb.Set(context.Background(), key, val, 0).Err())
+	for _, when := range []string{"before", "after"} {
+		if when == "after" {
+			must(t, a.compactKey(context.Background(), compaction{nsTag("m"), key}))
+		}
+		if got := a.match(blocks[:1])["p1"]; got.Tiers[kvindex.TierGPU] != 1 {
+			t.Errorf("Match(p1) %s the compaction = %+v, want the block held on the GPU", when, got)
+		}
 	}
 }

@@ -82,7 +82,7 @@
 // they are: a new holder's), and written back by a script that keeps the records appended
 // meanwhile after the folded ones, so a hot key (a shared system prompt's,
 // appended to by every decision's speculation) stays short however busy.
-// A match queues the keys it reads with 16 records or more outside a
+// A match queues the keys it reads with 16 GPU store records or more outside a
 // summary too (compactRead): a block 40 pods stored once is 40 records
 // that no append would compact.
 // The holders that hold the block once in the GPU tier, most of them, fold

@@ -32,11 +32,11 @@ type matchScratch struct {
 	live       []bool
 	numOf      []uint32                  // by eligible candidate: its pod number
 	alive      []uint64                  // bits by candidate: its run still extends
-	held       []uint64                  // bits: named in this block only by a summary
-	touched    []uint64                  // bits: named in this block by a record
+	held       []uint64                  // bits: held on the GPU by the block's first summary or store naming it, named by nothing else yet (and stale bits of runs ended, ignored)
+	touched    []uint64                  // bits: named in this block by a record, or twice: its records folded in count
 	anyTouched bool                      // a bit of touched is set
 	runs       []int32                   // by candidate: its run's length, once it ends
-	count      [][kvindex.NumTiers]int16 // by candidate: this block's real tallies
+	count      [][kvindex.NumTiers]int32 // by candidate: this block's real tallies (int32: 1,024 records of +127 do not wrap)
 	spec       []specState               // by candidate: this block's speculative holder
 	tally      [][kindSpec + 1]int32     // by candidate: its run's blocks by tier, speculative last
 	members    [][]int32                 // by group: its blocks' indexes, in MGET order
@@ -62,7 +62,7 @@ const kindNone = 0xff
 
 // summaryMemo is what summaryFast keeps of the last summary it read in a
 // match: its body and members' bits, and the bits of the candidates whose
-// epochs are no newer than version v.
+// pod table entries' versions are at most v.
 type summaryMemo struct {
 	ok, verOK     bool
 	body          []byte
@@ -423,9 +423,9 @@ func (x *Index) summary(sc *matchScratch, body []byte, v uint64) bool {
 // block has named a candidate yet: the members' bits are kept from the
 // last summary with the same body (the blocks of a prefix every pod holds
 // share one), and filtered by version only when a candidate's epoch
-// changed since v. It reports false, having changed nothing, for a body
-// of no known shape or one naming a candidate held already: the long way
-// counts those.
+// changed since v. It reports false, having changed nothing but the memo,
+// for a body of no known shape, one naming a candidate twice or one naming
+// a candidate held already: the long way counts those.
 func (sc *matchScratch) summaryFast(body []byte, v uint64) bool {
 	m := &sc.memo
 	if !m.ok || !bytes.Equal(body, m.body) {
@@ -583,7 +583,8 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 			running++
 		}
 	}
-	now, lives := uint64(x.now().UnixMilli()), x.lives()
+	clock, lives := x.now(), x.lives()
+	now, bucket := uint64(clock.UnixMilli()), uint64(clock.UnixNano()/int64(readQueuedEvery))
 	for b := 0; b < len(hashes) && running > 0; b++ {
 		var val []byte
 		switch sp := sc.vals[b]; sp.n {
@@ -597,7 +598,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		default:
 			val = sc.arena[sp.off : sp.off+sp.n]
 		}
-		bad, raw := 0, 0
+		bad, stores := 0, 0
 		for off := 0; off+recordSize <= len(val); off += recordSize {
 			hdr := binary.LittleEndian.Uint64(val[off:])
 			kind, delta := uint8(hdr>>32), int8(hdr>>40)
@@ -614,7 +615,9 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 				bad++
 				continue
 			}
-			raw++
+			if kind == uint8(kvindex.TierGPU) && delta == 1 {
+				stores++ // a compaction folds it into a summary, or drops it
+			}
 			c := sc.candOf(uint32(hdr))
 			if c < 0 {
 				continue // no candidate, or one whose run has ended
@@ -633,7 +636,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 			}
 			sc.touch(c)
 			t := &sc.count[c][kind]
-			*t = max(0, *t+int16(delta))
+			*t = max(0, *t+int32(delta))
 			if kind == uint8(kvindex.TierGPU) && delta > 0 {
 				sc.spec[c] = specState{} // confirmed
 			}
@@ -641,8 +644,8 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		if bad > 0 {
 			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
 		}
-		if raw >= compactRead {
-			x.compactLater(sc.tag, hashes[b])
+		if stores >= compactRead {
+			x.compactLater(sc.tag, hashes[b], bucket)
 		}
 		for w, a := range sc.alive {
 			touched := sc.touched[w] & a
@@ -697,7 +700,7 @@ func (sc *matchScratch) tier(c int32, now uint64) uint8 {
 	if t == kindNone && sc.spec[c].deadline() > now {
 		t = kindSpec
 	}
-	sc.count[c], sc.spec[c] = [kvindex.NumTiers]int16{}, specState{}
+	sc.count[c], sc.spec[c] = [kvindex.NumTiers]int32{}, specState{}
 	return t
 }
 
