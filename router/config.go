@@ -67,6 +67,18 @@ type Config struct {
 	Tolerance float64
 	// ToleranceSeconds is the same as an absolute margin. Default 0.001.
 	ToleranceSeconds float64
+	// PlacementTolerance widens the choice for a request that places a new
+	// prefix: one the cheapest pod lacks more than half of. Its later
+	// requests will follow it to whichever pod computes it, so the pick
+	// decides where their load goes as well as this request's; the queue
+	// at this instant does not foresee that load, the KV caches' use shows
+	// where prefixes already live. Among the pods whose predicted cost is
+	// within PlacementTolerance × h of the cheapest (h the candidates' mean
+	// share of a prompt found cached lately, fleet.Load.Reuse), it picks
+	// the one whose KV cache is least used (vllm:kv_cache_usage_perc),
+	// ties at random. Where prompts rarely repeat, h and the window are
+	// about nothing and the cheapest pod wins. Default 0.2; 0 turns it off.
+	PlacementTolerance float64
 	// StaleMetricsAfter is how long a pod's metrics scrapes may fail before
 	// its last figures are too old to route by. Such a pod, and one whose
 	// scrapes have failed without ever succeeding, is blind: it is left out
@@ -131,6 +143,7 @@ func DefaultConfig() Config {
 		TierWeights:              [kvindex.NumTiers]float64{1.0, 0.8, 0.5, 0.5},
 		Tolerance:                0.05,
 		ToleranceSeconds:         0.001,
+		PlacementTolerance:       0.2,
 		StaleMetricsAfter:        fleet.DefaultStaleAfter,
 		SlowDecision:             50 * time.Millisecond,
 		MaxTokenizeBytes:         4 << 20,
@@ -158,6 +171,7 @@ func (c Config) Validate() error {
 	nonNeg("KV pressure", c.KVPressure)
 	nonNeg("tolerance", c.Tolerance)
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
+	nonNeg("placement tolerance", c.PlacementTolerance)
 	if c.StaleMetricsAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
 	}

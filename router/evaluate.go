@@ -18,6 +18,7 @@ type evaluation struct {
 	reason   Reason
 	pressure float64 // the candidates' KV pressure
 	reuse    float64 // the candidates' eviction weight (Router.weights)
+	share    float64 // the candidates' mean share of a prompt found cached lately (Router.weights)
 	stages   Stages
 }
 
@@ -94,7 +95,7 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 		sc.matches, sc.peers = r.index.Match(ns, sc.hashes, sc.ids, sc.matches), sc.peers[:0]
 	}
 	t2 := time.Now()
-	ev.pressure, ev.reuse = r.weights(sc.members)
+	ev.pressure, ev.reuse, ev.share = r.weights(sc.members)
 	sc.scores = r.score(sc.matches, sc.peers, sc.members, ev.tokens, ev.pressure+ev.reuse, r.now().UnixNano(), sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil
@@ -225,8 +226,13 @@ type Report struct {
 	Blocks     []string `json:"block_hashes"` // decimal, as vLLM's events print them
 	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs for the fleet's KV use (Config.KVPressure)
 	Reuse      float64  `json:"reuse_weight"` // prefills it costs more for the cached block it evicts (Config.ReuseWeight)
-	Pods       []Score  `json:"pods"`
-	Stages     Stages   `json:"stage_ns"`
+	// Placement is the widened tolerance a request that places a new
+	// prefix is picked within (Config.PlacementTolerance × the share of
+	// prompts found cached lately); 0 when the cheapest pod caches half of
+	// the prompt or more, or placement is off.
+	Placement float64 `json:"placement_tolerance"`
+	Pods      []Score `json:"pods"`
+	Stages    Stages  `json:"stage_ns"`
 }
 
 // Score evaluates req against every candidate pod and reports the scores,
@@ -238,6 +244,9 @@ func (r *Router) Score(req Request) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Reuse: ev.reuse, Pods: sc.scores, Stages: ev.stages}
+	if len(sc.scores) > 0 && r.place(sc.scores, nil, ev.tokens, ev.share) >= 0 {
+		rep.Placement = r.cfg.PlacementTolerance * ev.share
+	}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {
 		rep.Blocks[i] = strconv.FormatUint(h, 10)

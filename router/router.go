@@ -284,7 +284,10 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	if pd {
 		dest = isDestination(sc)
 	}
-	i := r.pick(sc.scores, dest)
+	i := r.place(sc.scores, dest, ev.tokens, ev.share)
+	if i < 0 {
+		i = r.pick(sc.scores, dest)
+	}
 	m := sc.members[i]
 	d := &Decision{
 		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: sc.scores[i].DPRank,

@@ -18,6 +18,9 @@ type Score struct {
 	Queue   float64 `json:"queue_seconds"`
 	Prefill float64 `json:"prefill_seconds"`
 	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + reuse weight + requests queued on the pod)
+	// KVUsage is the pod's KV cache use as last scraped (a fraction),
+	// which places a new prefix (Config.PlacementTolerance).
+	KVUsage float64 `json:"kv_cache_usage"`
 	// Speed is the pod's prefill speed Prefill and Queue were priced at:
 	// tokens per second at no context, learned from its metrics
 	// (fleet.Load.PrefillSecondsPerToken) or the configured prior.
@@ -77,6 +80,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 			Cost:     queue + prefill*(pressure+behind),
 			Speed:    1 / spt,
 			work:     int64(work),
+			KVUsage:  float64(mem.Load.KVUsagePermille.Load()) / 1000,
 			uncached: int(uncached),
 		})
 	}
@@ -125,11 +129,12 @@ func KVPressure(weight, u float64) float64 {
 // again about as often. Where prompts rarely repeat, evicting costs
 // nothing and pods are picked by load; where they do (shared system
 // prompts, multi-turn chats), a copy of a prefix on a second pod is priced
-// with the prefixes it displaces. One pass over the candidates reads both.
-func (r *Router) weights(members []*fleet.Member) (pressure, reuse float64) {
+// with the prefixes it displaces. share is that mean itself, which
+// Config.PlacementTolerance reads. One pass over the candidates reads all.
+func (r *Router) weights(members []*fleet.Member) (pressure, reuse, share float64) {
 	pressure = 1
-	if len(members) == 0 || (r.cfg.KVPressure == 0 && r.cfg.ReuseWeight == 0) {
-		return pressure, 0
+	if len(members) == 0 || (r.cfg.KVPressure == 0 && r.cfg.ReuseWeight == 0 && r.cfg.PlacementTolerance == 0) {
+		return pressure, 0, 0
 	}
 	var permille int64
 	sum := 0.0
@@ -141,7 +146,7 @@ func (r *Router) weights(members []*fleet.Member) (pressure, reuse float64) {
 	if r.cfg.KVPressure != 0 {
 		pressure = KVPressure(r.cfg.KVPressure, float64(permille)/1000/n)
 	}
-	return pressure, r.cfg.ReuseWeight * sum / n
+	return pressure, r.cfg.ReuseWeight * sum / n, sum / n
 }
 
 // ReuseWindow is the requests a pod's reuse mean (fleet.Load.Reuse) spans,
@@ -210,22 +215,67 @@ func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int
 // all; at least one must be), or of one chosen uniformly among those
 // within the tolerance of it.
 func (r *Router) pick(scores []Score, ok func(int) bool) int {
+	best := cheapest(scores, ok)
+	limit := scores[best].Cost*(1+r.cfg.Tolerance) + r.cfg.ToleranceSeconds
+	intN := r.intN()
+	n, chosen := 0, best
+	for i, s := range scores {
+		if s.Cost <= limit && (ok == nil || ok(i)) {
+			n++
+			if intN(n) == 0 { // reservoir sampling: uniform among the near-best
+				chosen = i
+			}
+		}
+	}
+	return chosen
+}
+
+// cheapest is the index of the cheapest score among those ok allows (nil:
+// all; at least one must be).
+func cheapest(scores []Score, ok func(int) bool) int {
 	best := -1
 	for i, s := range scores {
 		if (ok == nil || ok(i)) && (best < 0 || s.Cost < scores[best].Cost) {
 			best = i
 		}
 	}
-	limit := scores[best].Cost*(1+r.cfg.Tolerance) + r.cfg.ToleranceSeconds
-	intN := r.cfg.IntN
-	if intN == nil {
-		intN = rand.IntN
+	return best
+}
+
+func (r *Router) intN() func(int) int {
+	if r.cfg.IntN != nil {
+		return r.cfg.IntN
 	}
-	n, chosen := 0, best
+	return rand.IntN
+}
+
+// place returns the pod for a request of tokens prompt tokens that places
+// a new prefix (Config.PlacementTolerance), among those ok allows, when
+// share is the candidates' mean share of a prompt found cached lately: the
+// least used KV cache among the pods within the widened tolerance of the
+// cheapest. It returns -1 for a request the cheapest pod caches half of or
+// more, or when placement is off.
+func (r *Router) place(scores []Score, ok func(int) bool, tokens int, share float64) int {
+	tol := r.cfg.PlacementTolerance * share
+	if tol <= 0 || len(scores) < 2 {
+		return -1
+	}
+	best := cheapest(scores, ok)
+	if scores[best].uncached*2 <= tokens {
+		return -1
+	}
+	limit := scores[best].Cost*(1+tol) + r.cfg.ToleranceSeconds
+	intN := r.intN()
+	n, chosen := 0, -1
 	for i, s := range scores {
-		if s.Cost <= limit && (ok == nil || ok(i)) {
-			n++
-			if intN(n) == 0 { // reservoir sampling: uniform among the near-best
+		if s.Cost > limit || ok != nil && !ok(i) {
+			continue
+		}
+		switch {
+		case chosen < 0 || s.KVUsage < scores[chosen].KVUsage:
+			n, chosen = 1, i
+		case s.KVUsage == scores[chosen].KVUsage:
+			if n++; intN(n) == 0 {
 				chosen = i
 			}
 		}

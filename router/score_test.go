@@ -240,7 +240,7 @@ func TestKVPressure(t *testing.T) {
 			m.Load.KVUsagePermille.Store(p)
 			members = append(members, m)
 		}
-		if got, _ := r.weights(members); math.Abs(got-tt.want) > 1e-9 {
+		if got, _, _ := r.weights(members); math.Abs(got-tt.want) > 1e-9 {
 			t.Errorf("KVPressure %v, usage %v‰: pressure %v, want %v", tt.weight, tt.permille, got, tt.want)
 		}
 	}
@@ -376,5 +376,93 @@ func TestReuseWeight(t *testing.T) {
 				t.Errorf("a's reuse after the decision %v, want %v (this request's share folded in)", got, want)
 			}
 		})
+	}
+}
+
+// TestPlace: a request the cheapest pod lacks more than half of places a
+// new prefix on the least used KV cache among the pods within
+// PlacementTolerance × share of the cheapest, ties at random; it places
+// nothing when the cheapest pod caches half of it or more, when the
+// prompts of late were never found cached (share 0), or when placement is
+// off.
+func TestPlace(t *testing.T) {
+	cold := []Score{
+		{Cost: 1.00, KVUsage: 0.5, uncached: 1000},
+		{Cost: 1.10, KVUsage: 0.2, uncached: 1000},
+		{Cost: 1.30, KVUsage: 0.1, uncached: 1000}, // outside 1.00 × (1 + 0.2)
+		{Cost: 1.15, KVUsage: 0.2, uncached: 1000},
+	}
+	warm := []Score{
+		{Cost: 0.10, KVUsage: 0.9, uncached: 500},
+		{Cost: 0.11, KVUsage: 0.1, uncached: 1000},
+	}
+	tests := []struct {
+		name   string
+		scores []Score
+		ok     func(int) bool
+		tol    float64
+		share  float64
+		want   []int // the pods it may pick; nil: -1
+	}{
+		{"the least used cache within the window, ties either", cold, nil, 0.2, 1, []int{1, 3}},
+		{"the window shrinks with the share", cold, nil, 0.2, 0.5, []int{1}},
+		{"only the pods ok allows", cold, func(i int) bool { return i != 1 && i != 3 }, 0.2, 1, []int{0}},
+		{"the cheapest caches half: no placement", warm, nil, 0.2, 1, nil},
+		{"prompts never found cached lately", cold, nil, 0.2, 0, nil},
+		{"placement off", cold, nil, 0, 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.PlacementTolerance = tt.tol
+			seen := map[int]bool{}
+			for i := range 40 {
+				cfg.IntN = func(n int) int { return i % n }
+				r := &Router{cfg: cfg}
+				seen[r.place(tt.scores, tt.ok, 1000, tt.share)] = true
+			}
+			want := map[int]bool{-1: true}
+			if tt.want != nil {
+				want = map[int]bool{}
+				for _, i := range tt.want {
+					want[i] = true
+				}
+			}
+			if fmt.Sprint(seen) != fmt.Sprint(want) {
+				t.Errorf("place picked %v over 40 tie-breaks, want %v", seen, want)
+			}
+		})
+	}
+}
+
+// TestNewPrefixGoesToTheEmptiestCache: on idle pods (equal costs) whose
+// caches were found to hold prompts lately, a prompt no pod caches goes to
+// the least used KV cache, every time (without placement one of the three
+// at random); the group's next request goes where its prefix is.
+func TestNewPrefixGoesToTheEmptiestCache(t *testing.T) {
+	system := strings.Repeat("Summarize the ticket. ", 46)[:1000] // 250 blocks of 4
+	for i := range 10 {
+		tr := newTestRouter(t)
+		for name, kv := range map[string]int64{"a": 800, "b": 300, "c": 500} {
+			l := tr.fleet.Load(name)
+			l.KVUsagePermille.Store(kv)
+			l.FoldReuse(1, 1)
+		}
+		d, err := tr.route("/v1/completions", completion("llama", system+"first?", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Pod != "b" {
+			t.Fatalf("router %d: a new prefix went to %s, want b, the least used cache", i, d.Pod)
+		}
+		d.Prefilled()
+		d.Done()
+		tr.store("c", system, "", "")
+		if d, err = tr.route("/v1/completions", completion("llama", system+"second?", "")); err != nil {
+			t.Fatal(err)
+		}
+		if d.Matched < 250 {
+			t.Fatalf("router %d: a request of the prefix b and c cache went to %s (matched %d/%d), want one of them", i, d.Pod, d.Matched, d.Total)
+		}
 	}
 }

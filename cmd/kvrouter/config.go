@@ -141,6 +141,9 @@ type routingConfig struct {
 	KVPressure         float64 `yaml:"kv_pressure"`          // --kv-pressure
 	ReuseWeight        float64 `yaml:"reuse_weight"`         // --reuse-weight
 	Tolerance          float64 `yaml:"tolerance"`            // --routing-tolerance
+	// PlacementTolerance widens Tolerance for a request that places a new
+	// prefix, picking the least used KV cache within it.
+	PlacementTolerance float64 `yaml:"placement_tolerance"` // --placement-tolerance
 	// StaleMetricsAfter is how long a pod's /metrics scrapes may fail
 	// before the router routes around it as if it had never answered.
 	StaleMetricsAfter duration `yaml:"stale_metrics_after"` // --stale-metrics-after
@@ -250,7 +253,7 @@ func routingDefaults() routingConfig {
 	r := router.DefaultConfig()
 	return routingConfig{
 		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken, LearnPrefillSpeeds: r.LearnSpeeds,
-		KVPressure: r.KVPressure, ReuseWeight: r.ReuseWeight, Tolerance: r.Tolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
+		KVPressure: r.KVPressure, ReuseWeight: r.ReuseWeight, Tolerance: r.Tolerance, PlacementTolerance: r.PlacementTolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
 		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
 		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
 		PDThresholdTokens: r.PDThreshold, PrefillHeader: r.PrefillHeader,
@@ -314,6 +317,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
 	fs.Float64Var(&c.Routing.ReuseWeight, "reuse-weight", c.Routing.ReuseWeight, "how much more an uncached prompt token costs for the cached block it evicts, times the share of prompts the caches held lately (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
+	fs.Float64Var(&c.Routing.PlacementTolerance, "placement-tolerance", c.Routing.PlacementTolerance, "a request the cheapest pod lacks more than half of places a new prefix: it goes to the least used KV cache among the pods within this fraction of the cheapest, times the share of prompts the caches held lately (0: the cheapest)")
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.IntVar(&c.Routing.SaturationWaiting, "saturation-waiting", c.Routing.SaturationWaiting, "requests waiting on a pod that make it saturated: when every candidate is, sheddable requests (objective priority < 0) get 429")
 	fs.Float64Var(&c.Routing.SaturationKV, "saturation-kv", c.Routing.SaturationKV, "KV cache use (0 to 1) that makes a pod saturated")
@@ -360,7 +364,7 @@ var flagPaths = map[string]string{
 	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-share-load": "index.redis.share_load", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"learn-prefill-speeds": "routing.learn_prefill_speeds",
-	"kv-pressure":          "routing.kv_pressure", "reuse-weight": "routing.reuse_weight", "routing-tolerance": "routing.tolerance", "stale-metrics-after": "routing.stale_metrics_after",
+	"kv-pressure":          "routing.kv_pressure", "reuse-weight": "routing.reuse_weight", "routing-tolerance": "routing.tolerance", "placement-tolerance": "routing.placement_tolerance", "stale-metrics-after": "routing.stale_metrics_after",
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
 	"pd-threshold-tokens": "routing.pd_threshold_tokens", "prefill-header": "routing.prefill_header",
 	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",

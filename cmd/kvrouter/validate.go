@@ -203,6 +203,7 @@ func (c config) routerConfig(p *problems) router.Config {
 	setChecked(p, "routing.kv_pressure", rc.KVPressure, ">= 0", &r.KVPressure, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
 	setChecked(p, "routing.reuse_weight", rc.ReuseWeight, ">= 0", &r.ReuseWeight, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
 	setChecked(p, "routing.tolerance", rc.Tolerance, "in [0, 1]", &r.Tolerance, func(v float64) bool { return v >= 0 && v <= 1 })
+	setChecked(p, "routing.placement_tolerance", rc.PlacementTolerance, "in [0, 1]", &r.PlacementTolerance, func(v float64) bool { return v >= 0 && v <= 1 })
 	setChecked(p, "routing.saturation_waiting", rc.SaturationWaiting, ">= 0", &r.SaturationWaiting, func(v int) bool { return v >= 0 })
 	setChecked(p, "routing.saturation_kv", rc.SaturationKV, "in [0, 1]", &r.SaturationKV, func(v float64) bool { return v >= 0 && v <= 1 })
 	setChecked(p, "routing.destination_endpoints", rc.DestinationEndpoints, "in [1, 16]", &r.Endpoints, func(v int) bool { return v >= 1 && v <= 16 })
