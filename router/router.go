@@ -46,8 +46,12 @@ type Reason string
 
 // The reasons of a decision.
 const (
-	ReasonPrefix      Reason = "prefix"       // a cached prefix made the chosen pod cheapest
-	ReasonLoad        Reason = "load"         // nothing cached anywhere useful: picked by load
+	ReasonPrefix Reason = "prefix" // a cached prefix made the chosen pod cheapest
+	ReasonLoad   Reason = "load"   // nothing cached anywhere useful: picked by load
+	// ReasonPlacement: a prompt the cheapest pod lacks more than half of
+	// places a new prefix on the least used KV cache among the pods near
+	// the cheapest (Config.PlacementTolerance).
+	ReasonPlacement   Reason = "placement"
 	ReasonNoTokenizer Reason = "no-tokenizer" // the model has no tokenizer: picked by load
 	// ReasonTokenizerPending: the model's tokenizer is being downloaded:
 	// picked by load.
@@ -285,7 +289,8 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		dest = isDestination(sc)
 	}
 	i := r.place(sc.scores, dest, ev.tokens, ev.share)
-	if i < 0 {
+	placed := i >= 0
+	if !placed {
 		i = r.pick(sc.scores, dest)
 	}
 	m := sc.members[i]
@@ -294,7 +299,11 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		Matched: sc.scores[i].Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
 		Stages: ev.stages, load: m.Load, router: r, pod: m.ID,
 	}
-	if d.Reason == ReasonLoad && d.Matched > 0 {
+	switch {
+	case d.Reason != ReasonLoad:
+	case placed:
+		d.Reason = ReasonPlacement
+	case d.Matched > 0:
 		d.Reason = ReasonPrefix
 	}
 	d.prefill = sc.scores[i].work

@@ -452,8 +452,8 @@ func TestNewPrefixGoesToTheEmptiestCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Pod != "b" {
-			t.Fatalf("router %d: a new prefix went to %s, want b, the least used cache", i, d.Pod)
+		if d.Pod != "b" || d.Reason != ReasonPlacement {
+			t.Fatalf("router %d: a new prefix went to %s (%s), want b, the least used cache (placement)", i, d.Pod, d.Reason)
 		}
 		d.Prefilled()
 		d.Done()
