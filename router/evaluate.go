@@ -244,8 +244,8 @@ func (r *Router) Score(req Request) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Reuse: ev.reuse, Pods: sc.scores, Stages: ev.stages}
-	if len(sc.scores) > 0 && r.place(sc.scores, nil, ev.tokens, ev.share) >= 0 {
-		rep.Placement = r.cfg.PlacementTolerance * ev.share
+	if len(sc.scores) > 0 {
+		rep.Placement = r.placement(sc.scores[cheapest(sc.scores, nil)], ev.tokens, ev.share, len(sc.scores))
 	}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {

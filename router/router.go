@@ -288,11 +288,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	if pd {
 		dest = isDestination(sc)
 	}
-	i := r.place(sc.scores, dest, ev.tokens, ev.share)
-	placed := i >= 0
-	if !placed {
-		i = r.pick(sc.scores, dest)
-	}
+	i, placed := r.choose(sc.scores, dest, ev.tokens, ev.share)
 	m := sc.members[i]
 	d := &Decision{
 		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: sc.scores[i].DPRank,

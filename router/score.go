@@ -215,19 +215,52 @@ func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int
 // all; at least one must be), or of one chosen uniformly among those
 // within the tolerance of it.
 func (r *Router) pick(scores []Score, ok func(int) bool) int {
+	i, _ := r.choose(scores, ok, 0, 0)
+	return i
+}
+
+// choose is pick for a request of tokens prompt tokens when share is the
+// candidates' mean share of a prompt found cached lately: a request that
+// places a new prefix (placement) goes to the least used KV cache within
+// the widened tolerance, ties at random, and placed says so.
+func (r *Router) choose(scores []Score, ok func(int) bool, tokens int, share float64) (i int, placed bool) {
 	best := cheapest(scores, ok)
-	limit := scores[best].Cost*(1+r.cfg.Tolerance) + r.cfg.ToleranceSeconds
+	tol := r.placement(scores[best], tokens, share, len(scores))
+	placed = tol > 0
+	if !placed {
+		tol = r.cfg.Tolerance
+	}
+	limit := scores[best].Cost*(1+tol) + r.cfg.ToleranceSeconds
 	intN := r.intN()
-	n, chosen := 0, best
+	n, chosen := 0, -1
 	for i, s := range scores {
-		if s.Cost <= limit && (ok == nil || ok(i)) {
-			n++
-			if intN(n) == 0 { // reservoir sampling: uniform among the near-best
-				chosen = i
-			}
+		if s.Cost > limit || ok != nil && !ok(i) {
+			continue
+		}
+		if placed && chosen >= 0 && s.KVUsage > scores[chosen].KVUsage {
+			continue
+		}
+		if placed && (chosen < 0 || s.KVUsage < scores[chosen].KVUsage) {
+			n, chosen = 1, i
+			continue
+		}
+		if n++; intN(n) == 0 { // reservoir sampling: uniform among the near-best (the least used caches)
+			chosen = i
 		}
 	}
-	return chosen
+	return chosen, placed
+}
+
+// placement is the widened tolerance (Config.PlacementTolerance × share)
+// a request of tokens prompt tokens whose cheapest of n candidates scores
+// best places a new prefix within; 0 when that pod caches half of the
+// prompt or more, or placement is off.
+func (r *Router) placement(best Score, tokens int, share float64, n int) float64 {
+	tol := r.cfg.PlacementTolerance * share
+	if tol <= 0 || n < 2 || best.uncached*2 <= tokens {
+		return 0
+	}
+	return tol
 }
 
 // cheapest is the index of the cheapest score among those ok allows (nil:
@@ -247,38 +280,4 @@ func (r *Router) intN() func(int) int {
 		return r.cfg.IntN
 	}
 	return rand.IntN
-}
-
-// place returns the pod for a request of tokens prompt tokens that places
-// a new prefix (Config.PlacementTolerance), among those ok allows, when
-// share is the candidates' mean share of a prompt found cached lately: the
-// least used KV cache among the pods within the widened tolerance of the
-// cheapest. It returns -1 for a request the cheapest pod caches half of or
-// more, or when placement is off.
-func (r *Router) place(scores []Score, ok func(int) bool, tokens int, share float64) int {
-	tol := r.cfg.PlacementTolerance * share
-	if tol <= 0 || len(scores) < 2 {
-		return -1
-	}
-	best := cheapest(scores, ok)
-	if scores[best].uncached*2 <= tokens {
-		return -1
-	}
-	limit := scores[best].Cost*(1+tol) + r.cfg.ToleranceSeconds
-	intN := r.intN()
-	n, chosen := 0, -1
-	for i, s := range scores {
-		if s.Cost > limit || ok != nil && !ok(i) {
-			continue
-		}
-		switch {
-		case chosen < 0 || s.KVUsage < scores[chosen].KVUsage:
-			n, chosen = 1, i
-		case s.KVUsage == scores[chosen].KVUsage:
-			if n++; intN(n) == 0 {
-				chosen = i
-			}
-		}
-	}
-	return chosen
 }

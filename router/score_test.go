@@ -419,7 +419,11 @@ func TestPlace(t *testing.T) {
 			for i := range 40 {
 				cfg.IntN = func(n int) int { return i % n }
 				r := &Router{cfg: cfg}
-				seen[r.place(tt.scores, tt.ok, 1000, tt.share)] = true
+				got, placed := r.choose(tt.scores, tt.ok, 1000, tt.share)
+				if !placed {
+					got = -1 // placed nothing
+				}
+				seen[got] = true
 			}
 			want := map[int]bool{-1: true}
 			if tt.want != nil {
