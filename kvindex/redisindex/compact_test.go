@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -284,5 +285,109 @@ func TestCountsDoNotWrap(t *testing.T) {
 		if got := a.match(blocks[:1])["p1"]; got.Tiers[kvindex.TierGPU] != 1 {
 			t.Errorf("Match(p1) %s the compaction = %+v, want the block held on the GPU", when, got)
 		}
+	}
+}
+
+// TestSummaryCountsAsItsRecords: a match counts a summary exactly as the
+// GPU stores it stands for (expand), wherever it lies among a block's
+// records: after records naming its members, after another summary naming
+// them, before removals, cut short by a malformed body, with members whose
+// epoch changed since its version. Random block values over five
+// candidates and a pod that is none; the fast path (bits) and the long way
+// both run.
+func TestSummaryCountsAsItsRecords(t *testing.T) {
+	x := fuzzIndex(t)
+	x.cfg.MaxHolders = 1024
+	// Pods 1–5 are candidates, epochs 10+num; 3 and 5 changed epoch at
+	// version 50. Pod 9 is no candidate.
+	tab := podTable{epochs: map[uint32]uint64{}, vers: map[uint32]uint64{}, version: 60}
+	var names []string
+	var table []byte
+	var spans []span
+	for num := uint32(1); num <= 5; num++ {
+		ver := uint64(20)
+		if num == 3 || num == 5 {
+			ver = 50
+		}
+		tab.epochs[num], tab.vers[num] = 10+uint64(num), ver
+		names = append(names, fmt.Sprintf("p%d", num))
+		entry := fmt.Sprintf("%d:%d:%d", num, 10+num, ver)
+		spans = append(spans, span{off: int32(len(table)), n: int32(len(entry))})
+		table = append(table, entry...)
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	record := func() []byte {
+		num := uint32(1 + rng.IntN(5))
+		if rng.IntN(8) == 0 {
+			num = 9
+		}
+		ep := 10 + uint64(num)
+		switch rng.IntN(6) {
+		case 0:
+			return appendRecord(nil, num, uint8(kvindex.TierGPU), -1, ep)
+		case 1:
+			return appendRecord(nil, num, uint8(kvindex.TierCPU), 1, ep)
+		case 2:
+			return appendRecord(nil, num, kindSpec, 0, 1<<40)
+		case 3:
+			return appendRecord(nil, num, uint8(kvindex.TierGPU), 1, ep-1) // an older epoch's
+		default:
+			return appendRecord(nil, num, uint8(kvindex.TierGPU), 1, ep)
+		}
+	}
+	summary := func() []byte {
+		var nums []uint32
+		for num := uint32(1); num <= 9; num++ {
+			if (num <= 5 || num == 9) && rng.IntN(2) == 0 {
+				nums = append(nums, num)
+			}
+		}
+		s := summaryOf([]uint64{30, 60}[rng.IntN(2)], nums)
+		if rng.IntN(8) == 0 && len(s) > recordSize {
+			s[len(s)-1] = 0x80 // a truncated varint in the padding: of no known shape
+		}
+		return s
+	}
+	count := func(vals [][]byte) []kvindex.PodMatch {
+		sc := &matchScratch{bigNum: map[uint32]int32{}, byName: map[string]int32{}}
+		sc.names, sc.tab, sc.arena = names, spans, slices.Clone(table)
+		for i := range names {
+			sc.cand = append(sc.cand, i)
+		}
+		for _, v := range vals {
+			sc.vals = append(sc.vals, span{off: int32(len(sc.arena)), n: int32(len(v))})
+			sc.arena = append(sc.arena, v...)
+		}
+		if !x.readTable(sc) {
+			t.Fatal("table refused")
+		}
+		out := make([]kvindex.PodMatch, len(names))
+		x.count(sc, make([]uint64, len(vals)), out)
+		return out
+	}
+	long := 0
+	for n := range 3000 {
+		var vals, expanded [][]byte
+		for range 1 + rng.IntN(4) {
+			var v []byte
+			summaries := 0
+			for range rng.IntN(6) {
+				if rng.IntN(3) == 0 {
+					v, summaries = append(v, summary()...), summaries+1
+				} else {
+					v = append(v, record()...)
+				}
+			}
+			if summaries > 1 {
+				long++
+			}
+			vals, expanded = append(vals, v), append(expanded, expand(v, tab))
+		}
+		if got, want := count(vals), count(expanded); !slices.Equal(got, want) {
+			t.Fatalf("case %d: Match over %x = %+v; over its summaries as records %+v", n, vals, got, want)
+		}
+	}
+	if long == 0 {
+		t.Fatal("no block held two summaries: the long way went untried")
 	}
 }
