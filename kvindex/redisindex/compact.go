@@ -46,13 +46,13 @@ func (x *Index) queueCompaction(tag, key string) {
 // compactLater queues block h's key, which a match read long, for
 // compaction, unless this replica queued it for that less than about
 // readQueuedEvery ago, by the index's clock: bucket is the match's time
-// in readQueuedEvery units. The memory of the keys queued
+// in readQueuedEvery units, tagHash fnv1a of the namespace's tag. The memory of the keys queued
 // is direct-mapped: two long keys in one slot are queued at every match
 // until the compactor has folded them (a compaction of a key already
 // short costs three commands and changes nothing); two matches reading a
 // key at once may both queue it.
-func (x *Index) compactLater(tag string, h, bucket uint64) {
-	k := mix(fnv1a(tag) ^ h)
+func (x *Index) compactLater(tag string, tagHash, h, bucket uint64) {
+	k := mix(tagHash ^ h)
 	v := k ^ bucket
 	slot := &x.readQueued[k%readQueuedSlots]
 	if slot.Load() == v {

@@ -392,31 +392,20 @@ func (x *Index) summary(sc *matchScratch, body []byte, v uint64) bool {
 	if !sc.anyTouched && sc.summaryFast(body, v) {
 		return true
 	}
-	ver := sc.ver
+	// The long way, rare: a record came before the summary in the block,
+	// or the summary names a candidate twice or is of no known shape.
 	anyVer := v < sc.maxVer // some candidate's epoch changed since v
-	for i, num := 0, uint32(0); ; {
-		if i < len(body) && body[i]-1 < 0x7f && uint64(num)+uint64(body[i]) <= 1<<32-1 {
-			num += uint32(body[i]) // a delta of one byte: most of them
-			i++
-		} else {
-			var end, ok bool
-			if num, i, end, ok = summaryNext(body, i, num); !ok || end {
-				return ok
-			}
-		}
+	return summaryMembers(body, func(num uint32) {
 		c := sc.candOf(num)
-		if c < 0 || anyVer && ver[c] > v {
-			continue
-		}
-		if sc.hold(c) {
-			continue
+		if c < 0 || anyVer && sc.ver[c] > v || sc.hold(c) {
+			return
 		}
 		sc.touch(c) // named twice in the block: counted
 		sc.count[c][kvindex.TierGPU]++
 		if sc.spec[c].pending != 0 {
 			sc.spec[c] = specState{} // confirmed, as a store is
 		}
-	}
+	})
 }
 
 // summaryFast adds a summary's members to sc.held when no record of the
@@ -585,6 +574,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 	}
 	clock, lives := x.now(), x.lives()
 	now, bucket := uint64(clock.UnixMilli()), uint64(clock.UnixNano()/int64(readQueuedEvery))
+	tagHash := fnv1a(sc.tag)
 	for b := 0; b < len(hashes) && running > 0; b++ {
 		var val []byte
 		switch sp := sc.vals[b]; sp.n {
@@ -645,7 +635,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
 		}
 		if stores >= compactRead {
-			x.compactLater(sc.tag, hashes[b], bucket)
+			x.compactLater(sc.tag, tagHash, hashes[b], bucket)
 		}
 		for w, a := range sc.alive {
 			touched := sc.touched[w] & a
