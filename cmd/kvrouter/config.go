@@ -306,7 +306,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.BoolVar(&r.TLS, "index-redis-tls", r.TLS, "connect with TLS")
 	fs.StringVar(&r.TLSCAFile, "index-redis-tls-ca", r.TLSCAFile, "PEM bundle of the CAs that sign the server's certificate; empty: the system's")
 	fs.StringVar(&r.KeyPrefix, "index-redis-key-prefix", r.KeyPrefix, "the prefix of every key, so that fleets can share a server")
-	fs.DurationVar((*time.Duration)(&r.TTL), "index-redis-ttl", time.Duration(r.TTL), "how long a block's key lives after its last write (Redis's maxmemory is the hard bound)")
+	fs.DurationVar((*time.Duration)(&r.TTL), "index-redis-ttl", time.Duration(r.TTL), "how long a block's key lives after its last write (Redis's maxmemory is the hard bound); 0: no TTL, maxmemory with allkeys-lfu the bound")
 	fs.DurationVar((*time.Duration)(&r.LeaseTTL), "index-redis-lease-ttl", time.Duration(r.LeaseTTL), "how long a pod's writer lease lasts unrenewed: a dead writer's pods are taken over within about 4/3 of it")
 	fs.BoolVar(&r.LocalView, "index-redis-local-view", r.LocalView, "keep this replica's own view of the index too (memory as the memory backend): routed on while Redis is unreachable, and copied into Redis when it takes a pod's lease; off: load routing meanwhile, and little memory")
 	fs.BoolVar(&r.ShareLoad, "index-redis-share-load", r.ShareLoad, "share the in-flight prefill each replica routed to each pod through Redis, so that every replica sees the queue the others built; off: each counts only its own")

@@ -31,6 +31,9 @@ func TestManifestsConfig(t *testing.T) {
 		if s.redis == nil || len(s.redis.Addrs) != 1 || s.redis.Addrs[0] != "kvrouter-redis:6379" {
 			t.Errorf("manifests-redis/ index backend = %+v, want redis at the kvrouter-redis Service", s.redis)
 		}
+		if s.redis != nil && s.redis.TTL != 0 {
+			t.Errorf("manifests-redis/ block key TTL = %v, want 0: its server's allkeys-lfu policy bounds them", s.redis.TTL)
+		}
 	})
 	t.Run("manifests-gie", func(t *testing.T) {
 		s := manifestsSettings(t, "../../manifests-gie")

@@ -85,8 +85,8 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	if cfg.Timeout <= 0 {
 		p.add("index.redis.timeout: %v, want > 0", cfg.Timeout)
 	}
-	if cfg.TTL < idx.SpeculativeTTL {
-		p.add("index.redis.ttl: %v, want at least the speculative TTL (%v)", cfg.TTL, idx.SpeculativeTTL)
+	if cfg.TTL != 0 && cfg.TTL < idx.SpeculativeTTL {
+		p.add("index.redis.ttl: %v, want at least the speculative TTL (%v), or 0 for none", cfg.TTL, idx.SpeculativeTTL)
 	}
 	return &cfg
 }

@@ -135,3 +135,19 @@ func TestRedisBackendWiring(t *testing.T) {
 		t.Errorf("readiness with Redis down = %q, want it to say so", why)
 	}
 }
+
+// TestRedisNoTTL: index.redis.ttl 0 is valid (no TTL on block keys, the
+// server's maxmemory the bound), not taken for a TTL below the speculative one.
+func TestRedisNoTTL(t *testing.T) {
+	c, err := loadConfig([]string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-ttl", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatalf("validate = %v, want no problem", err)
+	}
+	if s.redis == nil || s.redis.TTL != 0 {
+		t.Fatalf("redis settings %+v, want TTL 0", s.redis)
+	}
+}

@@ -26,7 +26,10 @@ type Config struct {
 	Prefix string
 	// TTL is how long a block key lives after its last write: the bound on
 	// entries a dead writer or a lost clear can leave. At least the
-	// speculative TTL. Default 1h.
+	// speculative TTL. Default 1h. 0: block keys get no TTL, and Redis's
+	// maxmemory with an allkeys-lru or allkeys-lfu policy is the only bound
+	// (Run checks the policy and logs an error when it is another): a new
+	// block costs Redis one command, not two.
 	TTL time.Duration
 	// Groups is how many Redis Cluster slots a namespace's blocks spread
 	// over (and so the most one match touches, plus one). Default 16.
@@ -90,8 +93,8 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.Prefix, "{}") {
 		errs = append(errs, fmt.Errorf("key prefix %q: braces are Redis Cluster hash tags, want none", c.Prefix))
 	}
-	if c.TTL < time.Second {
-		errs = append(errs, fmt.Errorf("ttl = %v, want at least 1s", c.TTL))
+	if c.TTL != 0 && c.TTL < time.Second {
+		errs = append(errs, fmt.Errorf("ttl = %v, want at least 1s, or 0 for none", c.TTL))
 	}
 	if c.Groups < 1 || c.Groups > 16384 {
 		errs = append(errs, fmt.Errorf("groups = %d, want in [1, 16384]", c.Groups))

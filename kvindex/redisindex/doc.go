@@ -108,8 +108,19 @@
 // maxmemory-policy volatile-ttl as the hard bound: an evicted block key is
 // a block no pod seems to hold, an under-estimate, never a wrong route. The
 // pod tables have no TTL, so volatile-ttl never evicts them (with
-// allkeys-* policies a lost pod table renumbers its pods; epochs taken from
-// the clock keep old records from counting for a new number). A block key
+// allkeys-* policies a lost pod table renumbers its pods at the holders'
+// next lease tick, which finds their entries gone; epochs taken from the
+// clock keep old records from counting for a new number).
+//
+// Config.TTL 0 gives block keys no TTL: a new block is one APPEND, not an
+// APPEND and a PEXPIREAT, about half of Redis's time per new block
+// (BenchmarkStored16Pods). The bound is then maxmemory with an allkeys-*
+// policy, allkeys-lfu best: the pod tables and leases, read at every
+// match and lease tick, outlive the blocks written once. Run checks the
+// policy (CONFIG GET) at start and whenever Redis comes back, and logs an
+// error and sets kvrouter_index_redis_unbounded when maxmemory or the
+// policy does not bound the keys. The load tables keep an hour's TTL. A
+// block key
 // longer than Config.MaxHolders records (the holder bound) is refused.
 // Speculative records carry their deadline (kvindex.Config.SpeculativeTTL,
 // shortened to SpeculativeGrace by Settle) and count only before it.

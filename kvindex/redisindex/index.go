@@ -93,7 +93,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("redisindex: %w", err)
 	}
-	if cfg.TTL < specCfg.SpeculativeTTL {
+	if cfg.TTL != 0 && cfg.TTL < specCfg.SpeculativeTTL {
 		return nil, fmt.Errorf("redisindex: ttl = %v, want at least the speculative TTL (%v)", cfg.TTL, specCfg.SpeculativeTTL)
 	}
 	if cfg.Replica == "" {

@@ -2,6 +2,8 @@ package redisindex
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,7 @@ func (x *Index) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); x.loadWriter(ctx) }()
 	go func() { defer wg.Done(); x.groupWriter(ctx) }()
 	x.tick()
+	x.checkBound()
 	leases := time.NewTicker(x.cfg.LeaseTTL / 3)
 	defer leases.Stop()
 	ping := time.NewTicker(x.cfg.PingInterval)
@@ -61,6 +64,35 @@ func (x *Index) Run(ctx context.Context) error {
 	}
 }
 
+// checkBound, where block keys have no TTL (Config.TTL 0), reads Redis's
+// maxmemory and its policy, and logs an error when they do not bound the
+// index: no maxmemory, or a policy that evicts no key without a TTL
+// (noeviction refuses writes past maxmemory; volatile-* evict only keys
+// with one). A server that does not answer CONFIG GET (a managed one may
+// refuse it) is logged as unchecked. It returns whether the bound holds.
+func (x *Index) checkBound() bool {
+	if x.cfg.TTL != 0 {
+		return true
+	}
+	ctx, cancel := x.ctx()
+	defer cancel()
+	conf, err := x.rdb.ConfigGet(ctx, "maxmemory*").Result()
+	if err != nil {
+		x.log.Warn("redisindex: index.redis.ttl is 0 and Redis's maxmemory policy could not be checked; block keys are bounded only by it", "error", err)
+		x.metrics.unbounded.Set(1)
+		return false
+	}
+	policy, maxmemory := conf["maxmemory-policy"], conf["maxmemory"]
+	if !strings.HasPrefix(policy, "allkeys-") || maxmemory == "" || maxmemory == "0" {
+		x.log.Error("redisindex: index.redis.ttl is 0, so block keys have no TTL, and Redis does not bound them: set maxmemory and maxmemory-policy allkeys-lru (or allkeys-lfu), or give index.redis.ttl a duration",
+			"maxmemory", maxmemory, "maxmemory_policy", policy)
+		x.metrics.unbounded.Set(1)
+		return false
+	}
+	x.metrics.unbounded.Set(0)
+	return true
+}
+
 // Renew takes or renews the leases of the registered pods now, and learns
 // the numbers of the others, as Run does every LeaseTTL/3. A caller that
 // drives the index without Run (the fleet simulator) calls it.
@@ -80,6 +112,7 @@ func (x *Index) tick() {
 		x.downSince.Store(0)
 		x.metrics.up.Set(1)
 		x.log.Info("redisindex: Redis reachable again; matching through it")
+		x.checkBound() // a restarted server may run another configuration
 	}
 	x.renew()
 	x.republish()
@@ -114,11 +147,13 @@ func (x *Index) renew() {
 	}
 	held := 0
 	for i, ps := range pods {
-		if v, err := nums[i].Result(); err == nil {
+		v, err := nums[i].Result()
+		if err == nil {
 			if num, _, _, ok := parsePodEntry(v); ok {
 				ps.num.Store(num)
 			}
 		}
+		lost := errors.Is(err, redis.Nil) // the pod table lost the entry: evicted, or deleted
 		r, err := leases[i].Int()
 		switch {
 		case err != nil:
@@ -126,9 +161,13 @@ func (x *Index) renew() {
 			ps.held.Store(false)
 		case r == 0:
 			ps.held.Store(false)
-		case r == 2 || !ps.held.Load():
+		case r == 2 || !ps.held.Load() || lost:
 			// Taken now, or ours but its entries were not kept (a lost
-			// Redis, an outage): clear and copy.
+			// Redis, an outage, a pod table an allkeys-* policy evicted
+			// while the lease stayed): clear and copy.
+			if r == 1 && lost && ps.held.Load() {
+				x.log.Warn("redisindex: the pod table lost a pod this replica writes (evicted?); numbering it again and copying its view", "pod", ps.name)
+			}
 			if x.take(ps) {
 				held++
 			}
@@ -187,7 +226,9 @@ func (x *Index) copyLocked(ps *podState) error {
 			key := string(buf)
 			rec = appendRecord(rec[:0], ps.mu.num, uint8(e.tier), int8(min(e.count, 127)), ps.mu.epoch)
 			pipe.Append(ctx, key, string(rec))
-			pipe.PExpireAt(ctx, key, at)
+			if x.cfg.TTL != 0 {
+				pipe.PExpireAt(ctx, key, at)
+			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !replied(err) {
 			return err

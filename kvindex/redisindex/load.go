@@ -107,7 +107,7 @@ func (x *Index) publish(pods []*podState) {
 	defer cancel()
 	pipe := x.rdb.Pipeline()
 	deadline := x.now().Add(2 * x.cfg.LeaseTTL).UnixMilli()
-	at := time.Now().Add(x.cfg.TTL) // Redis's clock, not the injected one
+	at := time.Now().Add(loadTTL(x.cfg.TTL)) // Redis's clock, not the injected one
 	var buf []byte
 	for _, ps := range pods {
 		key, field := x.loadKey(ps.tag), ps.name+"|"+x.cfg.Replica
@@ -130,6 +130,16 @@ func (x *Index) publish(pods []*podState) {
 		return
 	}
 	x.metrics.rtLoad.Observe(time.Since(start).Seconds())
+}
+
+// loadTTL is how long a namespace's load table lives after its last write:
+// the block keys' TTL, or an hour when they have none. Its fields lapse at
+// their own deadlines; this only bounds a table nobody writes any more.
+func loadTTL(ttl time.Duration) time.Duration {
+	if ttl == 0 {
+		return time.Hour
+	}
+	return ttl
 }
 
 // readLoad sums the other replicas' fields of the load table, read into

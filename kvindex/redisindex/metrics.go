@@ -8,6 +8,7 @@ import (
 
 type metrics struct {
 	up           prometheus.Gauge
+	unbounded    prometheus.Gauge
 	leases       prometheus.Gauge
 	errors       *prometheus.CounterVec
 	refused      *prometheus.CounterVec
@@ -28,6 +29,10 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "up",
 			Help: "1 while Redis answers; 0 while matches read the local view.",
+		}),
+		unbounded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "unbounded",
+			Help: "1 while block keys have no TTL (index.redis.ttl: 0) and Redis's maxmemory and allkeys-* policy were not found to bound them.",
 		}),
 		leases: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases",
@@ -72,7 +77,7 @@ func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
+	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}

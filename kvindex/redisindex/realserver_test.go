@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -552,6 +553,131 @@ func TestBlockKeysKeepATTL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBlockKeysWithoutTTL: with index.redis.ttl 0 an append sets no TTL
+// (one command a block), nor does a new lease holder's copy; the load table
+// keeps one. A pod table lost while the leases stay is numbered again at
+// the next lease tick. The bound is then Redis's maxmemory with an allkeys
+// policy: checkBound says so, and under allkeys-lfu a fill far past
+// maxmemory is evicted, never refused; the pod table, the leases and a key
+// matches read outlive it, and a match finds what eviction left of the
+// blocks written last.
+func TestBlockKeysWithoutTTL(t *testing.T) {
+	for _, path := range []string{"raw", "go-redis"} {
+		t.Run(path, func(t *testing.T) {
+			srv := redisserver.New(t)
+			noTTL := func(c *Config) { c.TTL = 0 }
+			a, b := newReplica(t, srv.Addr, "a", noTTL), newReplica(t, srv.Addr, "b", noTTL)
+			if path == "go-redis" {
+				a.raw.close()
+				a.raw = nil
+			}
+			ctx := context.Background()
+			// The policy from the start, as a server's configuration sets
+			// it: keys written under another keep no LFU counts.
+			must(t, a.rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lfu").Err())
+			if a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 1 {
+				t.Fatal("no maxmemory: checkBound = true or the unbounded gauge is not 1, want the bound reported missing")
+			}
+			a.tick()
+			pttl := func(key string) time.Duration {
+				t.Helper()
+				d, err := a.rdb.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:2]))
+			must(t, a.Speculate(a.pods["p2"], blocks[2:3]))
+			for _, h := range blocks[:3] {
+				if d := pttl(string(a.blockKey(nil, nsTag("m"), h))); d != -1 {
+					t.Errorf("block %#x: PTTL = %v, want -1 (no TTL)", h, d)
+				}
+			}
+			// b takes p1 over and copies its view: still no TTL.
+			must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[3:4]))
+			must(t, a.rdb.Del(ctx, "test:lease:{p1}").Err())
+			b.tick()
+			if !b.pod(b.pods["p1"]).held.Load() {
+				t.Fatal("b did not take p1's free lease")
+			}
+			if d := pttl(string(a.blockKey(nil, nsTag("m"), blocks[3]))); d != -1 {
+				t.Errorf("a block the new holder copied: PTTL = %v, want -1", d)
+			}
+			if got := a.match(blocks[3:4])["p1"].Blocks; got != 1 {
+				t.Errorf("after the takeover Match(p1) = %d blocks, want b's view (1)", got)
+			}
+			a.Charge(a.pods["p1"], 100, 1)
+			if d := pttl(string(a.loadKey(nsTag("m")))); d <= 59*time.Minute {
+				t.Errorf("the load table's PTTL = %v, want about an hour", d)
+			}
+
+			// A pod table lost while the leases stay (an allkeys-* policy
+			// evicted it): the holders' next ticks number their pods again
+			// and copy their views.
+			must(t, a.rdb.Del(ctx, a.podsKey(nsTag("m"))).Err())
+			if got := a.match(blocks[3:4])["p1"].Blocks; got != 0 {
+				t.Fatalf("with no pod table Match(p1) = %d blocks, want 0", got)
+			}
+			a.tick()
+			b.tick()
+			if got := a.match(blocks[3:4])["p1"].Blocks; got != 1 {
+				t.Errorf("the pod table lost, then a lease tick: Match(p1) = %d blocks, want b's view (1)", got)
+			}
+
+			// The bound: maxmemory a little above what Redis uses now,
+			// allkeys-lfu (the pod table and the leases, read at every
+			// match and tick, outlive the blocks written once).
+			base := int64(info(t, a.rdb, "memory", "used_memory"))
+			must(t, a.rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+2<<20, 10)).Err())
+			if !a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 0 {
+				t.Fatal("maxmemory with allkeys-lfu: checkBound = false or the unbounded gauge is not 0")
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			batch := make([]uint64, 16)
+			for range 4000 { // 64,000 new blocks, ~6 MB of keys
+				for j := range batch {
+					batch[j] = rng.Uint64()
+				}
+				must(t, a.Stored(a.pods["p2"], kvindex.TierGPU, batch))
+			}
+			if info(t, a.rdb, "stats", "evicted_keys") == 0 {
+				t.Error("evicted_keys = 0 after a fill past maxmemory, want evictions")
+			}
+			if up, _ := a.Up(); !up || testutil.ToFloat64(a.metrics.refused.WithLabelValues("type")) != 0 {
+				t.Errorf("under eviction: up = %v, refused appends = %v, want up and none refused",
+					up, testutil.ToFloat64(a.metrics.refused.WithLabelValues("type")))
+			}
+			// The blocks written last, as many as eviction left of them:
+			// matched up to the first evicted one.
+			kept := 0
+			for _, h := range batch {
+				if a.rdb.Exists(ctx, string(a.blockKey(nil, nsTag("m"), h))).Val() == 0 {
+					break
+				}
+				kept++
+			}
+			if got := a.match(batch)["p2"].Blocks; got != kept || kept == 0 {
+				t.Errorf("the batch written last: Match(p2) = %d blocks, want the %d left (and some)", got, kept)
+			}
+			if got := a.match(blocks[3:4])["p1"].Blocks; got != 1 {
+				t.Errorf("after the fill Match(p1) = %d blocks, want 1 (its key read since, the pod table kept)", got)
+			}
+		})
+	}
+}
+
+// info reads a number from Redis's INFO section.
+func info(t *testing.T, rdb redis.UniversalClient, section, field string) float64 {
+	t.Helper()
+	out, err := rdb.Info(context.Background(), section).Result()
+	must(t, err)
+	if !strings.Contains(out, "\r\n"+field+":") {
+		t.Fatalf("INFO %s has no %s", section, field)
+	}
+	return infoField(out, field)
 }
 
 // TestSpeculationCoalesced: in one group commit, a pod's speculative

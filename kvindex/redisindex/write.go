@@ -196,7 +196,8 @@ func (x *Index) groupWriter(ctx context.Context) {
 // keys grown past a multiple of compactEvery for compaction. A key's TTL
 // is refreshed with its append unless this replica refreshed it less than
 // TTL/4 ago (refreshed); a key an append created gets its TTL in a second
-// pipeline when it was not refreshed in the first.
+// pipeline when it was not refreshed in the first. With no TTL
+// (Config.TTL 0) a block is one APPEND.
 func (x *Index) appendNow(batch []*appendReq) error {
 	x.ttls.Lock()
 	defer x.ttls.Unlock()
@@ -208,7 +209,7 @@ func (x *Index) appendNow(batch []*appendReq) error {
 	for _, r := range batch {
 		tag := fnv1a(r.tag) // keys the TTL cache with each block's hash
 		for _, h := range r.hashes {
-			x.ttls.set = append(x.ttls.set, !x.ttls.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
+			x.ttls.set = append(x.ttls.set, x.cfg.TTL != 0 && !x.ttls.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
 			i++
 		}
 	}
@@ -327,7 +328,7 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 			}
 			n, err := cmds[i].Result()
 			x.appended(r, h, n, err)
-			if err == nil && n == int64(len(r.rec)) && !x.ttls.set[i] {
+			if err == nil && n == int64(len(r.rec)) && !x.ttls.set[i] && x.cfg.TTL != 0 {
 				fresh = append(fresh, keys[i])
 			}
 			i++
@@ -394,7 +395,7 @@ func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
 					x.raw.put(c, true)
 					return nil, err
 				}
-			} else if err == nil && n == int64(len(r.rec)) {
+			} else if err == nil && n == int64(len(r.rec)) && x.cfg.TTL != 0 {
 				fresh = append(fresh, string(x.blockKey(nil, r.tag, h)))
 			}
 			i++
