@@ -635,6 +635,13 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 			if !a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 0 {
 				t.Fatal("maxmemory with allkeys-lfu: checkBound = false or the unbounded gauge is not 0")
 			}
+			// Matches read p1's block and the pod table often, as a busy
+			// router does: LFU counts them above a key written once, by more
+			// than the one count a minute's decay takes (a minute may turn
+			// during the fill).
+			for range 100 {
+				a.match(blocks[3:4])
+			}
 			rng := rand.New(rand.NewPCG(5, 6))
 			batch := make([]uint64, 16)
 			for range 4000 { // 64,000 new blocks, ~6 MB of keys
@@ -650,6 +657,9 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 				t.Errorf("under eviction: up = %v, refused appends = %v, want up and none refused",
 					up, testutil.ToFloat64(a.metrics.refused.WithLabelValues("type")))
 			}
+			// No more eviction from here: at a limit this tight the reads
+			// below (their replies' buffers) would evict too.
+			must(t, a.rdb.ConfigSet(ctx, "maxmemory", "0").Err())
 			// The blocks written last, as many as eviction left of them:
 			// matched up to the first evicted one.
 			kept := 0
@@ -820,12 +830,15 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 	srv := redisserver.New(t)
 	for _, idle := range []int{0, 64} {
 		t.Run(map[int]string{0: "six", 64: "wide"}[idle], func(t *testing.T) {
-			matchAgreesWithLocalView(t, srv.Addr, idle)
+			matchAgreesWithLocalView(t, srv.Addr, idle, time.Hour)
 		})
 	}
+	// No TTL: stores of new blocks go by MSETNX, of blocks another pod
+	// holds by MSETNX then APPEND, or by APPEND once MSETNX mostly misses.
+	t.Run("no-ttl", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, 0) })
 }
 
-func matchAgreesWithLocalView(t *testing.T, addr string, idle int) {
+func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Duration) {
 	// One clock for both, so that a speculative entry lapses for both at
 	// once, moved 10 ms at each operation: the 2 s grace of a settled
 	// entry runs out within the run, and a pod's clear (its epoch, the
@@ -837,8 +850,8 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int) {
 	local, err := kvindex.New(kcfg, nil)
 	must(t, err)
 	cfg := DefaultConfig()
-	cfg.Addrs, cfg.Now = []string{addr}, clock
-	cfg.Prefix = fmt.Sprintf("agree%d:", idle)
+	cfg.Addrs, cfg.Now, cfg.TTL = []string{addr}, clock, ttl
+	cfg.Prefix = fmt.Sprintf("agree%d-%v:", idle, ttl)
 	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), nil)
 	must(t, err)
 	t.Cleanup(func() { _ = x.close() })
