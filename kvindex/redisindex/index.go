@@ -161,8 +161,9 @@ func (x *Index) AddPod(name, namespace string) kvindex.PodID {
 }
 
 // RemovePod clears the pod in the local view and forgets it; its Redis
-// entries stay until their TTL or until a new holder of its lease clears
-// them: another replica may still follow the pod.
+// entries stay until their TTL (with none, until maxmemory evicts them) or
+// until a new holder of its lease clears them: another replica may still
+// follow the pod.
 func (x *Index) RemovePod(id kvindex.PodID) error {
 	x.pods.Lock()
 	ps := x.pods.byID[id]
