@@ -286,6 +286,9 @@ func (a *app) readiness() (bool, string) {
 		if up, since := a.shared.Up(); !up {
 			detail = fmt.Sprintf("; the shared index's Redis is unreachable since %s: matching on this replica's own view", since.UTC().Format(time.RFC3339))
 		}
+		if a.shared.Unbounded() {
+			detail += "; the shared index's block keys have no TTL (index.redis.ttl: 0) and Redis's maxmemory does not bound them: set maxmemory with maxmemory-policy allkeys-lfu"
+		}
 	}
 	if why := a.notReady.Load(); why != nil {
 		return false, "not ready: " + *why + detail

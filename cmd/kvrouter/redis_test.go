@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
@@ -137,9 +139,15 @@ func TestRedisBackendWiring(t *testing.T) {
 }
 
 // TestRedisNoTTL: index.redis.ttl 0 is valid (no TTL on block keys, the
-// server's maxmemory the bound), not taken for a TTL below the speculative one.
+// server's maxmemory the bound), not taken for a TTL below the speculative
+// one; against a server whose maxmemory does not bound the keys /readyz
+// says so once the index runs.
 func TestRedisNoTTL(t *testing.T) {
-	c, err := loadConfig([]string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-ttl", "0"})
+	srv := redisserver.New(t)
+	c, err := loadConfig([]string{
+		"--index-backend", "redis", "--index-redis-addr", srv.Addr, "--index-redis-ttl", "0",
+		"--pod", "a=127.0.0.1:1,model=m", "--kubeconfig", "off",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,5 +157,26 @@ func TestRedisNoTTL(t *testing.T) {
 	}
 	if s.redis == nil || s.redis.TTL != 0 {
 		t.Fatalf("redis settings %+v, want TTL 0", s.redis)
+	}
+	a, err := newAppOn(s, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, why := a.readiness(); strings.Contains(why, "maxmemory") {
+		t.Errorf("readiness before the index ran = %q, want no word of maxmemory", why)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.shared.Run(ctx) }()
+	for deadline := time.Now().Add(5 * time.Second); !a.shared.Unbounded() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, why := a.readiness()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(why, "maxmemory does not bound them") {
+		t.Errorf("readiness with no maxmemory = %q, want it to say the keys are unbounded", why)
 	}
 }

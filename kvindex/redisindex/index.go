@@ -33,6 +33,9 @@ type Index struct {
 	up      atomic.Bool
 	// downSince is the unix ms Redis was last marked down; 0 when up.
 	downSince atomic.Int64
+	// unbounded: block keys have no TTL and checkBound did not find
+	// Redis's maxmemory and policy bounding them.
+	unbounded atomic.Bool
 	// compact queues block keys grown long for Run's compactor.
 	compact chan compaction
 	// readQueued remembers the keys matches queued for compaction, for
@@ -189,6 +192,11 @@ func (x *Index) Up() (bool, time.Time) {
 	}
 	return false, time.UnixMilli(x.downSince.Load())
 }
+
+// Unbounded reports whether block keys have no TTL (Config.TTL 0) and
+// Redis's maxmemory with an allkeys-* policy was not found to bound them
+// (or could not be checked) when Run last looked.
+func (x *Index) Unbounded() bool { return x.unbounded.Load() }
 
 // failed marks Redis down after err, a failed round trip of op. Errors
 // Redis replied (a wrong type) are the caller's to count.

@@ -80,6 +80,7 @@ func (x *Index) checkBound() bool {
 	if err != nil {
 		x.log.Warn("redisindex: index.redis.ttl is 0 and Redis's maxmemory policy could not be checked; block keys are bounded only by it", "error", err)
 		x.metrics.unbounded.Set(1)
+		x.unbounded.Store(true)
 		return false
 	}
 	policy, maxmemory := conf["maxmemory-policy"], conf["maxmemory"]
@@ -87,9 +88,11 @@ func (x *Index) checkBound() bool {
 		x.log.Error("redisindex: index.redis.ttl is 0, so block keys have no TTL, and Redis does not bound them: set maxmemory and maxmemory-policy allkeys-lru (or allkeys-lfu), or give index.redis.ttl a duration",
 			"maxmemory", maxmemory, "maxmemory_policy", policy)
 		x.metrics.unbounded.Set(1)
+		x.unbounded.Store(true)
 		return false
 	}
 	x.metrics.unbounded.Set(0)
+	x.unbounded.Store(false)
 	return true
 }
 

@@ -577,7 +577,7 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 			// The policy from the start, as a server's configuration sets
 			// it: keys written under another keep no LFU counts.
 			must(t, a.rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lfu").Err())
-			if a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 1 {
+			if a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 1 || !a.Unbounded() {
 				t.Fatal("no maxmemory: checkBound = true or the unbounded gauge is not 1, want the bound reported missing")
 			}
 			a.tick()
@@ -632,7 +632,7 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 			// match and tick, outlive the blocks written once).
 			base := int64(info(t, a.rdb, "memory", "used_memory"))
 			must(t, a.rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+2<<20, 10)).Err())
-			if !a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 0 {
+			if !a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 0 || a.Unbounded() {
 				t.Fatal("maxmemory with allkeys-lfu: checkBound = false or the unbounded gauge is not 0")
 			}
 			// Matches read p1's block and the pod table often, as a busy
