@@ -27,7 +27,7 @@ type Config struct {
 	// TTL is how long a block key lives after its last write: the bound on
 	// entries a dead writer or a lost clear can leave. At least the
 	// speculative TTL. Default 1h. 0: block keys get no TTL, and Redis's
-	// maxmemory with an allkeys-lru or allkeys-lfu policy is the only bound
+	// maxmemory with an allkeys-lfu or allkeys-lru policy is the only bound
 	// (Run checks the policy and logs an error when it is another): a new
 	// block costs Redis one command, not two.
 	TTL time.Duration

@@ -85,7 +85,7 @@ func (x *Index) checkBound() bool {
 	}
 	policy, maxmemory := conf["maxmemory-policy"], conf["maxmemory"]
 	if !strings.HasPrefix(policy, "allkeys-") || maxmemory == "" || maxmemory == "0" {
-		x.log.Error("redisindex: index.redis.ttl is 0, so block keys have no TTL, and Redis does not bound them: set maxmemory and maxmemory-policy allkeys-lru (or allkeys-lfu), or give index.redis.ttl a duration",
+		x.log.Error("redisindex: index.redis.ttl is 0, so block keys have no TTL, and Redis does not bound them: set maxmemory and maxmemory-policy allkeys-lfu (or allkeys-lru), or give index.redis.ttl a duration",
 			"maxmemory", maxmemory, "maxmemory_policy", policy)
 		x.metrics.unbounded.Set(1)
 		x.unbounded.Store(true)
