@@ -560,9 +560,9 @@ func TestBlockKeysKeepATTL(t *testing.T) {
 // keeps one. A pod table lost while the leases stay is numbered again at
 // the next lease tick. The bound is then Redis's maxmemory with an allkeys
 // policy: checkBound says so, and under allkeys-lfu a fill far past
-// maxmemory is evicted, never refused; the pod table, the leases and a key
-// matches read outlive it, and a match finds what eviction left of the
-// blocks written last.
+// maxmemory is evicted, never refused; the pod table and a key matches
+// read outlive it, and a match finds what eviction left of the blocks
+// written last.
 func TestBlockKeysWithoutTTL(t *testing.T) {
 	for _, path := range []string{"raw", "go-redis"} {
 		t.Run(path, func(t *testing.T) {
@@ -628,8 +628,8 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 			}
 
 			// The bound: maxmemory a little above what Redis uses now,
-			// allkeys-lfu (the pod table and the leases, read at every
-			// match and tick, outlive the blocks written once).
+			// allkeys-lfu (the pod table, read at every match, outlives
+			// the blocks written once).
 			base := int64(info(t, a.rdb, "memory", "used_memory"))
 			must(t, a.rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+2<<20, 10)).Err())
 			if !a.checkBound() || testutil.ToFloat64(a.metrics.unbounded) != 0 || a.Unbounded() {
