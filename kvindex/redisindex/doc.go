@@ -117,7 +117,8 @@
 // (BenchmarkStored16Pods). The bound is then maxmemory with an allkeys-*
 // policy, allkeys-lfu best: the pod tables and leases, read at every
 // match and lease tick, outlive the blocks written once. Run checks the
-// policy (CONFIG GET) at start and whenever Redis comes back, and logs an
+// policy (CONFIG GET, on every master of a cluster) at start and whenever
+// Redis comes back, and logs an
 // error and sets kvrouter_index_redis_unbounded when maxmemory or the
 // policy does not bound the keys. The load tables keep an hour's TTL. A
 // block key

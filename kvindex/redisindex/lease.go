@@ -65,28 +65,49 @@ func (x *Index) Run(ctx context.Context) error {
 }
 
 // checkBound, where block keys have no TTL (Config.TTL 0), reads Redis's
-// maxmemory and its policy, and logs an error when they do not bound the
-// index: no maxmemory, or a policy that evicts no key without a TTL
-// (noeviction refuses writes past maxmemory; volatile-* evict only keys
-// with one). A server that does not answer CONFIG GET (a managed one may
-// refuse it) is logged as unchecked. It returns whether the bound holds.
+// maxmemory and its policy (on a cluster, every master's), and logs an
+// error when they do not bound the index: no maxmemory, or a policy that
+// evicts no key without a TTL (noeviction refuses writes past maxmemory;
+// volatile-* evict only keys with one). A server that does not answer
+// CONFIG GET (a managed one may refuse it) is logged as unchecked. It
+// returns whether the bound holds.
 func (x *Index) checkBound() bool {
 	if x.cfg.TTL != 0 {
 		return true
 	}
 	ctx, cancel := x.ctx()
 	defer cancel()
-	conf, err := x.rdb.ConfigGet(ctx, "maxmemory*").Result()
+	var mu sync.Mutex
+	var unbounded []string // "addr: maxmemory …, policy …"
+	check := func(ctx context.Context, c *redis.Client) error {
+		conf, err := c.ConfigGet(ctx, "maxmemory*").Result()
+		if err != nil {
+			return err
+		}
+		policy, maxmemory := conf["maxmemory-policy"], conf["maxmemory"]
+		if !strings.HasPrefix(policy, "allkeys-") || maxmemory == "" || maxmemory == "0" {
+			mu.Lock()
+			unbounded = append(unbounded, c.Options().Addr+": maxmemory "+maxmemory+", maxmemory-policy "+policy)
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	switch rdb := x.rdb.(type) {
+	case *redis.ClusterClient:
+		err = rdb.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, rdb)
+	}
 	if err != nil {
 		x.log.Warn("redisindex: index.redis.ttl is 0 and Redis's maxmemory policy could not be checked; block keys are bounded only by it", "error", err)
 		x.metrics.unbounded.Set(1)
 		x.unbounded.Store(true)
 		return false
 	}
-	policy, maxmemory := conf["maxmemory-policy"], conf["maxmemory"]
-	if !strings.HasPrefix(policy, "allkeys-") || maxmemory == "" || maxmemory == "0" {
+	if len(unbounded) > 0 {
 		x.log.Error("redisindex: index.redis.ttl is 0, so block keys have no TTL, and Redis does not bound them: set maxmemory and maxmemory-policy allkeys-lfu (or allkeys-lru), or give index.redis.ttl a duration",
-			"maxmemory", maxmemory, "maxmemory_policy", policy)
+			"servers", strings.Join(unbounded, "; "))
 		x.metrics.unbounded.Set(1)
 		x.unbounded.Store(true)
 		return false

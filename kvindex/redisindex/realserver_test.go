@@ -392,6 +392,29 @@ func TestCluster(t *testing.T) {
 	if up, _ := a.Up(); !up {
 		t.Error("Redis marked down on the cluster")
 	}
+
+	// Without TTLs the bound is every master's: one master without it is
+	// unbounded.
+	c := newReplica(t, nodes[0].Addr, "c", func(cfg *Config) { cluster(cfg); cfg.TTL = 0 })
+	setBound := func(n *redisserver.Server, maxmemory string) {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer func() { _ = rdb.Close() }()
+		must(t, rdb.ConfigSet(context.Background(), "maxmemory", maxmemory).Err())
+		must(t, rdb.ConfigSet(context.Background(), "maxmemory-policy", "allkeys-lfu").Err())
+	}
+	if c.checkBound() || !c.Unbounded() {
+		t.Error("no master has maxmemory: checkBound = true, want the keys reported unbounded")
+	}
+	for _, n := range nodes[:2] {
+		setBound(n, "64mb")
+	}
+	if c.checkBound() || !c.Unbounded() {
+		t.Error("one master of three lacks maxmemory: checkBound = true, want the keys reported unbounded")
+	}
+	setBound(nodes[2], "64mb")
+	if !c.checkBound() || c.Unbounded() {
+		t.Error("every master bounded: checkBound = false, want the keys bounded")
+	}
 }
 
 // TestNoLocalView: without a local view the replica's memory holds no
