@@ -118,9 +118,9 @@
 // policy, allkeys-lfu best: the pod tables and leases, read at every
 // match and lease tick, outlive the blocks written once. Run checks the
 // policy (CONFIG GET, on every master of a cluster) at start and whenever
-// Redis comes back, and logs an
-// error and sets kvrouter_index_redis_unbounded when maxmemory or the
-// policy does not bound the keys. The load tables keep an hour's TTL. A
+// Redis comes back, and logs an error and sets
+// kvrouter_index_redis_unbounded when maxmemory or the policy does not
+// bound the keys. The load tables keep an hour's TTL. A
 // block key
 // longer than Config.MaxHolders records (the holder bound) is refused.
 // Speculative records carry their deadline (kvindex.Config.SpeculativeTTL,
