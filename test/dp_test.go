@@ -25,7 +25,11 @@ import (
 func TestE2EDataParallelRanks(t *testing.T) {
 	f := startFleetWith(t, fleetOptions{pods: 2, dpSize: 4})
 	ranks := map[string]bool{}
-	for c := range 4 {
+	// The first turns are new prefixes on idle ranks, which tie: kvrouter
+	// picks among the 8 at random, so four conversations all landed on one
+	// rank once in 512 runs (seen in CI); six, once in 32,768.
+	const conversations = 6
+	for c := range conversations {
 		system := fmt.Sprintf("Conversation %d. ", c) + strings.Repeat("You answer questions about distributed caches with care and precision. ", 10)
 		msgs := []string{fmt.Sprintf(`{"role":"system","content":%q}`, system), `{"role":"user","content":"What is a prefix cache?"}`}
 		var pod, rank string
@@ -65,7 +69,7 @@ func TestE2EDataParallelRanks(t *testing.T) {
 		}
 	}
 	if len(ranks) < 2 {
-		t.Errorf("four new conversations all went to %v: want the load spread over ranks", ranks)
+		t.Errorf("%d new conversations all went to %v: want the load spread over ranks", conversations, ranks)
 	}
 }
 
