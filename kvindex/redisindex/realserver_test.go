@@ -856,8 +856,7 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 			matchAgreesWithLocalView(t, srv.Addr, idle, time.Hour)
 		})
 	}
-	// No TTL: stores of new blocks go by MSETNX, of blocks another pod
-	// holds by MSETNX then APPEND, or by APPEND once MSETNX mostly misses.
+	// No TTL: appends without PEXPIREAT, copies without TTLs.
 	t.Run("no-ttl", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, 0) })
 }
 
