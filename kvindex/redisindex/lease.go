@@ -99,22 +99,16 @@ func (x *Index) checkBound() bool {
 	case *redis.Client:
 		err = check(ctx, rdb)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		x.log.Warn("redisindex: index.redis.ttl is 0 and Redis's maxmemory policy could not be checked; block keys are bounded only by it", "error", err)
-		x.metrics.unbounded.Set(1)
-		x.unbounded.Store(true)
-		return false
-	}
-	if len(unbounded) > 0 {
+	case len(unbounded) > 0:
 		x.log.Error("redisindex: index.redis.ttl is 0, so block keys have no TTL, and Redis does not bound them: set maxmemory and maxmemory-policy allkeys-lfu (or allkeys-lru), or give index.redis.ttl a duration",
 			"servers", strings.Join(unbounded, "; "))
-		x.metrics.unbounded.Set(1)
-		x.unbounded.Store(true)
-		return false
 	}
-	x.metrics.unbounded.Set(0)
-	x.unbounded.Store(false)
-	return true
+	bounded := err == nil && len(unbounded) == 0
+	x.unbounded.Store(!bounded) // read by the gauge too
+	return bounded
 }
 
 // Renew takes or renews the leases of the registered pods now, and learns

@@ -8,7 +8,7 @@ import (
 
 type metrics struct {
 	up           prometheus.Gauge
-	unbounded    prometheus.Gauge
+	unbounded    prometheus.GaugeFunc
 	leases       prometheus.Gauge
 	errors       *prometheus.CounterVec
 	refused      *prometheus.CounterVec
@@ -23,16 +23,21 @@ type metrics struct {
 	rtMatch, rtEvents, rtLoad prometheus.Observer
 }
 
-func newMetrics(_ *Index, reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "kvrouter", "index_redis"
 	m := &metrics{
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "up",
 			Help: "1 while Redis answers; 0 while matches read the local view.",
 		}),
-		unbounded: prometheus.NewGauge(prometheus.GaugeOpts{
+		unbounded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "unbounded",
 			Help: "1 while block keys have no TTL (index.redis.ttl: 0) and Redis's maxmemory and allkeys-* policy were not found to bound them.",
+		}, func() float64 {
+			if x.Unbounded() {
+				return 1
+			}
+			return 0
 		}),
 		leases: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases",
