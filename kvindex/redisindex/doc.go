@@ -120,9 +120,10 @@
 // policy (CONFIG GET, on every master of a cluster) at start and whenever
 // Redis comes back, and logs an error and sets
 // kvrouter_index_redis_unbounded when maxmemory or the policy does not
-// bound the keys. The load tables keep an hour's TTL. A
-// block key
-// longer than Config.MaxHolders records (the holder bound) is refused.
+// bound the keys. The load tables keep an hour's TTL.
+//
+// A block key longer than Config.MaxHolders records (the holder bound) is
+// refused.
 // Speculative records carry their deadline (kvindex.Config.SpeculativeTTL,
 // shortened to SpeculativeGrace by Settle) and count only before it.
 //
