@@ -79,6 +79,10 @@ func (x *Index) compactor(ctx context.Context) {
 				x.metrics.compactions.WithLabelValues("raced").Inc() // the next crossing queues the key again
 			case replied(err):
 				x.metrics.refused.WithLabelValues("type").Inc()
+			case ctx.Err() != nil:
+				// Cut off by Run's end, not a failure: Redis marked down
+				// would leave the leases unreleased (releaseAll), and the
+				// pods unwritten until they expire.
 			default:
 				x.failed("compact", err)
 			}
