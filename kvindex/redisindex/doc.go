@@ -193,13 +193,20 @@
 // the hot path; each pod's writes are serialized with the copy a new lease
 // holder makes by the pod's own mutex. While Run runs, the appends of
 // concurrent callers (the appliers of many pods, the decisions of many
-// requests) share one pipeline, a group commit of at most 4,096 blocks;
-// an event's caller returns once Redis has its records, so a pod's writes
-// stay in order. A decision's Speculate and Settle do not wait: they are
-// queued (in order, so a Settle lands after its Speculate) and written by
-// the group writer; speculation still queued when Run ends is dropped. Of
-// a pod's speculative records on one block in one group commit only those
-// that count are written, its last speculation and the shortest settling
+// requests) share one pipeline, a group commit of at most 4,096 blocks,
+// and the group writer keeps two such pipelines in flight on its
+// connection to a standalone server. An event's caller does not wait for
+// Redis: its appends are queued (512 batches at most; past that the
+// applier waits) in the pod's order and written in that order on one
+// connection, so a pod's records reach Redis in the order of its events;
+// Flush waits for those queued before it. A write that fails marks Redis
+// down, and the lease, taken again once it is back, copies the local
+// view in. When Run ends, what is queued is written before it returns. A
+// decision's Speculate and Settle do not wait either: they are queued (in
+// order, so a Settle lands after its Speculate) and written by the group
+// writer; speculation still queued when Run ends is dropped. Of a pod's
+// speculative records on one block in one group commit only those that
+// count are written, its last speculation and the shortest settling
 // after: a burst of decisions on one prompt writes each block at most
 // twice per commit.
 //

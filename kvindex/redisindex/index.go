@@ -41,9 +41,15 @@ type Index struct {
 	// readQueued remembers the keys matches queued for compaction, for
 	// compactRead.
 	readQueued [readQueuedSlots]atomic.Uint64
-	// appends carries callers' appends to Run's group writer while
-	// grouping is set; stopped is closed when the writer has stopped.
+	// appends carries events and waited appends to Run's group writer
+	// while grouping is set; stopped is closed when the writer has
+	// stopped, after writing what was queued. queue.closed, set as the
+	// writer stops, ends the queueing (enqueue).
 	appends chan *appendReq
+	queue   struct {
+		sync.RWMutex
+		closed bool
+	}
 	// specQueue carries speculation nobody waits for to the group writer,
 	// in order.
 	specQueue chan *appendReq
@@ -127,7 +133,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 	}
 	x.pods.byID = make(map[kvindex.PodID]*podState)
 	x.compact = make(chan compaction, compactQueue)
-	x.appends, x.stopped = make(chan *appendReq), make(chan struct{})
+	x.appends, x.stopped = make(chan *appendReq, eventQueue), make(chan struct{})
 	x.specQueue = make(chan *appendReq, specQueue)
 	x.loadKick = make(chan struct{}, 1)
 	m, err := newMetrics(x, reg)

@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	up           prometheus.Gauge
 	unbounded    prometheus.GaugeFunc
+	queued       prometheus.GaugeFunc
 	leases       prometheus.Gauge
 	errors       *prometheus.CounterVec
 	refused      *prometheus.CounterVec
@@ -39,6 +40,10 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 			}
 			return 0
 		}),
+		queued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "events_queued",
+			Help: fmt.Sprintf("Event batches (and flushes) waiting for the group writer; at %d a pod's events wait for room.", eventQueue),
+		}, func() float64 { return float64(len(x.appends)) }),
 		leases: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases",
 			Help: "Pods whose events this replica writes to Redis (writer leases held).",
@@ -69,7 +74,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
-			Help:    "Time of a Redis round trip, by operation (match, events, load).",
+			Help:    "Time of a Redis round trip, by operation (match, events, load); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}
@@ -82,7 +87,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
+	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.queued, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}

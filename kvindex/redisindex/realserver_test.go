@@ -164,6 +164,7 @@ func TestLeaseTakenOverWhenWriterDies(t *testing.T) {
 		t.Errorf("after the takeover: Match(p1) = %+v, want b's 2 blocks and not a's stale 4", got)
 	}
 	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[2:3]))
+	must(t, b.Flush()) // with Run running, an event does not wait for Redis
 	if got := a.match(blocks)["p1"].Blocks; got != 3 {
 		t.Errorf("b writes p1's events: Match(p1) = %d blocks, want 3", got)
 	}
@@ -256,6 +257,98 @@ func TestRedisUnreachableUnderLoad(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.localMatches); got != local {
 		t.Errorf("after recovery the match read the local view (local matches %v → %v)", local, got)
 	}
+}
+
+// TestQueuedEventsWritten: with Run running, an event does not wait for
+// Redis. Events queued while Redis holds the writer's pipelines (CLIENT
+// PAUSE) are all written before Run returns; an event whose write fails
+// marks Redis down and is counted, and the lease taken again once Redis
+// is back copies it in from the local view.
+func TestQueuedEventsWritten(t *testing.T) {
+	srv := redisserver.New(t)
+	quick := func(c *Config) { c.PingInterval = 100 * time.Millisecond; c.Timeout = 5 * time.Second }
+	a := newReplica(t, srv.Addr, "a", quick)
+	ids := []kvindex.PodID{a.pods["p1"], a.pods["p2"]}
+	for i := range 6 {
+		ids = append(ids, a.AddPod(fmt.Sprintf("q%d", i), "m"))
+	}
+	a.tick()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = a.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	waitFor(t, "the group writer", 5*time.Second, a.grouping.Load)
+
+	must(t, a.rdb.Do(context.Background(), "CLIENT", "PAUSE", "400", "WRITE").Err())
+	chain := make([]uint64, 100)
+	for i := range chain {
+		chain[i] = uint64(0xc0de00 + i)
+	}
+	var apply sync.WaitGroup
+	for k, id := range ids {
+		apply.Add(1)
+		go func() { // 100 events a pod, each a store or a removal of blocks it stored
+			defer apply.Done()
+			for i := range chain {
+				if i%5 == 4 {
+					must(t, a.Removed(id, kvindex.TierGPU, chain[i-k%4:i]))
+				} else {
+					must(t, a.Stored(id, kvindex.TierGPU, chain[:i+1]))
+				}
+			}
+		}()
+	}
+	apply.Wait()
+	if n := len(a.appends); n < 100 {
+		t.Fatalf("%d events queued with Redis paused, want at least 100 of the 800 (two pipelines of at most 256 in flight)", n)
+	}
+	cancel()
+	<-ran
+	if up, _ := a.Up(); !up { // a compaction cut off is no outage
+		t.Fatal("Run's end marked Redis down")
+	}
+	reader := newReplica(t, srv.Addr, "reader", nil)
+	cands := make([]kvindex.PodID, len(ids))
+	for i, id := range ids {
+		cands[i] = reader.AddPod(a.local.PodName(id), "m")
+	}
+	if got, want := reader.Match("m", chain, cands, nil), a.local.Match("m", chain, ids, nil); !slices.EqualFunc(got, want, func(g, w kvindex.PodMatch) bool {
+		return g.Blocks == w.Blocks && g.Tiers == w.Tiers
+	}) {
+		t.Fatalf("after Run ended: Match through Redis = %+v, want the writer's local view %+v", got, want)
+	}
+
+	// A write that fails after the event was queued. (No TTL: Run's
+	// bound check, after its first lease tick, finds no maxmemory, so
+	// nothing else Run does meets the outage first.)
+	b := newReplica(t, srv.Addr, "b", func(c *Config) { quick(c); c.TTL = 0 })
+	b.tick()
+	if !b.pod(b.pods["p1"]).held.Load() {
+		t.Fatal("b did not take p1's lease: a's Run did not release it as it ended")
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	ran = make(chan struct{})
+	go func() { defer close(ran); _ = b.Run(ctx) }()
+	waitFor(t, "the group writer and the bound check", 5*time.Second, func() bool { return b.grouping.Load() && b.Unbounded() })
+	srv.Stop()
+	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[:3]))
+	waitFor(t, "Redis marked down by the failed write", 5*time.Second, func() bool { up, _ := b.Up(); return !up })
+	if got := testutil.ToFloat64(b.metrics.errors.WithLabelValues("events")); got != 1 {
+		t.Errorf("events errors = %v, want 1", got)
+	}
+	if err := b.Flush(); err == nil {
+		t.Error("Flush with Redis stopped: no error")
+	}
+	srv.Start()
+	waitFor(t, "Redis marked up and the lease re-taken", 5*time.Second, func() bool {
+		up, _ := b.Up()
+		return up && b.pod(b.pods["p1"]).held.Load()
+	})
+	if got := b.match(blocks)["p1"].Blocks; got != 3 {
+		t.Errorf("after recovery: Match(p1) = %d blocks, want the 3 the failed write had", got)
+	}
+	cancel()
+	<-ran
 }
 
 func TestHostileValuesRefused(t *testing.T) {
@@ -853,14 +946,19 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 	srv := redisserver.New(t)
 	for _, idle := range []int{0, 64} {
 		t.Run(map[int]string{0: "six", 64: "wide"}[idle], func(t *testing.T) {
-			matchAgreesWithLocalView(t, srv.Addr, idle, time.Hour)
+			matchAgreesWithLocalView(t, srv.Addr, idle, time.Hour, false)
 		})
 	}
 	// No TTL: appends without PEXPIREAT, copies without TTLs.
-	t.Run("no-ttl", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, 0) })
+	t.Run("no-ttl", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, 0, false) })
+	// With Run running: events queued, not waited for, and written by the
+	// group writer two pipelines at a time, a clear's new epoch reaching
+	// Redis before the events queued ahead of it; the compactor at work
+	// too. Flushed before each comparison.
+	t.Run("run", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, time.Hour, true) })
 }
 
-func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Duration) {
+func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Duration, run bool) {
 	// One clock for both, so that a speculative entry lapses for both at
 	// once, moved 10 ms at each operation: the 2 s grace of a settled
 	// entry runs out within the run, and a pod's clear (its epoch, the
@@ -873,10 +971,17 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 	must(t, err)
 	cfg := DefaultConfig()
 	cfg.Addrs, cfg.Now, cfg.TTL = []string{addr}, clock, ttl
-	cfg.Prefix = fmt.Sprintf("agree%d-%v:", idle, ttl)
+	cfg.Prefix = fmt.Sprintf("agree%d-%v-%v:", idle, ttl, run)
 	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), nil)
 	must(t, err)
 	t.Cleanup(func() { _ = x.close() })
+	if run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = x.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		waitFor(t, "the group writer", 5*time.Second, x.grouping.Load)
+	}
 	var ids []kvindex.PodID
 	for i := range 6 {
 		ids = append(ids, x.AddPod(fmt.Sprintf("pod-%d", i), "m"))
@@ -920,6 +1025,9 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 		}
 		if op%5 != 4 {
 			continue
+		}
+		if run {
+			must(t, x.Flush())
 		}
 		if op%50 == 49 { // every block key compacted: the same matches
 			for _, ch := range chains {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +40,10 @@ type rawConn struct {
 	c net.Conn
 	r *bufio.Reader
 	w []byte
+	// broken: a read or write failed and the connection is closed, or is
+	// being closed (the group writer's, whose reader and sender are two
+	// goroutines).
+	broken atomic.Bool
 }
 
 // errProto is a reply that is not RESP2 as Redis writes it: the connection

@@ -77,14 +77,37 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 	if err := local(pod, tier, hashes); err != nil || !ps.held.Load() || len(hashes) == 0 {
 		return err
 	}
-	start := time.Now()
-	rec := appendRecord(nil, ps.mu.num, uint8(tier), delta, ps.mu.epoch)
-	if err := x.appendAll(ps.tag, hashes, rec); err != nil {
+	req := &appendReq{
+		tag:    ps.tag,
+		hashes: hashes,
+		rec:    appendRecord(nil, ps.mu.num, uint8(tier), delta, ps.mu.epoch),
+		op:     "events",
+		queued: time.Now(),
+	}
+	if x.queueEvent(req) {
+		return nil
+	}
+	if err := x.appendNow([]*appendReq{req}); err != nil {
 		x.failed("events", err)
 		return nil // the local view has the event; the lease, re-taken, copies it
 	}
-	x.metrics.rtEvents.Observe(time.Since(start).Seconds())
+	x.metrics.rtEvents.Observe(time.Since(req.queued).Seconds())
 	return nil
+}
+
+// queueEvent hands an event's appends to the group writer, not waiting
+// for Redis to have them: the pod's applier goes on with its next event
+// while the writer keeps Redis busy with the others'. A pod's events are
+// queued under its mutex and written in the order queued, on one
+// connection, so they reach Redis in order; the records of an epoch a
+// clear or a new lease holder ended since count for nothing when they
+// land. A failed write marks Redis down, and the lease, taken again once
+// it is back, copies the local view. When the queue is full the caller
+// waits. It reports false when no group writer runs (Run not started, or
+// ended once what was queued is written): the caller writes itself.
+func (x *Index) queueEvent(req *appendReq) bool {
+	req.hashes = slices.Clone(req.hashes) // the caller's, reused once it returns
+	return x.enqueue(req)
 }
 
 // appendReq is one caller's appends: rec to the key of every block of
@@ -93,15 +116,23 @@ type appendReq struct {
 	tag    string
 	hashes []uint64
 	rec    []byte
-	// done receives the outcome; nil for a request nobody waits for
-	// (speculation), whose failure is op's.
+	// done receives the outcome; nil for a request nobody waits for (an
+	// event, speculation), whose failure is op's.
 	done chan error
 	op   string
+	// queued is when an event was handed over, for the events round trip
+	// metric; zero for other requests.
+	queued time.Time
 }
 
 // specQueue bounds the decisions' speculation waiting for the group
 // writer; when it is full a decision waits.
 const specQueue = 1024
+
+// eventQueue bounds the events (and flushes) waiting for the group
+// writer: one group commit of 16-block events and as much again. When it
+// is full a pod's applier waits.
+const eventQueue = 2 * maxGroupBlocks / 16
 
 // maxGroupBlocks bounds the blocks one pipeline carries (two commands
 // each), so that a burst of long prompts' speculation does not hold Redis
@@ -112,112 +143,256 @@ const maxGroupBlocks = 4096
 const maxGroup = 256
 
 // appendAll appends rec to the key of every block of hashes, refreshing
-// their TTL, and returns once Redis has them. While Run is running, the
-// appends of callers that arrive together (the appliers of many pods, the
-// decisions of many requests) share one pipeline: a group commit.
+// their TTL, and returns once Redis has them, and everything queued
+// before them. While Run is running, the appends of callers that arrive
+// together (the appliers of many pods, the decisions of many requests)
+// share one pipeline: a group commit.
 func (x *Index) appendAll(tag string, hashes []uint64, rec []byte) error {
-	req := &appendReq{tag: tag, hashes: hashes, rec: rec}
-	if !x.grouping.Load() {
+	req := &appendReq{tag: tag, hashes: hashes, rec: rec, done: make(chan error, 1)}
+	if !x.enqueue(req) {
 		return x.appendNow([]*appendReq{req})
 	}
-	req.done = make(chan error, 1)
-	select {
-	case x.appends <- req:
-		return <-req.done
-	case <-x.stopped:
-		return x.appendNow([]*appendReq{req})
-	}
+	return <-req.done
 }
 
-// groupWriter runs the group commits until ctx ends.
+// Flush returns once every event written to the index before it is in
+// Redis, or its write failed (and Redis is marked down): events do not
+// wait for Redis while Run runs. The error is that of the flush's own
+// round trip.
+func (x *Index) Flush() error {
+	return x.appendAll("", nil, nil)
+}
+
+// enqueue hands req to the group writer. It returns false when none runs:
+// before Run, or once Run has ended and the writer has written what was
+// queued; the caller then writes itself, after what was queued.
+func (x *Index) enqueue(req *appendReq) bool {
+	if !x.grouping.Load() {
+		return false
+	}
+	x.queue.RLock()
+	if x.queue.closed {
+		x.queue.RUnlock()
+		<-x.stopped
+		return false
+	}
+	x.appends <- req
+	x.queue.RUnlock()
+	return true
+}
+
+// inFlight is how many group commits the writer keeps sent and not yet
+// answered on its connection to a standalone server: while Redis works
+// through one pipeline, the next is gathered and sent, and neither side
+// waits on the other's turn. Redis answers one connection's commands in
+// order, so the records keep the order the writer took them in.
+const inFlight = 2
+
+// group is one pipeline of appends: the callers' requests and, by block,
+// whether its TTL is refreshed with its append (set) and whether it is
+// left out (skip, coalesce); at is the expiry set. On the writer's
+// connection, c is the connection it was sent on and err why sending it
+// failed.
+type group struct {
+	batch     []*appendReq
+	set, skip []bool
+	at        time.Time
+	c         *rawConn
+	err       error
+}
+
+// groupWriter runs the group commits until ctx ends, and then until what
+// was queued before is written. On a standalone server it sends a group
+// and gathers the next while a reader goroutine takes the replies of the
+// one before (inFlight); on a cluster each group's round trip ends before
+// the next is gathered.
 func (x *Index) groupWriter(ctx context.Context) {
+	free := make(chan *group, inFlight)
+	for range inFlight {
+		free <- &group{batch: make([]*appendReq, 0, maxGroup)}
+	}
+	var sent chan *group // nil: one round trip at a time
+	read := make(chan struct{})
+	var conn *rawConn
+	if x.raw != nil {
+		sent = make(chan *group, inFlight)
+		go func() {
+			defer close(read)
+			for g := range sent {
+				fresh, err := x.recvGroup(g)
+				if err == nil && len(fresh) > 0 {
+					err = x.expireNew(fresh, g.at)
+				}
+				x.finish(g.batch, err)
+				free <- g
+			}
+		}()
+	} else {
+		close(read)
+	}
+	commit := func(g *group) {
+		if sent == nil {
+			x.finish(g.batch, x.appendNow(g.batch))
+			free <- g
+			return
+		}
+		x.prepare(g)
+		conn = x.sendGroup(conn, g)
+		sent <- g
+	}
 	x.grouping.Store(true)
-	defer func() {
-		x.grouping.Store(false)
-		close(x.stopped)
+	for ctx.Err() == nil {
+		g := <-free
+		if !x.gather(ctx.Done(), g, true) {
+			free <- g
+			break
+		}
+		commit(g)
+	}
+	// Run ended: no more events are queued once the callers queueing now
+	// are done (enqueue), and what is queued is written. Speculation still
+	// queued is dropped, unless an event's takes it along.
+	closed := make(chan struct{})
+	go func() {
+		x.queue.Lock()
+		x.queue.closed = true
+		x.queue.Unlock()
+		close(closed)
 	}()
-	batch := make([]*appendReq, 0, maxGroup)
+	for {
+		g := <-free
+		if !x.gather(closed, g, false) {
+			break
+		}
+		commit(g)
+	}
+	if sent != nil {
+		close(sent)
+	}
+	<-read // every group sent is answered, and its callers told
+	if conn != nil {
+		x.raw.put(conn, conn.broken.Load())
+	}
+	x.grouping.Store(false)
+	close(x.stopped)
+}
+
+// gather fills g's batch with the appends waiting, at least one; when
+// none is, it waits for one (and for speculation too if spec), or returns
+// false once stop is closed. An event's records go after the speculation
+// queued before them: a decision's speculation made before the pod's
+// store of the block is confirmed by it, as in the local view (one made
+// after it but taken first is confirmed too: a speculative entry lost,
+// never one kept too long).
+func (x *Index) gather(stop <-chan struct{}, g *group, spec bool) bool {
+	g.batch = g.batch[:0]
 	blocks := 0
-	// add puts r in the batch. An event's records go after the
-	// speculation queued before them: a decision's speculation made before
-	// the pod's store of the block is confirmed by it, as in the local view
-	// (one made after it but taken first is confirmed too: a speculative
-	// entry lost, never one kept too long).
 	add := func(r *appendReq, event bool) {
 	drain:
-		for event && len(batch) < maxGroup {
+		for event && len(g.batch) < maxGroup {
 			select {
 			case s := <-x.specQueue:
-				batch = append(batch, s)
+				g.batch = append(g.batch, s)
 				blocks += len(s.hashes)
 			default:
 				break drain
 			}
 		}
-		batch = append(batch, r)
+		g.batch = append(g.batch, r)
 		blocks += len(r.hashes)
 	}
-	for {
-		batch, blocks = batch[:0], 0
+	specs := x.specQueue
+	if !spec {
+		specs = nil
+	}
+	select {
+	case r := <-x.appends:
+		add(r, true)
+	case r := <-specs:
+		add(r, false)
+	default:
 		select {
-		case <-ctx.Done():
-			return
+		case <-stop:
+			return false
 		case r := <-x.appends:
 			add(r, true)
-		case r := <-x.specQueue:
+		case r := <-specs:
 			add(r, false)
 		}
-	more:
-		for len(batch) < maxGroup && blocks < maxGroupBlocks {
-			select {
-			case r := <-x.appends:
-				add(r, true)
-			case r := <-x.specQueue:
-				add(r, false)
-			default:
-				break more
-			}
+	}
+	for len(g.batch) < maxGroup && blocks < maxGroupBlocks {
+		select {
+		case r := <-x.appends:
+			add(r, true)
+		case r := <-specs:
+			add(r, false)
+		default:
+			return true
 		}
-		err := x.appendNow(batch)
-		failed := false
-		for _, r := range batch {
-			switch {
-			case r.done != nil:
-				r.done <- err
-			case err != nil && !failed:
+	}
+	return true
+}
+
+// finish tells batch's callers the outcome of their group commit; a
+// failure nobody waits for is counted once, as the first such request's.
+// An event's time from its queueing to Redis is observed.
+func (x *Index) finish(batch []*appendReq, err error) {
+	failed := false
+	now := time.Now()
+	for _, r := range batch {
+		switch {
+		case r.done != nil:
+			r.done <- err
+		case err != nil:
+			if !failed {
 				x.failed(r.op, err)
 				failed = true
 			}
+		case !r.queued.IsZero():
+			x.metrics.rtEvents.Observe(now.Sub(r.queued).Seconds())
 		}
 	}
 }
 
-// appendNow writes the appends of batch in one pipeline, and queues the
-// keys grown past a multiple of compactEvery for compaction. A key's TTL
-// is refreshed with its append unless this replica refreshed it less than
-// TTL/4 ago (refreshed); a key an append created gets its TTL in a second
-// pipeline when it was not refreshed in the first. With no TTL
-// (Config.TTL 0) a block is one APPEND.
+// appendNow writes the appends of batch in one round trip (and a second
+// for the TTLs of keys it created, when they were not set in the first).
 func (x *Index) appendNow(batch []*appendReq) error {
 	x.ttls.Lock()
 	defer x.ttls.Unlock()
-	now := time.Now() // Redis's clock, not the injected one
-	at := now.Add(x.cfg.TTL)
-	x.coalesce(batch)
-	x.ttls.set = x.ttls.set[:0]
-	i := 0
-	for _, r := range batch {
-		tag := fnv1a(r.tag) // keys the TTL cache with each block's hash
-		for _, h := range r.hashes {
-			x.ttls.set = append(x.ttls.set, x.cfg.TTL != 0 && !x.ttls.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
-			i++
-		}
-	}
-	fresh, err := x.appendPipe(batch, at)
+	g := &x.ttls.scratch
+	g.batch = batch
+	x.prepareLocked(g)
+	fresh, err := x.appendPipe(g)
 	if err != nil || len(fresh) == 0 {
 		return err
 	}
-	return x.expireNew(fresh, at)
+	return x.expireNew(fresh, g.at)
+}
+
+// prepare decides, for each block of g, whether its append is left out
+// (coalesce) and whether its TTL is refreshed with it: unless this replica
+// refreshed it less than TTL/4 ago (ttlCache); a key an append created
+// gets its TTL in a second pipeline when it was not refreshed in the
+// first. With no TTL (Config.TTL 0) a block is one APPEND.
+func (x *Index) prepare(g *group) {
+	x.ttls.Lock()
+	defer x.ttls.Unlock()
+	x.prepareLocked(g)
+}
+
+func (x *Index) prepareLocked(g *group) {
+	now := time.Now() // Redis's clock, not the injected one
+	g.at = now.Add(x.cfg.TTL)
+	x.coalesce(g)
+	g.set = g.set[:0]
+	i := 0
+	for _, r := range g.batch {
+		tag := fnv1a(r.tag) // keys the TTL cache with each block's hash
+		for _, h := range r.hashes {
+			g.set = append(g.set, x.cfg.TTL != 0 && !g.skip[i] && x.ttls.refresh(tag^h, now, x.cfg.TTL/4))
+			i++
+		}
+	}
 }
 
 // specKey is one pod's speculation on one block.
@@ -227,26 +402,29 @@ type specKey struct {
 	num uint32
 }
 
-// coalesce marks in ttls.skip the speculative records of batch that
+// coalesce marks in g.skip the speculative records of its batch that
 // change nothing read after the batch (specState): those before a later
 // speculation of the same pod on the same block, and all but the shortest
-// settling since the last speculation. A
-// burst of decisions speculating and settling one prompt on one pod
-// writes each block at most twice per batch, not once per decision.
-func (x *Index) coalesce(batch []*appendReq) {
-	x.ttls.skip = x.ttls.skip[:0]
+// settling since the last speculation. A burst of decisions speculating
+// and settling one prompt on one pod writes each block at most twice per
+// batch, not once per decision.
+func (x *Index) coalesce(g *group) {
+	g.skip = g.skip[:0]
 	if x.ttls.last == nil {
 		x.ttls.last = make(map[specKey]specWrites)
 	}
 	clear(x.ttls.last)
 	i := int32(0)
-	for _, r := range batch {
+	for _, r := range g.batch {
+		if len(r.hashes) == 0 { // a flush
+			continue
+		}
 		spec, settle := r.rec[4] == kindSpec, int8(r.rec[5]) == specSettle
 		num := binary.LittleEndian.Uint32(r.rec)
 		deadline := binary.LittleEndian.Uint64(r.rec[8:])
 		for _, h := range r.hashes {
-			x.ttls.skip = append(x.ttls.skip, false)
-			if spec && len(batch) > 1 {
+			g.skip = append(g.skip, false)
+			if spec && len(g.batch) > 1 {
 				k := specKey{r.tag, h, num}
 				w, ok := x.ttls.last[k]
 				if !ok {
@@ -256,17 +434,17 @@ func (x *Index) coalesce(batch []*appendReq) {
 				case !settle: // a new speculation: what came before it changes nothing
 					for _, j := range []int32{w.spec, w.settle} {
 						if j >= 0 {
-							x.ttls.skip[j] = true
+							g.skip[j] = true
 						}
 					}
 					w = specWrites{spec: i, settle: -1}
 				case w.settle < 0:
 					w.settle, w.deadline = i, deadline
 				case deadline < w.deadline: // the shorter settling counts
-					x.ttls.skip[w.settle] = true
+					g.skip[w.settle] = true
 					w.settle, w.deadline = i, deadline
 				default:
-					x.ttls.skip[i] = true
+					g.skip[i] = true
 				}
 				x.ttls.last[k] = w
 			}
@@ -283,24 +461,24 @@ type specWrites struct {
 	deadline     uint64
 }
 
-// appendPipe writes the appends, and the TTLs ttls.set asks for, in one
-// pipeline: raw on a standalone server, go-redis on a cluster. It returns
-// the keys it created without a TTL.
-func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
+// appendPipe writes g's appends, and the TTLs g.set asks for, in one
+// round trip: raw on a standalone server, go-redis on a cluster. It
+// returns the keys it created without a TTL.
+func (x *Index) appendPipe(g *group) ([]string, error) {
 	if x.raw != nil {
-		return x.appendRaw(batch, at)
+		return x.appendRaw(g)
 	}
 	ctx, cancel := x.ctx()
 	defer cancel()
 	pipe := x.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, 0, len(x.ttls.set))
-	keys := make([]string, 0, len(x.ttls.set))
+	cmds := make([]*redis.IntCmd, 0, len(g.set))
+	keys := make([]string, 0, len(g.set))
 	var buf []byte
 	i := 0
-	for _, r := range batch {
+	for _, r := range g.batch {
 		val := string(r.rec)
 		for _, h := range r.hashes {
-			if x.ttls.skip[i] {
+			if g.skip[i] {
 				keys, cmds = append(keys, ""), append(cmds, nil)
 				i++
 				continue
@@ -309,8 +487,8 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 			key := string(buf)
 			keys = append(keys, key)
 			cmds = append(cmds, pipe.Append(ctx, key, val))
-			if x.ttls.set[i] {
-				pipe.PExpireAt(ctx, key, at)
+			if g.set[i] {
+				pipe.PExpireAt(ctx, key, g.at)
 			}
 			i++
 		}
@@ -320,7 +498,7 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 	}
 	var fresh []string
 	i = 0
-	for _, r := range batch {
+	for _, r := range g.batch {
 		for _, h := range r.hashes {
 			if cmds[i] == nil {
 				i++
@@ -328,7 +506,7 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 			}
 			n, err := cmds[i].Result()
 			x.appended(r, h, n, err)
-			if err == nil && n == int64(len(r.rec)) && !x.ttls.set[i] && x.cfg.TTL != 0 {
+			if err == nil && n == int64(len(r.rec)) && !g.set[i] && x.cfg.TTL != 0 {
 				fresh = append(fresh, keys[i])
 			}
 			i++
@@ -337,22 +515,42 @@ func (x *Index) appendPipe(batch []*appendReq, at time.Time) ([]string, error) {
 	return fresh, nil
 }
 
-// appendRaw is appendPipe on a connection of the raw pool: one write of
-// every APPEND and PEXPIREAT, then their replies.
-func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
-	c, err := x.raw.get()
-	if err != nil {
-		return nil, err
+// appendRaw is appendPipe on a connection of the raw pool.
+func (x *Index) appendRaw(g *group) ([]string, error) {
+	c := x.sendGroup(nil, g)
+	if c == nil {
+		return nil, g.err
+	}
+	fresh, err := x.recvGroup(g)
+	if err == nil {
+		x.raw.put(c, false)
+	}
+	return fresh, err
+}
+
+// sendGroup writes every APPEND and PEXPIREAT of g at once on c, or on a
+// connection of the raw pool when c is nil or broken, and returns the
+// connection it used: nil, with g.err set, when it could not.
+func (x *Index) sendGroup(c *rawConn, g *group) *rawConn {
+	g.c, g.err = nil, nil
+	if c != nil && c.broken.Load() {
+		x.raw.put(c, true)
+		c = nil
+	}
+	if c == nil {
+		if c, g.err = x.raw.get(); g.err != nil {
+			return nil
+		}
 	}
 	var key [80]byte
 	// PEXPIREAT, not PEXPIRE: Redis propagates a PEXPIRE rewritten into a
 	// PEXPIREAT, which costs it an allocation per command.
-	atMs := at.UnixMilli()
+	atMs := g.at.UnixMilli()
 	w := c.w[:0]
 	i := 0
-	for _, r := range batch {
+	for _, r := range g.batch {
 		for _, h := range r.hashes {
-			if x.ttls.skip[i] {
+			if g.skip[i] {
 				i++
 				continue
 			}
@@ -361,7 +559,7 @@ func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
 			w = appendBulk(w, "APPEND")
 			w = appendBulk(w, k)
 			w = appendBulk(w, r.rec)
-			if x.ttls.set[i] {
+			if g.set[i] {
 				w = appendArray(w, 3)
 				w = appendBulk(w, "PEXPIREAT")
 				w = appendBulk(w, k)
@@ -371,29 +569,49 @@ func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
 		}
 	}
 	c.w = w
-	if err := c.flush(x.cfg.Timeout); err != nil {
+	if g.err = c.flush(x.cfg.Timeout); g.err != nil {
+		c.broken.Store(true)
 		x.raw.put(c, true)
+		return nil
+	}
+	g.c = c
+	return c
+}
+
+// recvGroup reads the replies of g, sent on g.c, and returns the keys its
+// appends created without a TTL. A failed read breaks the connection (its
+// stream may be mid-reply), and the groups sent after g on it fail too.
+func (x *Index) recvGroup(g *group) ([]string, error) {
+	if g.c == nil {
+		return nil, g.err
+	}
+	c := g.c
+	fail := func(err error) ([]string, error) {
+		if c.broken.CompareAndSwap(false, true) {
+			_ = c.c.Close()
+		}
 		return nil, err
+	}
+	if c.broken.Load() {
+		return fail(errBroken)
 	}
 	var re replyError
 	var fresh []string
-	i = 0
-	for _, r := range batch {
+	i := 0
+	for _, r := range g.batch {
 		for _, h := range r.hashes {
-			if x.ttls.skip[i] {
+			if g.skip[i] {
 				i++
 				continue
 			}
 			n, err := c.readInt()
 			if err != nil && !errors.As(err, &re) {
-				x.raw.put(c, true)
-				return nil, err
+				return fail(err)
 			}
 			x.appended(r, h, n, err)
-			if x.ttls.set[i] {
+			if g.set[i] {
 				if _, err := c.readInt(); err != nil && !errors.As(err, &re) {
-					x.raw.put(c, true)
-					return nil, err
+					return fail(err)
 				}
 			} else if err == nil && n == int64(len(r.rec)) && x.cfg.TTL != 0 {
 				fresh = append(fresh, string(x.blockKey(nil, r.tag, h)))
@@ -401,9 +619,11 @@ func (x *Index) appendRaw(batch []*appendReq, at time.Time) ([]string, error) {
 			i++
 		}
 	}
-	x.raw.put(c, false)
 	return fresh, nil
 }
+
+// errBroken: a group sent on a connection whose earlier replies failed.
+var errBroken = errors.New("redisindex: the connection failed before this pipeline's replies")
 
 // expireNew sets the TTL of keys appends created: one more pipeline.
 func (x *Index) expireNew(keys []string, at time.Time) error {
@@ -427,9 +647,10 @@ func (x *Index) expireNew(keys []string, at time.Time) error {
 type ttlCache struct {
 	sync.Mutex
 	slots []ttlSlot
-	set   []bool // by block of the batch being written: refresh its TTL
-	skip  []bool // by block of the batch: a speculative record that changes nothing (coalesce)
-	last  map[specKey]specWrites
+	last  map[specKey]specWrites // coalesce's scratch
+	// scratch is appendNow's group, for the round trips made outside the
+	// group writer.
+	scratch group
 }
 
 type ttlSlot struct {
