@@ -141,6 +141,11 @@ func rateRouter(b *testing.B, backend, addr string, body []byte) *router.Router 
 	if err := idx.Stored(pod, kvindex.TierGPU, hasher.AppendHashes(nil, tok.last, blockhash.Extra{})); err != nil {
 		b.Fatal(err)
 	}
+	if shared != nil {
+		if err := shared.Flush(); err != nil { // the event in Redis, not only queued
+			b.Fatal(err)
+		}
+	}
 	return r
 }
 
