@@ -193,9 +193,10 @@
 // the hot path; each pod's writes are serialized with the copy a new lease
 // holder makes by the pod's own mutex. While Run runs, the appends of
 // concurrent callers (the appliers of many pods, the decisions of many
-// requests) share one pipeline, a group commit of at most 4,096 blocks,
-// and the group writer keeps two such pipelines in flight on its
-// connection to a standalone server. An event's caller does not wait for
+// requests) share one pipeline, a group commit of at most 4,096 blocks;
+// while 128 or more events wait, the group writer sends the next commit
+// on its connection to a standalone server before the replies of the one
+// in flight are read. An event's caller does not wait for
 // Redis: its appends are queued (512 batches at most; past that the
 // applier waits) in the pod's order and written in that order on one
 // connection, so a pod's records reach Redis in the order of its events;

@@ -46,6 +46,8 @@ type Index struct {
 	// stopped, after writing what was queued. queue.closed, set as the
 	// writer stops, ends the queueing (enqueue).
 	appends chan *appendReq
+	// backlog wakes the group writer when eventBacklog events wait.
+	backlog chan struct{}
 	queue   struct {
 		sync.RWMutex
 		closed bool
@@ -135,6 +137,7 @@ func New(cfg Config, local *kvindex.Index, specCfg kvindex.Config, log *slog.Log
 	x.compact = make(chan compaction, compactQueue)
 	x.appends, x.stopped = make(chan *appendReq, eventQueue), make(chan struct{})
 	x.specQueue = make(chan *appendReq, specQueue)
+	x.backlog = make(chan struct{}, 1)
 	x.loadKick = make(chan struct{}, 1)
 	m, err := newMetrics(x, reg)
 	if err != nil {
