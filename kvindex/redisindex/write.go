@@ -332,12 +332,19 @@ func (x *Index) gather(stop <-chan struct{}, g *group, spec bool) bool {
 	if !spec {
 		specs = nil
 	}
-	select {
-	case r := <-x.appends:
-		add(r, true)
-	case r := <-specs:
-		add(r, false)
-	default:
+	// next adds a request waiting: false when none is.
+	next := func() bool {
+		select {
+		case r := <-x.appends:
+			add(r, true)
+		case r := <-specs:
+			add(r, false)
+		default:
+			return false
+		}
+		return true
+	}
+	if !next() {
 		select {
 		case <-stop:
 			return false
@@ -347,15 +354,7 @@ func (x *Index) gather(stop <-chan struct{}, g *group, spec bool) bool {
 			add(r, false)
 		}
 	}
-	for len(g.batch) < maxGroup && blocks < maxGroupBlocks {
-		select {
-		case r := <-x.appends:
-			add(r, true)
-		case r := <-specs:
-			add(r, false)
-		default:
-			return true
-		}
+	for len(g.batch) < maxGroup && blocks < maxGroupBlocks && next() {
 	}
 	return true
 }
