@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -62,17 +63,45 @@ func (x *Index) compactLater(tag string, tagHash, h, bucket uint64) {
 	x.queueCompaction(tag, string(x.blockKey(nil, tag, h)))
 }
 
+// compactBatch bounds the queued keys one round of the compactor folds:
+// two round trips for all of them (their pod tables and values, then the
+// scripts), where one at a time took three each and fell behind the keys
+// that every decision's speculation grows.
+const compactBatch = 64
+
 // compactor rewrites queued block keys until ctx ends.
 func (x *Index) compactor(ctx context.Context) {
+	batch := make([]compaction, 0, compactBatch)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case c := <-x.compact:
-			if !x.up.Load() {
-				continue
+			batch = append(batch[:0], c)
+		}
+	more:
+		for len(batch) < compactBatch {
+			select {
+			case c := <-x.compact:
+				batch = append(batch, c)
+			default:
+				break more
 			}
-			switch err := x.compactKey(ctx, c); {
+		}
+		if !x.up.Load() {
+			continue
+		}
+		// A key queued twice is folded once; each entry counts its outcome.
+		slices.SortFunc(batch, func(a, b compaction) int { return strings.Compare(a.key, b.key) })
+		keys := slices.CompactFunc(slices.Clone(batch), func(a, b compaction) bool { return a.key == b.key })
+		errs := x.compactKeys(ctx, keys)
+		failed := false
+		for i, k := 0, 0; i < len(batch); i++ {
+			if batch[i].key != keys[k].key {
+				k++
+			}
+			err := errs[k]
+			switch {
 			case err == nil:
 				x.metrics.compactions.WithLabelValues("done").Inc()
 			case errors.Is(err, errCompactRaced):
@@ -83,8 +112,9 @@ func (x *Index) compactor(ctx context.Context) {
 				// Cut off by Run's end, not a failure: Redis marked down
 				// would leave the leases unreleased (releaseAll), and the
 				// pods unwritten until they expire.
-			default:
+			case !failed:
 				x.failed("compact", err)
+				failed = true
 			}
 		}
 	}
@@ -116,12 +146,81 @@ var errCompactRaced = errors.New("redisindex: the block key changed during its c
 // appended to by every decision, is compacted however busy it is; folding
 // the old records first and the new ones after counts as folding them all.
 func (x *Index) compactKey(ctx context.Context, c compaction) error {
+	return x.compactKeys(ctx, []compaction{c})[0]
+}
+
+// compactKeys is compactKey for each of cs, in two pipelines: the pod
+// tables of their namespaces and their values, then the scripts. It
+// returns each one's outcome.
+func (x *Index) compactKeys(ctx context.Context, cs []compaction) []error {
 	ctx, cancel := context.WithTimeout(ctx, 4*x.cfg.Timeout)
 	defer cancel()
-	table, err := x.rdb.HGetAll(ctx, x.podsKey(c.tag)).Result()
-	if err != nil {
-		return err
+	errs := make([]error, len(cs))
+	pipe := x.rdb.Pipeline()
+	tableCmds := map[string]*redis.MapStringStringCmd{}
+	for _, c := range cs {
+		if tableCmds[c.tag] == nil {
+			tableCmds[c.tag] = pipe.HGetAll(ctx, x.podsKey(c.tag))
+		}
 	}
+	gets := make([]*redis.StringCmd, len(cs))
+	for i, c := range cs {
+		gets[i] = pipe.Get(ctx, c.key)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	tables := make(map[string]podTable, len(tableCmds))
+	for tag, cmd := range tableCmds {
+		if table, err := cmd.Result(); err == nil {
+			tables[tag] = parsePodTable(table)
+		}
+	}
+	now, lives := uint64(x.now().UnixMilli()), x.lives()
+	scripts := make([]*redis.Cmd, len(cs))
+	vals, outs := make([][]byte, len(cs)), make([][]byte, len(cs))
+	pipe = x.rdb.Pipeline()
+	for i, c := range cs {
+		t, ok := tables[c.tag]
+		if !ok {
+			errs[i] = tableCmds[c.tag].Err()
+			continue
+		}
+		val, err := gets[i].Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue // gone
+		case err != nil:
+			errs[i] = err
+			continue
+		case len(val)%recordSize != 0:
+			x.metrics.refused.WithLabelValues("size").Inc()
+			continue
+		}
+		vals[i], outs[i] = val, fold(val, t, now, lives)
+		scripts[i] = compactScript.EvalSha(ctx, pipe, []string{c.key}, vals[i], outs[i])
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, cmd := range scripts {
+		if cmd == nil {
+			continue
+		}
+		n, err := cmd.Int()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // not loaded yet: sent whole
+			n, err = compactScript.Run(ctx, x.rdb, []string{cs[i].key}, vals[i], outs[i]).Int()
+		}
+		switch {
+		case err != nil:
+			errs[i] = err
+		case n < 0:
+			errs[i] = errCompactRaced
+		}
+	}
+	return errs
+}
+
+// parsePodTable reads a namespace's pod table as HGETALL returns it.
+func parsePodTable(table map[string]string) podTable {
 	t := podTable{epochs: make(map[uint32]uint64, len(table)), vers: make(map[uint32]uint64, len(table))}
 	for name, v := range table {
 		switch name {
@@ -135,26 +234,7 @@ func (x *Index) compactKey(ctx context.Context, c compaction) error {
 			t.epochs[num], t.vers[num] = ep, ver
 		}
 	}
-	val, err := x.rdb.Get(ctx, c.key).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(val)%recordSize != 0 {
-		x.metrics.refused.WithLabelValues("size").Inc()
-		return nil
-	}
-	out := fold(val, t, uint64(x.now().UnixMilli()), x.lives())
-	n, err := compactScript.Run(ctx, x.rdb, []string{c.key}, val, out).Int()
-	switch {
-	case err != nil:
-		return err
-	case n < 0:
-		return errCompactRaced
-	}
-	return nil
+	return t
 }
 
 // podTable is what a compaction read of a namespace's pod table: each

@@ -82,6 +82,10 @@
 // they are: a new holder's), and written back by a script that keeps the records appended
 // meanwhile after the folded ones, so a hot key (a shared system prompt's,
 // appended to by every decision's speculation) stays short however busy.
+// The compactor takes up to 64 queued keys a round, in two pipelines (their
+// pod tables and values, then the scripts): one at a time, at three round
+// trips each, it fell behind a long prompt whose every block each decision
+// grows, and keys it dropped grew to the holder bound.
 // A match queues the keys it reads with 16 GPU store records or more outside a
 // summary too (compactRead): a block 40 pods stored once is 40 records
 // that no append would compact.
