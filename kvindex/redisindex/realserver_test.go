@@ -279,7 +279,7 @@ func TestQueuedEventsWritten(t *testing.T) {
 	defer func() { cancel(); <-ran }()
 	waitFor(t, "the group writer", 5*time.Second, a.grouping.Load)
 
-	must(t, a.rdb.Do(context.Background(), "CLIENT", "PAUSE", "400", "WRITE").Err())
+	must(t, a.rdb.Do(context.Background(), "CLIENT", "PAUSE", "2000", "WRITE").Err())
 	chain := make([]uint64, 100)
 	for i := range chain {
 		chain[i] = uint64(0xc0de00 + i)
