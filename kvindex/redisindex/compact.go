@@ -28,7 +28,13 @@ const (
 	// per pod, padded). A compaction leaves no such record but those of
 	// pods whose epoch is newer than the pod table it read: a compacted key
 	// is not queued again until stores lengthen it again.
-	compactRead     = 16
+	compactRead = 16
+	// compactLong: a block key a match reads this long or longer (twice
+	// what appends compact at), or past the holder bound, is queued for
+	// compaction too: the queue dropped its compactions while appends
+	// grew it (a burst the compactor fell behind), and a key no append
+	// grows any more would stay so.
+	compactLong     = 2 * compactEvery
 	readQueuedEvery = 10 * time.Second
 	readQueuedSlots = 4096
 )

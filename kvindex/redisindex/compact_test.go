@@ -259,6 +259,48 @@ func TestMatchQueuesLongKeys(t *testing.T) {
 	}
 }
 
+// TestMatchQueuesOverlongKeys: a key whose compactions were dropped (the
+// queue emptied here by hand) is queued by the match that reads it, past
+// the holder bound (refused meanwhile) or twice the length appends compact
+// at, and once folded it reads again.
+func TestMatchQueuesOverlongKeys(t *testing.T) {
+	srv := redisserver.New(t)
+	a := newReplica(t, srv.Addr, "a", func(cfg *Config) { cfg.MaxHolders = 150 })
+	a.tick()
+	p1 := a.pods["p1"]
+	for range 100 { // 201 records on block 0, past the bound of 150
+		must(t, a.Stored(p1, kvindex.TierGPU, blocks[:1]))
+		must(t, a.Removed(p1, kvindex.TierGPU, blocks[:1]))
+	}
+	must(t, a.Stored(p1, kvindex.TierGPU, blocks[:1]))
+	for range 70 { // 141 on block 1: within the bound, past twice 64
+		must(t, a.Speculate(p1, blocks[1:2]))
+		must(t, a.Settle(p1, blocks[1:2]))
+	}
+	must(t, a.Speculate(p1, blocks[1:2]))
+	for len(a.compact) > 0 {
+		<-a.compact // dropped
+	}
+	ids := []kvindex.PodID{p1}
+	if got := a.Match("m", blocks[:1], ids, nil); got[0].Blocks != 0 || len(a.compact) != 1 {
+		t.Fatalf("Match of the key past the bound = %+v with %d keys queued, want none (refused) and it queued", got[0], len(a.compact))
+	}
+	if got := a.Match("m", blocks[1:2], ids, nil); got[0].Speculative != 1 || len(a.compact) != 2 {
+		t.Fatalf("Match of the long key = %+v with %d keys queued, want p1 speculative and it queued", got[0], len(a.compact))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.compactor(ctx) }()
+	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.metrics.compactions.WithLabelValues("done")) >= 2
+	})
+	cancel()
+	<-done
+	if got := a.Match("m", blocks[:2], ids, nil); got[0].Blocks != 2 || got[0].Speculative != 1 {
+		t.Errorf("Match after compaction = %+v, want p1 holding block 0 and speculative on block 1", got[0])
+	}
+}
+
 // TestCountsDoNotWrap: a key of 259 records each storing the block 127
 // times for one pod (no writer writes it; the holder bound is 1,024
 // records) holds the block for the match as for the compaction, which

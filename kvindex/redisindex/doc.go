@@ -88,7 +88,9 @@
 // grows, and keys it dropped grew to the holder bound.
 // A match queues the keys it reads with 16 GPU store records or more outside a
 // summary too (compactRead): a block 40 pods stored once is 40 records
-// that no append would compact.
+// that no append would compact; and the keys it reads 128 records long or
+// longer, or past the holder bound (compactLong): their compactions were
+// dropped while appends grew them.
 // The holders that hold the block once in the GPU tier, most of them, fold
 // into one summary: the table version the compaction read and their
 // numbers as varint deltas, about a byte each (64 holders: 80 bytes, not

@@ -585,6 +585,9 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 			x.metrics.refused.WithLabelValues("size").Inc()
 		case spanHolders:
 			x.metrics.refused.WithLabelValues("holders").Inc()
+			// Folded, it may read again: a key whose compactions the
+			// queue dropped while appends grew it.
+			x.compactLater(sc.tag, tagHash, hashes[b], bucket)
 		default:
 			val = sc.arena[sp.off : sp.off+sp.n]
 		}
@@ -634,7 +637,7 @@ func (x *Index) count(sc *matchScratch, hashes []uint64, out []kvindex.PodMatch)
 		if bad > 0 {
 			x.metrics.refused.WithLabelValues("record").Add(float64(bad))
 		}
-		if stores >= compactRead {
+		if stores >= compactRead || len(val) >= compactLong {
 			x.compactLater(sc.tag, tagHash, hashes[b], bucket)
 		}
 		for w, a := range sc.alive {

@@ -80,7 +80,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.compactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "compactions_total",
-		Help: "Block keys grown by appends past each 64 records, or read by a match with 16 or more GPU store records outside a summary, and rewritten to one record per live holder (a summary of the plainest), by result: done, raced (the key changed other than by appends: recreated, or compacted by another replica), dropped (queue full).",
+		Help: "Block keys grown by appends past each 64 records, or read by a match with 16 or more GPU store records outside a summary, 128 records or more, or past the holder bound, and rewritten to one record per live holder (a summary of the plainest), by result: done, raced (the key changed other than by appends: recreated, or compacted by another replica), dropped (queue full).",
 	}, []string{"result"})
 	m.rtMatch, m.rtEvents, m.rtLoad = m.roundTrip.WithLabelValues("match"), m.roundTrip.WithLabelValues("events"), m.roundTrip.WithLabelValues("load")
 	m.up.Set(1)
