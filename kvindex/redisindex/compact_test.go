@@ -121,15 +121,8 @@ func TestCompaction(t *testing.T) {
 	if queued == 0 {
 		t.Fatal("no key was queued for compaction after 300 appends")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.compactor(ctx) }()
-	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
-		return testutil.ToFloat64(a.metrics.compactions.WithLabelValues("done")) >= float64(queued)
-	})
-	cancel()
-	<-done
-	ctx = context.Background()
+	compactQueued(t, a.Index, float64(queued))
+	ctx := context.Background()
 	for i, want := range []int64{recordSize, 0} {
 		n, err := a.rdb.StrLen(ctx, string(a.blockKey(nil, nsTag("m"), blocks[i]))).Result()
 		if err != nil {
@@ -142,6 +135,18 @@ func TestCompaction(t *testing.T) {
 	if after := a.match(blocks)["p1"]; after != before {
 		t.Errorf("Match(p1) after compaction = %+v, want %+v as before", after, before)
 	}
+}
+
+// compactQueued runs x's compactor until it has compacted done keys.
+func compactQueued(t *testing.T, x *Index, done float64) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); x.compactor(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
+		return testutil.ToFloat64(x.metrics.compactions.WithLabelValues("done")) >= done
+	})
 }
 
 // TestCompactionOfAHotKey: a key appended to without pause while its
@@ -230,14 +235,7 @@ func TestMatchQueuesLongKeys(t *testing.T) {
 	if n := len(a.compact); n != 3 {
 		t.Fatalf("%d keys queued by four matches, want the three of 20 records, once each", n)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.compactor(ctx) }()
-	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
-		return testutil.ToFloat64(a.metrics.compactions.WithLabelValues("done")) >= 3
-	})
-	cancel()
-	<-done
+	compactQueued(t, a.Index, 3)
 	for _, h := range blocks[:3] {
 		n, err := a.rdb.StrLen(context.Background(), string(a.blockKey(nil, nsTag("m"), h))).Result()
 		if err != nil {
@@ -288,14 +286,7 @@ func TestMatchQueuesOverlongKeys(t *testing.T) {
 	if got := a.Match("m", blocks[1:2], ids, nil); got[0].Speculative != 1 || len(a.compact) != 2 {
 		t.Fatalf("Match of the long key = %+v with %d keys queued, want p1 speculative and it queued", got[0], len(a.compact))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.compactor(ctx) }()
-	waitFor(t, "the queued keys compacted", 5*time.Second, func() bool {
-		return testutil.ToFloat64(a.metrics.compactions.WithLabelValues("done")) >= 2
-	})
-	cancel()
-	<-done
+	compactQueued(t, a.Index, 2)
 	if got := a.Match("m", blocks[:2], ids, nil); got[0].Blocks != 2 || got[0].Speculative != 1 {
 		t.Errorf("Match after compaction = %+v, want p1 holding block 0 and speculative on block 1", got[0])
 	}
