@@ -84,14 +84,11 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 		op:     "events",
 		queued: time.Now(),
 	}
-	if x.queueEvent(req) {
-		return nil
+	if !x.queueEvent(req) {
+		// A failure marks Redis down: the local view has the event, and
+		// the lease, taken again, copies it (finish, as for a queued one).
+		x.finish([]*appendReq{req}, x.appendNow([]*appendReq{req}))
 	}
-	if err := x.appendNow([]*appendReq{req}); err != nil {
-		x.failed("events", err)
-		return nil // the local view has the event; the lease, re-taken, copies it
-	}
-	x.metrics.rtEvents.Observe(time.Since(req.queued).Seconds())
 	return nil
 }
 
@@ -106,6 +103,9 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 // waits. It reports false when no group writer runs (Run not started, or
 // ended once what was queued is written): the caller writes itself.
 func (x *Index) queueEvent(req *appendReq) bool {
+	if !x.grouping.Load() {
+		return false // written now: the caller's hashes need no copy
+	}
 	req.hashes = slices.Clone(req.hashes) // the caller's, reused once it returns
 	return x.enqueue(req)
 }
