@@ -290,10 +290,15 @@ func TestQueuedEventsWritten(t *testing.T) {
 		go func() { // 100 events a pod, each a store or a removal of blocks it stored
 			defer apply.Done()
 			for i := range chain {
+				var err error
 				if i%5 == 4 {
-					must(t, a.Removed(id, kvindex.TierGPU, chain[i-k%4:i]))
+					err = a.Removed(id, kvindex.TierGPU, chain[i-k%4:i])
 				} else {
-					must(t, a.Stored(id, kvindex.TierGPU, chain[:i+1]))
+					err = a.Stored(id, kvindex.TierGPU, chain[:i+1])
+				}
+				if err != nil { // not must: t.Fatal ends only the test's goroutine
+					t.Error(err)
+					return
 				}
 			}
 		}()
