@@ -13,8 +13,9 @@ var Policies = []string{"random", "round-robin", "least-loaded", "approximate", 
 // learns from the pods' scraped counters (fleet.SpeedEstimator), the
 // configured speed its prior, where kvrouter prices every pod at the
 // configured speed (the operator's measurement of a speed-1 pod); or of
-// kvrouter-mean, pricing every pod at the fleet's mean speed. Only
-// fleets of several speeds (Config.Speeds) run those two.
+// kvrouter-mean, pricing every pod at the fleet's mean speed (only
+// fleets of several speeds, Config.Speeds, run those two); or of
+// PreciseShifted.
 func PolicyByName(name string) (NewPolicy, error) {
 	switch name {
 	case "random":
@@ -25,13 +26,17 @@ func PolicyByName(name string) (NewPolicy, error) {
 		return func(s *Sim) (Policy, error) { return &leastLoaded{s: s}, nil }, nil
 	case "approximate":
 		return func(s *Sim) (Policy, error) { return newApproximate(s, DefaultApproximate()), nil }, nil
-	case "llm-d-precise":
+	case "llm-d-precise", PreciseShifted:
 		return func(s *Sim) (Policy, error) {
 			cfg := s.Config().Precise
 			if cfg == (Precise{}) {
 				cfg = DefaultPrecise()
 			}
-			return newPrecise(s, cfg)
+			p, err := newPrecise(s, cfg)
+			if name == PreciseShifted && err == nil {
+				return shifted{p}, nil
+			}
+			return p, err
 		}, nil
 	case "kvrouter":
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil

@@ -95,3 +95,16 @@ func prefixScores(scores []float64, blocks []int, weight float64) {
 		}
 	}
 }
+
+// PreciseShifted names llm-d's precise scheduler with its metrics scraped
+// half a scrape interval later than the fleet's other policies' (50 ms by
+// default): the same scheduler, its decisions made on other moments' queue
+// and KV figures. Compared with llm-d-precise, it measures how far one
+// stage's TTFT p90 moves between two runs of one policy that differ in
+// nothing a policy should be judged by.
+const PreciseShifted = "llm-d-precise-shifted"
+
+// shifted is llm-d-precise scraped half an interval late (PreciseShifted).
+type shifted struct{ *precise }
+
+func (shifted) scrapePhase() float64 { return 0.5 }

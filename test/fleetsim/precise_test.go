@@ -25,3 +25,57 @@ func TestPrefixScores(t *testing.T) {
 		}
 	}
 }
+
+// phasedPod is firstPod scraped phase of an interval late, recording the
+// scrapes' times.
+type phasedPod struct {
+	firstPod
+	phase float64
+	at    []float64
+}
+
+func (p *phasedPod) scrapePhase() float64 { return p.phase }
+func (p *phasedPod) Scraped([]Metrics)    { p.at = append(p.at, p.s.Now()) }
+
+// TestShiftedScrapes checks that a phased policy's scrapes run its phase
+// of an interval after everyone else's, every interval, and that
+// PreciseShifted is llm-d-precise scraped half an interval late.
+func TestShiftedScrapes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pods = 1
+	w := manual(Request{Arrival: 0, Prompt: 64, Output: 200, Hashes: []uint64{1, 2, 3, 4}})
+	for _, phase := range []float64{0, 0.5} {
+		var p *phasedPod
+		if _, err := Run(cfg, w, func(s *Sim) (Policy, error) {
+			p = &phasedPod{firstPod: firstPod{s: s}, phase: phase}
+			return p, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.at) < 3 {
+			t.Fatalf("phase %g: scrapes at %v, want at least 3", phase, p.at)
+		}
+		for i, at := range p.at {
+			if want := (float64(i) + phase) * cfg.ScrapeInterval.Seconds(); !near(at, want) {
+				t.Fatalf("phase %g: scrape %d at %v, want %v", phase, i, at, want)
+			}
+		}
+	}
+	for name, want := range map[string]float64{"llm-d-precise": -1, PreciseShifted: 0.5} {
+		newPolicy, err := PolicyByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pol Policy
+		if _, err := Run(cfg, w, func(s *Sim) (Policy, error) { pol, err = newPolicy(s); return pol, err }); err != nil {
+			t.Fatal(err)
+		}
+		got := -1.0
+		if ph, ok := pol.(phased); ok {
+			got = ph.scrapePhase()
+		}
+		if got != want {
+			t.Errorf("%s: scrape phase %v, want %v (-1: none)", name, got, want)
+		}
+	}
+}

@@ -24,6 +24,10 @@ type eventListener interface {
 	KVEvents(pod int, events []kvEvent)
 }
 
+// phased is a Policy whose metrics scrapes run the given fraction of a
+// scrape interval later than everyone else's.
+type phased interface{ scrapePhase() float64 }
+
 // scrapeListener is a Policy that reads the pods' scraped metrics.
 type scrapeListener interface {
 	Scraped(m []Metrics)
@@ -196,7 +200,11 @@ func (s *Sim) push(e event) {
 }
 
 func (s *Sim) loop() *Result {
-	s.push(event{at: 0, kind: evScrape})
+	first := 0.0
+	if p, ok := s.policy.(phased); ok {
+		first = p.scrapePhase() * s.cfg.ScrapeInterval.Seconds()
+	}
+	s.push(event{at: first, kind: evScrape})
 	c := s.client
 	if c.cfg.DrainStages && len(s.w.Levels) > 0 {
 		s.startLevel(0)

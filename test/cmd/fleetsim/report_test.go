@@ -58,3 +58,36 @@ func TestSweepReport(t *testing.T) {
 		t.Errorf("want one sweep section for one output length:\n%s", got)
 	}
 }
+
+// levelJob is a job of one request per level of sc, with these TTFTs.
+func levelJob(sc *scenario, policy string, ttfts ...float64) *job {
+	res := &fleetsim.Result{}
+	for _, ttft := range ttfts {
+		res.Outcomes = append(res.Outcomes, fleetsim.Outcome{Arrival: 1, First: 1 + ttft, Finish: 2 + ttft})
+	}
+	return &job{sc: sc, policy: policy, res: res, stats: []fleetsim.Stats{{Level: "all", P90: ttfts[len(ttfts)-1], OutputTPS: 1}}}
+}
+
+// TestPreciseLineShowsTheNoise: the line comparing kvrouter with llm-d
+// precise keeps its verdict and adds precise scraped half an interval
+// later against precise, at its own worst level; the shifted runs appear
+// in no table and count in no spread.
+func TestPreciseLineShowsTheNoise(t *testing.T) {
+	w := &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
+	sc := &scenario{group: "b", cfg: fleetsim.Config{Seed: 1}, w: w, noise: true}
+	kv, pr, sh := levelJob(sc, "kvrouter", 1, 2.2), levelJob(sc, "llm-d-precise", 1, 2), levelJob(sc, fleetsim.PreciseShifted, 1.3, 2)
+	line := preciseLine(w.Name, []*job{kv}, []*job{pr}, []*job{sh})
+	for _, want := range []string{"worst level 10, 2.200 s vs 2.000 s (×1.100)", "**FAILS**", "against itself: ×1.000, worst level 3 ×1.300"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("preciseLine = %q, lacks %q", line, want)
+		}
+	}
+	jobs := []*job{kv, pr, sh}
+	if got := policyOrder(jobs); strings.Join(got, ",") != "kvrouter,llm-d-precise" {
+		t.Errorf("policyOrder = %v, want the shifted runs left out", got)
+	}
+	sh.stats[0].P90 = 100
+	if sp := spreadOf(map[string]*job{"kvrouter": kv, "llm-d-precise": pr, fleetsim.PreciseShifted: sh}); sp.hi != 2.2 {
+		t.Errorf("spread up to %v, want 2.2: the shifted runs left out", sp.hi)
+	}
+}

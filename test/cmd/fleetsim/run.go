@@ -40,6 +40,10 @@ type scenario struct {
 	topology string
 	// overload is the published run an (e) plays.
 	overload *overloadRun
+	// noise: where llm-d-precise runs, fleetsim.PreciseShifted runs too,
+	// for the acceptance lines only: how far a stage's p90 moves between
+	// two runs of one policy.
+	noise bool
 }
 
 // job is one scenario under one policy.
@@ -110,7 +114,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if !strings.Contains(o.workloads, sc.group) {
 			continue
 		}
-		for _, p := range runPolicies(strings.Split(o.policies, ","), sc.only) {
+		ps := runPolicies(strings.Split(o.policies, ","), sc.only)
+		if sc.noise && slices.Contains(ps, "llm-d-precise") {
+			ps = append(ps, fleetsim.PreciseShifted)
+		}
+		for _, p := range ps {
 			jobs = append(jobs, &job{sc: sc, policy: p})
 		}
 	}

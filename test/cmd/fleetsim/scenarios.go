@@ -142,18 +142,18 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 	if o.quick { // pods as small as the workload, its working set still 73% of them
 		cfg.Blocks = int(float64(sp.WorkingSet()) / capacityShare / float64(cfg.Pods*cfg.BlockSize))
 	}
-	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h), share: capacityShare, groups: sp.Groups}}
+	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h), share: capacityShare, groups: sp.Groups, noise: true}}
 	for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
 		rs, rc := sp, cfg
 		rs.Seed, rc.Seed = seed, seed
 		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
-		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups})
+		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups, noise: true})
 	}
 	for i, share := range append([]float64{overloadShare}, overloadSweep...) {
 		over := sp
 		over.Groups = int(share*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
 		name := fmt.Sprintf("(c) shared prefix %g%%%s", 100*share, tag)
-		c := &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0}
+		c := &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0, noise: true}
 		out = append(out, c)
 		// kvrouter and precise again under the next two seeds: the
 		// acceptance compares them per stage pooled over three seeds.
@@ -161,7 +161,7 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 			rs, rc := over, cfg
 			rs.Seed, rc.Seed = seed, seed
 			w := rs.Generate(fmt.Sprintf("%s, seed %d", name, seed), h)
-			out = append(out, &scenario{group: "c", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter"}, base: c, share: share, groups: over.Groups})
+			out = append(out, &scenario{group: "c", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter"}, base: c, share: share, groups: over.Groups, noise: true})
 		}
 	}
 	return out

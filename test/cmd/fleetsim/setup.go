@@ -110,7 +110,12 @@ llm-d's precise scheduler run (c) under the next two seeds as well, so
 that every comparison of the two is pooled over three seeds. Those repeats
 appear only in the acceptance lines: each seed's, and the three seeds'
 requests pooled into one sample, whose p90 estimates the policy's rather
-than one trajectory's.
+than one trajectory's. Wherever llm-d's precise scheduler runs (b) or
+(c), it runs again with its metrics scraped half an interval (50 ms)
+later, and each line comparing kvrouter with it ends with that run
+against precise, at the level where it differs most: two runs of one
+policy that differ in nothing a policy should be judged by, so how far a
+level's pooled p90 moves by chance alone.
 
 What the model leaves out: network and router latency, tokenization, CPU
 offload tiers, prefill/decode disaggregation, and any limit on a pod's
