@@ -78,7 +78,7 @@ func TestOverloadReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	scs := overloadScenarios(options{seed: 1, quick: true, timeout: ipTimeout}, h, fleetsim.DefaultConfig())[:3]
-	policies := []string{"random", "least-loaded", "approximate", "llm-d-precise", "kvrouter"}
+	policies := []string{"random", "least-loaded", "approximate", "llm-d-precise", "kvrouter", fleetsim.PreciseShifted}
 	var jobs []*job
 	for _, sc := range scs {
 		sc.bound = fleetsim.BoundHits(sc.w, sc.cfg.Pods*sc.cfg.Blocks)
@@ -93,16 +93,20 @@ func TestOverloadReport(t *testing.T) {
 		}
 	}
 	lines := overloadAcceptance(jobs, verdict)
-	if len(lines) != 2 || !strings.Contains(lines[0], "vs llm-d precise") || !strings.Contains(lines[1], "published order") {
+	if len(lines) != 2 || !strings.Contains(lines[0], "vs llm-d precise") || !strings.Contains(lines[1], "published order") ||
+		!strings.Contains(lines[1], "approximate ") || !strings.Contains(lines[1], "; llm-d precise scraped half an interval later: ") {
 		t.Fatalf("acceptance lines:\n%s", strings.Join(lines, "\n"))
 	}
 	var b strings.Builder
-	writeOverload(&b, jobs, policies)
+	writeOverload(&b, jobs, policyOrder(jobs))
 	report := b.String()
 	for _, want := range []string{"## (e) cache overload, 60 users", "seeds 1, 2, 3", "| llm-d-precise |", "/ 31.9 s |"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
+	}
+	if strings.Contains(report, fleetsim.PreciseShifted) {
+		t.Errorf("report's tables show the shifted runs:\n%s", report)
 	}
 	if strings.Contains(report, "80 users") {
 		t.Errorf("report has the run that did not run:\n%s", report)
