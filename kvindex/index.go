@@ -234,6 +234,10 @@ func (x *Index) Removed(pod PodID, tier Tier, hashes []uint64) error {
 	return nil
 }
 
+// SpeculativeTTL is Config.SpeculativeTTL: how long a speculative entry
+// counts at most.
+func (x *Index) SpeculativeTTL() time.Duration { return x.cfg.SpeculativeTTL }
+
 // Speculate records that a routing decision just sent a request with these
 // block hashes to pod: they count in matches (reported apart) until the
 // pod's own event confirms them, until Settle shortens their life once the

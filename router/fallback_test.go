@@ -39,9 +39,15 @@ func TestFallbacks(t *testing.T) {
 	if after := tr.scoreOn(completion("llama", prompt, ""), d.Pod, "after the move").Spec; after <= before {
 		t.Errorf("%s's speculative blocks = %d after the move, %d before; want the prompt's", d.Pod, after, before)
 	}
+	if b, to := tr.fleet.Load("b").Spec.Speculated(), tr.fleet.Load(d.Pod).Spec.Speculated(); b != 0 || to != 7 {
+		t.Errorf("ledgers after the move: b %d blocks, %s %d; want 0 and 7", b, d.Pod, to)
+	}
 	d.Done()
 	if got := tr.fleet.Load(d.Pod).InFlight.Load(); got != 0 {
 		t.Errorf("%s's in-flight after Done = %d, want 0", d.Pod, got)
+	}
+	if n := tr.fleet.Load(d.Pod).Spec.Speculated(); n != 0 {
+		t.Errorf("%s's ledger after Done: %d blocks, want 0", d.Pod, n)
 	}
 	if d.Served(d.Fallbacks[1]) {
 		t.Error("Served moved a decision already done")

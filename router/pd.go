@@ -61,13 +61,10 @@ func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
 	m.Load.InFlight.Add(1)
 	r.charge(m.Load, m.ID, hop.work, 1)
 	if len(sc.hashes) > 0 {
-		switch err := r.index.Speculate(m.ID, sc.hashes); {
+		switch err := r.speculate(m.Load, m.ID, sc.hashes); {
 		case err == nil:
-			b, _ := r.specs.Get().(*hashBuf)
-			if b == nil {
-				b = &hashBuf{}
-			}
-			b.h = append(b.h[:0], sc.hashes...)
+			b := r.hashBuf()
+			b.h = append(b.h, sc.hashes...)
 			hop.spec = b
 		case !errors.Is(err, kvindex.ErrUnknownPod):
 			r.logger.Warn("speculative entries not recorded", "pod", m.Pod.Name, "error", err)
@@ -84,7 +81,7 @@ func (h *prefillHop) prefilled(r *Router) {
 	r.charge(l, h.member.ID, -h.work, -1)
 	if b := h.spec; b != nil {
 		h.spec = nil
-		r.settle(h.member.ID, b)
+		r.settle(h.member.Load, h.member.ID, b)
 	}
 }
 

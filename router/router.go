@@ -89,12 +89,19 @@ type LoadSharer interface {
 	Charge(pod kvindex.PodID, tokens, requests int64)
 }
 
+// speculativeTTL is an Index that says how long a speculative entry
+// lives unconfirmed and unsettled (kvindex.Config.SpeculativeTTL). The
+// router records the speculation of a block that decisions keep in
+// flight again every quarter of it; without it, on every decision.
+type speculativeTTL interface{ SpeculativeTTL() time.Duration }
+
 // Router turns requests into routing decisions.
 type Router struct {
 	cfg     Config
 	fleet   *fleet.Fleet
 	index   Index
-	sharer  LoadSharer // index, when it shares the replicas' in-flight prefill; nil otherwise
+	sharer  LoadSharer    // index, when it shares the replicas' in-flight prefill; nil otherwise
+	refresh time.Duration // how often a block's speculation is recorded again while decisions keep it in flight
 	hasher  *blockhash.Hasher
 	tok     Tokenizers
 	logger  *slog.Logger
@@ -128,6 +135,9 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	r := &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}
 	r.sharer, _ = index.(LoadSharer)
+	if t, ok := index.(speculativeTTL); ok {
+		r.refresh = t.SpeculativeTTL() / 4
+	}
 	if err := register(reg, speedCollector{r}); err != nil {
 		return nil, err
 	}
@@ -182,9 +192,10 @@ type alternate struct {
 type hashBuf struct{ h []uint64 }
 
 // Prefilled releases the decision's prefill work from the pod's predicted
-// queue and settles its speculative index entries: they count only for
-// the index's grace period more, in which the pod's own KV events confirm
-// the blocks it computed. Safe to call more than once.
+// queue and settles its speculative index entries, those of blocks no
+// other decision waiting on the pod speculated (fleet.SpecLedger): they
+// count only for the index's grace period more, in which the pod's own KV
+// events confirm the blocks it computed. Safe to call more than once.
 func (d *Decision) Prefilled() {
 	if d.load == nil || !d.prefilled.CompareAndSwap(false, true) {
 		return
@@ -196,7 +207,7 @@ func (d *Decision) Prefilled() {
 	}
 	if b := d.spec; b != nil {
 		d.spec = nil
-		d.router.settle(d.pod, b)
+		d.router.settle(d.load, d.pod, b)
 	}
 }
 
@@ -226,12 +237,16 @@ func (d *Decision) Served(address string) bool {
 		}
 		if b := d.spec; b != nil {
 			r := d.router
-			if err := r.index.Speculate(m.ID, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
-				r.logger.Warn("speculative entries not moved", "pod", m.Pod.Name, "error", err)
+			old := r.hashBuf()
+			old.h = append(old.h, b.h...)
+			if err := r.speculate(m.Load, m.ID, b.h); err != nil {
+				if !errors.Is(err, kvindex.ErrUnknownPod) {
+					r.logger.Warn("speculative entries not moved", "pod", m.Pod.Name, "error", err)
+				}
+				d.spec = nil // nothing to settle there
+				r.specs.Put(b)
 			}
-			if err := r.index.Settle(d.pod, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
-				r.logger.Warn("speculative entries not settled", "error", err)
-			}
+			r.settle(d.load, d.pod, old)
 		}
 	}
 	d.router.metrics.moved.Inc()
@@ -317,16 +332,13 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		r.charge(m.Load, m.ID, d.prefill, 1)
 	}
 	if len(sc.hashes) > 0 {
-		err := r.index.Speculate(m.ID, sc.hashes)
+		err := r.speculate(m.Load, m.ID, sc.hashes)
 		switch {
 		case err == nil:
 			// The decision keeps the hashes for Prefilled; the scratch
 			// takes a recycled buffer instead.
-			b, _ := r.specs.Get().(*hashBuf)
-			if b == nil {
-				b = &hashBuf{}
-			}
-			b.h, sc.hashes = sc.hashes, b.h[:0]
+			b := r.hashBuf()
+			b.h, sc.hashes = sc.hashes, b.h
 			d.spec = b
 		case !errors.Is(err, kvindex.ErrUnknownPod):
 			r.logger.Warn("speculative entries not recorded", "pod", m.Pod.Name, "error", err)
@@ -383,11 +395,43 @@ func (r *Router) putScratch(sc *scratch) {
 	r.scratch.Put(sc)
 }
 
-// settle shortens a decision's speculative entries to the index's grace
-// period and recycles their buffer.
-func (r *Router) settle(pod kvindex.PodID, b *hashBuf) {
-	if err := r.index.Settle(pod, b.h); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
-		r.logger.Warn("speculative entries not settled", "error", err)
+// hashBuf is an empty recycled hashBuf.
+func (r *Router) hashBuf() *hashBuf {
+	b, _ := r.specs.Get().(*hashBuf)
+	if b == nil {
+		return &hashBuf{}
+	}
+	b.h = b.h[:0]
+	return b
+}
+
+// speculate counts a decision's speculation of hashes in the ledger of
+// pod, whose load l is, and records in the index the blocks the ledger
+// says it must (fleet.SpecLedger): those no other decision in flight
+// there speculated, and those last recorded a quarter of the index's
+// speculative TTL ago. On an error it counts nothing.
+func (r *Router) speculate(l *fleet.Load, pod kvindex.PodID, hashes []uint64) error {
+	tell := r.hashBuf()
+	tell.h = l.Spec.Claim(tell.h, hashes, r.now(), r.refresh)
+	var err error
+	if len(tell.h) > 0 {
+		err = r.index.Speculate(pod, tell.h)
+	}
+	if err != nil {
+		l.Spec.Release(tell.h[:0], hashes)
+	}
+	r.specs.Put(tell)
+	return err
+}
+
+// settle ends a decision's speculation of b's hashes on pod (whose load
+// l is): the index shortens to its grace period the entries of the blocks
+// no other decision in flight there speculated. It recycles b.
+func (r *Router) settle(l *fleet.Load, pod kvindex.PodID, b *hashBuf) {
+	if tell := l.Spec.Release(b.h[:0], b.h); len(tell) > 0 {
+		if err := r.index.Settle(pod, tell); err != nil && !errors.Is(err, kvindex.ErrUnknownPod) {
+			r.logger.Warn("speculative entries not settled", "error", err)
+		}
 	}
 	b.h = b.h[:0]
 	r.specs.Put(b)

@@ -498,3 +498,74 @@ func TestQueueCostsFromScrapedLoad(t *testing.T) {
 		}
 	}
 }
+
+// countingIndex counts the blocks a router tells its index to speculate
+// and to settle.
+type countingIndex struct {
+	*kvindex.Index
+	speculated, settled int
+}
+
+func (c *countingIndex) Speculate(pod kvindex.PodID, hashes []uint64) error {
+	c.speculated += len(hashes)
+	return c.Index.Speculate(pod, hashes)
+}
+
+func (c *countingIndex) Settle(pod kvindex.PodID, hashes []uint64) error {
+	c.settled += len(hashes)
+	return c.Index.Settle(pod, hashes)
+}
+
+// TestSpeculationOncePerBurst: requests sharing a prompt on one pod tell
+// the index of its blocks' speculation when the first is routed, again
+// once a quarter of the speculative TTL has passed while more are routed,
+// and of the settling when the last of those in flight is prefilled; the
+// entries count while any of them waits, where the first one's settling
+// used to shorten them all.
+func TestSpeculationOncePerBurst(t *testing.T) {
+	now := time.Unix(0, 0)
+	icfg := kvindex.DefaultConfig()
+	icfg.Now = func() time.Time { return now }
+	tr := newTestRouterIndex(t, icfg)
+	ci := &countingIndex{Index: tr.index}
+	tr.Router.index = ci
+	body := completion("llama", prompt, "")
+	route := func() *Decision {
+		t.Helper()
+		d, err := tr.route("/v1/completions", body, "10.0.0.2:8000")
+		if err != nil || d.Pod != "b" {
+			t.Fatalf("Route = %+v, %v, want pod b", d, err)
+		}
+		return d
+	}
+	want := func(when string, speculated, settled, spec int) {
+		t.Helper()
+		if ci.speculated != speculated || ci.settled != settled {
+			t.Errorf("%s: index told of %d speculated and %d settled blocks, want %d and %d", when, ci.speculated, ci.settled, speculated, settled)
+		}
+		if got := tr.scoreOn(body, "b", when).Spec; got != spec {
+			t.Errorf("%s: %d speculative blocks on b, want %d", when, got, spec)
+		}
+	}
+	first, second := route(), route()
+	want("two routed", 7, 0, 7)
+	first.Prefilled()
+	now = now.Add(icfg.SpeculativeGrace + time.Second)
+	tr.advance(icfg.SpeculativeGrace + time.Second)
+	want("first prefilled, the grace period over", 7, 0, 7)
+	tr.advance(icfg.SpeculativeTTL / 4)
+	third := route()
+	want("third routed a quarter TTL later", 14, 0, 7)
+	second.Done()
+	third.Prefilled()
+	want("all prefilled", 14, 7, 7)
+	now = now.Add(icfg.SpeculativeGrace)
+	want("all prefilled, the grace period over", 14, 7, 0)
+	if n := tr.fleet.Load("b").Spec.Speculated(); n != 0 {
+		t.Errorf("b's ledger holds %d blocks after every decision was prefilled, want 0", n)
+	}
+	third.Done()
+	fourth := route()
+	want("routed again", 21, 7, 7)
+	fourth.Done()
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	kvfleet "github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/kvrouter/kvrouter/tokenizer"
 	"github.com/kvrouter/kvrouter/tokenizer/chat"
+	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkDecisionRate routes the 8,000-token chat request of
@@ -28,9 +30,10 @@ import (
 // before, speculatively): with the memory backend and with the
 // redis backend (a real redis-server on loopback, the replica running as
 // kvrouter runs it: group writer, load writer, leases), in the same run. It
-// reports p50 and p99 of the decision (Route) time. Each request is
-// prefilled and done 20 ms after its decision, settling its speculation and
-// releasing its shared load.
+// reports p50 and p99 of the decision (Route) time, and with redis the
+// APPENDs Redis ran per decision (speculation and settling: the one event
+// is written before). Each request is prefilled and done 20 ms after its
+// decision, settling its speculation and releasing its shared load.
 //
 //	go test -run '^$' -bench DecisionRate -benchtime 1000x ./test/
 func BenchmarkDecisionRate(b *testing.B) {
@@ -48,6 +51,7 @@ func BenchmarkDecisionRate(b *testing.B) {
 			const every = 10 * time.Millisecond
 			times, matches := make([]time.Duration, b.N), make([]time.Duration, b.N)
 			var wg sync.WaitGroup
+			appends := appendCalls(b, backend, srv.Addr)
 			start := time.Now()
 			b.ResetTimer()
 			for i := range b.N {
@@ -72,6 +76,10 @@ func BenchmarkDecisionRate(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
+			if backend == "redis" {
+				time.Sleep(100 * time.Millisecond) // the last settling written
+				b.ReportMetric(float64(appendCalls(b, backend, srv.Addr)-appends)/float64(b.N), "appends/op")
+			}
 			slices.Sort(times)
 			b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(times[len(times)*99/100].Microseconds()), "p99-µs")
@@ -79,6 +87,31 @@ func BenchmarkDecisionRate(b *testing.B) {
 			b.ReportMetric(float64(matches[len(matches)*99/100].Microseconds()), "match-p99-µs")
 		})
 	}
+}
+
+// appendCalls is the APPENDs the Redis server at addr has run since it
+// started (INFO commandstats); 0 for the memory backend.
+func appendCalls(b *testing.B, backend, addr string) int64 {
+	b.Helper()
+	if backend != "redis" {
+		return 0
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = rdb.Close() }()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_append:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // rateRouter is qwen3Router's router over the given backend, pod-3 holding

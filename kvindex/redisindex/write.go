@@ -787,6 +787,10 @@ func (x *Index) newEpochLocked(ps *podState, fence uint64) error {
 	return nil
 }
 
+// SpeculativeTTL is the speculative TTL of the kvindex.Config the index
+// was made with.
+func (x *Index) SpeculativeTTL() time.Duration { return x.spec.SpeculativeTTL }
+
 // Speculate records a decision's speculative holders in the local view
 // and in Redis, where every replica's matches see them: one pipeline.
 func (x *Index) Speculate(pod kvindex.PodID, hashes []uint64) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -83,6 +84,90 @@ type Load struct {
 	FailingSince    atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
 	speed           atomic.Pointer[Speed]
 	reuse           atomic.Uint64 // float64 bits: see Reuse
+	// Spec counts the router's decisions in flight here by the blocks
+	// they speculated.
+	Spec SpecLedger
+}
+
+// SpecLedger counts, per block, the router's decisions routed to one pod
+// and not yet prefilled that speculated the block there, so that the
+// index hears of a block's speculation once for a burst of requests
+// sharing it: when the first of them is routed (and again every refresh
+// while more follow), and of its settling when the last is prefilled. A
+// speculative entry then lives while any request that will compute the
+// block waits, where one index entry per request would be shortened by
+// the first request's settling; and a shared index (redisindex) writes a
+// hot prefix's speculation once, not twice per request.
+type SpecLedger struct {
+	mu     sync.Mutex
+	blocks map[uint64]specCount
+	peak   int // the most blocks since blocks was made
+}
+
+// ledgerKept is the most blocks whose map an emptied ledger keeps: a
+// larger burst's is dropped once the burst is over.
+const ledgerKept = 1 << 16
+
+// specCount is one block's decisions in flight, and when the index was
+// last told of its speculation (unix ms).
+type specCount struct {
+	n    uint32
+	told int64
+}
+
+// Claim counts a decision's speculation of hashes and appends to dst the
+// blocks the index must be told of: those no other decision in flight
+// speculated, and those it was last told of refresh or longer before now.
+func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Duration) []uint64 {
+	ms, every := now.UnixMilli(), refresh.Milliseconds()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blocks == nil {
+		s.blocks = make(map[uint64]specCount, len(hashes))
+	}
+	for _, h := range hashes {
+		c := s.blocks[h]
+		if c.n == 0 || ms-c.told >= every {
+			dst = append(dst, h)
+			c.told = ms
+		}
+		c.n++
+		s.blocks[h] = c
+	}
+	s.peak = max(s.peak, len(s.blocks))
+	return dst
+}
+
+// Release ends a decision's speculation of hashes, as Claim counted it,
+// and appends to dst the blocks no decision in flight speculates any more:
+// those the index must settle. dst may be hashes[:0].
+func (s *SpecLedger) Release(dst, hashes []uint64) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range hashes {
+		c, ok := s.blocks[h]
+		switch {
+		case !ok: // not claimed: told as it was
+			dst = append(dst, h)
+		case c.n <= 1:
+			delete(s.blocks, h)
+			dst = append(dst, h)
+		default:
+			c.n--
+			s.blocks[h] = c
+		}
+	}
+	if len(s.blocks) == 0 && s.peak > ledgerKept {
+		s.blocks, s.peak = nil, 0
+	}
+	return dst
+}
+
+// Speculated is the number of blocks decisions in flight speculated.
+func (s *SpecLedger) Speculated() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.blocks)
 }
 
 // Speed is what the pod's metrics taught of its prefill speed; nil while
