@@ -106,9 +106,11 @@ func percentiles(b *testing.B, d []time.Duration) {
 }
 
 // BenchmarkMatch512 matches 512 blocks, every one held by every pod, over 8
-// and 64 pods: through the memory index, through Redis on loopback, and
+// and 64 pods: through the memory index, through Redis on loopback,
 // through Redis with the load table the router reads too (redis-load:
-// three other replicas' in-flight prefill on every pod).
+// three other replicas' in-flight prefill on every pod), and through Redis
+// one match every 10 ms (redis-paced: the pace of decisions at 100/s, the
+// server and the client idle in between).
 func BenchmarkMatch512(b *testing.B) {
 	srv := redisserver.New(b)
 	for _, pods := range []int{8, 64} {
@@ -140,7 +142,7 @@ func BenchmarkMatch512(b *testing.B) {
 			}
 		}
 		var peers []kvindex.PodLoad
-		for _, backend := range []string{"memory", "redis", "redis-load", "redis-compacted"} {
+		for _, backend := range []string{"memory", "redis", "redis-paced", "redis-load", "redis-compacted"} {
 			if backend == "redis-compacted" {
 				// The steady state of a block every pod holds: its key
 				// crossed 64 records and was compacted to one summary.
@@ -169,6 +171,9 @@ func BenchmarkMatch512(b *testing.B) {
 				times := make([]time.Duration, 0, 1024)
 				b.ReportAllocs()
 				for b.Loop() {
+					if backend == "redis-paced" {
+						time.Sleep(10 * time.Millisecond)
+					}
 					start := time.Now()
 					out = match("m", hs, cands, out)
 					times = append(times, time.Since(start))
