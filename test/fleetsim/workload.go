@@ -170,8 +170,8 @@ type SharedPrefix struct {
 	Durations    []float64 // seconds of each stage; StageSeconds where missing
 	StageSeconds float64
 	QPSScale     float64 // simulated QPS per published QPS
-	// Constant sends at fixed gaps of 1/rate (inference-perf's constant
-	// load) instead of Poisson arrivals.
+	// Constant sends a stage's requests as inference-perf's constant load
+	// does (constantSchedule) instead of as its Poisson load.
 	Constant bool
 	Seed     uint64
 }
@@ -197,7 +197,8 @@ func (p SharedPrefix) WorkingSet() int { return p.Groups * (p.System + p.PerGrou
 // sends int(rate × seconds) requests at the stage's scaled rate, the nth
 // of them with prompt n of the shuffled list (cycled), each second of the
 // schedule drawing a Poisson number of requests spread over it at
-// exponential gaps (or, Constant, 1/rate apart). Levels are named by the published QPS; a level ends
+// exponential gaps (or, Constant, the stage's requests at exponential gaps
+// scaled to fill it). Levels are named by the published QPS; a level ends
 // at its nominal end or its last arrival, whichever is later.
 func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 	rng := rand.New(rand.NewPCG(p.Seed, 0x5a5))
@@ -220,8 +221,10 @@ func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 	stage := func(label string, qps, seconds float64) {
 		rate := qps * p.QPSScale
 		l := Level{Name: label, Start: t, End: t + seconds, QPS: rate}
-		times := constantSchedule(rate, int(rate*seconds))
-		if !p.Constant {
+		var times []float64
+		if p.Constant {
+			times = constantSchedule(rng, seconds, int(rate*seconds))
+		} else {
 			times = poissonSchedule(rng, rate, int(rate*seconds))
 		}
 		for n, at := range times {
@@ -248,12 +251,20 @@ func (p SharedPrefix) Generate(name string, h *blockhash.Hasher) *Workload {
 	return w
 }
 
-// constantSchedule returns n send times (seconds from the start) at
-// rate per second, 1/rate apart, the first at the start.
-func constantSchedule(rate float64, n int) []float64 {
+// constantSchedule returns n send times (seconds from the start) over a
+// stage of the given seconds the way inference-perf's constant timer makes
+// them: n exponential gaps scaled to sum to the stage, each request one
+// gap after the one before (the first one gap after the start, the last at
+// its end). Not evenly spaced: the rate is constant over the stage only.
+func constantSchedule(rng *rand.Rand, seconds float64, n int) []float64 {
 	out := make([]float64, n)
+	total := 0.0
 	for i := range out {
-		out[i] = float64(i) / rate
+		total += rng.ExpFloat64()
+		out[i] = total
+	}
+	for i := range out {
+		out[i] *= seconds / total
 	}
 	return out
 }

@@ -14,7 +14,9 @@ import (
 // on 4 pods of Llama-3.1-70B TP2 derived from the 8B constants, ~40k KV
 // tokens each, a 2,048-token step budget, llm-d's precise scheduler as
 // those runs set it, constant-rate stages of 50 s (int(rate × 50)
-// requests, 1/rate apart), one prompt per user cycled in a fixed order.
+// requests at exponential gaps scaled to fill the stage, as
+// inference-perf's constant timer sends them), one prompt per user cycled
+// in a fixed order.
 func TestOverloadScenarios(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
@@ -45,17 +47,29 @@ func TestOverloadScenarios(t *testing.T) {
 		}
 		users := map[uint64]int{}
 		per := make([]int, len(w.Levels))
+		last := make([]float64, len(w.Levels))
+		gaps := make([][]float64, len(w.Levels))
 		for k, r := range w.Requests {
 			per[r.Level]++
+			last[r.Level] = r.Arrival
 			if r.Prompt != run.system+run.question || r.Output != 20 {
 				t.Fatalf("%s request %d: %d+%d tokens", w.Name, k, r.Prompt, r.Output)
 			}
 			users[r.Hashes[0]]++
 			if k > 0 && r.Level == w.Requests[k-1].Level {
 				gap := r.Arrival - w.Requests[k-1].Arrival
-				if want := 1 / w.Levels[r.Level].QPS; math.Abs(gap-want) > 1e-9 {
-					t.Fatalf("%s request %d: %.6f s after the previous, want %.6f (constant rate)", w.Name, k, gap, want)
+				if gap < 0 {
+					t.Fatalf("%s request %d: sent %.6f s before the previous", w.Name, k, -gap)
 				}
+				gaps[r.Level] = append(gaps[r.Level], gap)
+			}
+		}
+		for li, l := range w.Levels {
+			if end := l.Start + overloadStageSecs; math.Abs(last[li]-end) > 1e-6 {
+				t.Errorf("%s stage %s: last request at %.6f s, want the stage's end %.6f", w.Name, l.Name, last[li], end)
+			}
+			if cv := spreadOfGaps(gaps[li]); len(gaps[li]) >= 200 && (cv < 0.8 || cv > 1.2) {
+				t.Errorf("%s stage %s: gaps' coefficient of variation %.2f, want about 1 (exponential)", w.Name, l.Name, cv)
 			}
 		}
 		for li, q := range overloadStages {
@@ -67,6 +81,19 @@ func TestOverloadScenarios(t *testing.T) {
 			t.Errorf("%s: %d distinct prompts, want %d users", w.Name, len(users), run.users)
 		}
 	}
+}
+
+// spreadOfGaps is the coefficient of variation of gaps.
+func spreadOfGaps(gaps []float64) float64 {
+	var sum, sq float64
+	for _, g := range gaps {
+		sum += g
+	}
+	mean := sum / float64(len(gaps))
+	for _, g := range gaps {
+		sq += (g - mean) * (g - mean)
+	}
+	return math.Sqrt(sq/float64(len(gaps))) / mean
 }
 
 // TestOverloadReport runs (e)'s first run, shortened, under the four
