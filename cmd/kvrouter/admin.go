@@ -88,8 +88,11 @@ type podReport struct {
 	IndexKeys    string                `json:"index_keys"` // pod: its own hashes; rekeyed: kvrouter's of its token ids
 	// Tokenization is how the model's requests are routed: exact, or by
 	// load and why (a missing tokenizer or chat template).
-	Tokenization string     `json:"tokenization"`
-	InFlight     int64      `json:"in_flight"`
+	Tokenization string `json:"tokenization"`
+	InFlight     int64  `json:"in_flight"`
+	// Speculated is the blocks this replica's requests there, not yet
+	// prefilled, speculated (fleet.SpecLedger).
+	Speculated   int        `json:"speculated_blocks"`
 	Waiting      int64      `json:"vllm_waiting"`
 	Running      int64      `json:"vllm_running"`
 	Metrics      string     `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
@@ -132,6 +135,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		}
 		if l := a.fleet.Load(p.Name); l != nil {
 			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
+			r.Speculated = l.Spec.Speculated()
 			r.Metrics = l.Metrics(now, a.staleAfter).String()
 			r.ScrapedAt, r.FailingSince = unixTime(l.ScrapedAt.Load()), unixTime(l.FailingSince.Load())
 			r.PrefillSpeed = 1 / a.router.PrefillSecondsPerToken(l)

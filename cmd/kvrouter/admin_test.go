@@ -119,7 +119,7 @@ func TestDebugPodsTopology(t *testing.T) {
 
 // TestDebugPodsSpeed: /debug/pods shows each pod's prefill speed: the
 // configured one until its metrics teach another, and the seconds it
-// learned from.
+// learned from; and the blocks its requests in flight speculated.
 func TestDebugPodsSpeed(t *testing.T) {
 	c := defaultConfig()
 	c.Routing.PrefillTokensPerSecond = 20000
@@ -128,12 +128,15 @@ func TestDebugPodsSpeed(t *testing.T) {
 	a.fleet.Upsert(pod.Pod{Name: "slow", IP: "10.0.0.2", Port: 8000, Model: "m", Ready: true})
 	// 99.5 s at 5,000 tokens/s, with the prior's 0.5 s at 20,000: 5,075 tokens/s at no context.
 	a.fleet.Load("slow").SetSpeed(&fleet.Speed{Busy: 99.5, Tokens: 99.5 * 5000})
+	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2, 3}, time.Now(), time.Second) // a request in flight
+	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2}, time.Now(), time.Second)    // another sharing two blocks
 	rec := httptest.NewRecorder()
 	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
 	var got []struct {
 		Name    string  `json:"name"`
 		Speed   float64 `json:"prefill_tokens_per_second"`
 		Learned float64 `json:"prefill_learned_seconds"`
+		Spec    int     `json:"speculated_blocks"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
@@ -142,6 +145,9 @@ func TestDebugPodsSpeed(t *testing.T) {
 	for _, p := range got {
 		if w := want[p.Name]; math.Abs(p.Speed-w[0]) > 1e-6*w[0] || p.Learned != w[1] {
 			t.Errorf("/debug/pods %s: %.1f tokens/s from %g s, want %.1f from %g", p.Name, p.Speed, p.Learned, w[0], w[1])
+		}
+		if want := map[string]int{"fast": 0, "slow": 3}[p.Name]; p.Spec != want {
+			t.Errorf("/debug/pods %s: %d speculated blocks, want %d", p.Name, p.Spec, want)
 		}
 	}
 	if len(got) != 2 {
