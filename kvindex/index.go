@@ -238,6 +238,10 @@ func (x *Index) Removed(pod PodID, tier Tier, hashes []uint64) error {
 // counts at most.
 func (x *Index) SpeculativeTTL() time.Duration { return x.cfg.SpeculativeTTL }
 
+// SpeculativeGrace is Config.SpeculativeGrace: how long a settled
+// speculative entry still counts.
+func (x *Index) SpeculativeGrace() time.Duration { return x.cfg.SpeculativeGrace }
+
 // Speculate records that a routing decision just sent a request with these
 // block hashes to pod: they count in matches (reported apart) until the
 // pod's own event confirms them, until Settle shortens their life once the

@@ -61,7 +61,7 @@ func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
 	m.Load.InFlight.Add(1)
 	r.charge(m.Load, m.ID, hop.work, 1)
 	if len(sc.hashes) > 0 {
-		switch err := r.speculate(m.Load, m.ID, sc.hashes); {
+		switch err := r.speculate(m.Load, m.ID, sc.hashes, sc.scores[j].Matched > sc.scores[j].Spec); {
 		case err == nil:
 			b := r.hashBuf()
 			b.h = append(b.h, sc.hashes...)

@@ -89,11 +89,17 @@ type LoadSharer interface {
 	Charge(pod kvindex.PodID, tokens, requests int64)
 }
 
-// speculativeTTL is an Index that says how long a speculative entry
-// lives unconfirmed and unsettled (kvindex.Config.SpeculativeTTL). The
-// router records the speculation of a block that decisions keep in
-// flight again every quarter of it; without it, on every decision.
-type speculativeTTL interface{ SpeculativeTTL() time.Duration }
+// speculationLives is an Index that says how long a speculative entry
+// lives unconfirmed and unsettled (kvindex.Config.SpeculativeTTL) and
+// once settled (SpeculativeGrace). The router records the speculation of
+// a block that decisions keep in flight again every quarter of the first,
+// or half of the second if shorter: before another replica's settling of
+// the shared entry runs out while decisions keep coming. Without it, on
+// every decision.
+type speculationLives interface {
+	SpeculativeTTL() time.Duration
+	SpeculativeGrace() time.Duration
+}
 
 // Router turns requests into routing decisions.
 type Router struct {
@@ -135,8 +141,8 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	r := &Router{cfg: cfg, fleet: fleet, index: index, hasher: hasher, tok: tok, logger: logger, metrics: m, refusals: &refusalLog{logger: logger}, tokenizeErrs: newTokenizeLog(logger)}
 	r.sharer, _ = index.(LoadSharer)
-	if t, ok := index.(speculativeTTL); ok {
-		r.refresh = t.SpeculativeTTL() / 4
+	if l, ok := index.(speculationLives); ok {
+		r.refresh = min(l.SpeculativeTTL()/4, l.SpeculativeGrace()/2)
 	}
 	if err := register(reg, speedCollector{r}); err != nil {
 		return nil, err
@@ -239,7 +245,7 @@ func (d *Decision) Served(address string) bool {
 			r := d.router
 			old := r.hashBuf()
 			old.h = append(old.h, b.h...)
-			if err := r.speculate(m.Load, m.ID, b.h); err != nil {
+			if err := r.speculate(m.Load, m.ID, b.h, true); err != nil {
 				if !errors.Is(err, kvindex.ErrUnknownPod) {
 					r.logger.Warn("speculative entries not moved", "pod", m.Pod.Name, "error", err)
 				}
@@ -332,7 +338,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		r.charge(m.Load, m.ID, d.prefill, 1)
 	}
 	if len(sc.hashes) > 0 {
-		err := r.speculate(m.Load, m.ID, sc.hashes)
+		err := r.speculate(m.Load, m.ID, sc.hashes, sc.scores[i].Matched > sc.scores[i].Spec)
 		switch {
 		case err == nil:
 			// The decision keeps the hashes for Prefilled; the scratch
@@ -408,11 +414,14 @@ func (r *Router) hashBuf() *hashBuf {
 // speculate counts a decision's speculation of hashes in the ledger of
 // pod, whose load l is, and records in the index the blocks the ledger
 // says it must (fleet.SpecLedger): those no other decision in flight
-// there speculated, and those last recorded a quarter of the index's
-// speculative TTL ago. On an error it counts nothing.
-func (r *Router) speculate(l *fleet.Load, pod kvindex.PodID, hashes []uint64) error {
+// there speculated, and those last recorded r.refresh ago; all of them
+// when held says the pod holds some of them for real (its store of a
+// block ended the speculative entry a decision before made, and the
+// entry under the real one is what keeps the block counted should the
+// pod evict it while the request waits). On an error it counts nothing.
+func (r *Router) speculate(l *fleet.Load, pod kvindex.PodID, hashes []uint64, held bool) error {
 	tell := r.hashBuf()
-	tell.h = l.Spec.Claim(tell.h, hashes, r.now(), r.refresh)
+	tell.h = l.Spec.Claim(tell.h, hashes, r.now(), r.refresh, held)
 	var err error
 	if len(tell.h) > 0 {
 		err = r.index.Speculate(pod, tell.h)

@@ -518,7 +518,7 @@ func (c *countingIndex) Settle(pod kvindex.PodID, hashes []uint64) error {
 
 // TestSpeculationOncePerBurst: requests sharing a prompt on one pod tell
 // the index of its blocks' speculation when the first is routed, again
-// once a quarter of the speculative TTL has passed while more are routed,
+// once the refresh (half the grace period) has passed while more are routed,
 // and of the settling when the last of those in flight is prefilled; the
 // entries count while any of them waits, where the first one's settling
 // used to shorten them all.
@@ -553,9 +553,12 @@ func TestSpeculationOncePerBurst(t *testing.T) {
 	now = now.Add(icfg.SpeculativeGrace + time.Second)
 	tr.advance(icfg.SpeculativeGrace + time.Second)
 	want("first prefilled, the grace period over", 7, 0, 7)
-	tr.advance(icfg.SpeculativeTTL / 4)
+	if tr.refresh != icfg.SpeculativeGrace/2 {
+		t.Fatalf("refresh %v, want half the grace period", tr.refresh)
+	}
+	tr.advance(tr.refresh)
 	third := route()
-	want("third routed a quarter TTL later", 14, 0, 7)
+	want("third routed a refresh later", 14, 0, 7)
 	second.Done()
 	third.Prefilled()
 	want("all prefilled", 14, 7, 7)
@@ -568,4 +571,34 @@ func TestSpeculationOncePerBurst(t *testing.T) {
 	fourth := route()
 	want("routed again", 21, 7, 7)
 	fourth.Done()
+}
+
+// TestSpeculationRenewedOverStoredBlocks: a request routed to a pod that
+// stored the prompt's blocks for a request still in flight there tells
+// the index of its speculation again, however recently the first did: the
+// store ended the first speculative entries, and the new ones keep the
+// blocks counted should the pod evict them while the request waits.
+func TestSpeculationRenewedOverStoredBlocks(t *testing.T) {
+	now := time.Unix(0, 0)
+	icfg := kvindex.DefaultConfig()
+	icfg.Now = func() time.Time { return now }
+	tr := newTestRouterIndex(t, icfg)
+	body := completion("llama", prompt, "")
+	route := func() *Decision {
+		t.Helper()
+		d, err := tr.route("/v1/completions", body, "10.0.0.2:8000")
+		if err != nil || d.Pod != "b" {
+			t.Fatalf("Route = %+v, %v, want pod b", d, err)
+		}
+		return d
+	}
+	first := route()
+	tr.store("b", prompt, "", "") // first's chunks stored while it runs
+	second := route()
+	first.Done()
+	tr.evict("b", prompt)
+	if s := tr.scoreOn(body, "b", "evicted, second queued"); s.Matched != 7 || s.Spec != 7 {
+		t.Fatalf("b after evicting the blocks its queued request needs: %d blocks, %d speculative, want 7 and 7", s.Matched, s.Spec)
+	}
+	second.Done()
 }

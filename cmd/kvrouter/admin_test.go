@@ -128,8 +128,8 @@ func TestDebugPodsSpeed(t *testing.T) {
 	a.fleet.Upsert(pod.Pod{Name: "slow", IP: "10.0.0.2", Port: 8000, Model: "m", Ready: true})
 	// 99.5 s at 5,000 tokens/s, with the prior's 0.5 s at 20,000: 5,075 tokens/s at no context.
 	a.fleet.Load("slow").SetSpeed(&fleet.Speed{Busy: 99.5, Tokens: 99.5 * 5000})
-	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2, 3}, time.Now(), time.Second) // a request in flight
-	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2}, time.Now(), time.Second)    // another sharing two blocks
+	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2, 3}, time.Now(), time.Second, false) // a request in flight
+	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2}, time.Now(), time.Second, false)    // another sharing two blocks
 	rec := httptest.NewRecorder()
 	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
 	var got []struct {

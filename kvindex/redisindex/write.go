@@ -791,6 +791,10 @@ func (x *Index) newEpochLocked(ps *podState, fence uint64) error {
 // was made with.
 func (x *Index) SpeculativeTTL() time.Duration { return x.spec.SpeculativeTTL }
 
+// SpeculativeGrace is the speculative grace of the kvindex.Config the
+// index was made with.
+func (x *Index) SpeculativeGrace() time.Duration { return x.spec.SpeculativeGrace }
+
 // Speculate records a decision's speculative holders in the local view
 // and in Redis, where every replica's matches see them: one pipeline.
 func (x *Index) Speculate(pod kvindex.PodID, hashes []uint64) error {

@@ -117,8 +117,10 @@ type specCount struct {
 
 // Claim counts a decision's speculation of hashes and appends to dst the
 // blocks the index must be told of: those no other decision in flight
-// speculated, and those it was last told of refresh or longer before now.
-func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Duration) []uint64 {
+// speculated, those it was last told of refresh or longer before now, and
+// with all every one (the index may have dropped an entry it was told of:
+// a pod's store of the block confirms and ends its speculative holder).
+func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Duration, all bool) []uint64 {
 	ms, every := now.UnixMilli(), refresh.Milliseconds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,7 +129,7 @@ func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Dur
 	}
 	for _, h := range hashes {
 		c := s.blocks[h]
-		if c.n == 0 || ms-c.told >= every {
+		if all || c.n == 0 || ms-c.told >= every {
 			dst = append(dst, h)
 			c.told = ms
 		}

@@ -7,7 +7,7 @@ import (
 )
 
 // TestSpecLedger: Claim tells the blocks no decision in flight holds and
-// those last told refresh or longer ago; Release tells the blocks the
+// those last told refresh or longer ago, or all of them when asked; Release tells the blocks the
 // last decision holding them let go, and those never claimed; an emptied
 // ledger holds nothing.
 func TestSpecLedger(t *testing.T) {
@@ -20,10 +20,10 @@ func TestSpecLedger(t *testing.T) {
 			t.Errorf("%s: told %v, want %v", what, got, want)
 		}
 	}
-	check("first claim", l.Claim(nil, []uint64{1, 2, 3}, at, refresh), []uint64{1, 2, 3})
-	check("overlapping claim", l.Claim(nil, []uint64{1, 2, 4}, at.Add(time.Second), refresh), []uint64{4})
-	check("claim a refresh later", l.Claim(nil, []uint64{1, 3}, at.Add(refresh), refresh), []uint64{1, 3})
-	check("claim just short of the next", l.Claim(nil, []uint64{1}, at.Add(2*refresh-time.Millisecond), refresh), nil)
+	check("first claim", l.Claim(nil, []uint64{1, 2, 3}, at, refresh, false), []uint64{1, 2, 3})
+	check("overlapping claim", l.Claim(nil, []uint64{1, 2, 4}, at.Add(time.Second), refresh, false), []uint64{4})
+	check("claim a refresh later", l.Claim(nil, []uint64{1, 3}, at.Add(refresh), refresh, false), []uint64{1, 3})
+	check("claim just short of the next", l.Claim(nil, []uint64{1}, at.Add(2*refresh-time.Millisecond), refresh, false), nil)
 	if n := l.Speculated(); n != 4 {
 		t.Errorf("Speculated = %d, want 4", n)
 	}
@@ -37,14 +37,16 @@ func TestSpecLedger(t *testing.T) {
 	if n := l.Speculated(); n != 0 {
 		t.Errorf("Speculated after every release = %d, want 0", n)
 	}
-	check("claim again", l.Claim(nil, []uint64{1}, at.Add(time.Minute), refresh), []uint64{1})
+	check("claim again", l.Claim(nil, []uint64{1}, at.Add(time.Minute), refresh, false), []uint64{1})
+	check("claim all", l.Claim(nil, []uint64{1, 2}, at.Add(time.Minute), refresh, true), []uint64{1, 2})
+	check("release both", l.Release(nil, []uint64{1, 2}), []uint64{2})
 	l.Release(nil, []uint64{1})
 
 	big := make([]uint64, ledgerKept+1)
 	for i := range big {
 		big[i] = uint64(i)
 	}
-	l.Claim(nil, big, at, refresh)
+	l.Claim(nil, big, at, refresh, false)
 	l.Release(nil, big)
 	if l.blocks != nil {
 		t.Error("a ledger emptied after a burst of more than ledgerKept blocks kept its map")
