@@ -499,6 +499,17 @@ func TestQueueCostsFromScrapedLoad(t *testing.T) {
 	}
 }
 
+// routeToB routes the completion body to pod b (its subset) and fails the
+// test unless it went there.
+func (tr *testRouter) routeToB(body string) *Decision {
+	tr.t.Helper()
+	d, err := tr.route("/v1/completions", body, "10.0.0.2:8000")
+	if err != nil || d.Pod != "b" {
+		tr.t.Fatalf("Route = %+v, %v, want pod b", d, err)
+	}
+	return d
+}
+
 // countingIndex counts the blocks a router tells its index to speculate
 // and to settle.
 type countingIndex struct {
@@ -530,14 +541,6 @@ func TestSpeculationOncePerBurst(t *testing.T) {
 	ci := &countingIndex{Index: tr.index}
 	tr.Router.index = ci
 	body := completion("llama", prompt, "")
-	route := func() *Decision {
-		t.Helper()
-		d, err := tr.route("/v1/completions", body, "10.0.0.2:8000")
-		if err != nil || d.Pod != "b" {
-			t.Fatalf("Route = %+v, %v, want pod b", d, err)
-		}
-		return d
-	}
 	want := func(when string, speculated, settled, spec int) {
 		t.Helper()
 		if ci.speculated != speculated || ci.settled != settled {
@@ -547,7 +550,7 @@ func TestSpeculationOncePerBurst(t *testing.T) {
 			t.Errorf("%s: %d speculative blocks on b, want %d", when, got, spec)
 		}
 	}
-	first, second := route(), route()
+	first, second := tr.routeToB(body), tr.routeToB(body)
 	want("two routed", 7, 0, 7)
 	first.Prefilled()
 	now = now.Add(icfg.SpeculativeGrace + time.Second)
@@ -557,7 +560,7 @@ func TestSpeculationOncePerBurst(t *testing.T) {
 		t.Fatalf("refresh %v, want half the grace period", tr.refresh)
 	}
 	tr.advance(tr.refresh)
-	third := route()
+	third := tr.routeToB(body)
 	want("third routed a refresh later", 14, 0, 7)
 	second.Done()
 	third.Prefilled()
@@ -568,7 +571,7 @@ func TestSpeculationOncePerBurst(t *testing.T) {
 		t.Errorf("b's ledger holds %d blocks after every decision was prefilled, want 0", n)
 	}
 	third.Done()
-	fourth := route()
+	fourth := tr.routeToB(body)
 	want("routed again", 21, 7, 7)
 	fourth.Done()
 }
@@ -584,17 +587,9 @@ func TestSpeculationRenewedOverStoredBlocks(t *testing.T) {
 	icfg.Now = func() time.Time { return now }
 	tr := newTestRouterIndex(t, icfg)
 	body := completion("llama", prompt, "")
-	route := func() *Decision {
-		t.Helper()
-		d, err := tr.route("/v1/completions", body, "10.0.0.2:8000")
-		if err != nil || d.Pod != "b" {
-			t.Fatalf("Route = %+v, %v, want pod b", d, err)
-		}
-		return d
-	}
-	first := route()
+	first := tr.routeToB(body)
 	tr.store("b", prompt, "", "") // first's chunks stored while it runs
-	second := route()
+	second := tr.routeToB(body)
 	first.Done()
 	tr.evict("b", prompt)
 	if s := tr.scoreOn(body, "b", "evicted, second queued"); s.Matched != 7 || s.Spec != 7 {
