@@ -205,13 +205,11 @@ func overloadAcceptance(jobs []*job, mark func(bool) string) []string {
 			m := pooledMean(js, all)
 			if p == "llm-d-precise" {
 				parts = append(parts, fmt.Sprintf("%s %s", p, secs(m)))
-			} else {
-				parts = append(parts, fmt.Sprintf("%s %s (×%.3f)", p, secs(m), m/best))
+				continue
 			}
-			if p != "llm-d-precise" {
-				others = append(others, m)
-				ok = ok && m > best
-			}
+			parts = append(parts, fmt.Sprintf("%s %s (×%.3f)", p, secs(m), m/best))
+			others = append(others, m)
+			ok = ok && m > best
 		}
 		lo, hi := minMax(others)
 		ok = ok && len(others) == 3 && hi <= 1.2*lo
