@@ -239,7 +239,7 @@ func acceptance(jobs []*job) []string {
 			name += ", " + t
 		}
 		if j.sc.base == nil && by["llm-d-precise"] != nil {
-			out = append(out, preciseLine(name, seedRuns(jobs, j.sc, "kvrouter"), seedRuns(jobs, j.sc, "llm-d-precise"), seedRuns(jobs, j.sc, fleetsim.PreciseShifted)))
+			out = append(out, preciseLine(name, seedRuns(jobs, j.sc, "kvrouter"), seedRuns(jobs, j.sc, "llm-d-precise"), seedRuns(jobs, j.sc, fleetsim.PreciseShifted), seedRuns(jobs, j.sc, "oracle")))
 		}
 		if ll != nil {
 			r := kv.all().P90 / ll.all().P90
@@ -303,37 +303,43 @@ func pooledLevelP90(js []*job, li int) float64 {
 // scenario's alone when precise did not repeat): the issue wants kvrouter
 // no slower anywhere. When fleetsim.PreciseShifted ran under the same
 // seeds (sh), the line adds the same comparison of it with precise: what
-// the worst level of two runs of one policy reads.
-func preciseLine(name string, kv, pr, sh []*job) string {
+// the worst level of two runs of one policy reads. When the oracle did
+// (or), it adds the oracle against precise at kvrouter's worst level:
+// whether any policy the simulator knows gains there.
+func preciseLine(name string, kv, pr, sh, or []*job) string {
 	if len(pr) != len(kv) {
 		kv, pr = kv[:1], pr[:1]
 	}
-	r, at, worst, wkv, wpr := versus(kv, pr)
+	r, li, worst := versus(kv, pr)
+	levels := kv[0].sc.w.Levels
 	over := "seed " + seedsOf(kv)
 	if len(kv) > 1 {
 		over = "seeds " + seedsOf(kv) + " pooled"
 	}
 	line := fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.3f), worst level %s, %s vs %s (×%.3f) (want ≤ 1.0 both): %s",
-		name, over, secs(pooledLevelP90(kv, len(kv[0].sc.w.Levels))), secs(pooledLevelP90(pr, len(pr[0].sc.w.Levels))), r, at, secs(wkv), secs(wpr), worst, verdict(r <= 1 && worst <= 1))
+		name, over, secs(pooledLevelP90(kv, len(levels))), secs(pooledLevelP90(pr, len(levels))), r, levels[li].Name,
+		secs(pooledLevelP90(kv, li)), secs(pooledLevelP90(pr, li)), worst, verdict(r <= 1 && worst <= 1))
+	if len(or) == len(pr) && seedsOf(or) == seedsOf(pr) {
+		line += fmt.Sprintf("; the oracle at that level ×%.3f of llm-d precise", pooledLevelP90(or, li)/pooledLevelP90(pr, li))
+	}
 	if len(sh) == len(pr) && seedsOf(sh) == seedsOf(pr) {
-		r, at, worst, _, _ := versus(sh, pr)
-		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f", r, at, worst)
+		r, li, worst := versus(sh, pr)
+		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f", r, levels[li].Name, worst)
 	}
 	return line
 }
 
 // versus is a's TTFT p90 over b's, all levels pooled, and at the level
-// where that ratio is highest: its name, the ratio, and the two p90s.
-func versus(a, b []*job) (all float64, at string, worst, pa, pb float64) {
+// where that ratio is highest: its index and the ratio.
+func versus(a, b []*job) (all float64, li int, worst float64) {
 	levels := len(a[0].sc.w.Levels)
 	all = pooledLevelP90(a, levels) / pooledLevelP90(b, levels)
-	for li := range levels {
-		x, y := pooledLevelP90(a, li), pooledLevelP90(b, li)
-		if q := x / y; q > worst {
-			worst, at, pa, pb = q, a[0].sc.w.Levels[li].Name, x, y
+	for i := range levels {
+		if q := pooledLevelP90(a, i) / pooledLevelP90(b, i); q > worst {
+			worst, li = q, i
 		}
 	}
-	return all, at, worst, pa, pb
+	return all, li, worst
 }
 
 // lastRepeat says no repeat of sc's base follows sc in jobs.

@@ -76,8 +76,9 @@ func TestPreciseLineShowsTheNoise(t *testing.T) {
 	w := &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
 	sc := &scenario{group: "b", cfg: fleetsim.Config{Seed: 1}, w: w, noise: true}
 	kv, pr, sh := levelJob(sc, "kvrouter", 1, 2.2), levelJob(sc, "llm-d-precise", 1, 2), levelJob(sc, fleetsim.PreciseShifted, 1.3, 2)
-	line := preciseLine(w.Name, []*job{kv}, []*job{pr}, []*job{sh})
-	for _, want := range []string{"worst level 10, 2.200 s vs 2.000 s (×1.100)", "**FAILS**", "against itself: ×1.000, worst level 3 ×1.300"} {
+	or := levelJob(sc, "oracle", 0.5, 2.1)
+	line := preciseLine(w.Name, []*job{kv}, []*job{pr}, []*job{sh}, []*job{or})
+	for _, want := range []string{"worst level 10, 2.200 s vs 2.000 s (×1.100)", "**FAILS**", "the oracle at that level ×1.050 of llm-d precise", "against itself: ×1.000, worst level 3 ×1.300"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("preciseLine = %q, lacks %q", line, want)
 		}
