@@ -96,7 +96,7 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	}
 	t2 := time.Now()
 	ev.pressure, ev.reuse, ev.share = r.weights(sc.members)
-	sc.scores = r.score(sc.matches, sc.peers, sc.members, ev.tokens, ev.pressure+ev.reuse, r.now().UnixNano(), sc.scores)
+	sc.scores = r.score(sc.matches, sc.peers, sc.members, sc.hashes, ev.tokens, ev.pressure+ev.reuse, r.now().UnixNano(), sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
 	return ev, nil
 }

@@ -15,6 +15,7 @@ import (
 type prefillHop struct {
 	member *fleet.Member
 	work   int64
+	prompt int64 // the prompt's tokens
 	spec   *hashBuf
 }
 
@@ -57,9 +58,9 @@ func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
 	}
 	j := r.pick(sc.scores, isPrefill(sc))
 	m := sc.members[j]
-	hop := &prefillHop{member: m, work: sc.scores[j].work}
+	hop := &prefillHop{member: m, work: sc.scores[j].work, prompt: int64(d.Tokens)}
 	m.Load.InFlight.Add(1)
-	r.charge(m.Load, m.ID, hop.work, 1)
+	r.charge(m.Load, m.ID, hop.work, hop.prompt, 1)
 	if len(sc.hashes) > 0 {
 		switch err := r.speculate(m.Load, m.ID, sc.hashes, sc.scores[j].Matched > sc.scores[j].Spec); {
 		case err == nil:
@@ -78,7 +79,7 @@ func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
 func (h *prefillHop) prefilled(r *Router) {
 	l := h.member.Load
 	l.InFlight.Add(-1)
-	r.charge(l, h.member.ID, -h.work, -1)
+	r.charge(l, h.member.ID, -h.work, -h.prompt, -1)
 	if b := h.spec; b != nil {
 		h.spec = nil
 		r.settle(h.member.Load, h.member.ID, b)

@@ -209,7 +209,7 @@ func (d *Decision) Prefilled() {
 	if d.hop != nil {
 		d.hop.prefilled(d.router)
 	} else {
-		d.router.charge(d.load, d.pod, -d.prefill, -1)
+		d.router.charge(d.load, d.pod, -d.prefill, -int64(d.Tokens), -1)
 	}
 	if b := d.spec; b != nil {
 		d.spec = nil
@@ -238,8 +238,8 @@ func (d *Decision) Served(address string) bool {
 	m.Load.InFlight.Add(1)
 	if !d.prefilled.Load() {
 		if d.hop == nil { // with a hop, the prefill pod keeps the prefill work
-			d.router.charge(d.load, d.pod, -d.prefill, -1)
-			d.router.charge(m.Load, m.ID, a.work, 1)
+			d.router.charge(d.load, d.pod, -d.prefill, -int64(d.Tokens), -1)
+			d.router.charge(m.Load, m.ID, a.work, int64(d.Tokens), 1)
 		}
 		if b := d.spec; b != nil {
 			r := d.router
@@ -335,7 +335,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 		m.Load.FoldReuse(share, ReuseWindow)
 	}
 	if d.hop == nil {
-		r.charge(m.Load, m.ID, d.prefill, 1)
+		r.charge(m.Load, m.ID, d.prefill, int64(d.Tokens), 1)
 	}
 	if len(sc.hashes) > 0 {
 		err := r.speculate(m.Load, m.ID, sc.hashes, sc.scores[i].Matched > sc.scores[i].Spec)
@@ -365,8 +365,12 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 // The time is stored before the count shows the change, so that a queue
 // read in between takes the new request for one just begun, not for one
 // the pod has worked on since it was last busy.
-func (r *Router) charge(l *fleet.Load, pod kvindex.PodID, tokens, requests int64) {
+func (r *Router) charge(l *fleet.Load, pod kvindex.PodID, tokens, prompt, requests int64) {
 	l.PrefillTokens.Add(tokens)
+	l.Queued.Add(prompt)
+	if prompt > 0 {
+		l.Charged.Add(int64(float64(prompt) * l.MissShare()))
+	}
 	now := r.now().UnixNano()
 	for {
 		n := l.Prefilling.Load()
@@ -421,7 +425,7 @@ func (r *Router) hashBuf() *hashBuf {
 // pod evict it while the request waits). On an error it counts nothing.
 func (r *Router) speculate(l *fleet.Load, pod kvindex.PodID, hashes []uint64, held bool) error {
 	tell := r.hashBuf()
-	tell.h = l.Spec.Claim(tell.h, hashes, r.now(), r.refresh, held)
+	tell.h = l.Spec.Claim(tell.h, hashes, r.now(), r.refresh, held, l.Charged.Load())
 	var err error
 	if len(tell.h) > 0 {
 		err = r.index.Speculate(pod, tell.h)

@@ -9,15 +9,19 @@ import (
 
 // Score is one candidate's predicted time to first token and its parts.
 type Score struct {
-	Pod     string  `json:"name"`
-	Address string  `json:"address"`
-	DPRank  int     `json:"dp_rank"` // the data-parallel rank the pod is on its server; -1: not a rank of several
-	Matched int     `json:"matched_blocks"`
-	Tiers   Tiers   `json:"matched_blocks_by_tier"`
-	Spec    int     `json:"speculative_blocks"`
-	Queue   float64 `json:"queue_seconds"`
-	Prefill float64 `json:"prefill_seconds"`
-	Cost    float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + reuse weight + requests queued on the pod)
+	Pod     string `json:"name"`
+	Address string `json:"address"`
+	DPRank  int    `json:"dp_rank"` // the data-parallel rank the pod is on its server; -1: not a rank of several
+	Matched int    `json:"matched_blocks"`
+	Tiers   Tiers  `json:"matched_blocks_by_tier"`
+	Spec    int    `json:"speculative_blocks"`
+	// Expiring is how many of the matched blocks the pod will have evicted
+	// before the request's turn, priced as uncached: the prompts queued
+	// there allocate more than its KV cache holds (expiring).
+	Expiring int     `json:"expiring_blocks"`
+	Queue    float64 `json:"queue_seconds"`
+	Prefill  float64 `json:"prefill_seconds"`
+	Cost     float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + reuse weight + requests queued on the pod)
 	// KVUsage is the pod's KV cache use as last scraped (a fraction),
 	// which places a new prefix (Config.PlacementTolerance).
 	KVUsage float64 `json:"kv_cache_usage"`
@@ -54,26 +58,30 @@ type Tiers struct {
 // peers, by member (empty without a LoadSharer), is the prefill other
 // router replicas routed to each pod and have not seen done: it counts as
 // the replica's own. now is the time in unix nanoseconds.
-func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, tokens int, pressure float64, now int64, out []Score) []Score {
+func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, hashes []uint64, tokens int, pressure float64, now int64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	for i, m := range ms {
 		mem := members[i]
 		spt := r.PrefillSecondsPerToken(mem.Load)
-		saved := float64(m.Speculative) * bs // a speculative block is on the GPU soon
-		for t, n := range m.Tiers {
-			saved += float64(n) * bs * r.cfg.TierWeights[t]
-		}
-		uncached := max(float64(tokens)-saved, 0)
-		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.PrefillAttentionPerToken)
 		var peer kvindex.PodLoad
 		if i < len(peers) {
 			peer = peers[i]
 		}
+		lost := expiring(mem.Load, peer, m, hashes)
+		saved := float64(max(m.Speculative-lost, 0)) * bs // a speculative block is on the GPU soon
+		for t, n := range m.Tiers {
+			if kvindex.Tier(t) == kvindex.TierGPU {
+				n = max(n-max(lost-m.Speculative, 0), 0)
+			}
+			saved += float64(n) * bs * r.cfg.TierWeights[t]
+		}
+		uncached := max(float64(tokens)-saved, 0)
+		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.PrefillAttentionPerToken)
 		queue, behind := r.queue(mem.Load, peer, spt, now)
 		prefill := work * spt
 		out = append(out, Score{
-			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative,
+			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative, Expiring: lost,
 			Tiers:    Tiers{GPU: m.Tiers[kvindex.TierGPU], CPU: m.Tiers[kvindex.TierCPU], Disk: m.Tiers[kvindex.TierDisk], Other: m.Tiers[kvindex.TierOther]},
 			Queue:    queue,
 			Prefill:  prefill,
@@ -85,6 +93,30 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 		})
 	}
 	return out
+}
+
+// expiring is how many of the blocks m matched on the pod whose load is l
+// (hashes their chain, leading) the pod will have evicted before it admits
+// the request. A pod's KV cache evicts its least recently used blocks
+// first, and a block is used again when a request that holds it is
+// admitted. The prompts queued on the pod allocate their share the pod's
+// cache misses (Load.Queued × Load.MissShare, the other replicas' prefill
+// with them); while that fits its cache (Load.KVCapacity, from
+// vllm:cache_config_info; nothing expires while it is unknown), every
+// matched block is still there at the request's turn. Past that, a block
+// is only if a request queued there will use it with less than the
+// cache's worth of allocations routed after it (SpecLedger.Fresh, on the
+// Load.Charged clock); the others, cached now or computed for a request
+// queued there, are evicted first. Counted as cached, they drew a cycle of
+// prompts larger than the fleet's caches onto the pods each visited last:
+// those pods' queues filled with prompts that missed, while others idled.
+func expiring(l *fleet.Load, peer kvindex.PodLoad, m kvindex.PodMatch, hashes []uint64) int {
+	c := l.KVCapacity.Load()
+	if c <= 0 || m.Blocks == 0 || int64(float64(l.Queued.Load())*l.MissShare())+peer.PrefillTokens < c {
+		return 0
+	}
+	n := min(m.Blocks, len(hashes))
+	return n - l.Spec.Fresh(hashes[:n], l.Charged.Load()-c)
 }
 
 // PrefillSecondsPerToken is the prefill cost of one token at no context

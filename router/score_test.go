@@ -470,3 +470,63 @@ func TestNewPrefixGoesToTheEmptiestCache(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueBeyondTheCacheExpiresMatches: once the prompts queued on a pod
+// hold more tokens than its KV cache, the blocks it caches that no queued
+// request uses are evicted before a new request's turn, and price as
+// uncached; a prompt queued there keeps its blocks until a cache's worth
+// of prompts is routed after it, counted by the share of their tokens the
+// pod's prefix cache missed lately (all of them until its metrics show
+// hits). An unknown capacity expires nothing.
+func TestQueueBeyondTheCacheExpiresMatches(t *testing.T) {
+	tr := newTestRouter(t)
+	body := completion("llama", prompt, "") // 30 tokens, 7 full blocks
+	tr.store("a", prompt, "", "")
+	a := tr.fleet.Load("a")
+	a.KVCapacity.Store(100)
+	queue := func(n int) {
+		t.Helper()
+		for range n {
+			other := fmt.Sprintf("%03d other prompt of forty tokens, queued", a.Charged.Load()) // 40 bytes
+			if _, err := tr.route("/v1/completions", completion("llama", other, ""), "10.0.0.1:8000"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(when string, expiring int) {
+		t.Helper()
+		s, cold := tr.scoreOn(body, "a", when), tr.scoreOn(body, "c", when)
+		if s.Matched != 7 || s.Expiring != expiring {
+			t.Fatalf("%s: a matched %d blocks, %d expiring, want 7 and %d", when, s.Matched, s.Expiring, expiring)
+		}
+		if all := expiring == 7; all != (s.Prefill == cold.Prefill) {
+			t.Errorf("%s: prefill on a %.3g s, on the cold c %.3g s: want them equal only when every matched block expires", when, s.Prefill, cold.Prefill)
+		}
+	}
+	check("nothing queued", 0)
+	queue(2) // 80 tokens queued: within the cache
+	check("80 tokens queued", 0)
+	queue(1)
+	check("120 tokens queued", 7)
+	d, err := tr.route("/v1/completions", body, "10.0.0.1:8000")
+	if err != nil || d.Pod != "a" {
+		t.Fatalf("routed to %v, %v; want a", d, err)
+	}
+	check("the prompt queued last", 0)
+	queue(2)
+	check("80 tokens routed after it", 0)
+	queue(1)
+	check("120 tokens routed after it", 7)
+	at := time.Unix(1000, 0)
+	a.ObserveCache(at, fleet.Counters{Has: fleet.HasCacheQueries | fleet.HasCacheHits})
+	a.ObserveCache(at.Add(time.Second), fleet.Counters{CacheQueries: 1000, CacheHits: 500, Has: fleet.HasCacheQueries | fleet.HasCacheHits})
+	if _, err := tr.route("/v1/completions", body, "10.0.0.1:8000"); err != nil {
+		t.Fatal(err)
+	}
+	queue(4)
+	check("160 tokens routed after it, half of them hits", 0)
+	queue(1)
+	check("200 tokens routed after it, half of them hits", 7)
+	a.KVCapacity.Store(0)
+	check("capacity unknown", 0)
+}

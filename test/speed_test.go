@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	kvfleet "github.com/kvrouter/kvrouter/router/fleet"
 )
 
@@ -18,7 +19,9 @@ import (
 // token, the other at 100µs (half the speed), each sent uncached prompts
 // one after another for 8 s. The router's real scraper reads their
 // /metrics and learns each pod's speed within 15%, the slow one at half
-// the fast one's (within 15%), and the router prices each pod by it.
+// the fast one's (within 15%), and the router prices each pod by it. It
+// reads each pod's KV cache size too (vllm:cache_config_info), and that its
+// prefix cache missed every prompt token.
 func TestE2ELearnedSpeed(t *testing.T) {
 	perToken := []time.Duration{50 * time.Microsecond, 100 * time.Microsecond}
 	f := startFleetWith(t, fleetOptions{pods: 2, sim: func(i int, c *vllmsim.Config) { c.PrefillPerToken = perToken[i] }})
@@ -79,6 +82,15 @@ func TestE2ELearnedSpeed(t *testing.T) {
 		// The router prices the pod by it, pooled with the prior (10,000 tokens/s).
 		if got, want := f.router.PrefillSecondsPerToken(l), sp.SecondsPerToken(1e-4, 1.83e-5); got != want || (i == 0 && got >= 1e-4*0.9) {
 			t.Errorf("%s: priced at %.0f tokens/s, want the learned %.0f (above the prior's 10,000)", name, 1/got, 1/want)
+		}
+	}
+	for i := range 2 {
+		l := f.routes.Load(fmt.Sprintf("sim-%d", i))
+		if got, want := l.KVCapacity.Load(), int64(2048*blockhash.DefaultConfig().BlockSize); got != want {
+			t.Errorf("sim-%d: KV cache of %d tokens scraped, want vllmsim's default %d", i, got, want)
+		}
+		if got := l.MissShare(); got != 1 {
+			t.Errorf("sim-%d: miss share %.3f of prompts uncached from their first block, want 1", i, got)
 		}
 	}
 	if ratio := learned[0] / learned[1]; ratio < 0.5*0.85 || ratio > 0.5*1.15 {

@@ -92,7 +92,13 @@ type podReport struct {
 	InFlight     int64  `json:"in_flight"`
 	// Speculated is the blocks this replica's requests there, not yet
 	// prefilled, speculated (fleet.SpecLedger).
-	Speculated   int        `json:"speculated_blocks"`
+	Speculated int `json:"speculated_blocks"`
+	// Queued is the prompt tokens of this replica's requests there not
+	// yet prefilled; KVCapacity the tokens the pod's KV cache holds
+	// (vllm:cache_config_info; 0: unknown). Past it, blocks no queued
+	// request uses are priced as evicted (router.Score.Expiring).
+	Queued       int64      `json:"queued_prompt_tokens"`
+	KVCapacity   int64      `json:"kv_cache_tokens"`
 	Waiting      int64      `json:"vllm_waiting"`
 	Running      int64      `json:"vllm_running"`
 	Metrics      string     `json:"metrics"`               // ok, never, stale, pending (no scrape ended yet)
@@ -136,6 +142,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		if l := a.fleet.Load(p.Name); l != nil {
 			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
 			r.Speculated = l.Spec.Speculated()
+			r.Queued, r.KVCapacity = l.Queued.Load(), l.KVCapacity.Load()
 			r.Metrics = l.Metrics(now, a.staleAfter).String()
 			r.ScrapedAt, r.FailingSince = unixTime(l.ScrapedAt.Load()), unixTime(l.FailingSince.Load())
 			r.PrefillSpeed = 1 / a.router.PrefillSecondsPerToken(l)

@@ -119,7 +119,8 @@ func TestDebugPodsTopology(t *testing.T) {
 
 // TestDebugPodsSpeed: /debug/pods shows each pod's prefill speed: the
 // configured one until its metrics teach another, and the seconds it
-// learned from; and the blocks its requests in flight speculated.
+// learned from; the blocks its requests in flight speculated; their
+// prompts' tokens and its KV cache's.
 func TestDebugPodsSpeed(t *testing.T) {
 	c := defaultConfig()
 	c.Routing.PrefillTokensPerSecond = 20000
@@ -128,8 +129,10 @@ func TestDebugPodsSpeed(t *testing.T) {
 	a.fleet.Upsert(pod.Pod{Name: "slow", IP: "10.0.0.2", Port: 8000, Model: "m", Ready: true})
 	// 99.5 s at 5,000 tokens/s, with the prior's 0.5 s at 20,000: 5,075 tokens/s at no context.
 	a.fleet.Load("slow").SetSpeed(&fleet.Speed{Busy: 99.5, Tokens: 99.5 * 5000})
-	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2, 3}, time.Now(), time.Second, false) // a request in flight
-	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2}, time.Now(), time.Second, false)    // another sharing two blocks
+	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2, 3}, time.Now(), time.Second, false, 0) // a request in flight
+	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2}, time.Now(), time.Second, false, 0)    // another sharing two blocks
+	a.fleet.Load("slow").Queued.Store(2500)
+	a.fleet.Load("slow").KVCapacity.Store(40000)
 	rec := httptest.NewRecorder()
 	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
 	var got []struct {
@@ -137,6 +140,8 @@ func TestDebugPodsSpeed(t *testing.T) {
 		Speed   float64 `json:"prefill_tokens_per_second"`
 		Learned float64 `json:"prefill_learned_seconds"`
 		Spec    int     `json:"speculated_blocks"`
+		Queued  int64   `json:"queued_prompt_tokens"`
+		KV      int64   `json:"kv_cache_tokens"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
@@ -148,6 +153,9 @@ func TestDebugPodsSpeed(t *testing.T) {
 		}
 		if want := map[string]int{"fast": 0, "slow": 3}[p.Name]; p.Spec != want {
 			t.Errorf("/debug/pods %s: %d speculated blocks, want %d", p.Name, p.Spec, want)
+		}
+		if want := map[string][2]int64{"slow": {2500, 40000}}[p.Name]; p.Queued != want[0] || p.KV != want[1] {
+			t.Errorf("/debug/pods %s: %d prompt tokens queued, a cache of %d, want %d and %d", p.Name, p.Queued, p.KV, want[0], want[1])
 		}
 	}
 	if len(got) != 2 {

@@ -80,10 +80,23 @@ type Load struct {
 	Waiting         atomic.Int64 // vllm:num_requests_waiting
 	Running         atomic.Int64 // vllm:num_requests_running
 	KVUsagePermille atomic.Int64 // vllm:kv_cache_usage_perc × 1000
-	ScrapedAt       atomic.Int64 // unix nanoseconds of the last successful scrape; 0: none yet
-	FailingSince    atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
-	speed           atomic.Pointer[Speed]
-	reuse           atomic.Uint64 // float64 bits: see Reuse
+	// KVCapacity is the tokens the pod's KV cache holds
+	// (vllm:cache_config_info); 0 while unknown.
+	KVCapacity atomic.Int64
+	// Queued is the prompt tokens of the requests routed here and not yet
+	// prefilled, cached or not: the blocks the pod allocates or touches
+	// before a new request's turn.
+	Queued atomic.Int64
+	// Charged is the prompt tokens of all the requests routed here since
+	// the pod was added, each times the pod's MissShare when it was
+	// routed: a clock of the blocks the pod allocates, which the
+	// SpecLedger's claims are marked with.
+	Charged      atomic.Int64
+	ScrapedAt    atomic.Int64 // unix nanoseconds of the last successful scrape; 0: none yet
+	FailingSince atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
+	speed        atomic.Pointer[Speed]
+	reuse        atomic.Uint64 // float64 bits: see Reuse
+	hits         cacheHits     // see MissShare
 	// Spec counts the router's decisions in flight here by the blocks
 	// they speculated.
 	Spec SpecLedger
@@ -108,11 +121,13 @@ type SpecLedger struct {
 // larger burst's is dropped once the burst is over.
 const ledgerKept = 1 << 16
 
-// specCount is one block's decisions in flight, and when the index was
-// last told of its speculation (unix ms).
+// specCount is one block's decisions in flight, when the index was last
+// told of its speculation (unix ms), and the pod's Load.Charged when the
+// last of them claimed it.
 type specCount struct {
 	n    uint32
 	told int64
+	mark int64
 }
 
 // Claim counts a decision's speculation of hashes and appends to dst the
@@ -120,7 +135,8 @@ type specCount struct {
 // speculated, those it was last told of refresh or longer before now, and
 // with all every one (the index may have dropped an entry it was told of:
 // a pod's store of the block confirms and ends its speculative holder).
-func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Duration, all bool) []uint64 {
+// mark is the pod's Load.Charged with the decision's own prompt counted.
+func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Duration, all bool, mark int64) []uint64 {
 	ms, every := now.UnixMilli(), refresh.Milliseconds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,6 +150,7 @@ func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Dur
 			c.told = ms
 		}
 		c.n++
+		c.mark = mark
 		s.blocks[h] = c
 	}
 	s.peak = max(s.peak, len(s.blocks))
@@ -165,6 +182,27 @@ func (s *SpecLedger) Release(dst, hashes []uint64) []uint64 {
 	return dst
 }
 
+// Fresh is how many of hashes (a prompt's chain), leading, a decision in
+// flight claimed after the pod's Load.Charged passed since: the blocks a
+// queued request will use before the pod allocates the cache's worth of
+// blocks that since stands for. A decision claims its prompt's chain from
+// the first block, so a block's last claim is no older than any later
+// block's, and Fresh searches for the first block claimed before.
+func (s *SpecLedger) Fresh(hashes []uint64, since int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lo, hi := 0, len(hashes) // hashes[:lo] fresh; hashes[hi:] not
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if c, ok := s.blocks[hashes[mid]]; ok && c.mark > since {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
 // Speculated is the number of blocks decisions in flight speculated.
 func (s *SpecLedger) Speculated() int {
 	s.mu.Lock()
@@ -185,6 +223,59 @@ func (l *Load) SetSpeed(s *Speed) { l.speed.Store(s) }
 // while nothing is. It allocates nothing.
 func (l *Load) PrefillSecondsPerToken(prior, attention float64) float64 {
 	return l.speed.Load().SecondsPerToken(prior, attention)
+}
+
+// cacheHits follows a pod's prefix-cache counters: the decayed sums of
+// the tokens queried and hit, and the share missed (float64 bits) read by
+// MissShare; 0 bits: unknown.
+type cacheHits struct {
+	mu            sync.Mutex
+	last          Counters
+	at            time.Time
+	queried, hits float64
+	miss          atomic.Uint64
+}
+
+// MissHalfLife is how fast ObserveCache forgets: a scrape's tokens count
+// half as much this much later.
+const MissHalfLife = 10 * time.Second
+
+// MissShare is the share of the prompt tokens the pod's prefix cache
+// missed lately (vllm:prefix_cache_queries_total and _hits_total, as
+// ObserveCache folds them): the share of a prompt routed there that
+// allocates new blocks. 1 while its metrics have shown none: no block is
+// taken for a hit the pod has not shown it gives.
+func (l *Load) MissShare() float64 {
+	if b := l.hits.miss.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return 1
+}
+
+// ObserveCache folds the prefix-cache counters of a scrape taken at now
+// into MissShare: the tokens queried and hit since the last scrape, over
+// sums that fade with MissHalfLife. A counter that goes back (the pod
+// restarted) starts afresh.
+func (l *Load) ObserveCache(now time.Time, c Counters) {
+	h := &l.hits
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.Has&(HasCacheQueries|HasCacheHits) != HasCacheQueries|HasCacheHits {
+		return
+	}
+	last, at := h.last, h.at
+	h.last, h.at = c, now
+	if at.IsZero() || c.CacheQueries < last.CacheQueries || c.CacheHits < last.CacheHits || now.Before(at) {
+		return
+	}
+	q, hit := c.CacheQueries-last.CacheQueries, c.CacheHits-last.CacheHits
+	if q <= 0 {
+		return
+	}
+	fade := math.Exp2(-now.Sub(at).Seconds() / MissHalfLife.Seconds())
+	h.queried = h.queried*fade + q
+	h.hits = h.hits*fade + min(hit, q)
+	h.miss.Store(math.Float64bits(max(1-h.hits/h.queried, math.SmallestNonzeroFloat64)))
 }
 
 // Reuse is the running mean, over the recent requests routed to the pod,

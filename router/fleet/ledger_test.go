@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -20,10 +21,10 @@ func TestSpecLedger(t *testing.T) {
 			t.Errorf("%s: told %v, want %v", what, got, want)
 		}
 	}
-	check("first claim", l.Claim(nil, []uint64{1, 2, 3}, at, refresh, false), []uint64{1, 2, 3})
-	check("overlapping claim", l.Claim(nil, []uint64{1, 2, 4}, at.Add(time.Second), refresh, false), []uint64{4})
-	check("claim a refresh later", l.Claim(nil, []uint64{1, 3}, at.Add(refresh), refresh, false), []uint64{1, 3})
-	check("claim just short of the next", l.Claim(nil, []uint64{1}, at.Add(2*refresh-time.Millisecond), refresh, false), nil)
+	check("first claim", l.Claim(nil, []uint64{1, 2, 3}, at, refresh, false, 0), []uint64{1, 2, 3})
+	check("overlapping claim", l.Claim(nil, []uint64{1, 2, 4}, at.Add(time.Second), refresh, false, 0), []uint64{4})
+	check("claim a refresh later", l.Claim(nil, []uint64{1, 3}, at.Add(refresh), refresh, false, 0), []uint64{1, 3})
+	check("claim just short of the next", l.Claim(nil, []uint64{1}, at.Add(2*refresh-time.Millisecond), refresh, false, 0), nil)
 	if n := l.Speculated(); n != 4 {
 		t.Errorf("Speculated = %d, want 4", n)
 	}
@@ -37,8 +38,8 @@ func TestSpecLedger(t *testing.T) {
 	if n := l.Speculated(); n != 0 {
 		t.Errorf("Speculated after every release = %d, want 0", n)
 	}
-	check("claim again", l.Claim(nil, []uint64{1}, at.Add(time.Minute), refresh, false), []uint64{1})
-	check("claim all", l.Claim(nil, []uint64{1, 2}, at.Add(time.Minute), refresh, true), []uint64{1, 2})
+	check("claim again", l.Claim(nil, []uint64{1}, at.Add(time.Minute), refresh, false, 0), []uint64{1})
+	check("claim all", l.Claim(nil, []uint64{1, 2}, at.Add(time.Minute), refresh, true, 0), []uint64{1, 2})
 	check("release both", l.Release(nil, []uint64{1, 2}), []uint64{2})
 	l.Release(nil, []uint64{1})
 
@@ -46,9 +47,70 @@ func TestSpecLedger(t *testing.T) {
 	for i := range big {
 		big[i] = uint64(i)
 	}
-	l.Claim(nil, big, at, refresh, false)
+	l.Claim(nil, big, at, refresh, false, 0)
 	l.Release(nil, big)
 	if l.blocks != nil {
 		t.Error("a ledger emptied after a burst of more than ledgerKept blocks kept its map")
 	}
+}
+
+// TestSpecLedgerFresh: Fresh is the leading blocks whose last claim was
+// marked after since; a block never claimed, or released by every
+// decision, is not fresh, and neither is any after it.
+func TestSpecLedgerFresh(t *testing.T) {
+	var l SpecLedger
+	at := time.Unix(100, 0)
+	chain := []uint64{1, 2, 3, 4, 5, 6}
+	if n := l.Fresh(chain, 0); n != 0 {
+		t.Errorf("Fresh of an empty ledger = %d, want 0", n)
+	}
+	l.Claim(nil, chain[:4], at, time.Second, false, 100) // a whole prompt's head, at 100
+	l.Claim(nil, chain[:2], at, time.Second, false, 300) // its first two blocks again, at 300
+	for _, tt := range []struct {
+		since int64
+		want  int
+	}{{0, 4}, {99, 4}, {100, 2}, {299, 2}, {300, 0}} {
+		if n := l.Fresh(chain, tt.since); n != tt.want {
+			t.Errorf("Fresh(since %d) = %d, want %d", tt.since, n, tt.want)
+		}
+	}
+	if n := l.Fresh(chain[:3], 0); n != 3 {
+		t.Errorf("Fresh of the first three = %d, want 3", n)
+	}
+	l.Release(nil, chain[:4])
+	l.Release(nil, chain[:2])
+	if n := l.Fresh(chain, 0); n != 0 {
+		t.Errorf("Fresh after every release = %d, want 0", n)
+	}
+}
+
+// TestMissShare: MissShare is 1 until the pod's prefix-cache counters show
+// queries, then the share of the queried tokens missed since, old scrapes
+// fading with MissHalfLife; a restart (counters going back) starts afresh,
+// and a scrape without both counters changes nothing.
+func TestMissShare(t *testing.T) {
+	var l Load
+	at := time.Unix(1000, 0)
+	c := func(q, h float64) Counters {
+		return Counters{CacheQueries: q, CacheHits: h, Has: HasCacheQueries | HasCacheHits}
+	}
+	check := func(when string, want float64) {
+		t.Helper()
+		if got := l.MissShare(); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s: MissShare = %.6f, want %.6f", when, got, want)
+		}
+	}
+	check("nothing scraped", 1)
+	l.ObserveCache(at, c(5000, 4000))
+	check("one scrape", 1)
+	l.ObserveCache(at.Add(time.Second), c(6000, 4900)) // 1,000 queried, 900 hit
+	check("a scrape later", 0.1)
+	l.ObserveCache(at.Add(time.Second+MissHalfLife), c(7000, 4900)) // 1,000 queried, none hit, the first half as old
+	check("a half-life later", 1-450.0/1500)
+	l.ObserveCache(at.Add(2*MissHalfLife), Counters{PromptTokens: 9, Has: HasPromptTokens})
+	check("a scrape without the cache's counters", 1-450.0/1500)
+	l.ObserveCache(at.Add(2*MissHalfLife), c(100, 100)) // restarted
+	check("restarted", 1-450.0/1500)
+	l.ObserveCache(at.Add(2*MissHalfLife+time.Second), c(100, 100))
+	check("nothing queried since", 1-450.0/1500)
 }

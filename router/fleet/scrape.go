@@ -265,6 +265,7 @@ func (s *Scraper) scrape(ctx context.Context, m *Member, st *scrapeState, ranks 
 // and l's prefill speed as speed learns it from q's counters scraped at
 // now.
 func (q Queue) store(l *Load, speed *SpeedEstimator, now time.Time) {
+	l.ObserveCache(now, q.Counters)
 	if sp := speed.Observe(now, q.Counters); sp != nil {
 		l.speed.Store(sp)
 	}
@@ -277,12 +278,18 @@ func (q Queue) store(l *Load, speed *SpeedEstimator, now time.Time) {
 	if q.KVUsage >= 0 {
 		l.KVUsagePermille.Store(int64(q.KVUsage * 1000))
 	}
+	if q.KVTokens > 0 {
+		l.KVCapacity.Store(q.KVTokens)
+	}
 }
 
 // Queue is what a pod's metrics say of its load; -1 for a missing figure.
 type Queue struct {
 	Waiting, Running int64
 	KVUsage          float64 // fraction of the KV cache in use
+	// KVTokens is the tokens its KV cache holds (vllm:cache_config_info),
+	// summed across engines.
+	KVTokens int64
 	// Counters are its prefill counters, summed across series.
 	Counters Counters
 }
@@ -307,12 +314,13 @@ type Engines struct {
 func (e Engines) Of(engine string) Queue {
 	q, ok := e.byLabel[engine]
 	if !ok {
-		q = Queue{Waiting: -1, Running: -1, KVUsage: -1}
+		q = Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}
 	}
 	return q.merge(e.unlabeled)
 }
 
-// merge adds o's figures to q's: queues summed, the fuller cache kept.
+// merge adds o's figures to q's: queues and caches' sizes summed, the
+// fuller cache's use kept.
 func (q Queue) merge(o Queue) Queue {
 	if o.Waiting >= 0 {
 		q.Waiting = max(q.Waiting, 0) + o.Waiting
@@ -321,6 +329,9 @@ func (q Queue) merge(o Queue) Queue {
 		q.Running = max(q.Running, 0) + o.Running
 	}
 	q.KVUsage = max(q.KVUsage, o.KVUsage)
+	if o.KVTokens >= 0 {
+		q.KVTokens = max(q.KVTokens, 0) + o.KVTokens
+	}
 	q.Counters = q.Counters.add(o.Counters)
 	return q
 }
@@ -329,7 +340,7 @@ func (q Queue) merge(o Queue) Queue {
 // the figures of the whole server (as ParseVLLMMetrics) and of each
 // engine.
 func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
-	none := Queue{Waiting: -1, Running: -1, KVUsage: -1}
+	none := Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}
 	all, engines.unlabeled = none, none
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -341,16 +352,17 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 		name := line[:strings.IndexAny(line+" ", "{ ")]
 		counter := counterSeries[name]
 		switch name {
-		case "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
+		case "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", cacheConfig:
 		default:
 			if counter == 0 {
 				continue
 			}
 		}
 		rest := line[len(name):]
-		engine, labeled := "", false
+		engine, labeled, set := "", false, ""
 		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
-			engine, labeled = labelValue(rest[:i], "engine")
+			set = rest[:i]
+			engine, labeled = labelValue(set, "engine")
 			rest = rest[i+1:]
 		}
 		fields := strings.Fields(rest) // value [timestamp]
@@ -369,6 +381,10 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 			one.Waiting = int64(v)
 		case name == "vllm:num_requests_running":
 			one.Running = int64(v)
+		case name == cacheConfig:
+			if one.KVTokens = cacheTokens(set); one.KVTokens < 0 {
+				continue
+			}
 		default: // the fullest engine's cache
 			one.KVUsage = v
 		}
@@ -387,6 +403,32 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 		engines.byLabel[engine] = q.merge(one)
 	}
 	return all, engines
+}
+
+// cacheConfig is vLLM's info series of its KV cache's configuration.
+const cacheConfig = "vllm:cache_config_info"
+
+// cacheTokens is the tokens a KV cache holds by the labels of its
+// cacheConfig series: kv_cache_size_tokens where vLLM gives it (models
+// mixing attention kinds hold fewer than their blocks' tokens), else
+// num_gpu_blocks × block_size; -1 when neither is a positive integer.
+func cacheTokens(set string) int64 {
+	if v, ok := labelValue(set, "kv_cache_size_tokens"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+			return n
+		}
+	}
+	b, okB := labelValue(set, "num_gpu_blocks")
+	s, okS := labelValue(set, "block_size")
+	if !okB || !okS {
+		return -1
+	}
+	blocks, errB := strconv.ParseInt(b, 10, 64)
+	size, errS := strconv.ParseInt(s, 10, 64)
+	if errB != nil || errS != nil || blocks <= 0 || size <= 0 || blocks > 1<<40/size {
+		return -1
+	}
+	return blocks * size
 }
 
 // labelValue returns the value of label name in a series' label set (the

@@ -32,6 +32,10 @@ vllm:num_requests_running{engine="1",model_name="Qwen/Qwen3-0.6B"} 2.0
 vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-0.6B"} 7.0
 vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-0.6B"} 0.25
 vllm:kv_cache_usage_perc{engine="1",model_name="Qwen/Qwen3-0.6B"} 0.5
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.9",num_gpu_blocks="2000",prefix_caching_hash_algo="sha256"} 1.0
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="1",gpu_memory_utilization="0.45",kv_cache_size_tokens="218464",num_gpu_blocks="24978",prefix_caching_hash_algo="sha256",sliding_window="None"} 1.0
 vllm:num_requests_waiting_by_reason{reason="capacity"} 99
 vllm:prompt_tokens_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.2e+06
 vllm:prompt_tokens_created{engine="0",model_name="Qwen/Qwen3-0.6B"} 1.7e+09
@@ -56,10 +60,16 @@ func TestParseVLLMMetrics(t *testing.T) {
 		in   string
 		want Queue
 	}{
-		{vllmMetrics, Queue{Waiting: 7, Running: 5, KVUsage: 0.5, Counters: both}},
-		{"vllm:gpu_cache_usage_perc 0.75\n", Queue{Waiting: -1, Running: -1, KVUsage: 0.75}},
-		{"", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
-		{"vllm:num_requests_waiting{} NaN\nvllm:num_requests_running garbage\n", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
+		{vllmMetrics, Queue{Waiting: 7, Running: 5, KVUsage: 0.5, KVTokens: 32000 + 218464, Counters: both}},
+		{"vllm:gpu_cache_usage_perc 0.75\n", Queue{Waiting: -1, Running: -1, KVUsage: 0.75, KVTokens: -1}},
+		{"", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
+		{"vllm:num_requests_waiting{} NaN\nvllm:num_requests_running garbage\n", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
+		// cache_config_info: the size label where it is a count, the
+		// blocks' tokens otherwise, nothing from labels that are not.
+		{`vllm:cache_config_info{block_size="16",kv_cache_size_tokens="None",num_gpu_blocks="100"} 1.0` + "\n", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: 1600}},
+		{`vllm:cache_config_info{block_size="16",kv_cache_size_tokens="0",num_gpu_blocks="None"} 1.0` + "\n", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
+		{`vllm:cache_config_info{block_size="-16",num_gpu_blocks="100"} 1` + "\n" + `vllm:cache_config_info{block_size="16"} 1` + "\n", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
+		{`vllm:cache_config_info{block_size="1099511627776",num_gpu_blocks="1099511627776"} 1` + "\n", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
 	}
 	for _, tt := range tests {
 		if got := ParseVLLMMetrics(strings.NewReader(tt.in)); got != tt.want {
@@ -76,14 +86,14 @@ func TestParseVLLMEngines(t *testing.T) {
 		in, engine string
 		want       Queue
 	}{
-		{vllmMetrics, "0", Queue{Waiting: 7, Running: 3, KVUsage: 0.25, Counters: engine0}},
-		{vllmMetrics, "1", Queue{Waiting: -1, Running: 2, KVUsage: 0.5, Counters: engine1}},
-		{vllmMetrics, "2", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
-		{vllmMetrics, "", Queue{Waiting: 7, Running: 5, KVUsage: 0.5, Counters: both}},
-		{"vllm:prompt_tokens_total 5\nvllm:prompt_tokens_total{engine=\"1\"} 7\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1, Counters: Counters{PromptTokens: 12, Has: HasPromptTokens}}},
-		{"vllm:num_requests_waiting{model_name=\"m\"} 4\n", "3", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
-		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1}},
-		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "0", Queue{Waiting: 4, Running: -1, KVUsage: -1}},
+		{vllmMetrics, "0", Queue{Waiting: 7, Running: 3, KVUsage: 0.25, KVTokens: 32000, Counters: engine0}},
+		{vllmMetrics, "1", Queue{Waiting: -1, Running: 2, KVUsage: 0.5, KVTokens: 218464, Counters: engine1}},
+		{vllmMetrics, "2", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
+		{vllmMetrics, "", Queue{Waiting: 7, Running: 5, KVUsage: 0.5, KVTokens: 32000 + 218464, Counters: both}},
+		{"vllm:prompt_tokens_total 5\nvllm:prompt_tokens_total{engine=\"1\"} 7\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1, Counters: Counters{PromptTokens: 12, Has: HasPromptTokens}}},
+		{"vllm:num_requests_waiting{model_name=\"m\"} 4\n", "3", Queue{Waiting: 4, Running: -1, KVUsage: -1, KVTokens: -1}},
+		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "1", Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}},
+		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "0", Queue{Waiting: 4, Running: -1, KVUsage: -1, KVTokens: -1}},
 	}
 	for _, tt := range tests {
 		all, engines := ParseVLLMEngines(strings.NewReader(tt.in))
@@ -124,8 +134,8 @@ func TestScraperFeedsLoad(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if l.Waiting.Load() != 7 || l.Running.Load() != 5 || l.KVUsagePermille.Load() != 500 {
-		t.Fatalf("load after scraping = waiting %d running %d kv %d‰, want 7, 5, 500", l.Waiting.Load(), l.Running.Load(), l.KVUsagePermille.Load())
+	if l.Waiting.Load() != 7 || l.Running.Load() != 5 || l.KVUsagePermille.Load() != 500 || l.KVCapacity.Load() != 32000+218464 {
+		t.Fatalf("load after scraping = waiting %d running %d kv %d‰ of %d tokens, want 7, 5, 500‰ of %d", l.Waiting.Load(), l.Running.Load(), l.KVUsagePermille.Load(), l.KVCapacity.Load(), 32000+218464)
 	}
 }
 

@@ -154,6 +154,8 @@ func (p *replicated) Scraped(m []Metrics) {
 			l.Waiting.Store(int64(x.Waiting))
 			l.Running.Store(int64(x.Running))
 			l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
+			l.KVCapacity.Store(int64(x.KVTokens))
+			l.ObserveCache(p.s.Clock(), x.Prefill)
 		}
 	}
 }

@@ -38,6 +38,8 @@ type Metrics struct {
 	Waiting int     // vllm:num_requests_waiting
 	Running int     // vllm:num_requests_running
 	KVUsage float64 // vllm:kv_cache_usage_perc
+	// KVTokens is the tokens its KV cache holds (vllm:cache_config_info).
+	KVTokens int
 	// Prefill is its prefill counters (prompt tokens, prefix-cache
 	// queries and hits, prefill time), from which a router learns its
 	// speed.
@@ -362,7 +364,7 @@ func (s *Sim) publish(i int) {
 // them.
 func (s *Sim) scrape() {
 	for i, p := range s.pods {
-		s.metrics[i] = Metrics{Waiting: len(p.waiting) + len(p.pulling), Running: len(p.running), KVUsage: p.cache.usage(), Prefill: p.counters}
+		s.metrics[i] = Metrics{Waiting: len(p.waiting) + len(p.pulling), Running: len(p.running), KVUsage: p.cache.usage(), KVTokens: p.cfg.Blocks * p.cfg.BlockSize, Prefill: p.counters}
 	}
 	if l, ok := s.policy.(scrapeListener); ok {
 		l.Scraped(s.metrics)
