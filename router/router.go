@@ -369,7 +369,7 @@ func (r *Router) charge(l *fleet.Load, pod kvindex.PodID, tokens, prompt, reques
 	l.PrefillTokens.Add(tokens)
 	l.Queued.Add(prompt)
 	if prompt > 0 {
-		l.Charged.Add(int64(float64(prompt) * l.MissShare()))
+		l.Charged.Add(int64(float64(prompt*fleet.ChargedUnit) * l.MissShare()))
 	}
 	now := r.now().UnixNano()
 	for {

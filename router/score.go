@@ -15,9 +15,10 @@ type Score struct {
 	Matched int    `json:"matched_blocks"`
 	Tiers   Tiers  `json:"matched_blocks_by_tier"`
 	Spec    int    `json:"speculative_blocks"`
-	// Expiring is how many of the matched blocks the pod will have evicted
-	// before the request's turn, priced as uncached: the prompts queued
-	// there allocate more than its KV cache holds (expiring).
+	// Expiring is how many of the matched blocks (speculative or on the
+	// GPU) the pod will have evicted before the request's turn, priced as
+	// uncached: the prompts queued there allocate more than its KV cache
+	// holds (expiring).
 	Expiring int     `json:"expiring_blocks"`
 	Queue    float64 `json:"queue_seconds"`
 	Prefill  float64 `json:"prefill_seconds"`
@@ -68,11 +69,17 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 		if i < len(peers) {
 			peer = peers[i]
 		}
-		lost := expiring(mem.Load, peer, m, hashes)
-		saved := float64(max(m.Speculative-lost, 0)) * bs // a speculative block is on the GPU soon
+		// The expiring tail of the match: speculative blocks first, then
+		// those off the GPU (its eviction leaves them), then GPU blocks.
+		tail := expiring(mem.Load, peer, m, hashes)
+		gpu := m.Tiers[kvindex.TierGPU]
+		specLost := min(tail, m.Speculative)
+		gpuLost := min(max(tail-m.Speculative-(m.Blocks-m.Speculative-gpu), 0), gpu)
+		lost := specLost + gpuLost
+		saved := float64(m.Speculative-specLost) * bs // a speculative block is on the GPU soon
 		for t, n := range m.Tiers {
 			if kvindex.Tier(t) == kvindex.TierGPU {
-				n = max(n-max(lost-m.Speculative, 0), 0)
+				n -= gpuLost
 			}
 			saved += float64(n) * bs * r.cfg.TierWeights[t]
 		}
@@ -97,7 +104,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 
 // expiring is how many of the blocks m matched on the pod whose load is l
 // (hashes their chain, leading) the pod will have evicted before it admits
-// the request. A pod's KV cache evicts its least recently used blocks
+// the request: the tail of the match from the first such block. A pod's KV cache evicts its least recently used blocks
 // first, and a block is used again when a request that holds it is
 // admitted. The prompts queued on the pod allocate their share the pod's
 // cache misses (Load.Queued × Load.MissShare, the other replicas' prefill
@@ -110,13 +117,16 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 // queued there, are evicted first. Counted as cached, they drew a cycle of
 // prompts larger than the fleet's caches onto the pods each visited last:
 // those pods' queues filled with prompts that missed, while others idled.
+// The clock and the ledger are this replica's: with several replicas, its
+// own claims look fresh for longer than they are, and blocks only another
+// replica's queued requests use count as unclaimed.
 func expiring(l *fleet.Load, peer kvindex.PodLoad, m kvindex.PodMatch, hashes []uint64) int {
 	c := l.KVCapacity.Load()
 	if c <= 0 || m.Blocks == 0 || int64(float64(l.Queued.Load())*l.MissShare())+peer.PrefillTokens < c {
 		return 0
 	}
 	n := min(m.Blocks, len(hashes))
-	return n - l.Spec.Fresh(hashes[:n], l.Charged.Load()-c)
+	return n - l.Spec.Fresh(hashes[:n], l.Charged.Load()-c*fleet.ChargedUnit)
 }
 
 // PrefillSecondsPerToken is the prefill cost of one token at no context

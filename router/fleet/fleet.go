@@ -89,8 +89,8 @@ type Load struct {
 	Queued atomic.Int64
 	// Charged is the prompt tokens of all the requests routed here since
 	// the pod was added, each times the pod's MissShare when it was
-	// routed: a clock of the blocks the pod allocates, which the
-	// SpecLedger's claims are marked with.
+	// routed, in ChargedUnits: a clock of the blocks the pod allocates,
+	// which the SpecLedger's claims are marked with.
 	Charged      atomic.Int64
 	ScrapedAt    atomic.Int64 // unix nanoseconds of the last successful scrape; 0: none yet
 	FailingSince atomic.Int64 // unix nanoseconds of the first of the current run of failed scrapes; 0: the last scrape succeeded, or none has ended
@@ -150,7 +150,7 @@ func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Dur
 			c.told = ms
 		}
 		c.n++
-		c.mark = mark
+		c.mark = max(c.mark, mark) // a decision that read the clock before another's claim keeps the later mark
 		s.blocks[h] = c
 	}
 	s.peak = max(s.peak, len(s.blocks))
@@ -224,6 +224,10 @@ func (l *Load) SetSpeed(s *Speed) { l.speed.Store(s) }
 func (l *Load) PrefillSecondsPerToken(prior, attention float64) float64 {
 	return l.speed.Load().SecondsPerToken(prior, attention)
 }
+
+// ChargedUnit is Load.Charged's units per token: fine enough that a short
+// prompt on a pod whose cache hits nearly everything still moves it.
+const ChargedUnit = 1000
 
 // cacheHits follows a pod's prefix-cache counters: the decayed sums of
 // the tokens queried and hit, and the share missed (float64 bits) read by

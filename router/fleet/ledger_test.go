@@ -77,6 +77,13 @@ func TestSpecLedgerFresh(t *testing.T) {
 	if n := l.Fresh(chain[:3], 0); n != 3 {
 		t.Errorf("Fresh of the first three = %d, want 3", n)
 	}
+	// A decision that read the clock before another claimed keeps no
+	// older mark: the first two stay fresher than the next two.
+	l.Claim(nil, chain[:2], at, time.Second, false, 200)
+	if n := l.Fresh(chain, 250); n != 2 {
+		t.Errorf("Fresh(since 250) after a late claim marked 200 = %d, want 2", n)
+	}
+	l.Release(nil, chain[:2])
 	l.Release(nil, chain[:4])
 	l.Release(nil, chain[:2])
 	if n := l.Fresh(chain, 0); n != 0 {
@@ -109,8 +116,8 @@ func TestMissShare(t *testing.T) {
 	check("a half-life later", 1-450.0/1500)
 	l.ObserveCache(at.Add(2*MissHalfLife), Counters{PromptTokens: 9, Has: HasPromptTokens})
 	check("a scrape without the cache's counters", 1-450.0/1500)
-	l.ObserveCache(at.Add(2*MissHalfLife), c(100, 100)) // restarted
+	l.ObserveCache(at.Add(2*MissHalfLife), c(8000, 100)) // restarted, its queries past the old count already
 	check("restarted", 1-450.0/1500)
-	l.ObserveCache(at.Add(2*MissHalfLife+time.Second), c(100, 100))
+	l.ObserveCache(at.Add(2*MissHalfLife+time.Second), c(8000, 100))
 	check("nothing queried since", 1-450.0/1500)
 }

@@ -408,13 +408,18 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 // cacheConfig is vLLM's info series of its KV cache's configuration.
 const cacheConfig = "vllm:cache_config_info"
 
+// maxCacheTokens bounds a KV cache's size read from its labels: no GPU
+// holds 2^40 tokens, and a sum over engines stays far from overflowing.
+const maxCacheTokens = 1 << 40
+
 // cacheTokens is the tokens a KV cache holds by the labels of its
 // cacheConfig series: kv_cache_size_tokens where vLLM gives it (models
 // mixing attention kinds hold fewer than their blocks' tokens), else
-// num_gpu_blocks × block_size; -1 when neither is a positive integer.
+// num_gpu_blocks × block_size; -1 when neither is a positive integer (up
+// to maxCacheTokens).
 func cacheTokens(set string) int64 {
 	if v, ok := labelValue(set, "kv_cache_size_tokens"); ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && n <= maxCacheTokens {
 			return n
 		}
 	}
@@ -425,7 +430,7 @@ func cacheTokens(set string) int64 {
 	}
 	blocks, errB := strconv.ParseInt(b, 10, 64)
 	size, errS := strconv.ParseInt(s, 10, 64)
-	if errB != nil || errS != nil || blocks <= 0 || size <= 0 || blocks > 1<<40/size {
+	if errB != nil || errS != nil || blocks <= 0 || size <= 0 || blocks > maxCacheTokens/size {
 		return -1
 	}
 	return blocks * size
