@@ -94,10 +94,13 @@ type podReport struct {
 	// prefilled, speculated (fleet.SpecLedger).
 	Speculated int `json:"speculated_blocks"`
 	// Queued is the prompt tokens of this replica's requests there not
-	// yet prefilled; KVCapacity the tokens the pod's KV cache holds
-	// (vllm:cache_config_info; 0: unknown). Past it, blocks no queued
-	// request uses are priced as evicted (router.Score.Expiring).
+	// yet prefilled; MissShare the share of prompt tokens its prefix
+	// cache missed lately (1 until its metrics show hits); KVCapacity the
+	// tokens its KV cache holds (vllm:cache_config_info; 0: unknown).
+	// Once Queued × MissShare passes KVCapacity, blocks no queued request
+	// uses soon are priced as evicted (router.Score.Expiring).
 	Queued       int64      `json:"queued_prompt_tokens"`
+	MissShare    float64    `json:"prefix_cache_miss_share"`
 	KVCapacity   int64      `json:"kv_cache_tokens"`
 	Waiting      int64      `json:"vllm_waiting"`
 	Running      int64      `json:"vllm_running"`
@@ -142,7 +145,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		if l := a.fleet.Load(p.Name); l != nil {
 			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
 			r.Speculated = l.Spec.Speculated()
-			r.Queued, r.KVCapacity = l.Queued.Load(), l.KVCapacity.Load()
+			r.Queued, r.MissShare, r.KVCapacity = l.Queued.Load(), l.MissShare(), l.KVCapacity.Load()
 			r.Metrics = l.Metrics(now, a.staleAfter).String()
 			r.ScrapedAt, r.FailingSince = unixTime(l.ScrapedAt.Load()), unixTime(l.FailingSince.Load())
 			r.PrefillSpeed = 1 / a.router.PrefillSecondsPerToken(l)

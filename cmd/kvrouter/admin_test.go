@@ -133,6 +133,9 @@ func TestDebugPodsSpeed(t *testing.T) {
 	a.fleet.Load("slow").Spec.Claim(nil, []uint64{1, 2}, time.Now(), time.Second, false, 0)    // another sharing two blocks
 	a.fleet.Load("slow").Queued.Store(2500)
 	a.fleet.Load("slow").KVCapacity.Store(40000)
+	now := time.Now()
+	a.fleet.Load("slow").ObserveCache(now, fleet.Counters{CacheQueries: 1000, CacheHits: 100, Has: fleet.HasCacheQueries | fleet.HasCacheHits})
+	a.fleet.Load("slow").ObserveCache(now.Add(time.Second), fleet.Counters{CacheQueries: 2000, CacheHits: 1000, Has: fleet.HasCacheQueries | fleet.HasCacheHits})
 	rec := httptest.NewRecorder()
 	a.adminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pods", nil))
 	var got []struct {
@@ -142,6 +145,7 @@ func TestDebugPodsSpeed(t *testing.T) {
 		Spec    int     `json:"speculated_blocks"`
 		Queued  int64   `json:"queued_prompt_tokens"`
 		KV      int64   `json:"kv_cache_tokens"`
+		Miss    float64 `json:"prefix_cache_miss_share"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
@@ -156,6 +160,9 @@ func TestDebugPodsSpeed(t *testing.T) {
 		}
 		if want := map[string][2]int64{"slow": {2500, 40000}}[p.Name]; p.Queued != want[0] || p.KV != want[1] {
 			t.Errorf("/debug/pods %s: %d prompt tokens queued, a cache of %d, want %d and %d", p.Name, p.Queued, p.KV, want[0], want[1])
+		}
+		if want := map[string]float64{"fast": 1, "slow": 0.1}[p.Name]; math.Abs(p.Miss-want) > 1e-9 {
+			t.Errorf("/debug/pods %s: prefix cache miss share %.3f, want %.3f", p.Name, p.Miss, want)
 		}
 	}
 	if len(got) != 2 {
