@@ -56,12 +56,20 @@ func TestServeStaticPods(t *testing.T) {
 		t.Fatalf("proxied = %d %v %s, want 200 from p1 routed by load (no tokenizer)", resp.StatusCode, resp.Header, body)
 	}
 
+	// The events manager subscribes to the pod on its own schedule: the
+	// pod may be listed before its subscriber is.
 	var pods []map[string]any
-	getJSON(t, urls["admin server"]+"/debug/pods", &pods)
-	if len(pods) != 1 || pods[0]["name"] != "p1" || pods[0]["model"] != "m" {
-		t.Fatalf("/debug/pods = %v, want p1 serving m", pods)
+	var ev []any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // a hang guard, not a performance bound
+		getJSON(t, urls["admin server"]+"/debug/pods", &pods)
+		if len(pods) != 1 || pods[0]["name"] != "p1" || pods[0]["model"] != "m" {
+			t.Fatalf("/debug/pods = %v, want p1 serving m", pods)
+		}
+		if ev, _ = pods[0]["events"].([]any); len(ev) > 0 || time.Now().After(deadline) {
+			break
+		}
 	}
-	if ev, _ := pods[0]["events"].([]any); len(ev) != 1 || ev[0].(map[string]any)["last_seq"] != -1.0 {
+	if len(ev) != 1 || ev[0].(map[string]any)["last_seq"] != -1.0 {
 		t.Fatalf("/debug/pods events = %v, want rank 0 with nothing applied", pods[0]["events"])
 	}
 	var toks struct {
