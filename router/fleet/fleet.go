@@ -269,7 +269,7 @@ func (l *Load) ObserveCache(now time.Time, c Counters) {
 	}
 	last, at := h.last, h.at
 	h.last, h.at = c, now
-	if at.IsZero() || c.CacheQueries < last.CacheQueries || c.CacheHits < last.CacheHits || now.Before(at) {
+	if at.IsZero() || back(last, c) || now.Before(at) {
 		return
 	}
 	q, hit := c.CacheQueries-last.CacheQueries, c.CacheHits-last.CacheHits

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -165,11 +166,7 @@ func (p *kvRouter) Scraped(m []Metrics) {
 	}
 	for i, x := range m {
 		l := p.fleet.Load(podName(i))
-		l.Waiting.Store(int64(x.Waiting))
-		l.Running.Store(int64(x.Running))
-		l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
-		l.KVCapacity.Store(int64(x.KVTokens))
-		l.ObserveCache(at, x.Prefill)
+		x.store(l, at)
 		if !p.learn {
 			continue
 		}
@@ -180,6 +177,16 @@ func (p *kvRouter) Scraped(m []Metrics) {
 			p.speeds = append(p.speeds, SpeedSample{At: now, Pod: i, TokensPerSecond: 1 / p.r.PrefillSecondsPerToken(l)})
 		}
 	}
+}
+
+// store keeps the scraped figures in l, as the fleet's Scraper does
+// (fleet.Queue's store), on the sim's clock at.
+func (x Metrics) store(l *fleet.Load, at time.Time) {
+	l.Waiting.Store(int64(x.Waiting))
+	l.Running.Store(int64(x.Running))
+	l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
+	l.KVCapacity.Store(int64(x.KVTokens))
+	l.ObserveCache(at, x.Prefill)
 }
 
 // Speeds is what kvrouter-learned priced each pod at over the run.

@@ -148,14 +148,10 @@ func (p *replicated) KVEvents(pod int, events []kvEvent) {
 
 // Scraped stores the metrics in every replica's fleet Load.
 func (p *replicated) Scraped(m []Metrics) {
+	at := p.s.Clock()
 	for _, rep := range p.reps {
 		for i, x := range m {
-			l := rep.fleet.Load(fmt.Sprintf("pod-%03d", i))
-			l.Waiting.Store(int64(x.Waiting))
-			l.Running.Store(int64(x.Running))
-			l.KVUsagePermille.Store(int64(x.KVUsage * 1000))
-			l.KVCapacity.Store(int64(x.KVTokens))
-			l.ObserveCache(p.s.Clock(), x.Prefill)
+			x.store(rep.fleet.Load(fmt.Sprintf("pod-%03d", i)), at)
 		}
 	}
 }
