@@ -93,6 +93,21 @@ type Config struct {
 	// override_host load balancing; an ORIGINAL_DST cluster takes only
 	// one). Never a pod outside the subset or of another model. Default 1.
 	Endpoints int
+	// HoldPrefilling turns on the router's queue (hold.go): when the
+	// prompts queued for a model's pods (this router's routed and not yet
+	// prefilled, and those it holds) pass what their KV caches hold, a pod
+	// with this many of the router's requests awaiting their first token
+	// takes no more, and requests wait in the router until one has room;
+	// it then gets the waiting request that finds the most of its prompt
+	// cached there. 0: never hold. Default 2.
+	HoldPrefilling int
+	// HoldMaxWait bounds a request's wait in the router's queue: it is then
+	// routed as if nothing were held. Default 30 s. In BUFFERED mode the
+	// proxy's ext_proc message_timeout must exceed it.
+	HoldMaxWait time.Duration
+	// HoldScan is how many of the oldest waiting requests a pod with room
+	// is matched against. Default 64.
+	HoldScan int
 	// SaturationWaiting and SaturationKV say when a pod is saturated: this
 	// many requests waiting in its queue, or its KV cache this full (0..1).
 	// When every candidate is, a request whose objective's priority is below
@@ -148,6 +163,9 @@ func DefaultConfig() Config {
 		SlowDecision:             50 * time.Millisecond,
 		MaxTokenizeBytes:         4 << 20,
 		Endpoints:                1,
+		HoldPrefilling:           2,
+		HoldMaxWait:              30 * time.Second,
+		HoldScan:                 64,
 		SaturationWaiting:        5,
 		SaturationKV:             0.8,
 		PDThreshold:              512,
@@ -174,6 +192,12 @@ func (c Config) Validate() error {
 	nonNeg("placement tolerance", c.PlacementTolerance)
 	if c.StaleMetricsAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
+	}
+	if c.HoldPrefilling < 0 {
+		errs = append(errs, fmt.Errorf("hold prefilling = %d, want >= 0", c.HoldPrefilling))
+	}
+	if c.HoldPrefilling > 0 && (c.HoldMaxWait <= 0 || c.HoldScan < 1) {
+		errs = append(errs, fmt.Errorf("hold max wait = %v and hold scan = %d, want > 0 both while holding", c.HoldMaxWait, c.HoldScan))
 	}
 	if c.SaturationWaiting < 0 {
 		errs = append(errs, fmt.Errorf("saturation waiting = %d, want >= 0", c.SaturationWaiting))

@@ -14,6 +14,7 @@ import (
 // evaluation is what evaluate learned of a request besides the scores.
 type evaluation struct {
 	model    string
+	ns       string // the index namespace: the target's base model; "" for any pod
 	tokens   int
 	reason   Reason
 	pressure float64 // the candidates' KV pressure
@@ -80,25 +81,30 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	default:
 		ev.reason, ev.tokens = r.hash(t, p, sc, &ev.stages)
 	}
+	if t != nil {
+		ev.ns = t.Base
+	}
+	r.match(&ev, sc)
+	return ev, nil
+}
+
+// match matches sc.hashes over the candidates in sc.members and scores
+// them into sc.scores, with ev's weights and stages.
+func (r *Router) match(ev *evaluation, sc *scratch) {
 	t1 := time.Now()
 	sc.ids = sc.ids[:0]
 	for _, m := range sc.members {
 		sc.ids = append(sc.ids, m.ID)
 	}
-	ns := ""
-	if t != nil {
-		ns = t.Base
-	}
 	if r.sharer != nil {
-		sc.matches, sc.peers = r.sharer.MatchLoad(ns, sc.hashes, sc.ids, sc.matches, sc.peers)
+		sc.matches, sc.peers = r.sharer.MatchLoad(ev.ns, sc.hashes, sc.ids, sc.matches, sc.peers)
 	} else {
-		sc.matches, sc.peers = r.index.Match(ns, sc.hashes, sc.ids, sc.matches), sc.peers[:0]
+		sc.matches, sc.peers = r.index.Match(ev.ns, sc.hashes, sc.ids, sc.matches), sc.peers[:0]
 	}
 	t2 := time.Now()
 	ev.pressure, ev.reuse, ev.share = r.weights(sc.members)
 	sc.scores = r.score(sc.matches, sc.peers, sc.members, sc.hashes, ev.tokens, ev.pressure+ev.reuse, r.now().UnixNano(), sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
-	return ev, nil
 }
 
 // candidates fills sc.members with the ready pods of t (every ready pod when

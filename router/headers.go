@@ -16,6 +16,9 @@ const (
 	// (Decision.PrefillPod); absent when the chosen pod computes the
 	// prompt itself.
 	HeaderPrefillPod = "x-kvrouter-prefill-pod"
+	// HeaderHeld is how long the request waited in the router's queue, in
+	// milliseconds (Decision.Held); absent when it was not held.
+	HeaderHeld = "x-kvrouter-held-ms"
 )
 
 // HeaderDPRank is the request header vLLM's API server reads to send a
@@ -26,8 +29,9 @@ const (
 const HeaderDPRank = "x-data-parallel-rank"
 
 // AppendHeaders appends d's routing headers to dst as name, value pairs,
-// names in lower case: the pod, its cached blocks and the reason, and
-// HeaderPrefillPod when a prefill pod computes the prompt.
+// names in lower case: the pod, its cached blocks and the reason,
+// HeaderPrefillPod when a prefill pod computes the prompt, and HeaderHeld
+// when the request waited in the router's queue.
 func (d *Decision) AppendHeaders(dst [][2]string) [][2]string {
 	dst = append(dst,
 		[2]string{HeaderPod, d.Pod},
@@ -35,6 +39,9 @@ func (d *Decision) AppendHeaders(dst [][2]string) [][2]string {
 		[2]string{HeaderReason, string(d.Reason)})
 	if d.PrefillPod != "" {
 		dst = append(dst, [2]string{HeaderPrefillPod, d.PrefillPod})
+	}
+	if d.Held > 0 {
+		dst = append(dst, [2]string{HeaderHeld, strconv.FormatInt(d.Held.Milliseconds(), 10)})
 	}
 	return dst
 }

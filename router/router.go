@@ -120,6 +120,8 @@ type Router struct {
 	tokenizeErrs *tokenizeLog
 	// objectives are the InferenceObjectives' priorities, swapped whole.
 	objectives atomic.Pointer[Objectives]
+	// held is the router's queue (hold.go).
+	held holdQueue
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -169,8 +171,11 @@ type Decision struct {
 	Total   int // full blocks of the prompt
 	Tokens  int // prompt tokens, 0 when unknown
 	Reason  Reason
-	Elapsed time.Duration
-	Stages  Stages // where Elapsed went
+	Elapsed time.Duration // the decision's own time, without Held
+	Stages  Stages        // where Elapsed went
+	// Held is how long the request waited in the router's queue
+	// (Config.HoldPrefilling); 0 when it was not held.
+	Held time.Duration
 	// Fallbacks are the next best endpoints, in order, when
 	// Config.Endpoints > 1: the proxy tries them if Address fails, and
 	// Served moves the decision to the one that served.
@@ -215,6 +220,7 @@ func (d *Decision) Prefilled() {
 		d.spec = nil
 		d.router.settle(d.load, d.pod, b)
 	}
+	d.router.release()
 }
 
 // Served moves the decision to the fallback at address, the endpoint the
@@ -288,26 +294,57 @@ type scratch struct {
 
 // Route picks the pod for req and records it: the pod's load and
 // speculative index entries for the prompt's blocks. A request the router
-// refuses gives an *Error.
-func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
+// refuses gives an *Error. While the router holds requests (hold.go) it
+// waits until a pod has room, ctx is done (its error is returned) or
+// Config.HoldMaxWait has passed.
+func (r *Router) Route(ctx context.Context, req Request) (*Decision, error) {
+	d, t, err := r.Begin(req)
+	if t == nil {
+		return d, err
+	}
+	return t.wait(ctx)
+}
+
+// Begin is Route without the wait: it gives the decision, or the Ticket of
+// a request the router holds (Ticket.Ready, Ticket.Finish), or the error.
+func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
 	start := time.Now()
 	sc, _ := r.scratch.Get().(*scratch)
 	if sc == nil {
 		sc = &scratch{}
 	}
-	defer r.putScratch(sc)
 	ev, err := r.evaluate(req, sc)
 	if err != nil {
+		r.putScratch(sc)
 		r.metrics.refused(err)
 		if e := AsError(err); e != nil {
 			r.Refused(req.ID, req.Path, ev.model, e)
 		}
-		return nil, err
+		return nil, nil, err
 	}
+	if t := r.hold(req, ev, sc, start); t != nil {
+		return nil, t, nil
+	}
+	defer r.putScratch(sc)
+	return r.decide(req, ev, sc, nil, start), nil, nil
+}
+
+// decide picks the pod for req among the scored candidates in sc that ok
+// allows (nil: all) and records the decision. start is when the router
+// began the request.
+func (r *Router) decide(req Request, ev evaluation, sc *scratch, ok func(int) bool, start time.Time) *Decision {
 	var dest func(int) bool
 	pd := disaggregated(sc.members)
 	if pd {
 		dest = isDestination(sc)
+	}
+	if ok != nil {
+		if dest != nil {
+			d := dest
+			dest = func(i int) bool { return d(i) && ok(i) }
+		} else {
+			dest = ok
+		}
 	}
 	i, placed := r.choose(sc.scores, dest, ev.tokens, ev.share)
 	m := sc.members[i]
@@ -352,7 +389,7 @@ func (r *Router) Route(_ context.Context, req Request) (*Decision, error) {
 	}
 	d.Elapsed = time.Since(start)
 	r.observe(d)
-	return d, nil
+	return d
 }
 
 // charge adds prefill routed to a pod, not yet done, to its load, and

@@ -481,6 +481,7 @@ func TestNewPrefixGoesToTheEmptiestCache(t *testing.T) {
 // hits). An unknown capacity expires nothing.
 func TestQueueBeyondTheCacheExpiresMatches(t *testing.T) {
 	tr := newTestRouter(t)
+	tr.cfg.HoldPrefilling = 0               // the queue past the cache stays on the pod, as it does without the router's queue
 	body := completion("llama", prompt, "") // 30 tokens, 7 full blocks
 	tr.store("a", prompt, "", "")
 	a := tr.fleet.Load("a")
@@ -542,6 +543,7 @@ func TestQueueBeyondTheCacheExpiresMatches(t *testing.T) {
 // is priced as evicted. With the head unclaimed too, the GPU blocks expire.
 func TestExpiringTailOffTheGPU(t *testing.T) {
 	tr := newTestRouter(t)
+	tr.cfg.HoldPrefilling = 0 // the queue past the cache stays on the pod, as it does without the router's queue
 	id, hs := tr.blocks("a", prompt, "", "")
 	if err := tr.index.Stored(id, kvindex.TierGPU, hs[:3]); err != nil {
 		t.Fatal(err)

@@ -147,6 +147,15 @@ type routingConfig struct {
 	// StaleMetricsAfter is how long a pod's /metrics scrapes may fail
 	// before the router routes around it as if it had never answered.
 	StaleMetricsAfter duration `yaml:"stale_metrics_after"` // --stale-metrics-after
+	// HoldPrefilling turns on the router's queue once the prompts queued
+	// for a model's pods pass what their KV caches hold: a pod with this
+	// many requests awaiting their first token takes no more, and requests
+	// wait in kvrouter for a pod with room (0: never). HoldMaxWait bounds
+	// the wait; HoldScan is how many waiting requests a pod with room is
+	// matched against.
+	HoldPrefilling int      `yaml:"hold_prefilling"` // --hold-prefilling
+	HoldMaxWait    duration `yaml:"hold_max_wait"`   // --hold-max-wait
+	HoldScan       int      `yaml:"hold_scan"`       // --hold-scan
 	// MaxTokenizeBytes: a request body larger than this is routed by load
 	// without tokenizing its prompt.
 	MaxTokenizeBytes int `yaml:"max_tokenize_bytes"` // --max-tokenize-bytes
@@ -256,6 +265,7 @@ func routingDefaults() routingConfig {
 		KVPressure: r.KVPressure, ReuseWeight: r.ReuseWeight, Tolerance: r.Tolerance, PlacementTolerance: r.PlacementTolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
 		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
 		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
+		HoldPrefilling: r.HoldPrefilling, HoldMaxWait: duration(r.HoldMaxWait), HoldScan: r.HoldScan,
 		PDThresholdTokens: r.PDThreshold, PrefillHeader: r.PrefillHeader,
 	}
 }
@@ -319,6 +329,9 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.Float64Var(&c.Routing.PlacementTolerance, "placement-tolerance", c.Routing.PlacementTolerance, "a request the cheapest pod lacks more than half of places a new prefix: it goes to the least used KV cache among the pods within this fraction of the cheapest, times the share of prompts the caches held lately (0: the cheapest)")
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
+	fs.IntVar(&c.Routing.HoldPrefilling, "hold-prefilling", c.Routing.HoldPrefilling, "once the prompts queued for a model's pods pass what their KV caches hold, a pod with this many requests awaiting their first token takes no more: requests wait in kvrouter for a pod with room, which gets the one it caches most of (0: never hold)")
+	fs.DurationVar((*time.Duration)(&c.Routing.HoldMaxWait), "hold-max-wait", time.Duration(c.Routing.HoldMaxWait), "the longest a request waits in kvrouter's queue before it is routed as if nothing were held (BUFFERED body mode: keep it below the proxy's ext_proc message_timeout)")
+	fs.IntVar(&c.Routing.HoldScan, "hold-scan", c.Routing.HoldScan, "how many of the oldest waiting requests a pod with room is matched against")
 	fs.IntVar(&c.Routing.SaturationWaiting, "saturation-waiting", c.Routing.SaturationWaiting, "requests waiting on a pod that make it saturated: when every candidate is, sheddable requests (objective priority < 0) get 429")
 	fs.Float64Var(&c.Routing.SaturationKV, "saturation-kv", c.Routing.SaturationKV, "KV cache use (0 to 1) that makes a pod saturated")
 	fs.IntVar(&c.Routing.PDThresholdTokens, "pd-threshold-tokens", c.Routing.PDThresholdTokens, "with prefill and decode pods: a prefill pod computes the prompt when the chosen decode pod lacks at least this many of its tokens")
@@ -368,6 +381,7 @@ var flagPaths = map[string]string{
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
 	"pd-threshold-tokens": "routing.pd_threshold_tokens", "prefill-header": "routing.prefill_header",
 	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",
+	"hold-prefilling": "routing.hold_prefilling", "hold-max-wait": "routing.hold_max_wait", "hold-scan": "routing.hold_scan",
 	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
 	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
 	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",

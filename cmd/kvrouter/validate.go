@@ -212,6 +212,14 @@ func (c config) routerConfig(p *problems) router.Config {
 	setChecked(p, "routing.prefill_header", rc.PrefillHeader, "a lower-case header name", &r.PrefillHeader, func(v string) bool {
 		return v != "" && strings.ToLower(v) == v && !strings.ContainsAny(v, " :\t")
 	})
+	setChecked(p, "routing.hold_prefilling", rc.HoldPrefilling, ">= 0", &r.HoldPrefilling, func(v int) bool { return v >= 0 })
+	setChecked(p, "routing.hold_scan", rc.HoldScan, ">= 1", &r.HoldScan, func(v int) bool { return v >= 1 })
+	switch v := time.Duration(rc.HoldMaxWait); {
+	case v > 0:
+		r.HoldMaxWait = v
+	case rc.HoldPrefilling > 0:
+		p.add("routing.hold_max_wait: %v, want > 0 while routing.hold_prefilling is", v)
+	}
 	if v := c.Routing.StaleMetricsAfter; v >= 0 {
 		r.StaleMetricsAfter = time.Duration(v)
 	} else {

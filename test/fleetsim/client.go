@@ -157,7 +157,9 @@ func (s *Sim) timeout(i int) {
 		return
 	}
 	q.aborted, q.ended = true, s.now
-	s.pods[q.pod].aborts++
+	if q.pod >= 0 {
+		s.pods[q.pod].aborts++
+	}
 	if pq := q.prefill; pq != nil && pq.target >= 0 { // still on its prefill pod
 		pq.aborted = true
 		s.pods[pq.pod].aborts++

@@ -1,9 +1,9 @@
 package fleetsim
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +47,12 @@ type kvRouter struct {
 	r         *router.Router
 	byName    map[string]int
 	decisions []*router.Decision // by request ID
-	body      []byte
+	// tickets are the requests the router holds (router.Ticket), oldest
+	// first; held maps a held request's ID to its ticket.
+	tickets []heldRequest
+	held    map[int]*router.Ticket
+	maxWait time.Duration // router.Config.HoldMaxWait
+	body    []byte
 	// learn is kvrouter-learned's: the scrapes' prefill counters teach
 	// each pod's speed, as fleet.Scraper does; speeds samples them.
 	learn     bool
@@ -86,7 +91,7 @@ func newKVRouterConfig(s *Sim, rc router.Config) (*kvRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &kvRouter{eventIndex: ei, s: s, fleet: fleet.New(ei.index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests))}
+	p := &kvRouter{eventIndex: ei, s: s, fleet: fleet.New(ei.index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests)), maxWait: rc.HoldMaxWait}
 	for i := range s.Pods() {
 		name := podName(i)
 		var role kvpod.Role
@@ -127,11 +132,56 @@ func newMeanKVRouter(s *Sim) (*kvRouter, error) {
 	return newKVRouterConfig(s, rc)
 }
 
-func (p *kvRouter) Pick(r *Request) int {
-	var d *router.Decision
-	d, p.body = route(p.r, r, p.body)
-	p.decisions[r.ID] = d
-	return p.byName[d.Pod]
+// heldRequest is a request the router holds.
+type heldRequest struct {
+	r *Request
+	t *router.Ticket
+}
+
+// Hold begins r's decision (Router.Begin, as Route does): the router
+// decides now, and Pick returns the pod, or holds it until Release.
+func (p *kvRouter) Hold(r *Request) bool {
+	d, t, body := begin(p.r, r, p.body)
+	p.body = body
+	if t == nil {
+		p.decisions[r.ID] = d
+		return false
+	}
+	if p.held == nil {
+		p.held = map[int]*router.Ticket{}
+	}
+	p.held[r.ID] = t
+	p.tickets = append(p.tickets, heldRequest{r, t})
+	return true
+}
+
+// Pick is the pod of r's decision, which Hold made.
+func (p *kvRouter) Pick(r *Request) int { return p.byName[p.decisions[r.ID].Pod] }
+
+// Release routes the first held request whose ticket is ready, or whose
+// wait passed router.Config.HoldMaxWait (Route's timer, on the sim's
+// clock).
+func (p *kvRouter) Release() (*Request, int, bool) {
+	now := p.s.Clock()
+	for i, h := range p.tickets {
+		select {
+		case <-h.t.Ready():
+		default:
+			if now.Sub(h.t.Since()) < p.maxWait {
+				continue
+			}
+			h.t.Expire()
+		}
+		p.tickets = append(p.tickets[:i], p.tickets[i+1:]...)
+		delete(p.held, h.r.ID)
+		d, err := h.t.Finish()
+		if err != nil {
+			panic(fmt.Sprintf("fleetsim: route held request %d: %v", h.r.ID, err)) // pods never leave a sim
+		}
+		p.decisions[h.r.ID] = d
+		return h.r, p.byName[d.Pod], true
+	}
+	return nil, 0, false
 }
 
 // PrefillPod is the prefill pod of r's decision (Decision.PrefillPod),
@@ -150,6 +200,16 @@ func (p *kvRouter) Started(r *Request) { p.decisions[r.ID].Prefilled() }
 
 // Finished is the end of the response stream, where extproc calls Done.
 func (p *kvRouter) Finished(r *Request) {
+	if t := p.held[r.ID]; t != nil { // the client gave up on it while held
+		delete(p.held, r.ID)
+		p.tickets = slices.DeleteFunc(p.tickets, func(h heldRequest) bool { return h.t == t })
+		if !t.Cancel() {
+			if d, err := t.Finish(); err == nil {
+				d.Done()
+			}
+		}
+		return
+	}
 	p.decisions[r.ID].Done()
 	p.decisions[r.ID] = nil
 }
@@ -269,16 +329,17 @@ func applyRun(idx eventApplier, pod kvindex.PodID, stored bool, hashes []uint64)
 	}
 }
 
-// route routes r through rt as a completion body whose prompt names the
-// request (simTokenizer reads it), built in body, which it returns for
-// reuse.
-func route(rt *router.Router, r *Request, body []byte) (*router.Decision, []byte) {
+// begin begins r's decision through rt (Router.Begin) as a completion
+// body whose prompt names the request (simTokenizer reads it), built in
+// body, which it returns for reuse: the decision, or the ticket of a
+// request the router holds.
+func begin(rt *router.Router, r *Request, body []byte) (*router.Decision, *router.Ticket, []byte) {
 	body = append(body[:0], `{"model":"`+simModel+`","prompt":"`+promptPrefix...)
 	body = strconv.AppendInt(body, int64(r.ID), 10)
 	body = append(body, `"}`...)
-	d, err := rt.Route(context.Background(), router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: body})
+	d, t, err := rt.Begin(router.Request{ID: strconv.Itoa(r.ID), Path: "/v1/completions", Body: body})
 	if err != nil {
 		panic(fmt.Sprintf("fleetsim: route request %d: %v", r.ID, err)) // a bug of the simulator's request
 	}
-	return d, body
+	return d, t, body
 }

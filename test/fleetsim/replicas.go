@@ -105,7 +105,9 @@ func (c Replicated) build(s *Sim) (*replicated, error) {
 			rep.pods = append(rep.pods, id)
 			rep.byName[name] = j
 		}
-		if rep.r, err = router.New(RouterConfig(s), rep.fleet, idx, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
+		rc := RouterConfig(s)
+		rc.HoldPrefilling = 0 // the replicas route every request at once: their comparison is of shared speculation
+		if rep.r, err = router.New(rc, rep.fleet, idx, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
 			return nil, err
 		}
 		p.reps = append(p.reps, rep)
@@ -122,8 +124,8 @@ func (p *replicated) Pick(r *Request) int {
 	i := p.next
 	p.next = (p.next + 1) % len(p.reps)
 	rep := p.reps[i]
-	var d *router.Decision
-	d, p.body = route(rep.r, r, p.body)
+	d, _, body := begin(rep.r, r, p.body) // never held: HoldPrefilling is 0
+	p.body = body
 	p.owner[r.ID], p.dec[r.ID] = int32(i), d
 	return rep.byName[d.Pod]
 }

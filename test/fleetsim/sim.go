@@ -230,6 +230,7 @@ func (s *Sim) loop() *Result {
 			}
 		case evScrape:
 			s.scrape()
+			s.release()
 			if s.open > 0 || c.pending(s.next) {
 				s.push(event{at: s.now + s.cfg.ScrapeInterval.Seconds(), kind: evScrape})
 			}
@@ -279,6 +280,12 @@ func (s *Sim) result() *Result {
 func (s *Sim) arrive(r *Request) bool {
 	if (r.Prompt+r.Output-1+s.cfg.BlockSize-1)/s.cfg.BlockSize > s.cfg.Blocks { // the last token needs no KV
 		return false
+	}
+	if h, ok := s.policy.(holder); ok && h.Hold(r) {
+		q := &s.seqs[r.ID]
+		*q = seq{req: r, pod: -1, sent: s.now, target: r.Prompt, hit: -1, first: -1}
+		s.open++
+		return true
 	}
 	i := s.policy.Pick(r)
 	q := &s.seqs[r.ID]
@@ -347,6 +354,39 @@ func (s *Sim) endStep(i int) {
 	}
 	s.done = done
 	s.startStep(i)
+	s.release()
+}
+
+// holder is a Policy that may keep a request in the router rather than
+// pick its pod at once (router.Config.HoldPrefilling).
+type holder interface {
+	// Hold reports whether r waits in the router; when not, Pick picks
+	// its pod.
+	Hold(r *Request) bool
+	// Release returns the next waiting request to send now and its pod;
+	// ok is false when none is to go.
+	Release() (r *Request, pod int, ok bool)
+}
+
+// release sends the requests a holder lets go: after each step, whose
+// first tokens and ends free room on its pod, and at each scrape.
+func (s *Sim) release() {
+	h, ok := s.policy.(holder)
+	if !ok {
+		return
+	}
+	for {
+		r, i, ok := h.Release()
+		if !ok {
+			return
+		}
+		q := &s.seqs[r.ID]
+		if q.aborted {
+			continue
+		}
+		q.pod = i
+		s.enqueue(q)
+	}
 }
 
 // publish sends pod i's KV events since the last publish to a policy

@@ -1,0 +1,339 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router/fleet"
+)
+
+// The router's queue. When a model's pods are sent more prompts than their
+// KV caches hold, each pod's cache evicts a prompt's blocks before the
+// next request that shares them is admitted: vLLM admits its waiting
+// requests in order of arrival, and between two requests of one
+// conversation routed to one pod come those of every other conversation
+// routed there. Every request then misses, whatever the router picked,
+// and the fleet prefills every prompt whole.
+//
+// Past that point the router stops queueing in the pods. A pod with
+// Config.HoldPrefilling of its requests awaiting their first token takes
+// no more; requests wait in the router, and each time a pod has room
+// again (a request there prefilled) it gets the waiting request that
+// finds the most of its prompt cached on it (ties: the oldest). A pod then
+// serves the conversations it caches while their requests wait, rather
+// than a cycle of prompts through a cache too small for it.
+//
+// The queue opens when the prompt tokens of the requests routed to the
+// model's pods and not yet prefilled, with those held, reach the tokens
+// their KV caches hold (fleet.Load.KVCapacity; never while a pod's is
+// unknown), and the pods' prefix caches hit less of the prompts than
+// routing found matched (fleet.Load.MissShare against fleet.Load.Reuse):
+// the queued prompts evict what the requests were routed for. A fleet
+// merely overloaded, whose caches still hit what routing expected, keeps
+// routing at once. It closes when the queued prompts fall below half of
+// the caches, and the held requests are then routed as usual, oldest
+// first.
+//
+// A held request waits at most Config.HoldMaxWait, then is routed as if
+// nothing were held; its client going away ends its wait. Each replica
+// holds its own requests and counts its own decisions.
+
+// holdQueue is the router's queue.
+type holdQueue struct {
+	mu sync.Mutex
+	// waiting are the held tickets, oldest first.
+	waiting []*Ticket
+	// n is len(waiting), read without the lock.
+	n atomic.Int64
+	// reserved is the tickets released to each pod and not yet routed:
+	// they count as its requests awaiting their first token.
+	reserved map[kvindex.PodID]int
+	// gates is each namespace's gate.
+	gates map[string]*holdGate
+	// free and matches are release's working memory.
+	free    []kvindex.PodID
+	matches []kvindex.PodMatch
+}
+
+// holdGate is one namespace's gate.
+type holdGate struct {
+	on   bool
+	held int64 // prompt tokens of its held tickets
+}
+
+// Ticket is a request the router holds. Route waits on it; a caller of
+// Begin waits on Ready, then calls Finish (or Cancel).
+type Ticket struct {
+	r     *Router
+	req   Request
+	ev    evaluation
+	sc    *scratch
+	since time.Time     // when it was held
+	spent time.Duration // the decision's time before it was held
+	ready chan struct{}
+	// Under the queue's lock:
+	state ticketState
+	pod   kvindex.PodID // the pod it was released to; anyPod: routed as usual
+}
+
+type ticketState uint8
+
+const (
+	ticketHeld ticketState = iota
+	ticketReleased
+	ticketGone // expired or canceled: no longer in the queue
+)
+
+// anyPod marks a ticket routed to whichever pod its decision picks.
+const anyPod = kvindex.InvalidPod
+
+// hold returns a ticket for the request whose evaluation is ev, its
+// scratch sc (which the ticket then owns), when the router holds it; nil
+// when it routes now.
+func (r *Router) hold(req Request, ev evaluation, sc *scratch, start time.Time) *Ticket {
+	if r.cfg.HoldPrefilling <= 0 || ev.ns == "" || disaggregated(sc.members) {
+		return nil
+	}
+	q := &r.held
+	q.mu.Lock()
+	if !q.gate(ev.ns, sc.members, int64(ev.tokens)) {
+		q.mu.Unlock()
+		return nil
+	}
+	now := r.now()
+	t := &Ticket{r: r, req: req, ev: ev, sc: sc, since: now, spent: time.Since(start), ready: make(chan struct{}), pod: anyPod}
+	q.waiting = append(q.waiting, t)
+	q.n.Add(1)
+	q.gates[ev.ns].held += int64(ev.tokens)
+	r.metrics.held.Inc()
+	r.releaseLocked()
+	q.mu.Unlock()
+	return t
+}
+
+// gate updates and reports the gate of namespace ns, whose candidates are
+// members, with extra prompt tokens about to be held. Called with q.mu.
+func (q *holdQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
+	g := q.gates[ns]
+	if g == nil {
+		if q.gates == nil {
+			q.gates, q.reserved = map[string]*holdGate{}, map[kvindex.PodID]int{}
+		}
+		g = &holdGate{}
+		q.gates[ns] = g
+	}
+	var demand, capacity int64
+	var reuse, miss float64
+	for _, m := range members {
+		c := m.Load.KVCapacity.Load()
+		if c <= 0 {
+			g.on = false
+			return false
+		}
+		capacity += c
+		demand += m.Load.Queued.Load()
+		reuse += m.Load.Reuse()
+		miss += m.Load.MissShare()
+	}
+	demand += g.held + extra
+	if g.on {
+		g.on = 2*demand >= capacity
+	} else {
+		g.on = demand >= capacity && 1-miss/float64(len(members)) < reuse/float64(len(members))
+	}
+	return g.on
+}
+
+// room reports whether the pod m takes another request while the router
+// holds: fewer than Config.HoldPrefilling of the router's requests await
+// their first token there, those released to it included. Called with
+// q.mu.
+func (r *Router) room(m *fleet.Member) bool {
+	return m.Load.Prefilling.Load()+int64(r.held.reserved[m.ID]) < int64(r.cfg.HoldPrefilling)
+}
+
+// release gives the pods with room the held requests that suit them best:
+// each time a pod's request prefills, and when a request is held.
+func (r *Router) release() {
+	if r.held.n.Load() == 0 {
+		return
+	}
+	r.held.mu.Lock()
+	r.releaseLocked()
+	r.held.mu.Unlock()
+}
+
+// releaseLocked releases tickets while any has a pod with room, or its
+// namespace's gate closed. Called with q.mu.
+func (r *Router) releaseLocked() {
+	q := &r.held
+	for len(q.waiting) > 0 {
+		best, pod, blocks := -1, anyPod, -1
+		for i, t := range q.waiting[:min(len(q.waiting), r.cfg.HoldScan)] {
+			if !q.gate(t.ev.ns, t.sc.members, 0) {
+				best, pod = i, anyPod
+				break
+			}
+			q.free = q.free[:0]
+			for _, m := range t.sc.members {
+				if r.room(m) {
+					q.free = append(q.free, m.ID)
+				}
+			}
+			if len(q.free) == 0 {
+				continue
+			}
+			q.matches = r.index.Match(t.ev.ns, t.sc.hashes, q.free, q.matches)
+			for j, m := range q.matches {
+				if m.Blocks > blocks {
+					best, pod, blocks = i, q.free[j], m.Blocks
+				}
+			}
+		}
+		if best < 0 {
+			return
+		}
+		t := q.waiting[best]
+		q.remove(best)
+		t.state, t.pod = ticketReleased, pod
+		if pod != anyPod {
+			q.reserved[pod]++
+		}
+		close(t.ready)
+	}
+}
+
+// remove takes the ticket at i out of the queue. Called with q.mu.
+func (q *holdQueue) remove(i int) {
+	t := q.waiting[i]
+	copy(q.waiting[i:], q.waiting[i+1:])
+	q.waiting[len(q.waiting)-1] = nil
+	q.waiting = q.waiting[:len(q.waiting)-1]
+	q.n.Add(-1)
+	q.gates[t.ev.ns].held -= int64(t.ev.tokens)
+	t.r.metrics.held.Dec()
+}
+
+// leave takes t out of the queue if it is still there, as state, and
+// reports whether it was.
+func (t *Ticket) leave(state ticketState) bool {
+	q := &t.r.held
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t.state != ticketHeld {
+		return false
+	}
+	for i, w := range q.waiting {
+		if w == t {
+			q.remove(i)
+			break
+		}
+	}
+	t.state = state
+	return true
+}
+
+// Ready is closed when a pod has room for the request.
+func (t *Ticket) Ready() <-chan struct{} { return t.ready }
+
+// Since is when the request was held.
+func (t *Ticket) Since() time.Time { return t.since }
+
+// Expire ends the request's wait: Finish then routes it as if nothing were
+// held. Nothing changes if a pod already has room for it.
+func (t *Ticket) Expire() {
+	if t.leave(ticketGone) {
+		t.r.metrics.holds.WithLabelValues("expired").Inc()
+	}
+}
+
+// Cancel gives up the request: it reports true when it left the queue
+// (the ticket is done with), false when it was released already (call
+// Finish, then end the decision).
+func (t *Ticket) Cancel() bool {
+	if !t.leave(ticketGone) {
+		return false
+	}
+	t.r.metrics.holds.WithLabelValues("canceled").Inc()
+	t.r.putScratch(t.sc)
+	t.sc = nil
+	return true
+}
+
+// Finish routes the request once Ready is closed or Expire was called: it
+// matches and scores its candidates again, as they are now, and picks
+// among them the pod it was released to (any pod, when expired or
+// released by a closing gate, or when that pod is gone).
+func (t *Ticket) Finish() (*Decision, error) {
+	r := t.r
+	sc := t.sc
+	defer r.putScratch(sc)
+	q := &r.held
+	q.mu.Lock()
+	pod := t.pod
+	if t.state == ticketReleased {
+		r.metrics.holds.WithLabelValues("released").Inc()
+		if pod != anyPod {
+			if q.reserved[pod]--; q.reserved[pod] <= 0 {
+				delete(q.reserved, pod)
+			}
+		}
+	}
+	t.state = ticketGone
+	q.mu.Unlock()
+	held := r.now().Sub(t.since)
+	r.metrics.holdSeconds.Observe(held.Seconds())
+	start := time.Now()
+	snap := r.fleet.Snapshot()
+	tg := snap.Target(t.ev.model)
+	if tg == nil {
+		return nil, unavailable("no ready pod serves model %q: its pods are gone", t.ev.model)
+	}
+	r.candidates(snap, tg, t.req.Subset, start, sc)
+	if len(sc.members) == 0 {
+		return nil, unavailable("no ready pod serves model %q", t.ev.model)
+	}
+	ev := t.ev
+	r.match(&ev, sc)
+	var ok func(int) bool
+	for _, m := range sc.members {
+		if m.ID == pod {
+			ok = func(i int) bool { return sc.members[i].ID == pod }
+			break
+		}
+	}
+	d := r.decide(t.req, ev, sc, ok, start.Add(-t.spent))
+	d.Held = held
+	return d, nil
+}
+
+// wait is Route's wait for a held request.
+func (t *Ticket) wait(ctx context.Context) (*Decision, error) {
+	timer := time.NewTimer(t.r.cfg.HoldMaxWait)
+	defer timer.Stop()
+	select {
+	case <-t.ready:
+	case <-timer.C:
+		t.Expire()
+	case <-ctx.Done():
+		if t.Cancel() {
+			return nil, ctx.Err()
+		}
+	}
+	d, err := t.Finish()
+	if err == nil && ctx.Err() != nil { // released as the client left
+		d.Done()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		r := t.r
+		r.metrics.refused(err)
+		if e := AsError(err); e != nil {
+			r.Refused(t.req.ID, t.req.Path, t.ev.model, e)
+		}
+	}
+	return d, err
+}

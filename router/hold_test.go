@@ -1,0 +1,238 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/router/fleet"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// holdFleet gives pods a and b caches of 100 tokens each whose requests
+// lately found 90% of their prompts matched when routed, and none cached
+// when admitted (no prefix-cache hits in their metrics), and routes two
+// prompts of 40 tokens to each: 160 tokens queued on caches of 200, and
+// each pod at Config.HoldPrefilling (2) requests awaiting their first
+// token. It returns the decisions, a's first.
+func holdFleet(t *testing.T, tr *testRouter) []*Decision {
+	t.Helper()
+	for _, p := range []string{"a", "b"} {
+		tr.fleet.Load(p).KVCapacity.Store(100)
+		tr.fleet.Load(p).FoldReuse(0.9, 1)
+	}
+	var ds []*Decision
+	for i, to := range []string{"10.0.0.1:8000", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.2:8000"} {
+		d, err := tr.route("/v1/completions", completion("llama", fmt.Sprintf("%03d queued prompt of forty tokens, padded", i), ""), to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// begin begins a request of prompt over pods a and b.
+func (tr *testRouter) begin(prompt string) (*Decision, *Ticket) {
+	tr.t.Helper()
+	s, _ := ParseSubset([]string{"10.0.0.1:8000", "10.0.0.2:8000"})
+	d, tk, err := tr.Begin(Request{ID: prompt, Path: "/v1/completions", Body: []byte(completion("llama", prompt, "")), Subset: s})
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	return d, tk
+}
+
+func ready(tk *Ticket) bool {
+	select {
+	case <-tk.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestHoldPastTheCaches: once the prompts queued for a model's pods reach
+// what their caches hold and every pod has its requests awaiting their
+// first token, a request waits in the router; a pod that prefills one
+// gets the waiting request that finds the most of its prompt cached there,
+// the oldest first among equals.
+func TestHoldPastTheCaches(t *testing.T) {
+	tr := newTestRouter(t)
+	ds := holdFleet(t, tr)
+	tr.store("a", prompt, "", "")
+	d, cold := tr.begin("a prompt that neither pod has cached, 48 tokens")
+	if d != nil || cold == nil {
+		t.Fatalf("Begin past the caches = %+v, %v; want a ticket", d, cold)
+	}
+	_, warm := tr.begin(prompt)
+	_, other := tr.begin("another prompt that neither pod has, 48 tokens")
+	if warm == nil || other == nil || ready(cold) || ready(warm) || ready(other) {
+		t.Fatal("a request went to a pod without room")
+	}
+	if n := testutil.ToFloat64(tr.metrics.held); n != 3 {
+		t.Fatalf("held_requests = %v, want 3", n)
+	}
+	ds[0].Prefilled() // a has room
+	if !ready(warm) || ready(cold) || ready(other) {
+		t.Fatalf("a prefilled: ready cold %v, warm %v, other %v; want the prompt a caches only", ready(cold), ready(warm), ready(other))
+	}
+	ds[0].Prefilled() // again: nothing more
+	if ready(cold) {
+		t.Fatal("a second Prefilled released another request to a")
+	}
+	tr.advance(1500 * time.Millisecond)
+	dw, err := warm.Finish()
+	if err != nil || dw.Pod != "a" || dw.Matched != 7 {
+		t.Fatalf("warm routed to %+v, %v; want a with 7 blocks cached", dw, err)
+	}
+	if h := dw.AppendHeaders(nil); dw.Held != 1500*time.Millisecond || !slices.Contains(h, [2]string{HeaderHeld, "1500"}) {
+		t.Errorf("held 1.5 s: Held %v, headers %q", dw.Held, h)
+	}
+	if h := ds[0].AppendHeaders(nil); slices.ContainsFunc(h, func(kv [2]string) bool { return kv[0] == HeaderHeld }) {
+		t.Errorf("a decision never held has headers %q", h)
+	}
+	ds[2].Prefilled() // b has room: the oldest of the two cold prompts
+	if !ready(cold) || ready(other) {
+		t.Fatalf("b prefilled: ready cold %v, other %v; want the older", ready(cold), ready(other))
+	}
+	dc, err := cold.Finish()
+	if err != nil || dc.Pod != "b" {
+		t.Fatalf("cold routed to %+v, %v; want b", dc, err)
+	}
+	if n := testutil.ToFloat64(tr.metrics.held); n != 1 {
+		t.Fatalf("held_requests = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("released")); n != 2 {
+		t.Fatalf("holds_total{released} = %v, want 2", n)
+	}
+	if !other.Cancel() {
+		t.Fatal("Cancel of a held request: not in the queue")
+	}
+	if n, res := tr.held.n.Load(), len(tr.held.reserved); n != 0 || res != 0 {
+		t.Fatalf("after all: %d held, %d pods with reservations; want none", n, res)
+	}
+}
+
+// TestHoldGateCloses: when the queued prompts fall below half of what the
+// caches hold, the held requests are routed as usual, wherever their
+// decision picks; with no room anywhere.
+func TestHoldGateCloses(t *testing.T) {
+	tr := newTestRouter(t)
+	ds := holdFleet(t, tr)
+	long := prompt + " over the lazy dog, twice" // 55 tokens
+	_, tk := tr.begin(long)
+	if tk == nil {
+		t.Fatal("not held")
+	}
+	tr.store("b", long, "", "")
+	tr.fleet.Load("a").KVCapacity.Store(1000) // 200 tokens queued and held, of 1,100
+	tr.release()
+	if !ready(tk) {
+		t.Fatal("the gate closed and the request still waits")
+	}
+	d, err := tk.Finish()
+	if err != nil || d.Pod != "b" {
+		t.Fatalf("routed to %+v, %v; want b, which caches the prompt", d, err)
+	}
+	if p := tr.fleet.Load("b").Prefilling.Load(); p != 3 {
+		t.Fatalf("b has %d requests awaiting their first token, want 3: the gate's release ignores room", p)
+	}
+	_ = ds
+}
+
+// TestHoldNeedsEveryCapacity: with a pod's cache size unknown nothing is
+// held, however long the queues.
+func TestHoldNeedsEveryCapacity(t *testing.T) {
+	tr := newTestRouter(t)
+	holdFleet(t, tr)
+	tr.fleet.Load("b").KVCapacity.Store(0)
+	for i := range 4 {
+		if d, tk := tr.begin(fmt.Sprintf("%03d more prompts, each of them some sixty tokens long", i)); d == nil || tk != nil {
+			t.Fatalf("request %d held with b's capacity unknown", i)
+		}
+	}
+}
+
+// TestHoldNotWhileCachesHit: past the caches, a fleet whose pods' prefix
+// caches hit as much of the prompts as routing found matched holds
+// nothing: the queue evicts nothing the requests need.
+func TestHoldNotWhileCachesHit(t *testing.T) {
+	tr := newTestRouter(t)
+	holdFleet(t, tr)
+	at := time.Unix(1000, 0)
+	for _, p := range []string{"a", "b"} {
+		l := tr.fleet.Load(p)
+		l.ObserveCache(at, fleet.Counters{Has: fleet.HasCacheQueries | fleet.HasCacheHits})
+		l.ObserveCache(at.Add(time.Second), fleet.Counters{CacheQueries: 1000, CacheHits: 950, Has: fleet.HasCacheQueries | fleet.HasCacheHits})
+	}
+	if d, tk := tr.begin("a prompt that neither pod has cached, 48 tokens"); d == nil || tk != nil {
+		t.Fatal("held while the caches hit 95% and routing matched 90%")
+	}
+	tr.fleet.Load("b").ObserveCache(at.Add(2*time.Second), fleet.Counters{CacheQueries: 2000, CacheHits: 960, Has: fleet.HasCacheQueries | fleet.HasCacheHits})
+	if d, tk := tr.begin("another prompt that neither pod has, 48 tokens"); d != nil || tk == nil {
+		t.Fatal("not held once b's cache hits fell below what routing matched")
+	}
+}
+
+// TestRouteWaitsForRoom: Route blocks while the request is held and
+// returns the decision when a pod prefills; a client that goes away ends
+// the wait with its context's error; the wait ends at HoldMaxWait.
+func TestRouteWaitsForRoom(t *testing.T) {
+	tr := newTestRouter(t)
+	ds := holdFleet(t, tr)
+	subset, _ := ParseSubset([]string{"10.0.0.1:8000", "10.0.0.2:8000"})
+	route := func(ctx context.Context, id string) <-chan error {
+		out := make(chan error, 1)
+		go func() {
+			d, err := tr.Route(ctx, Request{ID: id, Path: "/v1/completions", Body: []byte(completion("llama", id+" of the prompts, each forty tokens or more", "")), Subset: subset})
+			if err == nil && d.Pod != "b" {
+				err = fmt.Errorf("routed to %s, want b", d.Pod)
+			}
+			out <- err
+		}()
+		return out
+	}
+	waitHeld := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); tr.held.n.Load() != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d requests held, want %d", tr.held.n.Load(), n)
+			}
+		}
+	}
+	first := route(context.Background(), "first")
+	waitHeld(1)
+	ds[2].Prefilled()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := route(ctx, "gone")
+	waitHeld(1)
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Route of a request whose client left = %v, want context.Canceled", err)
+	}
+	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("canceled")); n != 1 {
+		t.Fatalf("holds_total{canceled} = %v, want 1", n)
+	}
+	tr.cfg.HoldMaxWait = 20 * time.Millisecond
+	late := make(chan *Decision, 1)
+	go func() {
+		d, err := tr.Route(context.Background(), Request{ID: "late", Path: "/v1/completions", Body: []byte(completion("llama", "late, and forty tokens long, or a little more", "")), Subset: subset})
+		if err != nil {
+			t.Error(err)
+		}
+		late <- d
+	}()
+	if d := <-late; d == nil || d.Pod != "a" && d.Pod != "b" {
+		t.Fatalf("expired request routed to %+v", d)
+	}
+	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("expired")); n != 1 {
+		t.Fatalf("holds_total{expired} = %v, want 1", n)
+	}
+}
