@@ -48,6 +48,8 @@ type holdQueue struct {
 	waiting []*Ticket
 	// n is len(waiting), read without the lock.
 	n atomic.Int64
+	// open is how many namespaces' gates are open, read without the lock.
+	open atomic.Int64
 	// reserved is the tickets released to each pod and not yet routed:
 	// they count as its requests awaiting their first token.
 	reserved map[kvindex.PodID]int
@@ -98,6 +100,9 @@ func (r *Router) hold(req Request, ev evaluation, sc *scratch, start time.Time) 
 		return nil
 	}
 	q := &r.held
+	if q.n.Load() == 0 && q.open.Load() == 0 && !opens(sc.members, 0, int64(ev.tokens)) {
+		return nil // every gate is closed and this request opens none: no lock on the request path
+	}
 	q.mu.Lock()
 	if !q.gate(ev.ns, sc.members, int64(ev.tokens)) {
 		q.mu.Unlock()
@@ -125,12 +130,32 @@ func (q *holdQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
 		g = &holdGate{}
 		q.gates[ns] = g
 	}
-	var demand, capacity int64
+	was := g.on
+	if g.on {
+		g.on = staysOpen(members, g.held+extra)
+	} else {
+		g.on = opens(members, g.held, extra)
+	}
+	switch {
+	case g.on && !was:
+		q.open.Add(1)
+	case was && !g.on:
+		q.open.Add(-1)
+	}
+	return g.on
+}
+
+// opens reports whether a closed gate over members opens with held and
+// extra prompt tokens more than the router's requests routed there and
+// not yet prefilled: they reach the tokens the members' KV caches hold
+// (all known), and the members' prefix caches hit less of the prompts
+// than routing found matched.
+func opens(members []*fleet.Member, held, extra int64) bool {
+	demand, capacity := held+extra, int64(0)
 	var reuse, miss float64
 	for _, m := range members {
 		c := m.Load.KVCapacity.Load()
 		if c <= 0 {
-			g.on = false
 			return false
 		}
 		capacity += c
@@ -138,13 +163,23 @@ func (q *holdQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
 		reuse += m.Load.Reuse()
 		miss += m.Load.MissShare()
 	}
-	demand += g.held + extra
-	if g.on {
-		g.on = 2*demand >= capacity
-	} else {
-		g.on = demand >= capacity && 1-miss/float64(len(members)) < reuse/float64(len(members))
+	return demand >= capacity && 1-miss/float64(len(members)) < reuse/float64(len(members))
+}
+
+// staysOpen reports whether an open gate over members stays open with held
+// prompt tokens more than those queued there: they reach half of what
+// the members' caches hold (all known).
+func staysOpen(members []*fleet.Member, held int64) bool {
+	demand, capacity := held, int64(0)
+	for _, m := range members {
+		c := m.Load.KVCapacity.Load()
+		if c <= 0 {
+			return false
+		}
+		capacity += c
+		demand += m.Load.Queued.Load()
 	}
-	return g.on
+	return 2*demand >= capacity
 }
 
 // room reports whether the pod m takes another request while the router

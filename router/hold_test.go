@@ -130,9 +130,12 @@ func TestHoldGateCloses(t *testing.T) {
 	}
 	tr.store("b", long, "", "")
 	tr.fleet.Load("a").KVCapacity.Store(1000) // 200 tokens queued and held, of 1,100
+	if tr.held.open.Load() != 1 {
+		t.Fatalf("%d gates open, want 1", tr.held.open.Load())
+	}
 	tr.release()
-	if !ready(tk) {
-		t.Fatal("the gate closed and the request still waits")
+	if !ready(tk) || tr.held.open.Load() != 0 {
+		t.Fatalf("the gate closed: ready %v, %d gates open; want the request gone and none open", ready(tk), tr.held.open.Load())
 	}
 	d, err := tk.Finish()
 	if err != nil || d.Pod != "b" {
