@@ -152,19 +152,8 @@ func (q *holdQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
 // (all known), and the members' prefix caches hit less of the prompts
 // than routing found matched (holdLost).
 func opens(members []*fleet.Member, held, extra int64) bool {
-	demand, capacity := held+extra, int64(0)
-	var reuse, miss float64
-	for _, m := range members {
-		c := m.Load.KVCapacity.Load()
-		if c <= 0 {
-			return false
-		}
-		capacity += c
-		demand += m.Load.Queued.Load()
-		reuse += m.Load.Reuse()
-		miss += m.Load.MissShare()
-	}
-	return demand >= capacity && 1-miss/float64(len(members)) < holdLost*reuse/float64(len(members))
+	demand, capacity, reuse, hit, ok := cachePressure(members)
+	return ok && demand+held+extra >= capacity && hit < holdLost*reuse
 }
 
 // holdLost is the share of what routing found matched below which the
@@ -175,20 +164,32 @@ func opens(members []*fleet.Member, held, extra int64) bool {
 // pooled.)
 const holdLost = 0.75
 
-// staysOpen reports whether an open gate over members stays open with held
-// prompt tokens more than those queued there: they reach half of what
-// the members' caches hold (all known).
+// staysOpen reports whether an open gate over members stays open with
+// held prompt tokens more than those queued there: they reach half of
+// what the members' caches hold (all known).
 func staysOpen(members []*fleet.Member, held int64) bool {
-	demand, capacity := held, int64(0)
+	demand, capacity, _, _, ok := cachePressure(members)
+	return ok && 2*(demand+held) >= capacity
+}
+
+// cachePressure sums the prompt tokens of the router's requests routed to
+// members and not yet prefilled (demand) and the tokens their KV caches
+// hold (capacity), and averages the share of a prompt routing found
+// matched on them lately (reuse) and the share their prefix caches hit
+// (hit); ok is false when a member's cache size is unknown.
+func cachePressure(members []*fleet.Member) (demand, capacity int64, reuse, hit float64, ok bool) {
 	for _, m := range members {
 		c := m.Load.KVCapacity.Load()
 		if c <= 0 {
-			return false
+			return 0, 0, 0, 0, false
 		}
 		capacity += c
 		demand += m.Load.Queued.Load()
+		reuse += m.Load.Reuse()
+		hit += 1 - m.Load.MissShare()
 	}
-	return 2*demand >= capacity
+	n := float64(len(members))
+	return demand, capacity, reuse / n, hit / n, len(members) > 0
 }
 
 // room reports whether the pod m takes another request while the router
