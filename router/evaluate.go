@@ -42,7 +42,6 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	kind := KindOf(req.Path)
 	var ev evaluation
 	var p *Parsed
-	var t *fleet.Target
 	if kind == KindOther {
 		ev.reason = ReasonOtherPath
 		ev.model = modelOf(req.Body)
@@ -55,20 +54,9 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	}
 	// A request naming a model goes only to that model's pods; one naming
 	// none (GET /v1/models, say) to any.
-	if ev.model != "" || kind != KindOther {
-		if t = snap.Target(ev.model); t == nil {
-			if r.fleet.Known(ev.model) {
-				return ev, unavailable("no ready pod serves model %q: its pods are gone", ev.model)
-			}
-			return ev, notFound("model %q is served by no pod", ev.model)
-		}
-	}
-	r.candidates(snap, t, req.Subset, t0, sc)
-	if len(sc.members) == 0 {
-		if ev.model == "" {
-			return ev, unavailable("no ready pod to route to")
-		}
-		return ev, unavailable("no ready pod serves model %q", ev.model)
+	t, err := r.resolve(snap, ev.model, ev.model != "" || kind != KindOther, req.Subset, t0, sc)
+	if err != nil {
+		return ev, err
 	}
 	if e := r.shed(req, ev.model, sc.members, t0); e != nil {
 		return ev, e
@@ -105,6 +93,29 @@ func (r *Router) match(ev *evaluation, sc *scratch) {
 	ev.pressure, ev.reuse, ev.share = r.weights(sc.members)
 	sc.scores = r.score(sc.matches, sc.peers, sc.members, sc.hashes, ev.tokens, ev.pressure+ev.reuse, r.now().UnixNano(), sc.scores)
 	ev.stages.Match, ev.stages.Score = t2.Sub(t1), time.Since(t2)
+}
+
+// resolve fills sc.members with the candidates of a request for model in
+// snap: only the model's pods when named, else any pod. It returns the
+// model's target (nil when not named), or why no pod can serve it.
+func (r *Router) resolve(snap *fleet.Snapshot, model string, named bool, subset *Subset, now time.Time, sc *scratch) (*fleet.Target, error) {
+	var t *fleet.Target
+	if named {
+		if t = snap.Target(model); t == nil {
+			if r.fleet.Known(model) {
+				return nil, unavailable("no ready pod serves model %q: its pods are gone", model)
+			}
+			return nil, notFound("model %q is served by no pod", model)
+		}
+	}
+	r.candidates(snap, t, subset, now, sc)
+	if len(sc.members) == 0 {
+		if model == "" {
+			return t, unavailable("no ready pod to route to")
+		}
+		return t, unavailable("no ready pod serves model %q", model)
+	}
+	return t, nil
 }
 
 // candidates fills sc.members with the ready pods of t (every ready pod when

@@ -332,14 +332,8 @@ func (t *Ticket) Finish() (*Decision, error) {
 	held := r.now().Sub(t.since)
 	r.metrics.holdSeconds.Observe(held.Seconds())
 	start := time.Now()
-	snap := r.fleet.Snapshot()
-	tg := snap.Target(t.ev.model)
-	if tg == nil {
-		return nil, unavailable("no ready pod serves model %q: its pods are gone", t.ev.model)
-	}
-	r.candidates(snap, tg, t.req.Subset, start, sc)
-	if len(sc.members) == 0 {
-		return nil, unavailable("no ready pod serves model %q", t.ev.model)
+	if _, err := r.resolve(r.fleet.Snapshot(), t.ev.model, true, t.req.Subset, start, sc); err != nil {
+		return nil, err
 	}
 	ev := t.ev
 	r.match(&ev, sc)
@@ -374,11 +368,7 @@ func (t *Ticket) wait(ctx context.Context) (*Decision, error) {
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		r := t.r
-		r.metrics.refused(err)
-		if e := AsError(err); e != nil {
-			r.Refused(t.req.ID, t.req.Path, t.ev.model, e)
-		}
+		t.r.refuse(t.req, t.ev.model, err)
 	}
 	return d, err
 }

@@ -316,10 +316,7 @@ func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
 	ev, err := r.evaluate(req, sc)
 	if err != nil {
 		r.putScratch(sc)
-		r.metrics.refused(err)
-		if e := AsError(err); e != nil {
-			r.Refused(req.ID, req.Path, ev.model, e)
-		}
+		r.refuse(req, ev.model, err)
 		return nil, nil, err
 	}
 	if t := r.hold(req, ev, sc, start); t != nil {
@@ -327,6 +324,14 @@ func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
 	}
 	defer r.putScratch(sc)
 	return r.decide(req, ev, sc, nil, start), nil, nil
+}
+
+// refuse counts and logs req, for model, refused with err.
+func (r *Router) refuse(req Request, model string, err error) {
+	r.metrics.refused(err)
+	if e := AsError(err); e != nil {
+		r.Refused(req.ID, req.Path, model, e)
+	}
 }
 
 // decide picks the pod for req among the scored candidates in sc that ok
