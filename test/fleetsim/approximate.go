@@ -22,6 +22,16 @@ func DefaultApproximate() Approximate {
 	return Approximate{LRUBlocks: 31_250, ReferenceBlocks: 19_208, MaxBlocks: 256, PrefixWeight: 1, QueueWeight: 1, KVWeight: 1}
 }
 
+// OverloadApproximate returns the approximate scheduler of llm-d's
+// cache-overload runs on pods of blocks GPU blocks: their configuration set
+// lruCapacityPerServer to 31,250 on pods of ~40k tokens, so each pod's LRU
+// is 31,250 blocks, not scaled to the pods' caches.
+func OverloadApproximate(blocks int) Approximate {
+	a := DefaultApproximate()
+	a.ReferenceBlocks = blocks
+	return a
+}
+
 // approximate guesses where prefixes are cached from its own decisions
 // only: it hashes a prompt's characters in blocks (4 characters per token,
 // so a block of 64 characters is a block of 16 tokens) and remembers, per

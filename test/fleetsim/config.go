@@ -70,6 +70,9 @@ type Config struct {
 	PDThreshold int
 	// Precise configures the llm-d-precise policy; zero: DefaultPrecise.
 	Precise Precise
+	// Approximate configures the approximate policy; zero:
+	// DefaultApproximate.
+	Approximate Approximate
 	// EventDelay is how long a step's KV events take to reach the router.
 	// Default 50 ms.
 	EventDelay time.Duration

@@ -25,7 +25,13 @@ func PolicyByName(name string) (NewPolicy, error) {
 	case "least-loaded":
 		return func(s *Sim) (Policy, error) { return &leastLoaded{s: s}, nil }, nil
 	case "approximate":
-		return func(s *Sim) (Policy, error) { return newApproximate(s, DefaultApproximate()), nil }, nil
+		return func(s *Sim) (Policy, error) {
+			cfg := s.Config().Approximate
+			if cfg == (Approximate{}) {
+				cfg = DefaultApproximate()
+			}
+			return newApproximate(s, cfg), nil
+		}, nil
 	case "llm-d-precise", PreciseShifted:
 		return func(s *Sim) (Policy, error) {
 			cfg := s.Config().Precise

@@ -92,8 +92,10 @@ var overloadPublishedOrder = []string{"llm-d-precise", "approximate", "least-loa
 // bytes, 320 KiB) split over the two GPUs, 160 KiB each; the attention
 // surcharge per context token scaled by layers × width / parameters
 // (80 × 8,192 / 70.6B against 32 × 4,096 / 8.03B: 0.57 of the 8B
-// model's); the published ~40k tokens of KV cache; and the step budget
-// the published inter-token latency shows (overloadStepTokens).
+// model's); the published ~40k tokens of KV cache; the step budget
+// the published inter-token latency shows (overloadStepTokens); and the
+// runs' schedulers: precise with weights 1:1:1, approximate with the
+// lruCapacityPerServer of 31,250 blocks their configuration set.
 func overloadPod(cfg *fleetsim.Config) {
 	ratio := 70.6 / 2 / 8.03
 	cfg.Pods = overloadPods
@@ -105,6 +107,7 @@ func overloadPod(cfg *fleetsim.Config) {
 	cfg.Blocks = overloadPodTokens / cfg.BlockSize
 	cfg.StepTokens = overloadStepTokens
 	cfg.Precise = fleetsim.OverloadPrecise()
+	cfg.Approximate = fleetsim.OverloadApproximate(cfg.Blocks)
 }
 
 // overloadScenarios is (e): both runs under three seeds each (seed,

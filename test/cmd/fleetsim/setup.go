@@ -44,7 +44,8 @@ Scaling (so that the whole matrix runs in minutes on 2 cores):
 - Approximate prefix: per-pod LRU of 31,250 × blocks/19,208 (the GIE default
   scaled to the simulated pod), 256 leading blocks matched, weights prefix 1,
   queue 1, KV use 1 (the published run's "estimated" scheduler, the
-  inference gateway's default). Least-loaded: queue + KV use, weights 1
+  inference gateway's default); in (e) 31,250 blocks per pod unscaled, as
+  the cache-overload runs' configuration set lruCapacityPerServer. Least-loaded: queue + KV use, weights 1
   and 1 (the published "load" scheduler).
 - Hit ratio: prompt blocks found cached when the request was first admitted,
   over full prompt blocks. Global-LRU bound: the same requests replayed in
