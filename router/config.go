@@ -32,11 +32,14 @@ type Config struct {
 	// on a pod (vllm:num_requests_waiting) that this router did not send
 	// there (another replica's), before the router has queued any of its
 	// own there to average. The router's own queued requests count by their
-	// uncached prompt tokens instead. Default 0.05.
+	// uncached prompt tokens instead. Default 0.05, at
+	// PrefillSecondsPerToken: a pod priced at a learned speed (LearnSpeeds)
+	// scales it by its prefill cost over PrefillSecondsPerToken.
 	WaitingSecondsPerRequest float64
 	// RunningSecondsPerRequest is the predicted slowdown each request
 	// running (vllm:num_requests_running) or waiting on a pod adds: its
-	// decode share of the steps ahead. Default 0.002.
+	// decode share of the steps ahead. Default 0.002, at
+	// PrefillSecondsPerToken, scaled as WaitingSecondsPerRequest is.
 	RunningSecondsPerRequest float64
 	// KVPressure weighs how full the pods' KV caches are against prompt
 	// tokens a pod does not cache. With u the candidates' mean
