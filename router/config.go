@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -32,14 +33,11 @@ type Config struct {
 	// on a pod (vllm:num_requests_waiting) that this router did not send
 	// there (another replica's), before the router has queued any of its
 	// own there to average. The router's own queued requests count by their
-	// uncached prompt tokens instead. Default 0.05, at
-	// PrefillSecondsPerToken: a pod priced at a learned speed (LearnSpeeds)
-	// scales it by its prefill cost over PrefillSecondsPerToken.
+	// uncached prompt tokens instead. Default 0.05.
 	WaitingSecondsPerRequest float64
 	// RunningSecondsPerRequest is the predicted slowdown each request
 	// running (vllm:num_requests_running) or waiting on a pod adds: its
-	// decode share of the steps ahead. Default 0.002, at
-	// PrefillSecondsPerToken, scaled as WaitingSecondsPerRequest is.
+	// decode share of the steps ahead. Default 0.002.
 	RunningSecondsPerRequest float64
 	// KVPressure weighs how full the pods' KV caches are against prompt
 	// tokens a pod does not cache. With u the candidates' mean
@@ -180,8 +178,8 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	nonNeg := func(name string, v float64) {
-		if v < 0 || v != v {
-			errs = append(errs, fmt.Errorf("%s = %v, want >= 0", name, v))
+		if v < 0 || v != v || math.IsInf(v, 1) {
+			errs = append(errs, fmt.Errorf("%s = %v, want finite and >= 0", name, v))
 		}
 	}
 	nonNeg("prefill seconds per token", c.PrefillSecondsPerToken)

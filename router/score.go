@@ -236,27 +236,20 @@ func bestShare(scores []Score, blocks int) float64 {
 // same traffic queue alike. Every request running or queued there will
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest. spt is the pod's prefill cost of a token
-// (PrefillSecondsPerToken); both per-request figures are the configured
-// speed's and scale with it.
+// (PrefillSecondsPerToken).
 func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int64) (seconds, waiting float64) {
-	wait, run := r.cfg.WaitingSecondsPerRequest, r.cfg.RunningSecondsPerRequest
-	if prior := r.cfg.PrefillSecondsPerToken; prior > 0 && spt != prior {
-		// Both are the configured speed's: a pod learned slower (a bigger
-		// model, a slower GPU) computes its steps slower by as much.
-		wait, run = wait*spt/prior, run*spt/prior
-	}
 	own := float64(l.PrefillTokens.Load()) * spt
 	if mine := l.Prefilling.Load(); mine > 0 && own > 0 && peer.Prefilling == 0 {
 		head := own / float64(mine)
 		done := float64(now-l.PrefillSince.Load()) / 1e9
-		done *= head / (head + float64(l.Running.Load())*run)
+		done *= head / (head + float64(l.Running.Load())*r.cfg.RunningSecondsPerRequest)
 		own -= min(max(done, 0), head)
 	}
 	own += float64(peer.PrefillTokens) * spt
 	n := l.Prefilling.Load() + peer.Prefilling
 	foreign := max(l.Waiting.Load()-n, 0)
-	each := (own + wait) / float64(n+1)
-	seconds = own + float64(foreign)*each + float64(l.Running.Load()+n+foreign)*run
+	each := (own + r.cfg.WaitingSecondsPerRequest) / float64(n+1)
+	seconds = own + float64(foreign)*each + float64(l.Running.Load()+n+foreign)*r.cfg.RunningSecondsPerRequest
 	return seconds, float64(n + foreign)
 }
 

@@ -333,48 +333,6 @@ kvrouter_router_pod_prefill_tokens_per_second{pod="d"} 10000
 	}
 }
 
-// TestLearnedSpeedPricesTheSteps: the requests running and waiting on a
-// pod learned at half the configured speed cost it twice the configured
-// RunningSecondsPerRequest and WaitingSecondsPerRequest, as its steps take
-// twice as long; with Config.LearnSpeeds off, both pods cost the same.
-func TestLearnedSpeedPricesTheSteps(t *testing.T) {
-	tr := newTestRouter(t)
-	cfg := DefaultConfig()
-	half := &fleet.Speed{Busy: 1e6, Tokens: 1e6 / (2 * cfg.PrefillSecondsPerToken)} // the prior's 0.5 s vanish
-	tr.fleet.Load("b").SetSpeed(half)
-	for _, pod := range []string{"a", "b"} {
-		l := tr.fleet.Load(pod)
-		l.Running.Store(40)
-		l.Waiting.Store(3) // another replica's: none is this router's
-	}
-	body := []byte(completion("llama", strings.Repeat("Tell me a story. ", 50), ""))
-	for _, learn := range []bool{true, false} {
-		tr.cfg.LearnSpeeds = learn
-		rep, err := tr.Score(Request{Path: "/v1/completions", Body: body})
-		if err != nil {
-			t.Fatal(err)
-		}
-		byPod := map[string]Score{}
-		for _, s := range rep.Pods {
-			byPod[s.Pod] = s
-		}
-		want := 3*cfg.WaitingSecondsPerRequest + 43*cfg.RunningSecondsPerRequest
-		if a := byPod["a"].Queue; math.Abs(a-want) > 1e-9 {
-			t.Errorf("learn %v: a's queue %.4f s, want %.4f s", learn, a, want)
-		}
-		if learn {
-			slow := tr.PrefillSecondsPerToken(tr.fleet.Load("b")) / cfg.PrefillSecondsPerToken
-			if math.Abs(slow-2) > 1e-3 {
-				t.Fatalf("b learned %.4f × the configured prefill cost, want 2", slow)
-			}
-			want *= slow
-		}
-		if b := byPod["b"].Queue; math.Abs(b-want) > 1e-3*want {
-			t.Errorf("learn %v: b's queue %.4f s, want %.4f s", learn, b, want)
-		}
-	}
-}
-
 // TestReuseWeight: a caches a 2,000-token prefix behind six waiting
 // requests of another replica; b and c are idle. Where prompts have rarely
 // been found cached lately, copying the prefix to b or c is cheaper than
