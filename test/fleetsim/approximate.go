@@ -5,8 +5,8 @@ package fleetsim
 type Approximate struct {
 	// LRUBlocks is each pod's remembered blocks at a pod of
 	// ReferenceBlocks GPU blocks; it is scaled to the simulated pods'
-	// Blocks. Defaults 31,250 and 19,208 (the llm-d run's pods: 307,328
-	// tokens).
+	// Blocks, or not at all where ReferenceBlocks is 0. Defaults 31,250
+	// and 19,208 (the llm-d run's pods: 307,328 tokens).
 	LRUBlocks, ReferenceBlocks int
 	// MaxBlocks is how many leading blocks of a prompt are hashed and
 	// matched. Default 256.
@@ -23,12 +23,12 @@ func DefaultApproximate() Approximate {
 }
 
 // OverloadApproximate returns the approximate scheduler of llm-d's
-// cache-overload runs on pods of blocks GPU blocks: their configuration set
-// lruCapacityPerServer to 31,250 on pods of ~40k tokens, so each pod's LRU
-// is 31,250 blocks, not scaled to the pods' caches.
-func OverloadApproximate(blocks int) Approximate {
+// cache-overload runs: their configuration set lruCapacityPerServer to
+// 31,250 on pods of ~40k tokens, so each pod's LRU is 31,250 blocks, not
+// scaled to the pods' caches.
+func OverloadApproximate() Approximate {
 	a := DefaultApproximate()
-	a.ReferenceBlocks = blocks
+	a.ReferenceBlocks = 0
 	return a
 }
 
@@ -47,7 +47,11 @@ type approximate struct {
 
 func newApproximate(s *Sim, cfg Approximate) *approximate {
 	p := &approximate{s: s, cfg: cfg}
-	n := max(1, int(float64(cfg.LRUBlocks)*float64(s.Config().Blocks)/float64(cfg.ReferenceBlocks)+0.5))
+	n := cfg.LRUBlocks
+	if cfg.ReferenceBlocks > 0 {
+		n = int(float64(cfg.LRUBlocks)*float64(s.Config().Blocks)/float64(cfg.ReferenceBlocks) + 0.5)
+	}
+	n = max(n, 1)
 	for range s.Pods() {
 		p.lru = append(p.lru, newLRU(n))
 	}

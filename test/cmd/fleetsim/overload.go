@@ -107,7 +107,7 @@ func overloadPod(cfg *fleetsim.Config) {
 	cfg.Blocks = overloadPodTokens / cfg.BlockSize
 	cfg.StepTokens = overloadStepTokens
 	cfg.Precise = fleetsim.OverloadPrecise()
-	cfg.Approximate = fleetsim.OverloadApproximate(cfg.Blocks)
+	cfg.Approximate = fleetsim.OverloadApproximate()
 }
 
 // overloadScenarios is (e): both runs under three seeds each (seed,

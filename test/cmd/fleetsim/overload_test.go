@@ -41,9 +41,8 @@ func TestOverloadScenarios(t *testing.T) {
 		if c.Precise != fleetsim.OverloadPrecise() || c.Client.Concurrency != overloadConcurrency || !c.Client.DrainStages {
 			t.Fatalf("%s: precise %+v, client %+v", sc.w.Name, c.Precise, c.Client)
 		}
-		// The runs' lruCapacityPerServer, 31,250 blocks on every pod.
-		if a := c.Approximate; a.ReferenceBlocks == 0 || a.LRUBlocks*c.Blocks/a.ReferenceBlocks != 31_250 {
-			t.Fatalf("%s: approximate %+v on pods of %d blocks: want an LRU of 31,250 blocks", sc.w.Name, a, c.Blocks)
+		if c.Approximate != fleetsim.OverloadApproximate() {
+			t.Fatalf("%s: approximate %+v, want the runs' (OverloadApproximate)", sc.w.Name, c.Approximate)
 		}
 		w := sc.w
 		if len(w.Levels) != len(overloadStages) {
