@@ -45,8 +45,9 @@ Scaling (so that the whole matrix runs in minutes on 2 cores):
   scaled to the simulated pod), 256 leading blocks matched, weights prefix 1,
   queue 1, KV use 1 (the published run's "estimated" scheduler, the
   inference gateway's default); in (e) 31,250 blocks per pod unscaled, as
-  the cache-overload runs' configuration set lruCapacityPerServer. Least-loaded: queue + KV use, weights 1
-  and 1 (the published "load" scheduler).
+  the cache-overload runs' configuration set lruCapacityPerServer.
+  Least-loaded: queue + KV use, weights 1 and 1 (the published "load"
+  scheduler).
 - Hit ratio: prompt blocks found cached when the request was first admitted,
   over full prompt blocks. Global-LRU bound: the same requests replayed in
   arrival order through one LRU of the whole fleet's blocks (no concurrency).
