@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -17,7 +18,9 @@ import (
 // measures on one pod) and kvrouter-mean at the fleet's mean speed, against
 // kvrouter-learned, pricing each pod at the speed it learns from the pods'
 // counters, the fast pods' figure its prior, and the oracle, which knows
-// every pod's speed. Two workloads: the
+// every pod's speed; llm-d's precise scheduler, approximate, least-loaded
+// and random run beside them, the peers kvrouter (as shipped: learning
+// speeds) must beat here too. Two workloads: the
 // Mooncake conversation trace (long prompts, little reuse: prefill is
 // most of the work), on heteroPods of the 8B pods, its first
 // heteroMinutes of arrivals compressed heteroCompress×; and the
@@ -37,8 +40,13 @@ const (
 // heteroQPS are the shared-prefix workload's stages, in requests/s.
 var heteroQPS = []float64{8, 12}
 
-// heteroPolicies are the policies (f) compares.
-var heteroPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "oracle"}
+// heteroPolicies are the policies (f) compares, in the report's order.
+var heteroPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "llm-d-precise", "approximate", "least-loaded", "random", "oracle"}
+
+// heteroShipped is the kvrouter policy of (f) that routes as kvrouter
+// ships (routing.learn_prefill_speeds defaults to true): the one the
+// acceptance compares with llm-d's precise scheduler.
+const heteroShipped = "kvrouter-learned"
 
 // heteroScenarios is (f): each workload under seeds seed, seed+1, … . The
 // Mooncake trace's requests are the same under every seed; the seed draws
@@ -161,10 +169,44 @@ func writeHetero(b *strings.Builder, jobs []*job) {
 		for _, line := range learnedLines(pooled) {
 			fmt.Fprintf(b, "\n%s.\n", line)
 		}
+		f := heteroPlotFile(name)
+		fmt.Fprintf(b, "\nTTFT by percentile, seeds pooled ([SVG](%s.svg)): ![TTFT by percentile](%s.png)\n", f, f)
 		if ls := by[name]["kvrouter-learned"]; len(ls) > 0 {
 			writeConvergence(b, ls[0])
 		}
 	}
+}
+
+// heteroPlotFile is the base name of the TTFT plot of the (f) workload
+// name (heteroWorkload).
+func heteroPlotFile(name string) string {
+	if strings.Contains(name, "mooncake") {
+		return "hetero-mooncake-ttft"
+	}
+	return "hetero-shared-ttft"
+}
+
+// writeHeteroPlots writes (f)'s plots to dir: per workload, each policy's
+// TTFT by percentile, its seeds pooled.
+func writeHeteroPlots(dir string, jobs []*job) error {
+	workloads, by := heteroGroups(jobs)
+	ttft := func(o fleetsim.Outcome) (float64, bool) { return o.First - o.Arrival, true }
+	for _, name := range workloads {
+		c := &chart{title: name + ", seeds pooled: TTFT by percentile", xLabel: "percentile of requests", yLabel: "TTFT (s)", xs: pdPercentiles}
+		for _, p := range heteroPolicies {
+			var rs []*fleetsim.Result
+			for _, j := range by[name][p] {
+				rs = append(rs, j.res)
+			}
+			if len(rs) > 0 {
+				c.series = append(c.series, percentileSeries(p, ttft, rs...))
+			}
+		}
+		if err := c.save(filepath.Join(dir, heteroPlotFile(name))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // heteroGroups is the (f) jobs by workload (heteroWorkload) and policy,
@@ -202,11 +244,15 @@ func learnedLines(pooled map[string][]float64) []string {
 	return out
 }
 
-// heteroAcceptance is learnedLines for each (f) workload, named.
+// heteroAcceptance is, for each (f) workload, named, kvrouter as shipped
+// against llm-d's precise scheduler (preciseLine) and learnedLines.
 func heteroAcceptance(jobs []*job) []string {
 	workloads, by := heteroGroups(jobs)
 	var out []string
 	for _, name := range workloads {
+		if kv, pr := by[name][heteroShipped], by[name]["llm-d-precise"]; len(kv) > 0 && len(kv) == len(pr) {
+			out = append(out, preciseLine(name+", kvrouter as shipped (learned speeds)", kv, pr, nil, by[name]["oracle"]))
+		}
 		pooled := map[string][]float64{}
 		for p, js := range by[name] {
 			for _, j := range js {
@@ -272,8 +318,10 @@ fast pods' speed, the single figure an operator measures on one pod
 the fleet's mean speed (3/4 of the fast pods'), the figure an operator who knew the mix
 would set; kvrouter-learned
 learns each pod's speed from its counters through the router's own estimator
-(router/fleet/speed.go), that same figure its prior; the oracle knows every pod's speed
-and queue exactly. The Mooncake conversation trace (long prompts, little reuse) is
+(router/fleet/speed.go), that same figure its prior, as kvrouter ships
+(learn_prefill_speeds is on by default); the oracle knows every pod's speed and queue
+exactly. llm-d's precise scheduler, approximate, least-loaded and random run the same
+fleets: the acceptance compares kvrouter as shipped with precise. The Mooncake conversation trace (long prompts, little reuse) is
 prefill-bound: there the speeds decide where a prompt is computed soonest. The shared-
 prefix workload (75 groups of 6,000-token system prompts, 230 output tokens, open-loop
 stages of 8 and 12 requests/s) is affinity-bound: a request goes where its group's prefix

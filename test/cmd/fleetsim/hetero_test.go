@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,8 +12,8 @@ import (
 )
 
 // TestHeteroScenarios: (f) runs each of its two workloads under three
-// seeds on fleets whose second half is at half the speed, under kvrouter,
-// kvrouter-learned and the oracle only.
+// seeds on fleets whose second half is at half the speed, under the
+// kvrouters, the peers and the oracle (heteroPolicies).
 func TestHeteroScenarios(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
@@ -39,15 +41,18 @@ func TestHeteroScenarios(t *testing.T) {
 
 // TestHeteroReport: (f)'s section pools each policy's requests over the
 // seeds, says whether learned speeds beat the global figure, and shows
-// the estimates over time against each pod's speed.
+// the estimates over time against each pod's speed; the acceptance
+// compares kvrouter as shipped with llm-d's precise scheduler, and the
+// plot draws every policy's TTFT by percentile.
 func TestHeteroReport(t *testing.T) {
 	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
 	var jobs []*job
 	for seed := range 2 {
-		sc := &scenario{group: "f", cfg: cfg, w: &fleetsim.Workload{Name: "(f) w, seed " + string(rune('1'+seed))}}
+		w := &fleetsim.Workload{Name: "(f) w, seed " + string(rune('1'+seed)), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, 2)}
+		sc := &scenario{group: "f", cfg: cfg, w: w}
 		sc.cfg.Seed = uint64(seed + 1)
-		for _, p := range []string{"kvrouter", "kvrouter-learned"} {
-			ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1}[p]
+		for _, p := range []string{"kvrouter", "kvrouter-learned", "llm-d-precise"} {
+			ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1, "llm-d-precise": 1.25}[p]
 			res := &fleetsim.Result{Outcomes: []fleetsim.Outcome{{Arrival: 1, First: 1 + ttft, Finish: 9}, {Arrival: 2, First: 2 + 2*ttft, Finish: 9}}}
 			if p == "kvrouter-learned" {
 				res.Speeds = []fleetsim.SpeedSample{{At: 5, Pod: 0, TokensPerSecond: 900}, {At: 5, Pod: 1, TokensPerSecond: 450}}
@@ -65,9 +70,37 @@ func TestHeteroReport(t *testing.T) {
 		"against kvrouter's global figure, pooled over the seeds: TTFT p90 2.000 s against 4.000 s (×0.50), mean 1.500 s against 3.000 s (×0.50): **better**",
 		"| time (s) | pod 0 (1000) | pod 1 (500) | slow / fast |",
 		"| 5 | 900 | 450 | 0.50 |",
+		"| pooled | llm-d-precise | 4 | 1.250 s | 2.500 s | 1.875 s | | |",
+		"TTFT by percentile, seeds pooled ([SVG](hetero-shared-ttft.svg))",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("(f) section lacks %q:\n%s", want, got)
+		}
+	}
+	acc := strings.Join(heteroAcceptance(jobs), "\n")
+	for _, want := range []string{
+		"(f) w, kvrouter as shipped (learned speeds), seeds 1, 2 pooled: kvrouter TTFT p90 2.000 s vs llm-d precise 2.500 s (×0.800), worst level 1x, 2.000 s vs 2.500 s (×0.800) (want ≤ 1.0 both): **holds**",
+		"(f) w: Learned speeds against kvrouter's global figure",
+	} {
+		if !strings.Contains(acc, want) {
+			t.Errorf("(f) acceptance lacks %q:\n%s", want, acc)
+		}
+	}
+	dir := t.TempDir()
+	if err := writeHeteroPlots(dir, jobs); err != nil {
+		t.Fatal(err)
+	}
+	for _, ext := range []string{".png", ".svg"} {
+		svg, err := os.ReadFile(filepath.Join(dir, "hetero-shared-ttft"+ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext == ".svg" {
+			for _, p := range []string{"kvrouter", "kvrouter-learned", "llm-d-precise", "TTFT by percentile"} {
+				if !strings.Contains(string(svg), p) {
+					t.Errorf("plot lacks %q", p)
+				}
+			}
 		}
 	}
 }

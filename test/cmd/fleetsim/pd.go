@@ -189,18 +189,7 @@ func writePDPlots(dir string, jobs []*job) error {
 		for _, m := range pdMetrics {
 			c := &chart{title: r.w.Name + ": " + m.what + " by percentile", xLabel: "percentile of requests", yLabel: m.axis, xs: pdPercentiles}
 			for _, j := range r.jobs {
-				var vs []float64
-				for _, o := range j.res.Outcomes {
-					if v, ok := m.value(o); ok && o.Finish > 0 && !o.TimedOut {
-						vs = append(vs, v)
-					}
-				}
-				slices.Sort(vs)
-				s := series{name: j.sc.topology}
-				for _, p := range pdPercentiles {
-					s.ys = append(s.ys, percentile(vs, p))
-				}
-				c.series = append(c.series, s)
+				c.series = append(c.series, percentileSeries(j.sc.topology, m.value, j.res))
 			}
 			if err := c.save(filepath.Join(dir, pdPlotFile(r.w, m.suffix))); err != nil {
 				return err
@@ -208,6 +197,25 @@ func writePDPlots(dir string, jobs []*job) error {
 		}
 	}
 	return nil
+}
+
+// percentileSeries is the line of value over the requests that got their
+// whole answer in rs, pooled, at pdPercentiles.
+func percentileSeries(name string, value func(fleetsim.Outcome) (float64, bool), rs ...*fleetsim.Result) series {
+	var vs []float64
+	for _, r := range rs {
+		for _, o := range r.Outcomes {
+			if v, ok := value(o); ok && o.Finish > 0 && !o.TimedOut {
+				vs = append(vs, v)
+			}
+		}
+	}
+	slices.Sort(vs)
+	s := series{name: name}
+	for _, p := range pdPercentiles {
+		s.ys = append(s.ys, percentile(vs, p))
+	}
+	return s
 }
 
 // percentile is the p-th percentile of sorted vs, nearest rank; NaN of

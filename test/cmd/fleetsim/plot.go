@@ -68,8 +68,9 @@ var (
 
 // policyStyles gives each policy a color of Okabe and Ito's palette (told
 // apart by color-blind readers too; black is left to the axes) and a
-// marker, the same in every plot. Random's line is dotted, round-robin's
-// and the oracle's dashed, the others solid.
+// marker, the same in every plot. Random's and kvrouter-mean's lines are
+// dotted, round-robin's, the oracle's and kvrouter-learned's dashed, the
+// others solid.
 var policyStyles = map[string]style{
 	"random":        {color.RGBA{204, 121, 167, 255}, hollow{draw.CircleGlyph{}}, dotted},
 	"round-robin":   {color.RGBA{230, 159, 0, 255}, hollow{draw.BoxGlyph{}}, dashed},
@@ -78,6 +79,10 @@ var policyStyles = map[string]style{
 	"llm-d-precise": {color.RGBA{240, 228, 66, 255}, draw.CrossGlyph{}, nil},
 	"kvrouter":      {color.RGBA{0, 114, 178, 255}, draw.CircleGlyph{}, nil},
 	"oracle":        {color.RGBA{213, 94, 0, 255}, draw.BoxGlyph{}, dashed},
+	// (f)'s kvrouters: learning speeds in kvrouter's blue, hollow; at the
+	// fleet's mean speed in grey, dotted.
+	"kvrouter-learned": {color.RGBA{0, 114, 178, 255}, hollow{draw.CircleGlyph{}}, dashed},
+	"kvrouter-mean":    {color.RGBA{110, 110, 110, 255}, draw.BoxGlyph{}, dotted},
 }
 
 // fleetStyles draw (d)'s fleets (pd.go's pdName) in the same palette:

@@ -116,7 +116,10 @@ func writePlots(dir string, jobs []*job) error {
 			}
 		}
 	}
-	return writePDPlots(dir, jobs)
+	if err := writePDPlots(dir, jobs); err != nil {
+		return err
+	}
+	return writeHeteroPlots(dir, jobs)
 }
 
 // plotFile is the base name, without extension, of ps's plot of the
