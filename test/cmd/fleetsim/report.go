@@ -144,8 +144,8 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	var b strings.Builder
 	policies := policyOrder(jobs)
 	fmt.Fprintf(&b, "# kvrouter fleet simulation\n\n")
-	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g -pd-prefill %d` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
-		o.seed, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.pdPrefill, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
+	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -seeds %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g -pd-prefill %d` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
+		o.seed, o.seeds, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.pdPrefill, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
 	b.WriteString("\n## Acceptance\n\n")

@@ -88,7 +88,7 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		// oracle replay it under the next two seeds too, the very same
 		// requests under another name.
 		orig := out[len(out)-1]
-		for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
+		for _, seed := range o.repeats() {
 			rc, rw := mc, *orig.w
 			rc.Seed, rw.Name = seed, fmt.Sprintf("%s, seed %d", orig.w.Name, seed)
 			out = append(out, &scenario{group: "a", cfg: rc, w: &rw, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: orig})
@@ -143,7 +143,7 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 		cfg.Blocks = int(float64(sp.WorkingSet()) / capacityShare / float64(cfg.Pods*cfg.BlockSize))
 	}
 	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h), share: capacityShare, groups: sp.Groups, noise: true}}
-	for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
+	for _, seed := range o.repeats() {
 		rs, rc := sp, cfg
 		rs.Seed, rc.Seed = seed, seed
 		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
@@ -157,12 +157,22 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 		out = append(out, c)
 		// kvrouter and precise again under the next two seeds: the
 		// acceptance compares them per stage pooled over three seeds.
-		for _, seed := range []uint64{o.seed + 1, o.seed + 2} {
+		for _, seed := range o.repeats() {
 			rs, rc := over, cfg
 			rs.Seed, rc.Seed = seed, seed
 			w := rs.Generate(fmt.Sprintf("%s, seed %d", name, seed), h)
 			out = append(out, &scenario{group: "c", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter"}, base: c, share: share, groups: over.Groups, noise: true})
 		}
+	}
+	return out
+}
+
+// repeats are the seeds after o.seed that the runs the acceptance pools
+// repeat under: o.seeds in all with o.seed.
+func (o options) repeats() []uint64 {
+	var out []uint64
+	for k := 1; k < o.seeds; k++ {
+		out = append(out, o.seed+uint64(k))
 	}
 	return out
 }

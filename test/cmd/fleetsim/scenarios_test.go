@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"io"
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +45,7 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{outputs: "1000,230", qpsScale: sharedQPSScale, seed: 1, client: "inference-perf", concurrency: defaultConcurrency(sharedQPSScale), timeout: ipTimeout}
+	o := options{outputs: "1000,230", qpsScale: sharedQPSScale, seed: 1, seeds: 3, client: "inference-perf", concurrency: defaultConcurrency(sharedQPSScale), timeout: ipTimeout}
 	var scs []*scenario
 	for _, output := range []int{1000, 230} {
 		scs = append(scs, sharedScenarios(o, h, fleetsim.DefaultConfig(), output)...)
@@ -93,5 +96,28 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 		if math.Abs(share-want) > 0.02 {
 			t.Errorf("%s: working set %.2f of the fleet's KV, want %.2f", sc.w.Name, share, want)
 		}
+	}
+}
+
+// TestSeedsRepeatTheAcceptanceRuns: -seeds N repeats (b)'s and (c)'s
+// acceptance runs under the N−1 seeds after -seed, and fewer than one is
+// refused.
+func TestSeedsRepeatTheAcceptanceRuns(t *testing.T) {
+	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{qpsScale: sharedQPSScale, seed: 7, seeds: 5, quick: true, client: "inference-perf", timeout: ipTimeout}
+	var got []uint64
+	for _, sc := range sharedScenarios(o, h, fleetsim.DefaultConfig(), 230) {
+		if sc.group == "b" && sc.base != nil {
+			got = append(got, sc.cfg.Seed)
+		}
+	}
+	if want := []uint64{8, 9, 10, 11}; !slices.Equal(got, want) {
+		t.Errorf("(b) repeats under seeds %v, want %v", got, want)
+	}
+	if err := run(context.Background(), []string{"-seeds", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-seeds 0") {
+		t.Errorf("-seeds 0: %v, want it refused", err)
 	}
 }

@@ -117,7 +117,9 @@ than one trajectory's. Wherever llm-d's precise scheduler runs (b) or
 later, and each line comparing kvrouter with it ends with that run
 against precise, at the level where it differs most: two runs of one
 policy that differ in nothing a policy should be judged by, so how far a
-level's pooled p90 moves by chance alone.
+level's pooled p90 moves by chance alone. -seeds N (3 by default, the
+acceptance's) repeats all of these under the N−1 seeds after -seed
+instead: the per-level comparisons then pool N seeds.
 
 What the model leaves out: network and router latency, tokenization, CPU
 offload tiers, prefill/decode disaggregation, and any limit on a pod's
