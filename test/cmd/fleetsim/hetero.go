@@ -310,23 +310,22 @@ func writeConvergence(b *strings.Builder, j *job) {
 // heteroSampleEvery is the spacing of the convergence table's rows.
 const heteroSampleEvery = 30.0
 
-const heteroText = `Fleets whose second half runs at half the speed: every step of a slow pod takes
-twice as long, prefill and decode. Each pod's simulated /metrics counts vLLM's prompt
-tokens, prefix-cache queries and hits, and prefill time. kvrouter prices every pod at the
-fast pods' speed, the single figure an operator measures on one pod
+const heteroText = `Fleets whose second half runs at half the speed: every step of a slow pod takes twice as
+long, prefill and decode. Each pod's simulated /metrics counts vLLM's prompt tokens,
+prefix-cache queries and hits, and prefill time. kvrouter prices every pod at the fast
+pods' speed, the single figure an operator measures on one pod
 (routing.learn_prefill_speeds: false, or pods without the counters), and kvrouter-mean at
 the fleet's mean speed (3/4 of the fast pods'), the figure an operator who knew the mix
-would set; kvrouter-learned
-learns each pod's speed from its counters through the router's own estimator
-(router/fleet/speed.go), that same figure its prior, as kvrouter ships
+would set; kvrouter-learned learns each pod's speed from its counters through the router's
+own estimator (router/fleet/speed.go), that same figure its prior, as kvrouter ships
 (learn_prefill_speeds is on by default); the oracle knows every pod's speed and queue
 exactly. llm-d's precise scheduler, approximate, least-loaded and random run the same
-fleets: the acceptance compares kvrouter as shipped with precise. The Mooncake conversation trace (long prompts, little reuse) is
-prefill-bound: there the speeds decide where a prompt is computed soonest. The shared-
-prefix workload (75 groups of 6,000-token system prompts, 230 output tokens, open-loop
-stages of 8 and 12 requests/s) is affinity-bound: a request goes where its group's prefix
-is cached whatever the pod's speed. A learned speed is what a token costs the pod under
-its traffic, step overheads and the decodes sharing its steps included, so it sits below
-the configured speed; what matters to routing is that the slow pods are learned at about
-half the fast ones.
+fleets: the acceptance compares kvrouter as shipped with precise. The Mooncake
+conversation trace (long prompts, little reuse) is prefill-bound: there the speeds decide
+where a prompt is computed soonest. The shared-prefix workload (75 groups of 6,000-token
+system prompts, 230 output tokens, open-loop stages of 8 and 12 requests/s) is
+affinity-bound: a request goes where its group's prefix is cached whatever the pod's
+speed. A learned speed is what a token costs the pod under its traffic, step overheads and
+the decodes sharing its steps included, so it sits below the configured speed; what
+matters to routing is that the slow pods are learned at about half the fast ones.
 `
