@@ -179,27 +179,21 @@ func writeHetero(b *strings.Builder, jobs []*job) {
 
 // heteroPlotFile is the base name of the TTFT plot of the (f) workload
 // name (heteroWorkload).
-func heteroPlotFile(name string) string {
-	if strings.Contains(name, "mooncake") {
-		return "hetero-mooncake-ttft"
-	}
-	return "hetero-shared-ttft"
-}
+func heteroPlotFile(name string) string { return workloadFile("hetero", name) + "-ttft" }
 
 // writeHeteroPlots writes (f)'s plots to dir: per workload, each policy's
 // TTFT by percentile, its seeds pooled.
 func writeHeteroPlots(dir string, jobs []*job) error {
 	workloads, by := heteroGroups(jobs)
-	ttft := func(o fleetsim.Outcome) (float64, bool) { return o.First - o.Arrival, true }
 	for _, name := range workloads {
-		c := &chart{title: name + ", seeds pooled: TTFT by percentile", xLabel: "percentile of requests", yLabel: "TTFT (s)", xs: pdPercentiles}
+		c := percentileChart(name+", seeds pooled: TTFT by percentile", "TTFT (s)")
 		for _, p := range heteroPolicies {
 			var rs []*fleetsim.Result
 			for _, j := range by[name][p] {
 				rs = append(rs, j.res)
 			}
 			if len(rs) > 0 {
-				c.series = append(c.series, percentileSeries(p, ttft, rs...))
+				c.series = append(c.series, percentileSeries(p, ttftOf, rs...))
 			}
 		}
 		if err := c.save(filepath.Join(dir, heteroPlotFile(name))); err != nil {
@@ -250,7 +244,7 @@ func heteroAcceptance(jobs []*job) []string {
 	workloads, by := heteroGroups(jobs)
 	var out []string
 	for _, name := range workloads {
-		if kv, pr := by[name][heteroShipped], by[name]["llm-d-precise"]; len(kv) > 0 && len(kv) == len(pr) {
+		if kv, pr := by[name][heteroShipped], by[name]["llm-d-precise"]; len(kv) > 0 && len(pr) > 0 { // preciseLine pools the seeds both ran
 			out = append(out, preciseLine(name+", kvrouter as shipped (learned speeds)", kv, pr, nil, by[name]["oracle"]))
 		}
 		pooled := map[string][]float64{}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
@@ -165,29 +164,22 @@ var pdMetrics = []struct {
 	suffix, what, axis string
 	value              func(o fleetsim.Outcome) (float64, bool)
 }{
-	{"ttft", "TTFT", "TTFT (s)", func(o fleetsim.Outcome) (float64, bool) { return o.First - o.Arrival, true }},
+	{"ttft", "TTFT", "TTFT (s)", ttftOf},
 	{"itl", "inter-token latency", "mean ITL of a request (ms)", func(o fleetsim.Outcome) (float64, bool) {
 		return 1000 * (o.Finish - o.First) / float64(o.Output-1), o.Output > 1
 	}},
 }
 
-// pdPercentiles are the plots' x values.
-var pdPercentiles = []float64{10, 25, 50, 75, 90, 95, 99}
-
 // pdPlotFile is the base name of the plot of w's metric of suffix.
 func pdPlotFile(w *fleetsim.Workload, suffix string) string {
-	name := "pd-shared"
-	if strings.Contains(w.Name, "mooncake") {
-		name = "pd-mooncake"
-	}
-	return name + "-" + suffix
+	return workloadFile("pd", w.Name) + "-" + suffix
 }
 
 // writePDPlots writes (d)'s plots to dir.
 func writePDPlots(dir string, jobs []*job) error {
 	for _, r := range pdWorkloads(jobs) {
 		for _, m := range pdMetrics {
-			c := &chart{title: r.w.Name + ": " + m.what + " by percentile", xLabel: "percentile of requests", yLabel: m.axis, xs: pdPercentiles}
+			c := percentileChart(r.w.Name+": "+m.what+" by percentile", m.axis)
 			for _, j := range r.jobs {
 				c.series = append(c.series, percentileSeries(j.sc.topology, m.value, j.res))
 			}
@@ -197,33 +189,4 @@ func writePDPlots(dir string, jobs []*job) error {
 		}
 	}
 	return nil
-}
-
-// percentileSeries is the line of value over the requests that got their
-// whole answer in rs, pooled, at pdPercentiles.
-func percentileSeries(name string, value func(fleetsim.Outcome) (float64, bool), rs ...*fleetsim.Result) series {
-	var vs []float64
-	for _, r := range rs {
-		for _, o := range r.Outcomes {
-			if v, ok := value(o); ok && o.Finish > 0 && !o.TimedOut {
-				vs = append(vs, v)
-			}
-		}
-	}
-	slices.Sort(vs)
-	s := series{name: name}
-	for _, p := range pdPercentiles {
-		s.ys = append(s.ys, percentile(vs, p))
-	}
-	return s
-}
-
-// percentile is the p-th percentile of sorted vs, nearest rank; NaN of
-// none.
-func percentile(vs []float64, p float64) float64 {
-	if len(vs) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(p/100*float64(len(vs)))) - 1
-	return vs[min(max(i, 0), len(vs)-1)]
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -16,6 +18,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/kvrouter/kvrouter/test/fleetsim"
 )
 
 // series is one line of a plot: a policy's value at each x.
@@ -322,4 +326,54 @@ func decadeLabel(e int) string {
 		return strconv.FormatFloat(math.Pow10(e), 'f', -1, 64)
 	}
 	return strconv.FormatFloat(math.Pow10(e), 'g', -1, 64)
+}
+
+// percentiles are the x values of the plots by percentile ((d), (f)).
+var percentiles = []float64{10, 25, 50, 75, 90, 95, 99}
+
+// percentileChart is a chart of a per-request metric (its axis label
+// yLabel) by percentile.
+func percentileChart(title, yLabel string) *chart {
+	return &chart{title: title, xLabel: "percentile of requests", yLabel: yLabel, xs: percentiles}
+}
+
+// ttftOf is a request's time to first token, a percentile chart's value.
+func ttftOf(o fleetsim.Outcome) (float64, bool) { return o.First - o.Arrival, true }
+
+// percentileSeries is the line of value over the requests that got their
+// whole answer in rs, pooled, at percentiles.
+func percentileSeries(name string, value func(fleetsim.Outcome) (float64, bool), rs ...*fleetsim.Result) series {
+	var vs []float64
+	for _, r := range rs {
+		for _, o := range r.Outcomes {
+			if v, ok := value(o); ok && o.Finish > 0 && !o.TimedOut {
+				vs = append(vs, v)
+			}
+		}
+	}
+	slices.Sort(vs)
+	s := series{name: name}
+	for _, p := range percentiles {
+		s.ys = append(s.ys, percentile(vs, p))
+	}
+	return s
+}
+
+// percentile is the p-th percentile of sorted vs, nearest rank; NaN of
+// none.
+func percentile(vs []float64, p float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(p/100*float64(len(vs)))) - 1
+	return vs[min(max(i, 0), len(vs)-1)]
+}
+
+// workloadFile is the base name, from prefix, of a plot of the Mooncake
+// or the shared-prefix workload named name.
+func workloadFile(prefix, name string) string {
+	if strings.Contains(name, "mooncake") {
+		return prefix + "-mooncake"
+	}
+	return prefix + "-shared"
 }
