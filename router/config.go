@@ -80,6 +80,27 @@ type Config struct {
 	// ties at random. Where prompts rarely repeat, h and the window are
 	// about nothing and the cheapest pod wins. Default 0.2; 0 turns it off.
 	PlacementTolerance float64
+	// HomeHold turns on homes (homes.go) and says how hard a prefix's home
+	// holds it. A request goes to its prefix's home pod unless the home's
+	// predicted cost exceeds another pod's by more than this many times
+	// that pod's prefill (a pod with no room for the prefix among its homes
+	// priced as a cold prefill, since a copy there evicts its homes).
+	// Homes keep each group of prompts on one pod and no pod's groups
+	// beyond its KV cache (HomeFill), which the per-request cost cannot
+	// see: it keeps a group where it is cached even while the pod's cache,
+	// full of groups, evicts each before its next request. 0 turns homes
+	// off. Default 1.
+	HomeHold float64
+	// HomeFill is the share of a pod's KV cache (fleet.Load.KVCapacity)
+	// the footprints of the prefixes it homes may fill; the rest is left
+	// to decoded tokens and to requests routed away from their homes.
+	// Default 0.8.
+	HomeFill float64
+	// HomeIdle is how long a prefix unseen keeps its home. Default 60 s.
+	HomeIdle time.Duration
+	// HomeTable bounds the prefixes the router keeps homes for; past it
+	// the least recently seen leave. About 150 bytes each. Default 65536.
+	HomeTable int
 	// StaleMetricsAfter is how long a pod's metrics scrapes may fail before
 	// its last figures are too old to route by. Such a pod, and one whose
 	// scrapes have failed without ever succeeding, is blind: it is left out
@@ -160,6 +181,10 @@ func DefaultConfig() Config {
 		Tolerance:                0.05,
 		ToleranceSeconds:         0.001,
 		PlacementTolerance:       0.2,
+		HomeHold:                 1,
+		HomeFill:                 0.8,
+		HomeIdle:                 time.Minute,
+		HomeTable:                1 << 16,
 		StaleMetricsAfter:        fleet.DefaultStaleAfter,
 		SlowDecision:             50 * time.Millisecond,
 		MaxTokenizeBytes:         4 << 20,
@@ -191,6 +216,10 @@ func (c Config) Validate() error {
 	nonNeg("tolerance", c.Tolerance)
 	nonNeg("tolerance seconds", c.ToleranceSeconds)
 	nonNeg("placement tolerance", c.PlacementTolerance)
+	nonNeg("home hold", c.HomeHold)
+	if c.HomeHold > 0 && (c.HomeFill <= 0 || c.HomeFill > 1 || c.HomeIdle <= 0 || c.HomeTable < 1) {
+		errs = append(errs, fmt.Errorf("home fill = %v, home idle = %v and home table = %d, want fill in (0, 1], idle > 0 and table >= 1 while homes are on", c.HomeFill, c.HomeIdle, c.HomeTable))
+	}
 	if c.StaleMetricsAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale metrics after = %v, want >= 0", c.StaleMetricsAfter))
 	}

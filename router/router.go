@@ -122,6 +122,8 @@ type Router struct {
 	objectives atomic.Pointer[Objectives]
 	// held is the router's queue (hold.go).
 	held holdQueue
+	// homes are the prefixes' home pods (homes.go); nil when off.
+	homes *homeTable
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -148,6 +150,11 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	if err := register(reg, speedCollector{r}); err != nil {
 		return nil, err
+	}
+	if cfg.HomeHold > 0 {
+		if r.homes, err = newHomeTable(reg); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -351,7 +358,13 @@ func (r *Router) decide(req Request, ev evaluation, sc *scratch, ok func(int) bo
 			dest = ok
 		}
 	}
-	i, placed := r.choose(sc.scores, dest, ev.tokens, ev.share)
+	var i int
+	var placed bool
+	if r.homes != nil && !pd && len(sc.hashes) > 0 {
+		i, placed = r.routeHome(ev.ns, sc.hashes, r.hasher.BlockSize(), sc.scores, sc.members, dest, ev.tokens, ev.share, r.now().UnixNano())
+	} else {
+		i, placed = r.choose(sc.scores, dest, ev.tokens, ev.share)
+	}
 	m := sc.members[i]
 	d := &Decision{
 		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: sc.scores[i].DPRank,

@@ -31,8 +31,9 @@ type Score struct {
 	// (fleet.Load.PrefillSecondsPerToken) or the configured prior.
 	Speed float64 `json:"prefill_tokens_per_second"`
 
-	work     int64 // the prefill of the prompt tokens the pod does not cache, in tokens at no context: its charge to the pod's queue
-	uncached int   // the prompt tokens the pod does not cache (nor will soon)
+	work     int64   // the prefill of the prompt tokens the pod does not cache, in tokens at no context: its charge to the pod's queue
+	cold     float64 // Cost were nothing of the prompt cached there
+	uncached int     // the prompt tokens the pod does not cache (nor will soon)
 }
 
 // Tiers is a match per cache tier.
@@ -62,6 +63,7 @@ type Tiers struct {
 func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, hashes []uint64, tokens int, pressure float64, now int64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
+	whole := float64(tokens) * (1 + float64(tokens)/2*r.cfg.PrefillAttentionPerToken)
 	for i, m := range ms {
 		mem := members[i]
 		spt := r.PrefillSecondsPerToken(mem.Load)
@@ -97,6 +99,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 			work:     int64(work),
 			KVUsage:  float64(mem.Load.KVUsagePermille.Load()) / 1000,
 			uncached: int(uncached),
+			cold:     queue + whole*spt*(pressure+behind),
 		})
 	}
 	return out

@@ -144,6 +144,15 @@ type routingConfig struct {
 	// PlacementTolerance widens Tolerance for a request that places a new
 	// prefix, picking the least used KV cache within it.
 	PlacementTolerance float64 `yaml:"placement_tolerance"` // --placement-tolerance
+	// HomeHold turns on homes: each prefix's home pod, which its requests
+	// go to unless it costs more than another pod by this many times that
+	// pod's prefill (0: off). HomeFill is the share of a pod's KV cache its
+	// homes may fill; HomeIdle how long an unseen prefix keeps its home;
+	// HomeTable how many prefixes the router keeps homes for.
+	HomeHold  float64  `yaml:"home_hold"`  // --home-hold
+	HomeFill  float64  `yaml:"home_fill"`  // --home-fill
+	HomeIdle  duration `yaml:"home_idle"`  // --home-idle
+	HomeTable int      `yaml:"home_table"` // --home-table
 	// StaleMetricsAfter is how long a pod's /metrics scrapes may fail
 	// before the router routes around it as if it had never answered.
 	StaleMetricsAfter duration `yaml:"stale_metrics_after"` // --stale-metrics-after
@@ -263,6 +272,7 @@ func routingDefaults() routingConfig {
 	return routingConfig{
 		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken, LearnPrefillSpeeds: r.LearnSpeeds,
 		KVPressure: r.KVPressure, ReuseWeight: r.ReuseWeight, Tolerance: r.Tolerance, PlacementTolerance: r.PlacementTolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
+		HomeHold: r.HomeHold, HomeFill: r.HomeFill, HomeIdle: duration(r.HomeIdle), HomeTable: r.HomeTable,
 		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
 		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
 		HoldPrefilling: r.HoldPrefilling, HoldMaxWait: duration(r.HoldMaxWait), HoldScan: r.HoldScan,
@@ -328,6 +338,10 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Routing.ReuseWeight, "reuse-weight", c.Routing.ReuseWeight, "how much more an uncached prompt token costs for the cached block it evicts, times the share of prompts the caches held lately (0: nothing)")
 	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
 	fs.Float64Var(&c.Routing.PlacementTolerance, "placement-tolerance", c.Routing.PlacementTolerance, "a request the cheapest pod lacks more than half of places a new prefix: it goes to the least used KV cache among the pods within this fraction of the cheapest, times the share of prompts the caches held lately (0: the cheapest)")
+	fs.Float64Var(&c.Routing.HomeHold, "home-hold", c.Routing.HomeHold, "homes: each prefix (its first block) gets a home pod, where its requests go unless the home costs more than another pod by this many times that pod's prefill; no pod homes prefixes beyond --home-fill of its KV cache (0: no homes)")
+	fs.Float64Var(&c.Routing.HomeFill, "home-fill", c.Routing.HomeFill, "the share of a pod's KV cache (0 to 1) the prefixes it homes may fill; the rest is left to decoded tokens and requests routed away from their homes")
+	fs.DurationVar((*time.Duration)(&c.Routing.HomeIdle), "home-idle", time.Duration(c.Routing.HomeIdle), "how long a prefix no request has used keeps its home")
+	fs.IntVar(&c.Routing.HomeTable, "home-table", c.Routing.HomeTable, "how many prefixes kvrouter keeps homes for (about 150 bytes each, and a few bytes per 16 distinct blocks); past it the least recently used leave")
 	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
 	fs.IntVar(&c.Routing.HoldPrefilling, "hold-prefilling", c.Routing.HoldPrefilling, "once the prompts queued for a model's pods pass what their KV caches hold, a pod with this many requests awaiting their first token takes no more: requests wait in kvrouter for a pod with room, which gets the one it caches most of (0: never hold)")
 	fs.DurationVar((*time.Duration)(&c.Routing.HoldMaxWait), "hold-max-wait", time.Duration(c.Routing.HoldMaxWait), "the longest a request waits in kvrouter's queue before it is routed as if nothing were held (BUFFERED body mode: keep it below the proxy's ext_proc message_timeout)")
@@ -378,6 +392,7 @@ var flagPaths = map[string]string{
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"learn-prefill-speeds": "routing.learn_prefill_speeds",
 	"kv-pressure":          "routing.kv_pressure", "reuse-weight": "routing.reuse_weight", "routing-tolerance": "routing.tolerance", "placement-tolerance": "routing.placement_tolerance", "stale-metrics-after": "routing.stale_metrics_after",
+	"home-hold": "routing.home_hold", "home-fill": "routing.home_fill", "home-idle": "routing.home_idle", "home-table": "routing.home_table",
 	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
 	"pd-threshold-tokens": "routing.pd_threshold_tokens", "prefill-header": "routing.prefill_header",
 	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",

@@ -74,7 +74,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
 			TTL: duration(2 * time.Hour), LeaseTTL: duration(3 * time.Second), Timeout: duration(time.Second), LocalView: false, ShareLoad: false,
 		}},
-		Routing: routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, ReuseWeight: 0.25, Tolerance: 0.1, PlacementTolerance: 0.2, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"},
+		Routing: routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, ReuseWeight: 0.25, Tolerance: 0.1, PlacementTolerance: 0.2, HomeHold: 1, HomeFill: 0.8, HomeIdle: duration(time.Minute), HomeTable: 1 << 16, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"},
 		Tokenizers: tokenizersConfig{
 			Models: map[string]modelEntry{
 				"m": {Dir: "/m"}, "a": {Alias: "m"},
@@ -106,7 +106,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--stale-metrics-after", "0s", "--learn-prefill-speeds", "--reuse-weight", "3", "--placement-tolerance", "0.3",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
-			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, LearnPrefillSpeeds: true, ReuseWeight: 3, PlacementTolerance: 0.3, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"}
+			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, LearnPrefillSpeeds: true, ReuseWeight: 3, PlacementTolerance: 0.3, HomeHold: 1, HomeFill: 0.8, HomeIdle: duration(time.Minute), HomeTable: 1 << 16, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"}
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -155,7 +155,7 @@ log: {level: loud}
 shutdown: {drain_delay: 5, timeout: -1s}
 hash: {algorithm: md5, block_size: 0}
 index: {max_entries: 0, shards: 4}
-routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2, stale_metrics_after: -1s, reuse_weight: -1, placement_tolerance: 3, hold_prefilling: -1, hold_max_wait: 0s, hold_scan: 0}
+routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2, stale_metrics_after: -1s, reuse_weight: -1, placement_tolerance: 3, hold_prefilling: -1, hold_max_wait: 0s, hold_scan: 0, home_fill: 0, home_table: 0}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
 pods: {file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}], file: `+pods+`}
@@ -192,6 +192,8 @@ discovery: {namespaces: [""]}
 		"kvrouter.yaml:7:170: routing.placement_tolerance: 3",
 		"kvrouter.yaml:7:190: routing.hold_prefilling: -1",
 		"kvrouter.yaml:7:224: routing.hold_scan: 0",
+		"kvrouter.yaml:7:238: routing.home_fill: 0, want in (0, 1] while routing.home_hold is on",
+		"kvrouter.yaml:7:253: routing.home_table: 0, want >= 1 while routing.home_hold is on",
 		`kvrouter.yaml:8:22: extproc.body_mode: "STREAMED"`,
 		"kvrouter.yaml:9:26: tokenizers.models.m: stat /does/not/exist",
 		"kvrouter.yaml:10:59: pods.static[0] (s): model: empty",

@@ -204,6 +204,12 @@ func (c config) routerConfig(p *problems) router.Config {
 	setChecked(p, "routing.reuse_weight", rc.ReuseWeight, ">= 0", &r.ReuseWeight, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
 	setChecked(p, "routing.tolerance", rc.Tolerance, "in [0, 1]", &r.Tolerance, func(v float64) bool { return v >= 0 && v <= 1 })
 	setChecked(p, "routing.placement_tolerance", rc.PlacementTolerance, "in [0, 1]", &r.PlacementTolerance, func(v float64) bool { return v >= 0 && v <= 1 })
+	setChecked(p, "routing.home_hold", rc.HomeHold, ">= 0", &r.HomeHold, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
+	if r.HomeHold > 0 {
+		setChecked(p, "routing.home_fill", rc.HomeFill, "in (0, 1] while routing.home_hold is on", &r.HomeFill, func(v float64) bool { return v > 0 && v <= 1 })
+		setChecked(p, "routing.home_idle", rc.HomeIdle, "> 0 while routing.home_hold is on", (*duration)(&r.HomeIdle), func(v duration) bool { return v > 0 })
+		setChecked(p, "routing.home_table", rc.HomeTable, ">= 1 while routing.home_hold is on", &r.HomeTable, func(v int) bool { return v >= 1 })
+	}
 	setChecked(p, "routing.saturation_waiting", rc.SaturationWaiting, ">= 0", &r.SaturationWaiting, func(v int) bool { return v >= 0 })
 	setChecked(p, "routing.saturation_kv", rc.SaturationKV, "in [0, 1]", &r.SaturationKV, func(v float64) bool { return v >= 0 && v <= 1 })
 	setChecked(p, "routing.destination_endpoints", rc.DestinationEndpoints, "in [1, 16]", &r.Endpoints, func(v int) bool { return v >= 1 && v <= 16 })

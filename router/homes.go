@@ -1,0 +1,369 @@
+package router
+
+import (
+	"container/list"
+	"math"
+	"sync"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/router/fleet"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Homes. A pod's KV cache is an LRU: a block nothing uses stays about the
+// cache's free room over the rate new blocks arrive (misses and decoded
+// tokens). When the groups of prompts routed to a pod need more than its
+// cache, each group's blocks are evicted before its next request and every
+// request there misses part of its prompt, while another pod may have
+// room. The per-request cost prices one request: it sees a hit behind a
+// queue on the first pod and a cold prefill on the other, and keeps every
+// group where it thrashes.
+//
+// So each prefix gets a home pod, and no pod homes prefixes beyond
+// Config.HomeFill of its KV cache (fleet.Load.KVCapacity; nothing is homed
+// on a pod whose capacity is unknown). A prefix is keyed by its first
+// block, per model; its footprint is the distinct prompt tokens seen under
+// it (the shared blocks once, then each new tail; home.grow).
+//
+// A request goes home unless the home costs more than another pod by
+// Config.HomeHold times that pod's prefill: a pod with room for the prefix
+// priced as scored, one without as a cold prefill of the whole prompt (a
+// copy there ages out, but first evicts that pod's homes). The copy a
+// request routed away leaves is not followed.
+//
+// A prefix is homed on its second request (a prompt seen once may never
+// return, and takes no room): on the pod that caches half of it, if it
+// fits there, else routed by cost; or, cached nowhere, on the cheapest pod
+// where it fits. A prefix whose home's prefixes have outgrown the bound
+// moves, on its next request, to the cheapest pod where it fits. Both go
+// to the new home unless its queue alone passes the bound above: its one
+// cold prefill there ends the thrash of every group on the old home.
+//
+// Homes step aside (the request is routed by cost) for a prefix that fits
+// on no pod; for one that carries more than a pod's share of the requests
+// (a system prompt every conversation starts with: one pod cannot carry
+// it); and while the prefixes seen twice need more than the pods' homes
+// may fill, an overload of the caches no placement mends, which the
+// router's queue (hold.go) and the per-request cost manage.
+//
+// A prefix unseen for Config.HomeIdle leaves the table, and its footprint
+// its home's; requests fade from its share of the traffic over that time.
+// The table holds at most Config.HomeTable prefixes. Each replica keeps
+// its own table, learned from its own decisions.
+
+// homeKey names a prefix: its model's index namespace and first block.
+type homeKey struct {
+	ns    string
+	block uint64
+}
+
+// home is one prefix's entry.
+type home struct {
+	key    homeKey
+	pod    kvindex.PodID // kvindex.InvalidPod: none (it fits on no pod)
+	tokens int64         // footprint: the distinct prompt tokens seen under it
+	// marks are the hashes of its prompts' blocks at every homeStride-th
+	// position and of each prompt's last block: what measures a new
+	// prompt's distinct tail (grow).
+	marks map[uint64]struct{}
+	seen  int64 // unix nanoseconds of its last request
+	// rate is its requests, each fading with age over Config.HomeIdle;
+	// requests counts them all.
+	rate     float64
+	requests int
+	elem     *list.Element
+}
+
+// homeTable is the router's homes.
+type homeTable struct {
+	mu    sync.Mutex
+	keys  map[homeKey]*home
+	lru   list.List // of *home, the most recently seen first
+	homed map[kvindex.PodID]int64
+	// active is the footprints of the prefixes seen twice or more.
+	active int64
+	// rate is every prefix's requests, faded as home.rate, at rateAt.
+	rate   float64
+	rateAt int64
+	// met counts decisions by homeResult, and homes the prefixes with one.
+	met   [numHomeResults]prometheus.Counter
+	homes prometheus.Gauge
+}
+
+// homeResult is what homes did for a request.
+type homeResult uint8
+
+const (
+	homeAtHome  homeResult = iota // routed to its home
+	homePlaced                    // a new prefix, homed and routed there
+	homeMoved                     // its home's homes outgrew the cache: homed elsewhere, routed there
+	homeAway                      // its home cost too much: routed by cost
+	homeNowhere                   // it fits on no pod: routed by cost
+	homeFirst                     // its first request: routed by cost
+	homeShared                    // it carries more than a pod's share of the requests: routed by cost
+	homeFull                      // the prefixes that recur need more than the caches: routed by cost
+	numHomeResults
+)
+
+var homeResultNames = [numHomeResults]string{"home", "placed", "moved", "away", "nowhere", "first", "shared", "full"}
+
+func newHomeTable(reg prometheus.Registerer) (*homeTable, error) {
+	t := &homeTable{keys: map[homeKey]*home{}, homed: map[kvindex.PodID]int64{}}
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "kvrouter", Subsystem: "router", Name: "home_decisions_total",
+		Help: "Decisions by what the prefix's home did (routing.home_hold): home (routed to it), placed (a new prefix homed there), moved (its home's prefixes outgrew its KV cache: homed elsewhere), away (the home cost too much, or is not a candidate of the request: routed by cost), nowhere (it fits on no pod: routed by cost).",
+	}, []string{"result"})
+	for i, n := range homeResultNames {
+		t.met[i] = vec.WithLabelValues(n)
+	}
+	t.homes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "kvrouter", Subsystem: "router", Name: "homed_prefixes",
+		Help: "Prefixes the router keeps a home pod for (routing.home_hold).",
+	})
+	if err := register(reg, vec, t.homes); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// routeHome is choose (for the request of tokens prompt tokens, whose
+// blocks hash to hashes, bs tokens each, in namespace ns, at now in unix
+// nanoseconds) with homes: the pod of members, among those ok allows (nil:
+// all), that homes the prompt's prefix, unless it costs too much.
+func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, members []*fleet.Member, ok func(int) bool, tokens int, share float64, now int64) (int, bool) {
+	t := r.homes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.enter(homeKey{ns, hashes[0]}, hashes, bs, now, r.cfg)
+	switch {
+	case h.requests < 2:
+		// A prompt seen once may never come back: it takes no pod's room.
+		t.met[homeFirst].Inc()
+		return r.choose(scores, ok, tokens, share)
+	case h.rate*float64(len(members)) > t.rate:
+		// More than a pod's share of the traffic: one pod cannot carry
+		// it, and its prompts go where each is cheapest.
+		t.setPod(h, kvindex.InvalidPod)
+		t.met[homeShared].Inc()
+		return r.choose(scores, ok, tokens, share)
+	}
+	var room int64
+	for _, m := range members {
+		room += r.fill(m)
+	}
+	if t.active > room {
+		// The prefixes that recur need more than the caches: no placement
+		// keeps them, and the router's queue and the per-request cost
+		// manage that overload better than homes moving prefixes about.
+		t.met[homeFull].Inc()
+		return r.choose(scores, ok, tokens, share)
+	}
+	at := -1
+	for i, m := range members {
+		if m.ID == h.pod {
+			at = i
+			break
+		}
+	}
+	result := homeAtHome
+	switch {
+	case h.pod != kvindex.InvalidPod && (at >= 0 && ok != nil && !ok(at) || at < 0 && r.inFleet(h.pod)):
+		// Not a candidate of this request (its subset, or a held request
+		// released to another pod): routed by cost, the home kept.
+		t.met[homeAway].Inc()
+		return r.choose(scores, ok, tokens, share)
+	case at < 0 || t.homed[h.pod] > r.fill(members[at]):
+		// No home yet, the home left the fleet, or its homes outgrew its
+		// cache: the cheapest pod where the prefix fits. A prefix without
+		// a home that the cheapest pod caches half of lives there: homed
+		// there if it fits, else routed by cost (a copy elsewhere would
+		// be a second one).
+		only := -1
+		if h.pod != kvindex.InvalidPod {
+			result = homeMoved
+			t.setPod(h, kvindex.InvalidPod)
+		} else if b := cheapest(scores, ok); scores[b].uncached*2 <= tokens {
+			result, only = homePlaced, b
+		} else {
+			result = homePlaced
+		}
+		at = -1
+		for i, m := range members {
+			if (ok == nil || ok(i)) && (only < 0 || i == only) && t.homed[m.ID]+h.tokens <= r.fill(m) && (at < 0 || scores[i].Cost < scores[at].Cost) {
+				at = i
+			}
+		}
+		if at < 0 {
+			t.met[homeNowhere].Inc()
+			return r.choose(scores, ok, tokens, share)
+		}
+		t.setPod(h, members[at].ID)
+	}
+	// What another pod would cost: as scored where the prefix fits, and
+	// a cold prefill where it does not (a copy there evicts that pod's
+	// homes, which is what the per-request cost cannot see). The home may
+	// cost more by Config.HomeHold times that pod's prefill, not its
+	// queue: a fleet whose queues are long moves sooner.
+	limit := math.Inf(1)
+	for i, s := range scores {
+		if i == at || ok != nil && !ok(i) {
+			continue
+		}
+		c := s.cold
+		if t.homed[members[i].ID]+h.tokens <= r.fill(members[i]) {
+			c = s.Cost
+		}
+		limit = min(limit, c+r.cfg.HomeHold*(c-s.Queue))
+	}
+	limit += r.cfg.ToleranceSeconds
+	switch {
+	case result == homeAtHome && scores[at].Cost > limit:
+		t.met[homeAway].Inc()
+		return r.choose(scores, ok, tokens, share)
+	case result != homeAtHome && scores[at].Queue > limit:
+		// A new home is worth its one cold prefill, not a queue: no home
+		// for now.
+		t.setPod(h, kvindex.InvalidPod)
+		t.met[homeAway].Inc()
+		return r.choose(scores, ok, tokens, share)
+	}
+	t.met[result].Inc()
+	return at, false
+}
+
+// enter finds the prefix of the prompt whose blocks hash to hashes (bs
+// tokens each) in the table, or adds it, as seen at now; its footprint
+// grows by the prompt's tokens not seen under it before.
+func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Config) *home {
+	t.expire(now - int64(cfg.HomeIdle))
+	h := t.keys[k]
+	if h == nil {
+		h = t.add(k, now, cfg.HomeTable)
+	} else {
+		t.lru.MoveToFront(h.elem)
+	}
+	tau := float64(cfg.HomeIdle)
+	h.rate = h.rate*math.Exp(-float64(now-h.seen)/tau) + 1
+	h.requests++
+	t.rate = t.rate*math.Exp(-float64(now-t.rateAt)/tau) + 1
+	t.rateAt = now
+	h.seen = now
+	grow := int64(h.grow(hashes) * bs)
+	h.tokens += grow
+	if h.pod != kvindex.InvalidPod {
+		t.homed[h.pod] += grow
+	}
+	switch {
+	case h.requests == 2:
+		t.active += h.tokens
+	case h.requests > 2:
+		t.active += grow
+	}
+	return h
+}
+
+// homeStride is how many blocks apart a prefix's marks are.
+const homeStride = 16
+
+// homeMarks bounds a prefix's marks: a prefix with this many has a
+// footprint beyond any pod's cache (homeStride × homeMarks blocks) and
+// grows by its prompts' whole length thereafter.
+const homeMarks = 8192
+
+// grow records a prompt of hashes under h and returns the blocks it adds
+// to h's footprint: those past its longest prefix seen before, to within
+// homeStride blocks (a block's hash chains every block before it, so a
+// prompt's prefix was seen when its last block's hash was).
+func (h *home) grow(hashes []uint64) int {
+	n := len(hashes)
+	if h.marks == nil {
+		h.marks = map[uint64]struct{}{}
+	}
+	if _, ok := h.marks[hashes[n-1]]; ok {
+		return 0
+	}
+	seen := 0 // the prefix seen: 0, or one past a mark
+	for i := (n-1)/homeStride*homeStride + homeStride - 1; i >= 0; i -= homeStride {
+		if i >= n-1 {
+			continue
+		}
+		if _, ok := h.marks[hashes[i]]; ok {
+			seen = i + 1
+			break
+		}
+	}
+	if len(h.marks) < homeMarks {
+		for i := seen + homeStride - 1 - seen%homeStride; i < n-1; i += homeStride {
+			h.marks[hashes[i]] = struct{}{}
+		}
+		h.marks[hashes[n-1]] = struct{}{}
+	}
+	return n - seen
+}
+
+// fill is the prompt tokens m's homes may hold: Config.HomeFill of its KV
+// cache; nothing while its capacity is unknown.
+func (r *Router) fill(m *fleet.Member) int64 {
+	return int64(r.cfg.HomeFill * float64(m.Load.KVCapacity.Load()))
+}
+
+// add enters a new prefix, homeless, dropping the least recently seen when
+// the table holds limit.
+func (t *homeTable) add(k homeKey, now int64, limit int) *home {
+	if t.lru.Len() >= limit {
+		t.remove(t.lru.Back().Value.(*home))
+	}
+	h := &home{key: k, pod: kvindex.InvalidPod, seen: now}
+	h.elem = t.lru.PushFront(h)
+	t.keys[k] = h
+	return h
+}
+
+// expire drops the prefixes last seen before cutoff (unix nanoseconds).
+func (t *homeTable) expire(cutoff int64) {
+	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
+		h := e.Value.(*home)
+		if h.seen >= cutoff {
+			return
+		}
+		t.remove(h)
+	}
+}
+
+// remove drops h from the table and its footprint from its home's.
+func (t *homeTable) remove(h *home) {
+	t.setPod(h, kvindex.InvalidPod)
+	if h.requests >= 2 {
+		t.active -= h.tokens
+	}
+	t.lru.Remove(h.elem)
+	delete(t.keys, h.key)
+}
+
+// setPod moves h's footprint to pod (kvindex.InvalidPod: no home).
+func (t *homeTable) setPod(h *home, pod kvindex.PodID) {
+	if h.pod == pod {
+		return
+	}
+	if h.pod != kvindex.InvalidPod {
+		if t.homed[h.pod] -= h.tokens; t.homed[h.pod] <= 0 {
+			delete(t.homed, h.pod)
+		}
+		t.homes.Dec()
+	}
+	h.pod = pod
+	if pod != kvindex.InvalidPod {
+		t.homed[pod] += h.tokens
+		t.homes.Inc()
+	}
+}
+
+// inFleet says whether pod is still in the fleet.
+func (r *Router) inFleet(pod kvindex.PodID) bool {
+	for _, m := range r.fleet.Snapshot().Members() {
+		if m.ID == pod {
+			return true
+		}
+	}
+	return false
+}
