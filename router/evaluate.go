@@ -248,8 +248,11 @@ type Report struct {
 	// prompts found cached lately); 0 when the cheapest pod caches half of
 	// the prompt or more, or placement is off.
 	Placement float64 `json:"placement_tolerance"`
-	Pods      []Score `json:"pods"`
-	Stages    Stages  `json:"stage_ns"`
+	// Home is the prompt's prefix's entry among the homes (homes.go); nil
+	// while it has none (homes off, or the prefix not seen).
+	Home   *HomeReport `json:"home,omitempty"`
+	Pods   []Score     `json:"pods"`
+	Stages Stages      `json:"stage_ns"`
 }
 
 // Score evaluates req against every candidate pod and reports the scores,
@@ -263,6 +266,9 @@ func (r *Router) Score(req Request) (*Report, error) {
 	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Reuse: ev.reuse, Pods: sc.scores, Stages: ev.stages}
 	if len(sc.scores) > 0 {
 		rep.Placement = r.placement(sc.scores[cheapest(sc.scores, nil)], ev.tokens, ev.share, len(sc.scores))
+	}
+	if r.homes != nil && len(sc.hashes) > 0 {
+		rep.Home = r.homeReport(ev.ns, sc.hashes[0], sc.members)
 	}
 	rep.Blocks = make([]string, len(sc.hashes))
 	for i, h := range sc.hashes {

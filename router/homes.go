@@ -367,3 +367,39 @@ func (r *Router) inFleet(pod kvindex.PodID) bool {
 	}
 	return false
 }
+
+// HomeReport is a prefix's entry among the homes, as POST /v1/score shows
+// it.
+type HomeReport struct {
+	// Pod is the prefix's home; "" when it has none (seen once, fitting on
+	// no pod, or carrying more than a pod's share of the requests).
+	Pod string `json:"pod"`
+	// Tokens is the prefix's footprint: the distinct prompt tokens seen
+	// under it.
+	Tokens int64 `json:"footprint_tokens"`
+	// Requests are the requests seen under it since it entered the table.
+	Requests int `json:"requests"`
+	// PodTokens and PodFill are the footprints its home homes and what
+	// they may fill (Config.HomeFill of the pod's KV cache).
+	PodTokens int64 `json:"pod_homed_tokens"`
+	PodFill   int64 `json:"pod_fill_tokens"`
+}
+
+// homeReport is the entry of the prefix whose first block is block in
+// namespace ns, the home named among members; nil when the table lacks it.
+func (r *Router) homeReport(ns string, block uint64, members []*fleet.Member) *HomeReport {
+	t := r.homes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.keys[homeKey{ns, block}]
+	if h == nil {
+		return nil
+	}
+	rep := &HomeReport{Tokens: h.tokens, Requests: h.requests}
+	for _, m := range members {
+		if m.ID == h.pod {
+			rep.Pod, rep.PodTokens, rep.PodFill = m.Pod.Name, t.homed[h.pod], r.fill(m)
+		}
+	}
+	return rep
+}

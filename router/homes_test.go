@@ -175,6 +175,14 @@ func TestHomeMovesWhenItsPodOutgrowsItsCache(t *testing.T) {
 	if r := tr.homeResults(); r["moved"] != 1 {
 		t.Fatalf("home results = %v, want one moved", r)
 	}
+	rep, err := tr.Score(Request{Path: "/v1/completions", Body: []byte(completion("llama", b, ""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 5,000 distinct tokens, counted to within homeStride blocks of 4.
+	if h := rep.Home; h == nil || h.Pod != "b" || h.Tokens < 5000 || h.Tokens >= 5000+homeStride*4 || h.Requests != 3 || h.PodTokens != h.Tokens || h.PodFill != 8000 {
+		t.Fatalf("score's home = %+v, want b homing the prefix's ~5,000 tokens of its 8,000, after 3 requests", h)
+	}
 }
 
 // TestHomeGrowCountsDistinctTails: a prefix's footprint grows by each
@@ -331,5 +339,27 @@ func TestANewPrefixLivesWhereItIsCached(t *testing.T) {
 	}
 	if got := tr.homedOn(); got["b"] != 1 {
 		t.Fatalf("homes = %v, want the prefix homed on b", got)
+	}
+}
+
+// TestANewHomeIsNotAQueue: a prefix whose only pod with room has a queue
+// longer than the bound gets no home, and goes where it is cheapest.
+func TestANewHomeIsNotAQueue(t *testing.T) {
+	tr := homesRouter(t, 10000)
+	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)
+	for i := range 4 { // two on a, then two on b: both full
+		tr.send(group(i, 8))
+		tr.send(group(i, 3900))
+	}
+	if got := tr.homedOn(); got["a"] != 2 || got["b"] != 2 {
+		t.Fatalf("homes = %v, want two on a and two on b", got)
+	}
+	tr.loads(map[string]int64{"b": 1, "c": 200}, nil, 0)
+	tr.send(group(9, 8))
+	if pod := tr.send(group(9, 3900)); pod == "c" {
+		t.Fatal("a new home's request went to c, behind its queue")
+	}
+	if got, r := tr.homedOn(), tr.homeResults(); got["c"] != 0 || r["away"] != 1 {
+		t.Fatalf("homes = %v, results %v; want none on c, one away", got, r)
 	}
 }
