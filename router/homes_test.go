@@ -27,6 +27,15 @@ func homesRouter(t *testing.T, capacity int64) *testRouter {
 	return tr
 }
 
+// rankedRouter is homesRouter with 1 request waiting on b and 2 on c:
+// a is the cheapest pod for a cold prompt, then b, then c.
+func rankedRouter(t *testing.T, capacity int64) *testRouter {
+	t.Helper()
+	tr := homesRouter(t, capacity)
+	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)
+	return tr
+}
+
 // group is a prompt of n bytes (n tokens, n/4 blocks) that starts with
 // its own first block: group i's prefix.
 func group(i, n int) string {
@@ -88,8 +97,7 @@ func (tr *testRouter) twice(prompt string) string {
 // cost; and while the prefixes seen twice need more than the pods' homes
 // may fill, homes step aside.
 func TestHomesFillEachPodToItsShare(t *testing.T) {
-	tr := homesRouter(t, 10000)                        // 8,000 tokens of homes each
-	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0) // a is the cheapest, then b
+	tr := rankedRouter(t, 10000) // 8,000 tokens of homes each
 	for i := range 4 {
 		tr.send(group(i, 8)) // its first request caches two blocks: the prefix lives nowhere yet
 		tr.send(group(i, 5000))
@@ -117,8 +125,7 @@ func TestHomesFillEachPodToItsShare(t *testing.T) {
 // although b holds a copy and is cheaper for the one request; past that
 // bound it goes by cost. When b has room, b's copy is priced as it is.
 func TestHomeHoldsAgainstACopy(t *testing.T) {
-	tr := homesRouter(t, 100000)
-	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)
+	tr := rankedRouter(t, 100000)
 	g := group(1, 4000)
 	if pod := tr.twice(g + " first question?"); pod != "a" {
 		t.Fatalf("the group's requests went to %s, want a (the cheapest)", pod)
@@ -157,8 +164,7 @@ func TestHomeHoldsAgainstACopy(t *testing.T) {
 // grow its home's prefixes past 80% of its cache moves, with the request,
 // to the cheapest pod where it fits, though its home caches it.
 func TestHomeMovesWhenItsPodOutgrowsItsCache(t *testing.T) {
-	tr := homesRouter(t, 10000)
-	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)
+	tr := rankedRouter(t, 10000)
 	a, b := group(1, 4000), group(2, 3000)
 	tr.twice(a)
 	tr.twice(b)
@@ -317,8 +323,7 @@ func TestHomesOff(t *testing.T) {
 // pod caches half of already lives there: homed there if it fits, and
 // routed there by cost, without a home, if that pod's homes are full.
 func TestANewPrefixLivesWhereItIsCached(t *testing.T) {
-	tr := homesRouter(t, 10000)
-	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)
+	tr := rankedRouter(t, 10000)
 	tr.twice(group(1, 4000))
 	tr.twice(group(2, 4000))
 	if got := tr.homedOn(); got["a"] != 2 {
@@ -345,8 +350,7 @@ func TestANewPrefixLivesWhereItIsCached(t *testing.T) {
 // TestANewHomeIsNotAQueue: a prefix whose only pod with room has a queue
 // longer than the bound gets no home, and goes where it is cheapest.
 func TestANewHomeIsNotAQueue(t *testing.T) {
-	tr := homesRouter(t, 10000)
-	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)
+	tr := rankedRouter(t, 10000)
 	for i := range 4 { // two on a, then two on b: both full
 		tr.send(group(i, 8))
 		tr.send(group(i, 3900))
