@@ -99,7 +99,9 @@ type Config struct {
 	// HomeIdle is how long a prefix unseen keeps its home. Default 60 s.
 	HomeIdle time.Duration
 	// HomeTable bounds the prefixes the router keeps homes for; past it
-	// the least recently seen leave. About 150 bytes each. Default 65536.
+	// the least recently seen leave. About 260 bytes each, and about 25 per
+	// 16 distinct blocks seen under it, at most 2^21 of those in all (about
+	// 50 MB; past that too the least recently seen leave). Default 65536.
 	HomeTable int
 	// StaleMetricsAfter is how long a pod's metrics scrapes may fail before
 	// its last figures are too old to route by. Such a pod, and one whose

@@ -82,6 +82,9 @@ type homeTable struct {
 	homed map[kvindex.PodID]int64
 	// active is the footprints of the prefixes seen twice or more.
 	active int64
+	// marks counts the prefixes' marks, at most markBudget
+	// (homeMarkBudget) but for the latest prefix's.
+	marks, markBudget int
 	// rate is every prefix's requests, faded as home.rate, at rateAt.
 	rate   float64
 	rateAt int64
@@ -108,7 +111,7 @@ const (
 var homeResultNames = [numHomeResults]string{"home", "placed", "moved", "away", "nowhere", "first", "shared", "full"}
 
 func newHomeTable(reg prometheus.Registerer) (*homeTable, error) {
-	t := &homeTable{keys: map[homeKey]*home{}, homed: map[kvindex.PodID]int64{}}
+	t := &homeTable{keys: map[homeKey]*home{}, homed: map[kvindex.PodID]int64{}, markBudget: homeMarkBudget}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "home_decisions_total",
 		Help: "Decisions by what the prefix's home did (routing.home_hold): home (routed to it), placed (a new prefix homed there), moved (its home's prefixes outgrew its KV cache: homed elsewhere), away (the home cost too much, or is not a candidate of the request: routed by cost), nowhere (it fits on no pod: routed by cost).",
@@ -248,7 +251,12 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 	t.rate = t.rate*math.Exp(-float64(now-t.rateAt)/tau) + 1
 	t.rateAt = now
 	h.seen = now
+	before := len(h.marks)
 	grow := int64(h.grow(hashes) * bs)
+	t.marks += len(h.marks) - before
+	for t.marks > t.markBudget && t.lru.Back().Value.(*home) != h {
+		t.remove(t.lru.Back().Value.(*home))
+	}
 	h.tokens += grow
 	if h.pod != kvindex.InvalidPod {
 		t.homed[h.pod] += grow
@@ -269,6 +277,10 @@ const homeStride = 16
 // footprint beyond any pod's cache (homeStride × homeMarks blocks) and
 // grows by its prompts' whole length thereafter.
 const homeMarks = 8192
+
+// homeMarkBudget bounds the marks of the whole table (about 25 bytes
+// each): past it the least recently seen prefixes leave.
+const homeMarkBudget = 1 << 21
 
 // grow records a prompt of hashes under h and returns the blocks it adds
 // to h's footprint: those past its longest prefix seen before, to within
@@ -333,6 +345,7 @@ func (t *homeTable) expire(cutoff int64) {
 // remove drops h from the table and its footprint from its home's.
 func (t *homeTable) remove(h *home) {
 	t.setPod(h, kvindex.InvalidPod)
+	t.marks -= len(h.marks)
 	if h.requests >= 2 {
 		t.active -= h.tokens
 	}

@@ -255,6 +255,22 @@ func TestHomesExpireAndAreBounded(t *testing.T) {
 	}
 }
 
+// TestHomesMarksAreBounded: past the table's budget of marks the least
+// recently seen prefixes leave, whatever the table's bound on prefixes.
+func TestHomesMarksAreBounded(t *testing.T) {
+	tr := homesRouter(t, 1000000)
+	tr.homes.markBudget = 100
+	for i := range 3 {
+		tr.twice(group(i, 2560)) // 640 blocks: 40 marks
+	}
+	if n, m := len(tr.homes.keys), tr.homes.marks; n != 2 || m != 80 {
+		t.Fatalf("%d prefixes with %d marks, want the latest 2 with 80 (a budget of 100)", n, m)
+	}
+	if _, ok := tr.homes.keys[homeKey{"llama", firstBlock(tr, group(0, 2560))}]; ok {
+		t.Fatal("the least recently seen prefix stayed past the budget")
+	}
+}
+
 func homedTokens(tr *testRouter) int64 {
 	var sum int64
 	for _, v := range tr.homes.homed {
