@@ -315,8 +315,11 @@ func (h *home) grow(hashes []uint64) int {
 
 // fill is the prompt tokens m's homes may hold: Config.HomeFill of its KV
 // cache; nothing while its capacity is unknown.
-func (r *Router) fill(m *fleet.Member) int64 {
-	return int64(r.cfg.HomeFill * float64(m.Load.KVCapacity.Load()))
+func (r *Router) fill(m *fleet.Member) int64 { return r.fillOf(m.Load) }
+
+// fillOf is fill of the pod whose load is l.
+func (r *Router) fillOf(l *fleet.Load) int64 {
+	return int64(r.cfg.HomeFill * float64(l.KVCapacity.Load()))
 }
 
 // add enters a new prefix, homeless, dropping the least recently seen when
@@ -415,4 +418,17 @@ func (r *Router) homeReport(ns string, block uint64, members []*fleet.Member) *H
 		}
 	}
 	return rep
+}
+
+// Homed is the footprints of the prefixes homed on pod, whose load is l,
+// and what they may fill (Config.HomeFill of its KV cache): 0 and 0 with
+// homes off.
+func (r *Router) Homed(pod kvindex.PodID, l *fleet.Load) (homed, fill int64) {
+	t := r.homes
+	if t == nil {
+		return 0, 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.homed[pod], r.fillOf(l)
 }

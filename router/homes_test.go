@@ -178,6 +178,10 @@ func TestHomeMovesWhenItsPodOutgrowsItsCache(t *testing.T) {
 	if got := tr.homedOn(); got["a"] != 1 || got["b"] != 1 {
 		t.Fatalf("homes = %v, want one on a and the moved one on b", got)
 	}
+	ida, _ := tr.index.Pod("a")
+	if homed, fill := tr.Homed(ida, tr.fleet.Load("a")); homed != 4000 || fill != 8000 {
+		t.Fatalf("a homes %d tokens of %d, want 4,000 of 8,000", homed, fill)
+	}
 	if r := tr.homeResults(); r["moved"] != 1 {
 		t.Fatalf("home results = %v, want one moved", r)
 	}

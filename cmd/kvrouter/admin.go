@@ -114,6 +114,11 @@ type podReport struct {
 	// configured speed alone).
 	PrefillSpeed   float64 `json:"prefill_tokens_per_second"`
 	PrefillLearned float64 `json:"prefill_learned_seconds"`
+	// HomedTokens is the footprints of the prefixes this replica homes on
+	// the pod; HomeFill what they may fill (routing.home_fill of its KV
+	// cache; 0 while unknown or with homes off).
+	HomedTokens int64 `json:"homed_tokens"`
+	HomeFill    int64 `json:"home_fill_tokens"`
 }
 
 func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
@@ -139,10 +144,14 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		if r.Events == nil {
 			r.Events = []kvevents.RankStatus{}
 		}
-		if id, ok := a.index.Pod(p.Name); ok {
+		id, indexed := a.index.Pod(p.Name)
+		if indexed {
 			r.Entries = a.index.PodEntries(id)
 		}
 		if l := a.fleet.Load(p.Name); l != nil {
+			if indexed {
+				r.HomedTokens, r.HomeFill = a.router.Homed(id, l)
+			}
 			r.InFlight, r.Waiting, r.Running = l.InFlight.Load(), l.Waiting.Load(), l.Running.Load()
 			r.Speculated = l.Spec.Speculated()
 			r.Queued, r.MissShare, r.KVCapacity = l.Queued.Load(), l.MissShare(), l.KVCapacity.Load()

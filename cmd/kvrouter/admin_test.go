@@ -120,7 +120,7 @@ func TestDebugPodsTopology(t *testing.T) {
 // TestDebugPodsSpeed: /debug/pods shows each pod's prefill speed: the
 // configured one until its metrics teach another, and the seconds it
 // learned from; the blocks its requests in flight speculated; their
-// prompts' tokens and its KV cache's.
+// prompts' tokens and its KV cache's; what its homes may fill.
 func TestDebugPodsSpeed(t *testing.T) {
 	c := defaultConfig()
 	c.Routing.PrefillTokensPerSecond = 20000
@@ -146,6 +146,8 @@ func TestDebugPodsSpeed(t *testing.T) {
 		Queued  int64   `json:"queued_prompt_tokens"`
 		KV      int64   `json:"kv_cache_tokens"`
 		Miss    float64 `json:"prefix_cache_miss_share"`
+		Homed   *int64  `json:"homed_tokens"`
+		Fill    int64   `json:"home_fill_tokens"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatalf("/debug/pods: %v: %s", err, rec.Body)
@@ -160,6 +162,9 @@ func TestDebugPodsSpeed(t *testing.T) {
 		}
 		if want := map[string][2]int64{"slow": {2500, 40000}}[p.Name]; p.Queued != want[0] || p.KV != want[1] {
 			t.Errorf("/debug/pods %s: %d prompt tokens queued, a cache of %d, want %d and %d", p.Name, p.Queued, p.KV, want[0], want[1])
+		}
+		if want := map[string]int64{"slow": 32000}[p.Name]; p.Homed == nil || *p.Homed != 0 || p.Fill != want {
+			t.Errorf("/debug/pods %s: homed tokens %v of %d, want 0 of %d (80%% of its cache)", p.Name, p.Homed, p.Fill, want)
 		}
 		if want := map[string]float64{"fast": 1, "slow": 0.1}[p.Name]; math.Abs(p.Miss-want) > 1e-9 {
 			t.Errorf("/debug/pods %s: prefix cache miss share %.3f, want %.3f", p.Name, p.Miss, want)
