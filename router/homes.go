@@ -42,14 +42,19 @@ import (
 // Homes step aside (the request is routed by cost) for a prefix that fits
 // on no pod; for one that carries more than a pod's share of the requests
 // (a system prompt every conversation starts with: one pod cannot carry
-// it); and while the prefixes seen twice need more than the pods' homes
-// may fill, an overload of the caches no placement mends, which the
-// router's queue (hold.go) and the per-request cost manage.
+// it); while the prefixes seen twice need more than the pods' homes may
+// fill, an overload of the caches no placement mends, which the router's
+// queue (hold.go) and the per-request cost manage; and while the pods run
+// more requests (vllm:num_requests_running and _waiting) than 1.5 times
+// this replica's in flight there, plus othersSlack. Then other replicas,
+// or clients, route there too: each replica's homes, learned from its own
+// decisions, would place a prefix on a pod of its own, and every pod would
+// hold more groups than its cache (in the fleet simulator, two replicas'
+// tables disagreed on 17 of 75 groups, and the fast pods thrashed again).
 //
 // A prefix unseen for Config.HomeIdle leaves the table, and its footprint
 // its home's; requests fade from its share of the traffic over that time.
-// The table holds at most Config.HomeTable prefixes. Each replica keeps
-// its own table, learned from its own decisions.
+// The table holds at most Config.HomeTable prefixes.
 
 // homeKey names a prefix: its model's index namespace and first block.
 type homeKey struct {
@@ -105,16 +110,17 @@ const (
 	homeFirst                     // its first request: routed by cost
 	homeShared                    // it carries more than a pod's share of the requests: routed by cost
 	homeFull                      // the prefixes that recur need more than the caches: routed by cost
+	homeOthers                    // the pods run more requests than this replica sent: routed by cost
 	numHomeResults
 )
 
-var homeResultNames = [numHomeResults]string{"home", "placed", "moved", "away", "nowhere", "first", "shared", "full"}
+var homeResultNames = [numHomeResults]string{"home", "placed", "moved", "away", "nowhere", "first", "shared", "full", "others"}
 
 func newHomeTable(reg prometheus.Registerer) (*homeTable, error) {
 	t := &homeTable{keys: map[homeKey]*home{}, homed: map[kvindex.PodID]int64{}, markBudget: homeMarkBudget}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "home_decisions_total",
-		Help: "Decisions by what the prefix's home did (routing.home_hold): home (routed to it), placed (a new prefix homed there), moved (its home's prefixes outgrew its KV cache: homed elsewhere), away (the home cost too much, or is not a candidate of the request: routed by cost), nowhere (it fits on no pod: routed by cost).",
+		Help: "Decisions by what the prefix's home did (routing.home_hold): home (routed to it), placed (a new prefix homed there), moved (its home's prefixes outgrew its KV cache: homed elsewhere), away (the home cost too much, or is not a candidate of the request), nowhere (it fits on no pod), first (its first request), shared (it carries more than a pod's share of the requests), full (the recurring prefixes need more than the caches), others (the pods run more requests than this replica sent them); all but the first three routed by cost.",
 	}, []string{"result"})
 	for i, n := range homeResultNames {
 		t.met[i] = vec.WithLabelValues(n)
@@ -150,9 +156,18 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		t.met[homeShared].Inc()
 		return r.choose(scores, ok, tokens, share)
 	}
-	var room int64
+	var room, own, seen int64
 	for _, m := range members {
 		room += r.fill(m)
+		own += m.Load.InFlight.Load()
+		seen += m.Load.Running.Load() + m.Load.Waiting.Load()
+	}
+	if seen > own+own/2+othersSlack {
+		// The pods run more requests than this replica has in flight:
+		// other replicas (or clients) route there too, and homes each
+		// replica keeps by its own decisions disagree.
+		t.met[homeOthers].Inc()
+		return r.choose(scores, ok, tokens, share)
 	}
 	if t.active > room {
 		// The prefixes that recur need more than the caches: no placement
@@ -269,6 +284,11 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 	}
 	return h
 }
+
+// othersSlack is how many requests the pods may run beyond 1.5 times
+// those this replica has in flight there (the scrapes lag its decisions)
+// before homes take others for routing there too.
+const othersSlack = 4
 
 // homeStride is how many blocks apart a prefix's marks are.
 const homeStride = 16

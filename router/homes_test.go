@@ -149,6 +149,7 @@ func TestHomeHoldsAgainstACopy(t *testing.T) {
 	}
 	tr.fleet.Load("b").KVCapacity.Store(4000)
 	tr.loads(map[string]int64{"a": 200}, nil, 0)
+	tr.fleet.Load("a").InFlight.Store(200) // this replica's: no other routes there
 	if pod := tr.send(g + " third?"); pod != "b" {
 		t.Fatalf("with a deep queue on a, the group went to %s, want b", pod)
 	}
@@ -379,11 +380,38 @@ func TestANewHomeIsNotAQueue(t *testing.T) {
 		t.Fatalf("homes = %v, want two on a and two on b", got)
 	}
 	tr.loads(map[string]int64{"b": 1, "c": 200}, nil, 0)
+	tr.fleet.Load("c").InFlight.Store(200) // this replica's: no other routes there
 	tr.send(group(9, 8))
 	if pod := tr.send(group(9, 3900)); pod == "c" {
 		t.Fatal("a new home's request went to c, behind its queue")
 	}
 	if got, r := tr.homedOn(), tr.homeResults(); got["c"] != 0 || r["away"] != 1 {
 		t.Fatalf("homes = %v, results %v; want none on c, one away", got, r)
+	}
+}
+
+// TestHomesStepAsideForOthers: while the pods run more requests than this
+// replica has in flight there (other replicas route there too), homes step
+// aside and requests go by cost; as the counts meet again, they resume.
+func TestHomesStepAsideForOthers(t *testing.T) {
+	tr := rankedRouter(t, 100000)
+	g := group(1, 4000)
+	tr.twice(g + " first?")
+	tr.store("a", g, "", "")
+	tr.store("b", g, "", "")
+	tr.loads(map[string]int64{"a": 4}, map[string]int64{"b": 3}, 0) // 7 requests running or waiting, none of this replica's
+	for _, p := range []string{"b", "c"} {
+		tr.fleet.Load(p).KVCapacity.Store(4000) // no room: the home would hold
+	}
+	if pod := tr.send(g + " second?"); pod != "b" {
+		t.Fatalf("with others routing to the pods, the group went to %s, want b (the cheapest)", pod)
+	}
+	tr.fleet.Load("a").InFlight.Store(2)
+	tr.fleet.Load("b").InFlight.Store(2) // 4 of the 7 this replica's: within 1.5 × 4 + 4
+	if pod := tr.send(g + " third?"); pod != "a" {
+		t.Fatalf("with the pods' requests this replica's, the group went to %s, want its home a", pod)
+	}
+	if r := tr.homeResults(); r["others"] != 1 || r["home"] != 1 {
+		t.Fatalf("home results = %v, want others and home once", r)
 	}
 }
