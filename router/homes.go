@@ -158,7 +158,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 	}
 	var room, own, seen int64
 	for _, m := range members {
-		room += r.fill(m)
+		room += r.fill(m.Load)
 		own += m.Load.InFlight.Load()
 		seen += m.Load.Running.Load() + m.Load.Waiting.Load()
 	}
@@ -190,7 +190,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		// released to another pod): routed by cost, the home kept.
 		t.met[homeAway].Inc()
 		return r.choose(scores, ok, tokens, share)
-	case at < 0 || t.homed[h.pod] > r.fill(members[at]):
+	case at < 0 || t.homed[h.pod] > r.fill(members[at].Load):
 		// No home yet, the home left the fleet, or its homes outgrew its
 		// cache: the cheapest pod where the prefix fits. A prefix without
 		// a home that the cheapest pod caches half of lives there: homed
@@ -207,7 +207,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		}
 		at = -1
 		for i, m := range members {
-			if (ok == nil || ok(i)) && (only < 0 || i == only) && t.homed[m.ID]+h.tokens <= r.fill(m) && (at < 0 || scores[i].Cost < scores[at].Cost) {
+			if (ok == nil || ok(i)) && (only < 0 || i == only) && t.homed[m.ID]+h.tokens <= r.fill(m.Load) && (at < 0 || scores[i].Cost < scores[at].Cost) {
 				at = i
 			}
 		}
@@ -228,7 +228,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 			continue
 		}
 		c := s.cold
-		if t.homed[members[i].ID]+h.tokens <= r.fill(members[i]) {
+		if t.homed[members[i].ID]+h.tokens <= r.fill(members[i].Load) {
 			c = s.Cost
 		}
 		limit = min(limit, c+r.cfg.HomeHold*(c-s.Queue))
@@ -314,11 +314,8 @@ func (h *home) grow(hashes []uint64) int {
 	if _, ok := h.marks[hashes[n-1]]; ok {
 		return 0
 	}
-	seen := 0 // the prefix seen: 0, or one past a mark
-	for i := (n-1)/homeStride*homeStride + homeStride - 1; i >= 0; i -= homeStride {
-		if i >= n-1 {
-			continue
-		}
+	seen := 0                                                           // the prefix seen: 0, or one past a mark
+	for i := (n-1)/homeStride*homeStride - 1; i >= 0; i -= homeStride { // the marks before the last block, latest first
 		if _, ok := h.marks[hashes[i]]; ok {
 			seen = i + 1
 			break
@@ -333,12 +330,10 @@ func (h *home) grow(hashes []uint64) int {
 	return n - seen
 }
 
-// fill is the prompt tokens m's homes may hold: Config.HomeFill of its KV
-// cache; nothing while its capacity is unknown.
-func (r *Router) fill(m *fleet.Member) int64 { return r.fillOf(m.Load) }
-
-// fillOf is fill of the pod whose load is l.
-func (r *Router) fillOf(l *fleet.Load) int64 {
+// fill is the prompt tokens the homes of the pod whose load is l may
+// hold: Config.HomeFill of its KV cache; nothing while its capacity is
+// unknown.
+func (r *Router) fill(l *fleet.Load) int64 {
 	return int64(r.cfg.HomeFill * float64(l.KVCapacity.Load()))
 }
 
@@ -434,7 +429,7 @@ func (r *Router) homeReport(ns string, block uint64, members []*fleet.Member) *H
 	rep := &HomeReport{Tokens: h.tokens, Requests: h.requests}
 	for _, m := range members {
 		if m.ID == h.pod {
-			rep.Pod, rep.PodTokens, rep.PodFill = m.Pod.Name, t.homed[h.pod], r.fill(m)
+			rep.Pod, rep.PodTokens, rep.PodFill = m.Pod.Name, t.homed[h.pod], r.fill(m.Load)
 		}
 	}
 	return rep
@@ -450,5 +445,5 @@ func (r *Router) Homed(pod kvindex.PodID, l *fleet.Load) (homed, fill int64) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.homed[pod], r.fillOf(l)
+	return t.homed[pod], r.fill(l)
 }
