@@ -14,7 +14,7 @@ import (
 // llama pods a, b and c (homes fill 80% of that), and no router queue. It
 // has routed 30 one-off prompts: no prefix of a test's few requests carries
 // more than a pod's share of the traffic.
-func homesRouter(t *testing.T, capacity int64) *testRouter {
+func homesRouter(t testing.TB, capacity int64) *testRouter {
 	t.Helper()
 	tr := newTestRouter(t)
 	tr.cfg.HoldPrefilling = 0
@@ -413,5 +413,35 @@ func TestHomesStepAsideForOthers(t *testing.T) {
 	}
 	if r := tr.homeResults(); r["others"] != 1 || r["home"] != 1 {
 		t.Fatalf("home results = %v, want others and home once", r)
+	}
+}
+
+// BenchmarkRouteHome is one decision (parse, tokenize, hash, match,
+// score, pick, and the decision's release) of a 4,000-token prompt of one
+// of 64 groups homed on three pods, with homes (home_hold 1) and without
+// them (home_hold 0): what homes add to a decision.
+//
+//	go test -run '^$' -bench RouteHome -benchmem ./router/
+func BenchmarkRouteHome(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("homes=%v", on), func(b *testing.B) {
+			tr := homesRouter(b, 1000000) // 800,000 tokens of homes each: the 64 groups fit
+			if !on {
+				tr.homes = nil
+			}
+			prompts := make([]string, 64)
+			for i := range prompts {
+				prompts[i] = group(i, 4000)
+				tr.send(prompts[i])
+				tr.send(prompts[i])
+			}
+			if on && len(tr.homedOn()) < 2 {
+				b.Fatalf("homes = %v, want the groups homed over the pods", tr.homedOn())
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				tr.send(prompts[i%len(prompts)])
+			}
+		})
 	}
 }

@@ -38,7 +38,7 @@ func (byteTokens) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, 
 
 type testRouter struct {
 	*Router
-	t     *testing.T
+	t     testing.TB
 	index *kvindex.Index
 	fleet *fleet.Fleet
 	clock *atomic.Int64 // Config.Now, in unix nanoseconds: still unless a test moves it
@@ -47,12 +47,12 @@ type testRouter struct {
 // advance moves the router's clock on by d.
 func (tr *testRouter) advance(d time.Duration) { tr.clock.Add(int64(d)) }
 
-func newTestRouter(t *testing.T) *testRouter {
+func newTestRouter(t testing.TB) *testRouter {
 	t.Helper()
 	return newTestRouterIndex(t, kvindex.DefaultConfig())
 }
 
-func newTestRouterIndex(t *testing.T, icfg kvindex.Config) *testRouter {
+func newTestRouterIndex(t testing.TB, icfg kvindex.Config) *testRouter {
 	t.Helper()
 	index, err := kvindex.New(icfg, nil)
 	if err != nil {
