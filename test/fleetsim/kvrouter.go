@@ -54,11 +54,13 @@ type kvRouter struct {
 	maxWait time.Duration // router.Config.HoldMaxWait
 	body    []byte
 	// learn is kvrouter-learned's: the scrapes' prefill counters teach
-	// each pod's speed, as fleet.Scraper does; speeds samples them.
-	learn     bool
-	estimates []fleet.SpeedEstimator
-	speeds    []SpeedSample
-	sampledAt float64
+	// each pod's speed, as fleet.Scraper does. sample, kvrouter-learned's
+	// and kvrouter-exact's: speeds samples what the router prices each
+	// pod at.
+	learn, sample bool
+	estimates     []fleet.SpeedEstimator
+	speeds        []SpeedSample
+	sampledAt     float64
 }
 
 // speedSampleEvery is how often kvrouter-learned samples its speeds.
@@ -115,9 +117,31 @@ func newLearnedKVRouter(s *Sim) (*kvRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.learn, p.estimates = true, make([]fleet.SpeedEstimator, s.Pods())
+	p.learn, p.sample, p.estimates = true, true, make([]fleet.SpeedEstimator, s.Pods())
 	return p, nil
 }
+
+// newExactKVRouter is kvrouter-exact: kvrouter told each pod's prefill
+// speed (Config.Speeds) at the start, as a learned speed worth
+// exactSpeedSeconds of prefill against the prior's fleet.PriorSeconds, and
+// learning nothing more: the most that learning speeds can give.
+func newExactKVRouter(s *Sim) (*kvRouter, error) {
+	p, err := newKVRouter(s)
+	if err != nil {
+		return nil, err
+	}
+	perToken := 1 / s.cfg.PrefillTokensPerSecond
+	for i := range s.Pods() {
+		busy := exactSpeedSeconds
+		p.fleet.Load(podName(i)).SetSpeed(&fleet.Speed{Busy: busy, Tokens: busy * s.cfg.speed(i) / perToken})
+	}
+	p.sample = true
+	return p, nil
+}
+
+// exactSpeedSeconds is the prefill time kvrouter-exact's speeds stand for:
+// the prior moves them by under a millionth.
+const exactSpeedSeconds = 1e6
 
 // newMeanKVRouter is kvrouter-mean: kvrouter pricing every pod at the
 // fleet's mean prefill speed (Config.Speeds), the single figure an
@@ -216,22 +240,22 @@ func (p *kvRouter) Finished(r *Request) {
 
 // Scraped stores the metrics in the fleet's Load, as fleet.Scraper does.
 // kvrouter-learned also feeds each pod's prefill counters to its
-// SpeedEstimator, on the sim's clock.
+// SpeedEstimator, on the sim's clock; it and kvrouter-exact sample the
+// speeds they price the pods at.
 func (p *kvRouter) Scraped(m []Metrics) {
 	now := p.s.Now()
 	at := p.s.Clock()
-	sample := p.learn && now >= p.sampledAt+speedSampleEvery
+	sample := p.sample && now >= p.sampledAt+speedSampleEvery
 	if sample {
 		p.sampledAt = now
 	}
 	for i, x := range m {
 		l := p.fleet.Load(podName(i))
 		x.store(l, at)
-		if !p.learn {
-			continue
-		}
-		if sp := p.estimates[i].Observe(at, x.Prefill); sp != nil {
-			l.SetSpeed(sp)
+		if p.learn {
+			if sp := p.estimates[i].Observe(at, x.Prefill); sp != nil {
+				l.SetSpeed(sp)
+			}
 		}
 		if sample {
 			p.speeds = append(p.speeds, SpeedSample{At: now, Pod: i, TokensPerSecond: 1 / p.r.PrefillSecondsPerToken(l)})

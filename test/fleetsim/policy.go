@@ -13,9 +13,9 @@ var Policies = []string{"random", "round-robin", "least-loaded", "approximate", 
 // learns from the pods' scraped counters (fleet.SpeedEstimator), the
 // configured speed its prior, where kvrouter prices every pod at the
 // configured speed (the operator's measurement of a speed-1 pod); or of
-// kvrouter-mean, pricing every pod at the fleet's mean speed (only
-// fleets of several speeds, Config.Speeds, run those two); or of
-// PreciseShifted.
+// kvrouter-mean, pricing every pod at the fleet's mean speed; or of
+// kvrouter-exact, told each pod's speed (only fleets of several speeds,
+// Config.Speeds, run those three); or of PreciseShifted.
 func PolicyByName(name string) (NewPolicy, error) {
 	switch name {
 	case "random":
@@ -48,6 +48,8 @@ func PolicyByName(name string) (NewPolicy, error) {
 		return func(s *Sim) (Policy, error) { return newKVRouter(s) }, nil
 	case "kvrouter-learned":
 		return func(s *Sim) (Policy, error) { return newLearnedKVRouter(s) }, nil
+	case "kvrouter-exact":
+		return func(s *Sim) (Policy, error) { return newExactKVRouter(s) }, nil
 	case "kvrouter-mean":
 		return func(s *Sim) (Policy, error) { return newMeanKVRouter(s) }, nil
 	case "oracle":

@@ -75,8 +75,9 @@ type Result struct {
 	TimedOut    int       // requests the client canceled
 	Preemptions int
 	End         float64 // when the last request ended
-	// Speeds is what a policy that learns the pods' prefill speeds
-	// (kvrouter-learned) priced them at over the run; nil for the others.
+	// Speeds is what a policy that prices each pod at its own prefill
+	// speed (kvrouter-learned, kvrouter-exact) priced them at over the
+	// run; nil for the others.
 	Speeds []SpeedSample
 }
 

@@ -112,3 +112,25 @@ func TestMeanKVRouter(t *testing.T) {
 		t.Errorf("kvrouter-mean sampled speeds: %v", res.Speeds[:1])
 	}
 }
+
+// TestExactKVRouter: kvrouter-exact prices each pod at its configured
+// speed from the start to the end of the run, whatever the pods' counters
+// show.
+func TestExactKVRouter(t *testing.T) {
+	cfg, w := tinySharedPrefix(t, 1, 20)
+	w.Requests = slices.DeleteFunc(w.Requests, func(r Request) bool { return r.Level > 1 })
+	w.Levels = w.Levels[:2]
+	cfg.Speeds = []float64{1, 1, 0.5, 0.5}
+	res := runPolicy(t, cfg, w, "kvrouter-exact")
+	pods := map[int]int{}
+	for _, s := range res.Speeds {
+		want := cfg.PrefillTokensPerSecond * cfg.Speeds[s.Pod]
+		if math.Abs(s.TokensPerSecond/want-1) > 1e-6 {
+			t.Errorf("at %.0f s pod %d priced at %.1f tokens/s, want its speed %.1f", s.At, s.Pod, s.TokensPerSecond, want)
+		}
+		pods[s.Pod]++
+	}
+	if len(pods) != cfg.Pods || pods[0] < 2 {
+		t.Errorf("speeds sampled %v times by pod, want every pod over the run", pods)
+	}
+}

@@ -41,7 +41,7 @@ const (
 var heteroQPS = []float64{8, 12}
 
 // heteroPolicies are the policies (f) compares, in the report's order.
-var heteroPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "llm-d-precise", "approximate", "least-loaded", "random", "oracle"}
+var heteroPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "kvrouter-exact", "llm-d-precise", "approximate", "least-loaded", "random", "oracle"}
 
 // heteroShipped is the kvrouter policy of (f) that routes as kvrouter
 // ships (routing.learn_prefill_speeds defaults to true): the one the
@@ -222,19 +222,25 @@ func heteroGroups(jobs []*job) (workloads []string, by map[string]map[string][]*
 }
 
 // learnedLines compares kvrouter-learned's pooled TTFT with each global
-// figure's (kvrouter, kvrouter-mean), given every policy's pooled TTFTs.
+// figure's (kvrouter, kvrouter-mean), and then kvrouter-exact's with
+// kvrouter's: what knowing every speed exactly gives, the most learning
+// can. pooled is every policy's pooled TTFTs.
 func learnedLines(pooled map[string][]float64) []string {
 	var out []string
-	for _, global := range []string{"kvrouter", "kvrouter-mean"} {
-		g, l := pooled[global], pooled["kvrouter-learned"]
+	line := func(what, p, global string) {
+		g, l := pooled[global], pooled[p]
 		if len(g) == 0 || len(l) == 0 {
-			continue
+			return
 		}
 		sg, sl := summarize(g), summarize(l)
 		ok := sl.p90 < sg.p90 && sl.mean < sg.mean
-		out = append(out, fmt.Sprintf("Learned speeds against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s",
-			global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok]))
+		out = append(out, fmt.Sprintf("%s against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s",
+			what, global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok]))
 	}
+	for _, global := range []string{"kvrouter", "kvrouter-mean"} {
+		line("Learned speeds", "kvrouter-learned", global)
+	}
+	line("Exact speeds (kvrouter-exact, the most learning can give)", "kvrouter-exact", "kvrouter")
 	return out
 }
 
@@ -312,7 +318,8 @@ pods' speed, the single figure an operator measures on one pod
 the fleet's mean speed (3/4 of the fast pods'), the figure an operator who knew the mix
 would set; kvrouter-learned learns each pod's speed from its counters through the router's
 own estimator (router/fleet/speed.go), that same figure its prior, as kvrouter ships
-(learn_prefill_speeds is on by default); the oracle knows every pod's speed and queue
+(learn_prefill_speeds is on by default); kvrouter-exact is told every pod's speed at the
+start, the most that learning can give; the oracle knows every pod's speed and queue
 exactly. llm-d's precise scheduler, approximate, least-loaded and random run the same
 fleets: the acceptance compares kvrouter as shipped with precise. The Mooncake
 conversation trace (long prompts, little reuse) is prefill-bound: there the speeds decide

@@ -51,8 +51,8 @@ func TestHeteroReport(t *testing.T) {
 		w := &fleetsim.Workload{Name: "(f) w, seed " + string(rune('1'+seed)), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, 2)}
 		sc := &scenario{group: "f", cfg: cfg, w: w}
 		sc.cfg.Seed = uint64(seed + 1)
-		for _, p := range []string{"kvrouter", "kvrouter-learned", "llm-d-precise"} {
-			ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1, "llm-d-precise": 1.25}[p]
+		for _, p := range []string{"kvrouter", "kvrouter-learned", "kvrouter-exact", "llm-d-precise"} {
+			ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1, "kvrouter-exact": 2.5, "llm-d-precise": 1.25}[p]
 			res := &fleetsim.Result{Outcomes: []fleetsim.Outcome{{Arrival: 1, First: 1 + ttft, Finish: 9}, {Arrival: 2, First: 2 + 2*ttft, Finish: 9}}}
 			if p == "kvrouter-learned" {
 				res.Speeds = []fleetsim.SpeedSample{{At: 5, Pod: 0, TokensPerSecond: 900}, {At: 5, Pod: 1, TokensPerSecond: 450}}
@@ -68,6 +68,7 @@ func TestHeteroReport(t *testing.T) {
 		"| pooled | kvrouter | 4 | 2.000 s | 4.000 s | 3.000 s | | |",
 		"| pooled | kvrouter-learned | 4 | 1.000 s | 2.000 s | 1.500 s | | |",
 		"against kvrouter's global figure, pooled over the seeds: TTFT p90 2.000 s against 4.000 s (×0.50), mean 1.500 s against 3.000 s (×0.50): **better**",
+		"Exact speeds (kvrouter-exact, the most learning can give) against kvrouter's global figure, pooled over the seeds: TTFT p90 5.000 s against 4.000 s (×1.25), mean 3.750 s against 3.000 s (×1.25): **not better**",
 		"| time (s) | pod 0 (1000) | pod 1 (500) | slow / fast |",
 		"| 5 | 900 | 450 | 0.50 |",
 		"| pooled | llm-d-precise | 4 | 1.250 s | 2.500 s | 1.875 s | | |",
@@ -81,6 +82,7 @@ func TestHeteroReport(t *testing.T) {
 	for _, want := range []string{
 		"(f) w, kvrouter as shipped (learned speeds), seeds 1, 2 pooled: kvrouter TTFT p90 2.000 s vs llm-d precise 2.500 s (×0.800), worst level 1x, 2.000 s vs 2.500 s (×0.800) (want ≤ 1.0 both): **holds**",
 		"(f) w: Learned speeds against kvrouter's global figure",
+		"(f) w: Exact speeds (kvrouter-exact, the most learning can give) against kvrouter's global figure",
 	} {
 		if !strings.Contains(acc, want) {
 			t.Errorf("(f) acceptance lacks %q:\n%s", want, acc)
@@ -97,7 +99,7 @@ func TestHeteroReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"kvrouter", "kvrouter-learned", "llm-d-precise", "TTFT by percentile"} {
+	for _, p := range []string{"kvrouter", "kvrouter-learned", "kvrouter-exact", "llm-d-precise", "TTFT by percentile"} {
 		if !strings.Contains(string(svg), p) {
 			t.Errorf("plot lacks %q", p)
 		}
