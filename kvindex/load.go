@@ -7,3 +7,15 @@ type PodLoad struct {
 	PrefillTokens int64 // uncached prompt tokens weighed by their context, as fleet.Load counts them
 	Prefilling    int64 // requests not yet prefilled
 }
+
+// Home is a prefix's home pod as router replicas share it through an index
+// shared by them (package redisindex): the prefix of namespace whose first
+// block hashes to Block lives on Pod, its footprint Tokens prompt tokens,
+// until Until (unix nanoseconds) unless a replica routes it again.
+type Home struct {
+	Namespace string
+	Block     uint64
+	Pod       PodID
+	Tokens    int64
+	Until     int64
+}

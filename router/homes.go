@@ -51,6 +51,8 @@ import (
 // decisions, would place a prefix on a pod of its own, and every pod would
 // hold more groups than its cache (in the fleet simulator, two replicas'
 // tables disagreed on 17 of 75 groups, and the fast pods thrashed again).
+// Replicas whose index shares their homes (homeshare.go) do not step aside
+// for one another.
 //
 // A prefix unseen for Config.HomeIdle leaves the table, and its footprint
 // its home's; requests fade from its share of the traffic over that time.
@@ -64,9 +66,13 @@ type homeKey struct {
 
 // home is one prefix's entry.
 type home struct {
-	key    homeKey
-	pod    kvindex.PodID // kvindex.InvalidPod: none (it fits on no pod)
-	tokens int64         // footprint: the distinct prompt tokens seen under it
+	key homeKey
+	pod kvindex.PodID // kvindex.InvalidPod: none (it fits on no pod)
+	// tokens is its footprint: the larger of own, the distinct prompt
+	// tokens this replica saw under it, and remote, the most another
+	// replica shared (homeshare.go). Each counts a subset of its prompts,
+	// so neither counts a prompt twice.
+	tokens, own, remote int64
 	// marks are the hashes of its prompts' blocks at every homeStride-th
 	// position and of each prompt's last block: what measures a new
 	// prompt's distinct tail (grow).
@@ -76,7 +82,10 @@ type home struct {
 	// requests counts them all.
 	rate     float64
 	requests int
-	elem     *list.Element
+	elem     *list.Element // nil once removed
+	// changed: homed or routed home since the table's changes were last
+	// shared (HomesChanged).
+	changed bool
 }
 
 // homeTable is the router's homes.
@@ -96,6 +105,11 @@ type homeTable struct {
 	// met counts decisions by homeResult, and homes the prefixes with one.
 	met   [numHomeResults]prometheus.Counter
 	homes prometheus.Gauge
+	// changed are the prefixes homed or routed home since HomesChanged
+	// last took them; sharedUntil (unix nanoseconds) is when the table
+	// shared by AdoptHomes lapses without another.
+	changed     []*home
+	sharedUntil int64
 }
 
 // homeResult is what homes did for a request.
@@ -162,7 +176,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		own += m.Load.InFlight.Load()
 		seen += m.Load.Running.Load() + m.Load.Waiting.Load()
 	}
-	if seen > own+own/2+othersSlack {
+	if now >= t.sharedUntil && seen > own+own/2+othersSlack {
 		// The pods run more requests than this replica has in flight:
 		// other replicas (or clients) route there too, and homes each
 		// replica keeps by its own decisions disagree.
@@ -246,6 +260,10 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		return r.choose(scores, ok, tokens, share)
 	}
 	t.met[result].Inc()
+	if !h.changed {
+		h.changed = true
+		t.changed = append(t.changed, h)
+	}
 	return at, false
 }
 
@@ -267,15 +285,12 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 	t.rateAt = now
 	h.seen = now
 	before := len(h.marks)
-	grow := int64(h.grow(hashes) * bs)
+	h.own += int64(h.grow(hashes) * bs)
 	t.marks += len(h.marks) - before
 	for t.marks > t.markBudget && t.lru.Back().Value.(*home) != h {
 		t.remove(t.lru.Back().Value.(*home))
 	}
-	h.tokens += grow
-	if h.pod != kvindex.InvalidPod {
-		t.homed[h.pod] += grow
-	}
+	grow := t.footprint(h)
 	switch {
 	case h.requests == 2:
 		t.active += h.tokens
@@ -283,6 +298,18 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 		t.active += grow
 	}
 	return h
+}
+
+// footprint sets h's footprint to the larger of its own count and the
+// shared one, moving its home's total with it, and returns the growth
+// (the active total is the caller's).
+func (t *homeTable) footprint(h *home) int64 {
+	grow := max(h.own, h.remote) - h.tokens
+	h.tokens += grow
+	if h.pod != kvindex.InvalidPod {
+		t.homed[h.pod] += grow
+	}
+	return grow
 }
 
 // othersSlack is how many requests the pods may run beyond 1.5 times
@@ -368,6 +395,7 @@ func (t *homeTable) remove(h *home) {
 		t.active -= h.tokens
 	}
 	t.lru.Remove(h.elem)
+	h.elem = nil
 	delete(t.keys, h.key)
 }
 
@@ -391,12 +419,7 @@ func (t *homeTable) setPod(h *home, pod kvindex.PodID) {
 
 // inFleet says whether pod is still in the fleet.
 func (r *Router) inFleet(pod kvindex.PodID) bool {
-	for _, m := range r.fleet.Snapshot().Members() {
-		if m.ID == pod {
-			return true
-		}
-	}
-	return false
+	return hasMember(r.fleet.Snapshot().Members(), pod)
 }
 
 // HomeReport is a prefix's entry among the homes, as POST /v1/score shows

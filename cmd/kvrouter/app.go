@@ -182,6 +182,9 @@ func (a *app) build(s settings) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.router.SetObjectives(s.objectives)
+	if a.shared != nil {
+		a.shared.ShareHomes(a.router) // before Run: its lease ticks share them
+	}
 	if a.events, err = kvevents.NewManager(s.events, idx, a.reg, a.logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -41,7 +41,7 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 		p.add("index.redis.address: %d servers, want one unless index.redis.cluster is set", len(cfg.Addrs))
 	}
 	cfg.Cluster, cfg.Username, cfg.Prefix, cfg.NoLocalView = r.Cluster, r.Username, r.KeyPrefix, !r.LocalView
-	cfg.NoSharedLoad = !r.ShareLoad
+	cfg.NoSharedLoad, cfg.NoSharedHomes = !r.ShareLoad, !r.ShareHomes
 	cfg.TTL, cfg.LeaseTTL, cfg.Timeout = time.Duration(r.TTL), time.Duration(r.LeaseTTL), time.Duration(r.Timeout)
 	switch {
 	case r.PasswordEnv != "" && r.PasswordFile != "":

@@ -60,6 +60,10 @@ type Config struct {
 	// NoSharedLoad stops sharing the in-flight prefill: Charge publishes
 	// nothing and matches report no other replica's load.
 	NoSharedLoad bool
+	// NoSharedHomes stops sharing the router's homes (ShareHomes): each
+	// replica keeps its own, and they step aside while other replicas
+	// route to the pods.
+	NoSharedHomes bool
 	// Now is the clock of speculative deadlines and epochs; nil means
 	// time.Now. The fleet simulator injects its own.
 	Now func() time.Time

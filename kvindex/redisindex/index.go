@@ -61,6 +61,9 @@ type Index struct {
 	ttls ttlCache
 	// loadKick wakes Run's load writer.
 	loadKick chan struct{}
+	// homes is the router whose homes the lease ticks share (homes.go);
+	// nil: none.
+	homes atomic.Pointer[homeShare]
 
 	pods struct {
 		sync.RWMutex
@@ -72,7 +75,8 @@ type Index struct {
 type podState struct {
 	id   kvindex.PodID
 	name string
-	tag  string // the namespace's tag
+	ns   string // the base model's index namespace
+	tag  string // ns's tag
 	// held says this replica holds the pod's lease and has copied its view
 	// into Redis: its events are written there.
 	held atomic.Bool
@@ -168,7 +172,7 @@ func (x *Index) AddPod(name, namespace string) kvindex.PodID {
 			delete(x.pods.byID, old)
 		}
 	}
-	x.pods.byID[id] = &podState{id: id, name: name, tag: nsTag(namespace)}
+	x.pods.byID[id] = &podState{id: id, name: name, ns: namespace, tag: nsTag(namespace)}
 	return id
 }
 

@@ -134,6 +134,7 @@ func (x *Index) tick() {
 	}
 	x.renew()
 	x.republish()
+	x.syncHomes()
 }
 
 // renew takes or renews every registered pod's lease in one pipeline,

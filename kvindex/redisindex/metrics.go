@@ -50,11 +50,11 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "errors_total",
-			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, load, ping).",
+			Help: "Failed round trips to Redis, by operation (match, events, clear, speculate, settle, lease, load, homes, ping).",
 		}, []string{"op"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "refused_total",
-			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry), load (a load table field or value: taken as no load).",
+			Help: "Values in Redis refused as no holder, by reason: type (a key of the wrong type), size (not whole records), record, holders (over the holder bound), pods (a pod table entry), load (a load table field or value: taken as no load), homes (a home table field or value: ignored).",
 		}, []string{"reason"}),
 		localMatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "local_matches_total",
@@ -74,7 +74,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
-			Help:    "Time of a Redis round trip, by operation (match, events, load); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
+			Help:    "Time of a Redis round trip, by operation (match, events, load, homes: a lease tick's write and read of the shared homes); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}

@@ -35,6 +35,7 @@ func (byteTokens) AppendTokens(dst []uint32, _ string, p *router.Parsed) ([]uint
 type routerReplica struct {
 	*router.Router
 	index *Index
+	fleet *fleet.Fleet
 }
 
 func newRouterReplica(t *testing.T, addr, name string, mutate func(*Config)) *routerReplica {
@@ -52,7 +53,8 @@ func newRouterReplica(t *testing.T, addr, name string, mutate func(*Config)) *ro
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &routerReplica{Router: rt, index: r.Index}
+	r.ShareHomes(rt)
+	return &routerReplica{Router: rt, index: r.Index, fleet: fl}
 }
 
 func (r *routerReplica) route(t *testing.T, prompt string) *router.Decision {
@@ -280,3 +282,48 @@ func TestRoutersRideOutAnOutage(t *testing.T) {
 
 // The router finds the shared load through this interface.
 var _ router.LoadSharer = (*Index)(nil)
+
+// TestRoutersShareHomes: a prefix one replica homed is homed on the same
+// pod by the other once each has ticked, though that replica never saw
+// it; with NoSharedHomes it is not.
+func TestRoutersShareHomes(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			srv := redisserver.New(t)
+			mutate := func(c *Config) { c.NoSharedHomes = !shared }
+			a, b := newRouterReplica(t, srv.Addr, "a", mutate), newRouterReplica(t, srv.Addr, "b", mutate)
+			for _, r := range []*routerReplica{a, b} {
+				for _, p := range []string{"p1", "p2", "p3"} {
+					r.fleet.Load(p).KVCapacity.Store(1 << 20)
+				}
+				r.index.tick()
+			}
+			for i := range 30 { // one-off prompts: the group does not carry more than a pod's share
+				d := a.route(t, fmt.Sprintf("%04d", i))
+				d.Prefilled()
+				d.Done()
+			}
+			system := strings.Repeat("a group's long system prompt. ", 40)
+			var home string
+			for i := range 2 { // the second request homes the prefix
+				d := a.route(t, fmt.Sprintf("%squestion %d?", system, i))
+				home = d.Pod
+				d.Prefilled()
+				d.Done()
+			}
+			a.index.tick() // writes the home
+			b.index.tick() // reads it
+			body := fmt.Sprintf(`{"model":"m","prompt":%q}`, system+"question 9?")
+			rep, err := b.Score(router.Request{Path: "/v1/completions", Body: []byte(body)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case shared && (rep.Home == nil || rep.Home.Pod != home || rep.Home.Tokens < int64(len(system))):
+				t.Fatalf("b's home of the prefix = %+v, want a's: %s, with its footprint", rep.Home, home)
+			case !shared && rep.Home != nil:
+				t.Fatalf("homes not shared: b's home of the prefix = %+v, want none", rep.Home)
+			}
+		})
+	}
+}

@@ -41,13 +41,18 @@ type replica struct {
 // speculation; replica 0 holds every pod's writer lease); without, each
 // keeps its own (the memory backend: private speculation). The replicas
 // share their in-flight prefill through that Redis too, unless
-// PrivateLoad.
+// PrivateLoad, and their homes, unless PrivateHomes: each replica's
+// index ticks (redisindex.Index.Renew) every LeaseTTL/3 of the sim's
+// time, as Run does.
 type Replicated struct {
 	Replicas  int
 	RedisAddr string
 	// PrivateLoad keeps each replica's in-flight prefill its own with
 	// RedisAddr (index.redis share_load off): shared speculation alone.
 	PrivateLoad bool
+	// PrivateHomes keeps each replica's homes its own with RedisAddr
+	// (index.redis.share_homes off).
+	PrivateHomes bool
 	// Prefix keeps one run's keys apart from another's on the server.
 	Prefix string
 }
@@ -65,6 +70,9 @@ type replicated struct {
 	dec   []*router.Decision
 	body  []byte
 	batch []uint64
+	// tickAt is when the indexes tick next (with RedisAddr), in the sim's
+	// seconds.
+	tickAt float64
 }
 
 func (c Replicated) build(s *Sim) (*replicated, error) {
@@ -89,7 +97,7 @@ func (c Replicated) build(s *Sim) (*replicated, error) {
 			rcfg := redisindex.DefaultConfig()
 			rcfg.Addrs, rcfg.Prefix, rcfg.Now = []string{c.RedisAddr}, c.Prefix, now
 			rcfg.Replica, rcfg.Timeout = strconv.Itoa(i), 5*time.Second
-			rcfg.NoSharedLoad = c.PrivateLoad
+			rcfg.NoSharedLoad, rcfg.NoSharedHomes = c.PrivateLoad, c.PrivateHomes
 			if idx, err = redisindex.New(rcfg, local, icfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
 				return nil, err
 			}
@@ -109,6 +117,9 @@ func (c Replicated) build(s *Sim) (*replicated, error) {
 		rc.HoldPrefilling = 0 // the replicas route every request at once: their comparison is of shared speculation
 		if rep.r, err = router.New(rc, rep.fleet, idx, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
 			return nil, err
+		}
+		if x, ok := idx.(*redisindex.Index); ok {
+			x.ShareHomes(rep.r)
 		}
 		p.reps = append(p.reps, rep)
 	}
@@ -148,12 +159,21 @@ func (p *replicated) KVEvents(pod int, events []kvEvent) {
 	})
 }
 
-// Scraped stores the metrics in every replica's fleet Load.
+// Scraped stores the metrics in every replica's fleet Load, and ticks
+// the replicas' shared indexes when due.
 func (p *replicated) Scraped(m []Metrics) {
 	at := p.s.Clock()
 	for _, rep := range p.reps {
 		for i, x := range m {
 			x.store(rep.fleet.Load(fmt.Sprintf("pod-%03d", i)), at)
+		}
+	}
+	if now := p.s.Now(); now >= p.tickAt {
+		p.tickAt = now + (redisindex.DefaultConfig().LeaseTTL / 3).Seconds()
+		for _, rep := range p.reps {
+			if x, ok := rep.index.(*redisindex.Index); ok {
+				x.Renew()
+			}
 		}
 	}
 }

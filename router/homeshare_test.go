@@ -1,0 +1,139 @@
+package router
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvindex"
+)
+
+// share hands from's changed homes to to, as an index shared by the two
+// replicas does at a tick (the pods renamed to to's handles), and returns
+// them; the sharing lasts a minute.
+func share(from, to *testRouter) []kvindex.Home {
+	from.t.Helper()
+	homes := from.HomesChanged(nil)
+	for i, h := range homes {
+		homes[i].Pod = to.podID(from.podName(h.Pod))
+	}
+	to.AdoptHomes(homes, to.now().Add(time.Minute))
+	return homes
+}
+
+func (tr *testRouter) podName(id kvindex.PodID) string {
+	for _, m := range tr.fleet.Snapshot().Members() {
+		if m.ID == id {
+			return m.Pod.Name
+		}
+	}
+	tr.t.Fatalf("no pod %v", id)
+	return ""
+}
+
+func (tr *testRouter) podID(name string) kvindex.PodID {
+	id, ok := tr.index.Pod(name)
+	if !ok {
+		tr.t.Fatalf("no pod %s", name)
+	}
+	return id
+}
+
+// TestHomesSharedBetweenReplicas: a prefix one replica homed is homed
+// there by another replica that never saw it, with its footprint: that
+// replica's first request of it goes home, not by cost as a first
+// request; and that replica shares it on in turn.
+func TestHomesSharedBetweenReplicas(t *testing.T) {
+	one, two := rankedRouter(t, 100000), rankedRouter(t, 100000)
+	two.loads(nil, map[string]int64{"a": 20, "c": 40}, 0) // b is two's cheapest pod, a 40 ms dearer
+	g := group(1, 4000)
+	if pod := one.twice(g + " first?"); pod != "a" {
+		t.Fatalf("one homed the group on %s, want a", pod)
+	}
+	homes := share(one, two)
+	if len(homes) != 1 || homes[0].Namespace != "llama" || homes[0].Tokens < 4000 || homes[0].Until != one.now().Add(time.Minute).UnixNano() {
+		t.Fatalf("one shared %+v, want the group's home on a, its 4,000-odd tokens, lapsing in a minute", homes)
+	}
+	if got := one.HomesChanged(nil); len(got) != 0 {
+		t.Fatalf("one's changes taken twice: %+v", got)
+	}
+	if pod := two.send(g + " second?"); pod != "a" {
+		t.Fatalf("two routed the group to %s, want its shared home a (results %v)", pod, two.homeResults())
+	}
+	if r := two.homeResults(); r["home"] != 1 {
+		t.Fatalf("two's home results = %v, want its first request of the group home", r)
+	}
+	// Each replica counts the prompts it saw: two's own count (its one
+	// prompt, 4,008 tokens) is the larger, and the footprint is the
+	// larger count, not the sum of both.
+	homed, _ := two.Homed(two.podID("a"), two.fleet.Load("a"))
+	if homes[0].Tokens != 4004 || homed != 4008 {
+		t.Fatalf("one shared %d tokens; two counts %d homed on a, want 4,004 and 4,008 (the larger of the two counts)", homes[0].Tokens, homed)
+	}
+	if back := share(two, one); len(back) != 1 || back[0].Pod != one.podID("a") {
+		t.Fatalf("two shared %+v, want the group on a", back)
+	}
+}
+
+// TestSharedHomesLastWriterWins: a prefix homed by both replicas at once
+// keeps the home a replica set since its changes were taken, and takes
+// the shared one once its own is shared and read back.
+func TestSharedHomesLastWriterWins(t *testing.T) {
+	one, two := rankedRouter(t, 100000), rankedRouter(t, 100000)
+	two.loads(map[string]int64{"a": 1, "c": 2}, nil, 0)
+	g := group(2, 4000)
+	one.twice(g + " one?")
+	two.twice(g + " two?") // on b, not yet taken
+	share(one, two)
+	if got := two.homedOn(); got["b"] != 1 {
+		t.Fatalf("two's homes = %v, want its own, not yet shared, kept on b", got)
+	}
+	share(two, one) // two wrote last
+	if got := one.homedOn(); got["b"] != 1 || got["a"] != 0 {
+		t.Fatalf("one's homes = %v, want the group moved to b, the last written", got)
+	}
+	homed, _ := one.Homed(one.podID("a"), one.fleet.Load("a"))
+	if homed != 0 {
+		t.Fatalf("a still counts %d tokens of the moved group", homed)
+	}
+}
+
+// TestSharedHomesIgnoreLapsedAndUnknown: a shared home past its Until, or
+// on a pod this replica's fleet lacks, is not taken.
+func TestSharedHomesIgnoreLapsedAndUnknown(t *testing.T) {
+	tr := rankedRouter(t, 100000)
+	now := tr.now().UnixNano()
+	tr.AdoptHomes([]kvindex.Home{
+		{Namespace: "llama", Block: 1, Pod: tr.podID("a"), Tokens: 100, Until: now},
+		{Namespace: "llama", Block: 2, Pod: kvindex.PodID(999), Tokens: 100, Until: now + 1},
+		{Namespace: "llama", Block: 3, Pod: kvindex.InvalidPod, Tokens: 100, Until: now + 1},
+	}, tr.now().Add(time.Minute))
+	if got := tr.homedOn(); got["a"] != 0 || len(tr.homes.keys) != 30 {
+		t.Fatalf("homes = %v (%d prefixes), want none taken", got, len(tr.homes.keys))
+	}
+}
+
+// TestSharedHomesDoNotStepAsideForOthers: while the homes are shared, the
+// requests the pods run beyond this replica's are the other replicas', to
+// the same homes: homes hold. Once the sharing lapses (the index stopped
+// sharing), they step aside again.
+func TestSharedHomesDoNotStepAsideForOthers(t *testing.T) {
+	tr := rankedRouter(t, 100000)
+	g := group(1, 4000)
+	tr.twice(g + " first?")
+	tr.store("b", g, "", "")
+	tr.loads(map[string]int64{"a": 4}, map[string]int64{"b": 3}, 0) // 7 running or waiting, none of this replica's
+	for _, p := range []string{"b", "c"} {
+		tr.fleet.Load(p).KVCapacity.Store(4000) // no room: the home holds
+	}
+	tr.AdoptHomes(nil, tr.now().Add(time.Second))
+	if pod := tr.send(g + " second?"); pod != "a" {
+		t.Fatalf("with the homes shared, the group went to %s, want its home a", pod)
+	}
+	tr.advance(time.Second)
+	if pod := tr.send(g + " third?"); pod != "b" {
+		t.Fatalf("with the sharing lapsed, the group went to %s, want b (the cheapest)", pod)
+	}
+	if r := tr.homeResults(); r["others"] != 1 || r["home"] != 1 {
+		t.Fatalf("home results = %v, want home once, then others", r)
+	}
+}
