@@ -19,3 +19,16 @@ type Home struct {
 	Tokens    int64
 	Until     int64
 }
+
+// HomeTail is a prompt that added to its prefix's footprint, as router
+// replicas share it so that each counts the prompts every replica saw
+// (package router's homes): the prefix of Namespace whose first block
+// hashes to Block gained the prompt of Blocks blocks of BlockSize tokens
+// whose every 16th block and last block hash to Signature.
+type HomeTail struct {
+	Namespace string
+	Block     uint64
+	Blocks    int
+	BlockSize int
+	Signature []uint64
+}

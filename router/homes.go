@@ -46,13 +46,14 @@ import (
 // fill, an overload of the caches no placement mends, which the router's
 // queue (hold.go) and the per-request cost manage; and while the pods run
 // more requests (vllm:num_requests_running and _waiting) than 1.5 times
-// this replica's in flight there, plus othersSlack. Then other replicas,
+// this replica's in flight there (and, while homes are shared, the other
+// sharing replicas'), plus othersSlack. Then other replicas,
 // or clients, route there too: each replica's homes, learned from its own
 // decisions, would place a prefix on a pod of its own, and every pod would
 // hold more groups than its cache (in the fleet simulator, two replicas'
 // tables disagreed on 17 of 75 groups, and the fast pods thrashed again).
-// Replicas whose index shares their homes (homeshare.go) do not step aside
-// for one another.
+// Replicas whose index shares their homes (homeshare.go) count one
+// another's requests as their own: they route to the same homes.
 //
 // A prefix unseen for Config.HomeIdle leaves the table, and its footprint
 // its home's; requests fade from its share of the traffic over that time.
@@ -84,8 +85,9 @@ type home struct {
 	requests int
 	elem     *list.Element // nil once removed
 	// changed: homed or routed home since the table's changes were last
-	// shared (HomesChanged).
-	changed bool
+	// shared (HomesChanged); hot: its last request carried more than a
+	// pod's share of the traffic, so its tails are not shared.
+	changed, hot bool
 }
 
 // homeTable is the router's homes.
@@ -110,6 +112,13 @@ type homeTable struct {
 	// shared by AdoptHomes lapses without another.
 	changed     []*home
 	sharedUntil int64
+	// tails are the prompts that grew a footprint since HomesChanged last
+	// took them, while the homes are shared; sig is enter's scratch.
+	tails []kvindex.HomeTail
+	sig   []uint64
+	// peers is, by namespace, the requests the replicas sharing the homes
+	// have in flight, as of the last AdoptHomes.
+	peers map[string]int64
 }
 
 // homeResult is what homes did for a request.
@@ -167,16 +176,21 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		// More than a pod's share of the traffic: one pod cannot carry
 		// it, and its prompts go where each is cheapest.
 		t.setPod(h, kvindex.InvalidPod)
+		h.hot = true
 		t.met[homeShared].Inc()
 		return r.choose(scores, ok, tokens, share)
 	}
+	h.hot = false
 	var room, own, seen int64
 	for _, m := range members {
 		room += r.fill(m.Load)
 		own += m.Load.InFlight.Load()
 		seen += m.Load.Running.Load() + m.Load.Waiting.Load()
 	}
-	if now >= t.sharedUntil && seen > own+own/2+othersSlack {
+	if now < t.sharedUntil {
+		own += t.peers[ns] // the replicas sharing these homes route to them too
+	}
+	if seen > own+own/2+othersSlack {
 		// The pods run more requests than this replica has in flight:
 		// other replicas (or clients) route there too, and homes each
 		// replica keeps by its own decisions disagree.
@@ -285,7 +299,11 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 	t.rateAt = now
 	h.seen = now
 	before := len(h.marks)
-	h.own += int64(h.grow(hashes) * bs)
+	t.sig = signature(t.sig[:0], hashes)
+	if grow := h.grow(len(hashes), t.sig); grow > 0 {
+		h.own += int64(grow * bs)
+		t.shareTail(h, len(hashes), bs, now)
+	}
 	t.marks += len(h.marks) - before
 	for t.marks > t.markBudget && t.lru.Back().Value.(*home) != h {
 		t.remove(t.lru.Back().Value.(*home))
@@ -329,30 +347,43 @@ const homeMarks = 8192
 // each): past it the least recently seen prefixes leave.
 const homeMarkBudget = 1 << 21
 
-// grow records a prompt of hashes under h and returns the blocks it adds
-// to h's footprint: those past its longest prefix seen before, to within
-// homeStride blocks (a block's hash chains every block before it, so a
-// prompt's prefix was seen when its last block's hash was).
-func (h *home) grow(hashes []uint64) int {
+// signature appends to dst the hashes of a prompt's blocks that marks
+// are kept at: every homeStride-th block's before its last (blocks
+// homeStride-1, 2×homeStride-1, …), and its last block's. It is all grow
+// reads of the prompt, and what replicas share of it (homeshare.go).
+func signature(dst, hashes []uint64) []uint64 {
 	n := len(hashes)
+	for i := homeStride - 1; i < n-1; i += homeStride {
+		dst = append(dst, hashes[i])
+	}
+	return append(dst, hashes[n-1])
+}
+
+// grow records a prompt of n blocks, whose signature is sig, under h and
+// returns the blocks it adds to h's footprint: those past its longest
+// prefix seen before, to within homeStride blocks (a block's hash chains
+// every block before it, so a prompt's prefix was seen when its last
+// block's hash was).
+func (h *home) grow(n int, sig []uint64) int {
 	if h.marks == nil {
 		h.marks = map[uint64]struct{}{}
 	}
-	if _, ok := h.marks[hashes[n-1]]; ok {
+	last, strides := sig[len(sig)-1], sig[:len(sig)-1]
+	if _, ok := h.marks[last]; ok {
 		return 0
 	}
-	seen := 0                                                           // the prefix seen: 0, or one past a mark
-	for i := (n-1)/homeStride*homeStride - 1; i >= 0; i -= homeStride { // the marks before the last block, latest first
-		if _, ok := h.marks[hashes[i]]; ok {
-			seen = i + 1
+	seen := 0                                // the prefix seen: 0, or one past a mark
+	for k := len(strides) - 1; k >= 0; k-- { // the marks before the last block, latest first
+		if _, ok := h.marks[strides[k]]; ok {
+			seen = (k + 1) * homeStride
 			break
 		}
 	}
 	if len(h.marks) < homeMarks {
-		for i := seen + homeStride - 1 - seen%homeStride; i < n-1; i += homeStride {
-			h.marks[hashes[i]] = struct{}{}
+		for _, m := range strides[seen/homeStride:] {
+			h.marks[m] = struct{}{}
 		}
-		h.marks[hashes[n-1]] = struct{}{}
+		h.marks[last] = struct{}{}
 	}
 	return n - seen
 }

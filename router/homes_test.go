@@ -222,7 +222,7 @@ func TestHomeGrowCountsDistinctTails(t *testing.T) {
 		{"a sibling after 5 blocks", chain(3000, 30, base[:5]...), 30},
 	}
 	for _, tt := range tests {
-		got := h.grow(tt.hashes)
+		got := h.grow(len(tt.hashes), signature(nil, tt.hashes))
 		if got < tt.exact || got >= tt.exact+homeStride {
 			t.Errorf("%s: grew %d blocks, want %d to within %d", tt.name, got, tt.exact, homeStride)
 		}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -14,17 +15,29 @@ import (
 // (HomesChanged), then reads back every replica's and hands them to
 // AdoptHomes, so that the replicas' tables agree on where each prefix
 // lives within a tick, the last writer winning a prefix two replicas
-// placed at once. While the tables are shared, homes do not step aside for
-// the requests other routers send to the pods: those are the other
-// replicas', routed to the same homes.
+// placed at once. Each replica also shares the requests it has in flight
+// (HomesInFlight); while the tables are shared, homes count the other
+// sharing replicas' with their own before they step aside for the
+// requests other routers send to the pods (a replica not sharing, a
+// client), since those replicas route to the same homes.
+//
+// Footprints are shared as the prompts that grew them (kvindex.HomeTail:
+// a prompt's signature, the hashes grow reads). Each replica replays the
+// others' into its own marks, so it counts every distinct prompt any
+// replica saw once, as one replica seeing them all would. A replica sees a
+// share of each prefix's prompts: its own count alone would place more
+// prefixes on a pod than its cache holds. The largest footprint a replica
+// shared with a home stays a floor, for prompts whose tails were missed
+// (sent before the sharing began, or dropped past maxHomeTails).
 
 // HomesChanged appends to dst the prefixes this replica homed or routed
 // home since the last call, with their home, footprint and when they lapse
-// unless routed again, and returns it. With homes off it returns dst.
-func (r *Router) HomesChanged(dst []kvindex.Home) []kvindex.Home {
+// unless routed again, and to tails the prompts that grew a footprint
+// meanwhile, and returns both. With homes off it returns them as they are.
+func (r *Router) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]kvindex.Home, []kvindex.HomeTail) {
 	t := r.homes
 	if t == nil {
-		return dst
+		return dst, tails
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -37,19 +50,69 @@ func (r *Router) HomesChanged(dst []kvindex.Home) []kvindex.Home {
 	}
 	clear(t.changed)
 	t.changed = t.changed[:0]
-	return dst
+	tails = append(tails, t.tails...)
+	clear(t.tails)
+	t.tails = t.tails[:0]
+	return dst, tails
+}
+
+// maxHomeTails bounds the tails kept between two HomesChanged: past it
+// they are dropped, and the other replicas count those prompts only
+// through this replica's footprints (the floor).
+const maxHomeTails = 1 << 14
+
+// shareTail keeps, while the homes are shared, the prompt of n blocks of
+// bs tokens whose signature is t.sig as a tail that grew h; not for a hot
+// prefix, which has no home (every conversation of a chat service may
+// start with one system prompt's block).
+func (t *homeTable) shareTail(h *home, n, bs int, now int64) {
+	if now >= t.sharedUntil || h.hot || len(t.tails) >= maxHomeTails {
+		return
+	}
+	t.tails = append(t.tails, kvindex.HomeTail{Namespace: h.key.ns, Block: h.key.block, Blocks: n, BlockSize: bs, Signature: slices.Clone(t.sig)})
+}
+
+// adoptTail replays another replica's tail into the table at now, as a
+// request of its prefix.
+func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
+	if s.Blocks < 1 || s.BlockSize < 1 || len(s.Signature) != (s.Blocks-1)/homeStride+1 {
+		return
+	}
+	k := homeKey{s.Namespace, s.Block}
+	h := t.keys[k]
+	if h == nil {
+		h = t.add(k, now, cfg.HomeTable)
+	}
+	before := len(h.marks)
+	h.own += int64(h.grow(s.Blocks, s.Signature) * s.BlockSize)
+	t.marks += len(h.marks) - before
+	for t.marks > t.markBudget && t.lru.Back().Value.(*home) != h {
+		t.remove(t.lru.Back().Value.(*home))
+	}
+	// The prompt was a request another replica saw: a prefix seen once
+	// by each is homed on its next request, as one router would.
+	h.requests++
+	switch grow := t.footprint(h); {
+	case h.requests == 2:
+		t.active += h.tokens
+	case h.requests > 2:
+		t.active += grow
+	}
 }
 
 // AdoptHomes takes the homes the replicas share, read after this
-// replica's changes were written: each prefix is homed on its pod (which
+// replica's changes were written. The other replicas' tails grow the
+// footprints first. Then each prefix is homed on its pod (which
 // must be in this replica's fleet), entering the table if new here, its
 // footprint the larger of this replica's count and the most shared; a
 // prefix this replica
 // homed or routed since its changes were taken keeps its own home, which
 // its next write shares. Homes past their Until are ignored. Until until,
-// homes no longer step aside for the requests other routers send to the
-// pods; an index that stops sharing (Redis down) lets that lapse.
-func (r *Router) AdoptHomes(homes []kvindex.Home, until time.Time) {
+// homes count peers (by namespace: the requests the other sharing replicas
+// have in flight) as their own before they step aside for the requests
+// other routers send to the pods; an index that stops sharing (Redis down)
+// lets that lapse.
+func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peers map[string]int64, until time.Time) {
 	t := r.homes
 	if t == nil {
 		return
@@ -58,8 +121,11 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, until time.Time) {
 	members := r.fleet.Snapshot().Members()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.sharedUntil = until.UnixNano()
+	t.sharedUntil, t.peers = until.UnixNano(), peers
 	t.expire(now - int64(r.cfg.HomeIdle))
+	for _, s := range tails {
+		t.adoptTail(s, now, r.cfg)
+	}
 	for _, s := range homes {
 		if s.Pod == kvindex.InvalidPod || s.Until <= now || !hasMember(members, s.Pod) {
 			continue
@@ -91,4 +157,16 @@ func hasMember(members []*fleet.Member, pod kvindex.PodID) bool {
 		}
 	}
 	return false
+}
+
+// HomesInFlight is the requests this replica has in flight to the pods of
+// namespace, as an index that shares the homes shares them.
+func (r *Router) HomesInFlight(namespace string) int64 {
+	var n int64
+	for _, m := range r.fleet.Snapshot().Members() {
+		if m.Pod.Model == namespace {
+			n += m.Load.InFlight.Load()
+		}
+	}
+	return n
 }

@@ -12,11 +12,11 @@ import (
 // them; the sharing lasts a minute.
 func share(from, to *testRouter) []kvindex.Home {
 	from.t.Helper()
-	homes := from.HomesChanged(nil)
+	homes, tails := from.HomesChanged(nil, nil)
 	for i, h := range homes {
 		homes[i].Pod = to.podID(from.podName(h.Pod))
 	}
-	to.AdoptHomes(homes, to.now().Add(time.Minute))
+	to.AdoptHomes(homes, tails, nil, to.now().Add(time.Minute))
 	return homes
 }
 
@@ -45,6 +45,8 @@ func (tr *testRouter) podID(name string) kvindex.PodID {
 func TestHomesSharedBetweenReplicas(t *testing.T) {
 	one, two := rankedRouter(t, 100000), rankedRouter(t, 100000)
 	two.loads(nil, map[string]int64{"a": 20, "c": 40}, 0) // b is two's cheapest pod, a 40 ms dearer
+	two.fleet.Load("a").InFlight.Store(20)                // two's own requests
+	two.fleet.Load("c").InFlight.Store(40)
 	g := group(1, 4000)
 	if pod := one.twice(g + " first?"); pod != "a" {
 		t.Fatalf("one homed the group on %s, want a", pod)
@@ -53,7 +55,7 @@ func TestHomesSharedBetweenReplicas(t *testing.T) {
 	if len(homes) != 1 || homes[0].Namespace != "llama" || homes[0].Tokens < 4000 || homes[0].Until != one.now().Add(time.Minute).UnixNano() {
 		t.Fatalf("one shared %+v, want the group's home on a, its 4,000-odd tokens, lapsing in a minute", homes)
 	}
-	if got := one.HomesChanged(nil); len(got) != 0 {
+	if got, _ := one.HomesChanged(nil, nil); len(got) != 0 {
 		t.Fatalf("one's changes taken twice: %+v", got)
 	}
 	if pod := two.send(g + " second?"); pod != "a" {
@@ -106,17 +108,18 @@ func TestSharedHomesIgnoreLapsedAndUnknown(t *testing.T) {
 		{Namespace: "llama", Block: 1, Pod: tr.podID("a"), Tokens: 100, Until: now},
 		{Namespace: "llama", Block: 2, Pod: kvindex.PodID(999), Tokens: 100, Until: now + 1},
 		{Namespace: "llama", Block: 3, Pod: kvindex.InvalidPod, Tokens: 100, Until: now + 1},
-	}, tr.now().Add(time.Minute))
+	}, nil, nil, tr.now().Add(time.Minute))
 	if got := tr.homedOn(); got["a"] != 0 || len(tr.homes.keys) != 30 {
 		t.Fatalf("homes = %v (%d prefixes), want none taken", got, len(tr.homes.keys))
 	}
 }
 
-// TestSharedHomesDoNotStepAsideForOthers: while the homes are shared, the
-// requests the pods run beyond this replica's are the other replicas', to
-// the same homes: homes hold. Once the sharing lapses (the index stopped
-// sharing), they step aside again.
-func TestSharedHomesDoNotStepAsideForOthers(t *testing.T) {
+// TestSharedHomesCountTheSharingReplicas: while the homes are shared, the
+// requests the other sharing replicas have in flight count as this
+// replica's: homes hold. Requests beyond those (a router that does not
+// share) make them step aside, as does the sharing's lapse (the index
+// stopped sharing).
+func TestSharedHomesCountTheSharingReplicas(t *testing.T) {
 	tr := rankedRouter(t, 100000)
 	g := group(1, 4000)
 	tr.twice(g + " first?")
@@ -125,15 +128,59 @@ func TestSharedHomesDoNotStepAsideForOthers(t *testing.T) {
 	for _, p := range []string{"b", "c"} {
 		tr.fleet.Load(p).KVCapacity.Store(4000) // no room: the home holds
 	}
-	tr.AdoptHomes(nil, tr.now().Add(time.Second))
+	tr.AdoptHomes(nil, nil, map[string]int64{"llama": 4, "qwen": 100}, tr.now().Add(time.Second))
 	if pod := tr.send(g + " second?"); pod != "a" {
-		t.Fatalf("with the homes shared, the group went to %s, want its home a", pod)
+		t.Fatalf("with the other replica's 4 requests shared, the group went to %s, want its home a", pod)
 	}
-	tr.advance(time.Second)
+	tr.AdoptHomes(nil, nil, map[string]int64{"llama": 1, "qwen": 100}, tr.now().Add(time.Second))
 	if pod := tr.send(g + " third?"); pod != "b" {
+		t.Fatalf("with 6 requests of a router not sharing, the group went to %s, want b (the cheapest)", pod)
+	}
+	tr.AdoptHomes(nil, nil, map[string]int64{"llama": 4}, tr.now().Add(time.Second))
+	tr.advance(time.Second)
+	if pod := tr.send(g + " fourth?"); pod != "b" {
 		t.Fatalf("with the sharing lapsed, the group went to %s, want b (the cheapest)", pod)
 	}
-	if r := tr.homeResults(); r["others"] != 1 || r["home"] != 1 {
-		t.Fatalf("home results = %v, want home once, then others", r)
+	if r := tr.homeResults(); r["others"] != 2 || r["home"] != 1 {
+		t.Fatalf("home results = %v, want home once, then others twice", r)
+	}
+	tr.fleet.Load("a").InFlight.Store(2)
+	tr.fleet.Load("d").InFlight.Store(5)
+	if n := tr.HomesInFlight("llama"); n != 2 {
+		t.Fatalf("HomesInFlight(llama) = %d, want a's 2 (d serves qwen)", n)
+	}
+}
+
+// TestSharedFootprintsCountEveryReplicasPrompts: with the homes shared,
+// each replica counts the distinct prompts both saw, as one router seeing
+// them all would: not only its own, nor both counts summed.
+func TestSharedFootprintsCountEveryReplicasPrompts(t *testing.T) {
+	one, two, all := rankedRouter(t, 100000), rankedRouter(t, 100000), rankedRouter(t, 100000)
+	for _, tr := range []*testRouter{one, two} {
+		tr.AdoptHomes(nil, nil, nil, tr.now().Add(time.Hour)) // the sharing begins
+	}
+	g := group(3, 4000)
+	for _, q := range []string{" the first question?", " a second question, longer than the first one, by far?"} {
+		one.send(g + q)
+		all.send(g + q)
+	}
+	third := " and a third, about something else altogether, at some length, to add blocks?"
+	two.send(g + third)
+	all.send(g + third)
+	share(one, two)
+	share(two, one)
+	a := func(tr *testRouter) int64 {
+		homed, _ := tr.Homed(tr.podID("a"), tr.fleet.Load("a"))
+		return homed
+	}
+	want := a(all)
+	if own := len(g + third); want <= int64(own) {
+		t.Fatalf("one router counts %d tokens, want more than one prompt's %d", want, own)
+	}
+	if got := a(one); got != want {
+		t.Errorf("one counts %d tokens homed on a, want %d, as one router seeing every prompt", got, want)
+	}
+	if got := a(two); got < want-homeStride*4 || got > want+homeStride*4 {
+		t.Errorf("two counts %d tokens homed on a, want %d to within %d blocks (it saw the prompts in another order)", got, want, homeStride)
 	}
 }

@@ -64,6 +64,9 @@ type Config struct {
 	// replica keeps its own, and they step aside while other replicas
 	// route to the pods.
 	NoSharedHomes bool
+	// HomeSync is how often the router's homes are shared with the other
+	// replicas' (homes.go). Default 250ms.
+	HomeSync time.Duration
 	// Now is the clock of speculative deadlines and epochs; nil means
 	// time.Now. The fleet simulator injects its own.
 	Now func() time.Time
@@ -80,6 +83,7 @@ func DefaultConfig() Config {
 		LeaseTTL:     5 * time.Second,
 		Timeout:      250 * time.Millisecond,
 		PingInterval: time.Second,
+		HomeSync:     250 * time.Millisecond,
 	}
 }
 
@@ -111,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("timeout = %v, want > 0", c.Timeout))
+	}
+	if c.HomeSync <= 0 {
+		errs = append(errs, fmt.Errorf("home sync = %v, want > 0", c.HomeSync))
 	}
 	if c.PingInterval <= 0 {
 		errs = append(errs, fmt.Errorf("ping interval = %v, want > 0", c.PingInterval))

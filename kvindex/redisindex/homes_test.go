@@ -2,6 +2,7 @@ package redisindex
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -13,36 +14,52 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
-// fakeHomes is a router's homes: changed are handed out once; adopted
-// and until record the last AdoptHomes.
+// fakeHomes is a router's homes: changed and grown are handed out once;
+// adopted and until record the last AdoptHomes, tails every tail adopted.
 type fakeHomes struct {
 	mu      sync.Mutex
 	changed []kvindex.Home
+	grown   []kvindex.HomeTail
 	adopted []kvindex.Home
+	tails   []kvindex.HomeTail
+	peers   map[string]int64
 	until   time.Time
 	adopts  int
+	// inFlight is what HomesInFlight reports for namespace m.
+	inFlight int64
 }
 
-func (f *fakeHomes) HomesChanged(dst []kvindex.Home) []kvindex.Home {
+func (f *fakeHomes) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]kvindex.Home, []kvindex.HomeTail) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	dst = append(dst, f.changed...)
-	f.changed = nil
-	return dst
+	dst, tails = append(dst, f.changed...), append(tails, f.grown...)
+	f.changed, f.grown = nil, nil
+	return dst, tails
 }
 
-func (f *fakeHomes) AdoptHomes(homes []kvindex.Home, until time.Time) {
+func (f *fakeHomes) HomesInFlight(namespace string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.adopted, f.until = append([]kvindex.Home(nil), homes...), until
+	if namespace != "m" {
+		return -1
+	}
+	return f.inFlight
+}
+
+func (f *fakeHomes) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peers map[string]int64, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.adopted, f.until, f.peers = append([]kvindex.Home(nil), homes...), until, peers
+	f.tails = append(f.tails, tails...)
 	f.adopts++
 }
 
 // TestHomesShared: a tick writes a replica's changed homes, by pod name,
-// and hands every replica's back, by this replica's pod handles, to its
-// router, the sharing lasting a lease TTL; the last writer of a prefix
-// wins; a field past its until is deleted, and hostile fields are refused
-// without marking Redis down.
+// and its requests in flight, and hands every replica's homes back, by
+// this replica's pod handles, with the other replicas' requests in
+// flight, to its router, the sharing lasting a lease TTL; the last writer
+// of a prefix wins; a field past its until is deleted, and hostile fields
+// are refused without marking Redis down.
 func TestHomesShared(t *testing.T) {
 	srv := redisserver.New(t)
 	var mu sync.Mutex
@@ -51,7 +68,7 @@ func TestHomesShared(t *testing.T) {
 		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	}
 	a, b := newReplica(t, srv.Addr, "a", clock), newReplica(t, srv.Addr, "b", clock)
-	ha, hb := &fakeHomes{}, &fakeHomes{}
+	ha, hb := &fakeHomes{inFlight: 3}, &fakeHomes{inFlight: 5}
 	a.ShareHomes(ha)
 	b.ShareHomes(hb)
 	until := now.Add(time.Minute).UnixNano()
@@ -60,8 +77,8 @@ func TestHomesShared(t *testing.T) {
 		{Namespace: "m", Block: 0xdef, Pod: a.pods["p2"], Tokens: 500, Until: until},
 	}
 	a.tick()
-	if len(ha.adopted) != 2 || !ha.until.Equal(now.Add(DefaultConfig().LeaseTTL)) {
-		t.Fatalf("a adopted %+v until %v, want its own two back, for a lease TTL", ha.adopted, ha.until)
+	if len(ha.adopted) != 2 || !ha.until.Equal(now.Add(DefaultConfig().LeaseTTL)) || len(ha.peers) != 0 {
+		t.Fatalf("a adopted %+v until %v, peers %v; want its own two back, for a lease TTL, and no other replica", ha.adopted, ha.until, ha.peers)
 	}
 	hb.changed = []kvindex.Home{{Namespace: "m", Block: 0xdef, Pod: b.pods["p1"], Tokens: 700, Until: until}}
 	b.tick()
@@ -73,6 +90,9 @@ func TestHomesShared(t *testing.T) {
 		got[0xdef].Pod != b.pods["p1"] || got[0xdef].Tokens != 700 {
 		t.Fatalf("b adopted %+v, want a's 0xabc on p1 and its own 0xdef, written last, on p1", hb.adopted)
 	}
+	if len(hb.peers) != 1 || hb.peers["m"] != 3 {
+		t.Fatalf("b's peers = %v, want a's 3 requests in flight on m", hb.peers)
+	}
 
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer func() { _ = rdb.Close() }()
@@ -83,19 +103,19 @@ func TestHomesShared(t *testing.T) {
 	}
 	refused := func() float64 { return testutil.ToFloat64(a.metrics.refused.WithLabelValues("homes")) }
 	before := refused()
-	must(t, rdb.HSet(ctx, key, "zz", "1:99999999999999:p1", "1", "x:1:p1", "2", "1:99999999999999:", "3", "1:99999999999999:nobody").Err())
+	must(t, rdb.HSet(ctx, key, "zz", "1:99999999999999:p1", "1", "x:1:p1", "2", "1:99999999999999:", "3", "1:99999999999999:nobody", "@c", "lots").Err())
 	mu.Lock()
 	now = now.Add(2 * time.Minute) // past both homes' until
 	mu.Unlock()
 	a.tick()
-	if len(ha.adopted) != 0 {
-		t.Errorf("a adopted %+v, want nothing: lapsed, hostile, or on no pod of its own", ha.adopted)
+	if len(ha.adopted) != 0 || len(ha.peers) != 0 {
+		t.Errorf("a adopted %+v, peers %v; want nothing: lapsed (b's requests too), hostile, or on no pod of its own", ha.adopted, ha.peers)
 	}
-	if after := refused(); after != before+3 {
-		t.Errorf("refused{reason=homes} = %v, want %v", after, before+3)
+	if after := refused(); after != before+4 {
+		t.Errorf("refused{reason=homes} = %v, want %v", after, before+4)
 	}
-	if n, err := rdb.HLen(ctx, key).Result(); err != nil || n != 4 {
-		t.Errorf("home table fields = %d, %v; want the 4 written by hand (the lapsed deleted)", n, err)
+	if n, err := rdb.HLen(ctx, key).Result(); err != nil || n != 6 {
+		t.Errorf("home table fields = %d, %v; want the 5 written by hand and a's requests (the lapsed deleted)", n, err)
 	}
 	if up, _ := a.Up(); !up {
 		t.Error("hostile home fields marked Redis down")
@@ -106,5 +126,121 @@ func TestHomesShared(t *testing.T) {
 	a.tick()
 	if refused() != before+1 || ha.adopts != 3 {
 		t.Errorf("a home table of the wrong type: refused %v → %v, adopts %d; want it refused, the rest shared", before, refused(), ha.adopts)
+	}
+}
+
+// TestHomeTailsShared: the prompts that grew a replica's footprints reach
+// the other replicas once each, in order, and never the writer; a new
+// replica reads the stream from its start; hostile entries are refused.
+func TestHomeTailsShared(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	ha, hb := &fakeHomes{}, &fakeHomes{}
+	a.ShareHomes(ha)
+	b.ShareHomes(hb)
+	tail := func(block uint64, n int, sig ...uint64) kvindex.HomeTail {
+		return kvindex.HomeTail{Namespace: "m", Block: block, Blocks: n, BlockSize: 16, Signature: sig}
+	}
+	ha.grown = []kvindex.HomeTail{tail(0xabc, 40, 1, 2, 3), tail(0xabc, 1, 1<<63|5)}
+	a.tick()
+	b.tick()
+	if len(ha.tails) != 0 {
+		t.Errorf("a adopted its own tails: %+v", ha.tails)
+	}
+	if len(hb.tails) != 2 || !reflect.DeepEqual(hb.tails[0], tail(0xabc, 40, 1, 2, 3)) {
+		t.Fatalf("b adopted %+v, want a's two tails", hb.tails)
+	}
+	if !reflect.DeepEqual(hb.tails[1], tail(0xabc, 1, 1<<63|5)) {
+		t.Errorf("b's second tail = %+v, want a's second", hb.tails[1])
+	}
+	ha.grown = []kvindex.HomeTail{tail(0xdef, 16, 7)}
+	a.tick()
+	b.tick()
+	if len(hb.tails) != 3 || hb.tails[2].Block != 0xdef {
+		t.Fatalf("b adopted %+v, want a's third tail once more, and the first two not again", hb.tails)
+	}
+	c := newReplica(t, srv.Addr, "c", nil)
+	hc := &fakeHomes{}
+	c.ShareHomes(hc)
+	c.tick()
+	if len(hc.tails) != 3 {
+		t.Errorf("a new replica adopted %d tails, want the stream's 3", len(hc.tails))
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	key := a.homeStreamKey(nsTag("m"))
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
+		t.Errorf("tail stream TTL = %v, %v; want one", ttl, err)
+	}
+	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("homes")) }
+	before := refused()
+	for _, v := range [][]any{
+		{"r", "x", "k", "zz", "n", "1", "b", "16", "s", "12345678"},
+		{"r", "x", "k", "1", "n", "0", "b", "16", "s", "12345678"},
+		{"r", "x", "k", "1", "n", "1", "b", "16", "s", "1234567"},
+		{"r", "x", "k", "1", "n", "1", "b", "16", "s", "1234567812345678"},
+	} {
+		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: v}).Err())
+	}
+	b.tick()
+	if after := refused(); after != before+4 || len(hb.tails) != 3 {
+		t.Errorf("hostile tails: refused %v → %v, tails %d; want 4 refused, none adopted", before, after, len(hb.tails))
+	}
+	if up, _ := b.Up(); !up {
+		t.Error("hostile tails marked Redis down")
+	}
+}
+
+// TestHomesSharedThroughTheStream: between lease ticks, a sync reads the
+// homes the other replicas wrote since the last from the stream, the
+// latest of each prefix, so that two replicas that homed one prefix at
+// once both end with the later; a malformed home entry is refused.
+func TestHomesSharedThroughTheStream(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	ha, hb := &fakeHomes{}, &fakeHomes{}
+	a.ShareHomes(ha)
+	b.ShareHomes(hb)
+	a.tick()
+	b.tick()
+	until := time.Now().Add(time.Minute).UnixNano()
+	home := func(block uint64, pod kvindex.PodID) kvindex.Home {
+		return kvindex.Home{Namespace: "m", Block: block, Pod: pod, Tokens: 100, Until: until / 1e6 * 1e6}
+	}
+	ha.changed = []kvindex.Home{home(1, a.pods["p1"])}
+	a.SyncHomes()
+	b.SyncHomes()
+	if !reflect.DeepEqual(hb.adopted, []kvindex.Home{home(1, b.pods["p1"])}) {
+		t.Fatalf("b adopted %+v, want a's prefix 1 on p1", hb.adopted)
+	}
+	ha.changed = []kvindex.Home{home(2, a.pods["p1"])}
+	hb.changed = []kvindex.Home{home(2, b.pods["p2"])}
+	a.SyncHomes() // writes p1
+	b.SyncHomes() // writes p2, the later, and reads a's p1 before its own
+	if len(hb.adopted) != 0 {
+		t.Errorf("b adopted %+v, want nothing: its own home of prefix 2 is the later", hb.adopted)
+	}
+	a.SyncHomes()
+	if !reflect.DeepEqual(ha.adopted, []kvindex.Home{home(2, a.pods["p2"])}) {
+		t.Errorf("a adopted %+v, want b's later home of prefix 2, on p2", ha.adopted)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("homes")) }
+	before := refused()
+	for _, v := range [][]any{
+		{"r", "x", "k", "3", "p", "p1", "t", "-1", "u", "99999999999999"},
+		{"r", "x", "k", "3", "p", "p1", "t", "1"},
+		{"r", "x", "k", "zz", "p", "p1", "t", "1", "u", "99999999999999"},
+	} {
+		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: a.homeStreamKey(nsTag("m")), Values: v}).Err())
+	}
+	b.SyncHomes()
+	if after := refused(); after != before+3 || len(hb.adopted) != 0 {
+		t.Errorf("malformed homes: refused %v → %v, adopted %+v; want 3 refused, none adopted", before, after, hb.adopted)
 	}
 }

@@ -30,7 +30,8 @@ const copyBatch = 2048
 
 // Run keeps this replica's leases and watches Redis until ctx ends: every
 // LeaseTTL/3 it takes or renews the lease of every registered pod; while
-// Redis is down it pings it every PingInterval instead. Meanwhile it runs
+// Redis is down it pings it every PingInterval instead; while it is up it
+// shares the router's homes every HomeSync (homes.go). Meanwhile it runs
 // the group writer, which sends concurrent callers' appends in one
 // pipeline, and the compactor. It then releases the leases it holds and
 // closes the client. Run may be called once.
@@ -46,6 +47,8 @@ func (x *Index) Run(ctx context.Context) error {
 	defer leases.Stop()
 	ping := time.NewTicker(x.cfg.PingInterval)
 	defer ping.Stop()
+	homes := time.NewTicker(x.cfg.HomeSync)
+	defer homes.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -59,6 +62,10 @@ func (x *Index) Run(ctx context.Context) error {
 		case <-ping.C:
 			if !x.up.Load() {
 				x.tick()
+			}
+		case <-homes.C:
+			if x.up.Load() {
+				x.syncHomes(false)
 			}
 		}
 	}
@@ -134,7 +141,7 @@ func (x *Index) tick() {
 	}
 	x.renew()
 	x.republish()
-	x.syncHomes()
+	x.syncHomes(true)
 }
 
 // renew takes or renews every registered pod's lease in one pipeline,

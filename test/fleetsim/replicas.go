@@ -43,7 +43,7 @@ type replica struct {
 // share their in-flight prefill through that Redis too, unless
 // PrivateLoad, and their homes, unless PrivateHomes: each replica's
 // index ticks (redisindex.Index.Renew) every LeaseTTL/3 of the sim's
-// time, as Run does.
+// time, and shares the homes (SyncHomes) every HomeSync, as Run does.
 type Replicated struct {
 	Replicas  int
 	RedisAddr string
@@ -70,9 +70,9 @@ type replicated struct {
 	dec   []*router.Decision
 	body  []byte
 	batch []uint64
-	// tickAt is when the indexes tick next (with RedisAddr), in the sim's
-	// seconds.
-	tickAt float64
+	// tickAt and syncAt are when the indexes tick and share their homes
+	// next (with RedisAddr), in the sim's seconds.
+	tickAt, syncAt float64
 }
 
 func (c Replicated) build(s *Sim) (*replicated, error) {
@@ -168,11 +168,21 @@ func (p *replicated) Scraped(m []Metrics) {
 			x.store(rep.fleet.Load(fmt.Sprintf("pod-%03d", i)), at)
 		}
 	}
-	if now := p.s.Now(); now >= p.tickAt {
-		p.tickAt = now + (redisindex.DefaultConfig().LeaseTTL / 3).Seconds()
-		for _, rep := range p.reps {
-			if x, ok := rep.index.(*redisindex.Index); ok {
+	now, def := p.s.Now(), redisindex.DefaultConfig()
+	tick, sync := now >= p.tickAt, now >= p.syncAt
+	if tick {
+		p.tickAt = now + (def.LeaseTTL / 3).Seconds()
+	}
+	if sync {
+		p.syncAt = now + def.HomeSync.Seconds()
+	}
+	for _, rep := range p.reps {
+		if x, ok := rep.index.(*redisindex.Index); ok {
+			switch {
+			case tick:
 				x.Renew()
+			case sync:
+				x.SyncHomes()
 			}
 		}
 	}
