@@ -30,6 +30,8 @@
 //	    "<pod>|<replica>" → "<tokens>:<requests>:<deadline ms>"
 //	                            the prefill the replica routed to the pod,
 //	                            not done yet (see Load below)
+//	<prefix>{<n>}h, {<n>}s      the namespace's home table and stream: the
+//	                            router's homes, shared (homes.go)
 //	<prefix>lease:{<pod>}       the pod's writer lease: the holder's id
 //
 // A record is (pod number u32, kind u8: tier 0–3 or speculative, count
