@@ -469,19 +469,22 @@ func writeSweep(b *strings.Builder, jobs []*job, policies []string) {
 		fmt.Fprintf(b, "\n## (c) as the working set grows, %d output tokens\n\n", base.output)
 		b.WriteString(text)
 		text = ""
+		ran := slices.DeleteFunc(slices.Clone(policies), func(p string) bool { // the policies the sweep ran, not (f)'s alone
+			return !slices.ContainsFunc(runs, func(r sweepRun) bool { return r.by[p] != nil })
+		})
 		b.WriteString("| groups | working set / fleet KV: by groups, sent | global-LRU bound |")
-		for _, p := range policies {
+		for _, p := range ran {
 			fmt.Fprintf(b, " %s p90 (hit ratio) |", p)
 		}
 		b.WriteString(" spread p90, output tok/s |\n|---:|---:|---:|")
-		b.WriteString(strings.Repeat("---:|", len(policies)+1) + "\n")
+		b.WriteString(strings.Repeat("---:|", len(ran)+1) + "\n")
 		for _, r := range runs {
 			var bound float64
 			for _, k := range r.by {
 				bound = k.all().BoundRatio
 			}
 			fmt.Fprintf(b, "| %d | %.2f, %.2f | %.1f%% |", r.sc.groups, r.sc.share, sentShare(r.sc), 100*bound)
-			for _, p := range policies {
+			for _, p := range ran {
 				k := r.by[p]
 				if k == nil {
 					b.WriteString(" |")
