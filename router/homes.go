@@ -450,7 +450,12 @@ func (t *homeTable) setPod(h *home, pod kvindex.PodID) {
 
 // inFleet says whether pod is still in the fleet.
 func (r *Router) inFleet(pod kvindex.PodID) bool {
-	return hasMember(r.fleet.Snapshot().Members(), pod)
+	for _, m := range r.fleet.Snapshot().Members() {
+		if m.ID == pod {
+			return true
+		}
+	}
+	return false
 }
 
 // HomeReport is a prefix's entry among the homes, as POST /v1/score shows

@@ -29,7 +29,7 @@ func homesRouter(t testing.TB, capacity int64) *testRouter {
 
 // rankedRouter is homesRouter with 1 request waiting on b and 2 on c:
 // a is the cheapest pod for a cold prompt, then b, then c.
-func rankedRouter(t *testing.T, capacity int64) *testRouter {
+func rankedRouter(t testing.TB, capacity int64) *testRouter {
 	t.Helper()
 	tr := homesRouter(t, capacity)
 	tr.loads(map[string]int64{"b": 1, "c": 2}, nil, 0)

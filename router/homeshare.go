@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
-	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
 // Homes shared by replicas. Each replica keeps its own table, learned from
@@ -118,22 +117,43 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peer
 		return
 	}
 	now := r.now().UnixNano()
-	members := r.fleet.Snapshot().Members()
+	inFleet := map[kvindex.PodID]bool{}
+	for _, m := range r.fleet.Snapshot().Members() {
+		inFleet[m.ID] = true
+	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.sharedUntil, t.peers = until.UnixNano(), peers
 	t.expire(now - int64(r.cfg.HomeIdle))
-	for _, s := range tails {
-		t.adoptTail(s, now, r.cfg)
+	t.mu.Unlock()
+	// In batches, the lock released between them: a sync may bring
+	// thousands, and decisions wait on the lock.
+	for from := 0; from < len(tails); from += adoptBatch {
+		t.mu.Lock()
+		for _, s := range tails[from:min(from+adoptBatch, len(tails))] {
+			t.adoptTail(s, now, r.cfg)
+		}
+		t.mu.Unlock()
 	}
+	for from := 0; from < len(homes); from += adoptBatch {
+		t.mu.Lock()
+		t.adoptHomes(homes[from:min(from+adoptBatch, len(homes))], inFleet, now, r.cfg)
+		t.mu.Unlock()
+	}
+}
+
+// adoptBatch is how many tails, or homes, AdoptHomes takes at a time.
+const adoptBatch = 64
+
+// adoptHomes homes each prefix of homes on its pod, if in inFleet (above).
+func (t *homeTable) adoptHomes(homes []kvindex.Home, inFleet map[kvindex.PodID]bool, now int64, cfg Config) {
 	for _, s := range homes {
-		if s.Pod == kvindex.InvalidPod || s.Until <= now || !hasMember(members, s.Pod) {
+		if s.Pod == kvindex.InvalidPod || s.Until <= now || !inFleet[s.Pod] {
 			continue
 		}
 		k := homeKey{s.Namespace, s.Block}
 		h := t.keys[k]
 		if h == nil {
-			h = t.add(k, now, r.cfg.HomeTable)
+			h = t.add(k, now, cfg.HomeTable)
 		}
 		h.remote = max(h.remote, s.Tokens)
 		grow := t.footprint(h)
@@ -147,16 +167,6 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peer
 			t.setPod(h, s.Pod)
 		}
 	}
-}
-
-// hasMember says whether pod is among members.
-func hasMember(members []*fleet.Member, pod kvindex.PodID) bool {
-	for _, m := range members {
-		if m.ID == pod {
-			return true
-		}
-	}
-	return false
 }
 
 // HomesInFlight is the requests this replica has in flight to the pods of

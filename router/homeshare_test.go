@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,5 +183,31 @@ func TestSharedFootprintsCountEveryReplicasPrompts(t *testing.T) {
 	}
 	if got := a(two); got < want-homeStride*4 || got > want+homeStride*4 {
 		t.Errorf("two counts %d tokens homed on a, want %d to within %d blocks (it saw the prompts in another order)", got, want, homeStride)
+	}
+}
+
+// BenchmarkAdoptHomes is a sync's adoption of 1,000 other replicas'
+// prompts of 4,000 tokens (1,000 blocks) under 250 prefixes, and of those
+// prefixes' homes: what a busy fleet's 250 ms brings. AdoptHomes holds the
+// decisions' lock adoptBatch items at a time.
+func BenchmarkAdoptHomes(b *testing.B) {
+	tr := rankedRouter(b, 1<<30)
+	var tails []kvindex.HomeTail
+	var homes []kvindex.Home
+	for i := range 1000 {
+		_, hs := tr.blocks("a", group(i%250, 4000)+fmt.Sprintf(" question %d?", i), "", "")
+		tails = append(tails, kvindex.HomeTail{Namespace: "llama", Block: hs[0], Blocks: len(hs), BlockSize: 4, Signature: signature(nil, hs)})
+		if i < 250 {
+			homes = append(homes, kvindex.Home{Namespace: "llama", Block: hs[0], Pod: tr.podID("a"), Tokens: 4000, Until: tr.now().Add(time.Minute).UnixNano()})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.homes.mu.Lock()
+		for _, h := range tr.homes.keys {
+			tr.homes.remove(h)
+		}
+		tr.homes.mu.Unlock()
+		tr.AdoptHomes(homes, tails, nil, tr.now().Add(time.Second))
 	}
 }

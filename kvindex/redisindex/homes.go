@@ -372,7 +372,7 @@ func parseTail(str func(string) string) (s kvindex.HomeTail, ok bool) {
 	n, err1 := strconv.Atoi(str("n"))
 	bs, err2 := strconv.Atoi(str("b"))
 	sig := str("s")
-	if err1 != nil || err2 != nil || n < 1 || n > maxTailBlocks || bs < 1 || bs > 1<<16 || len(sig) == 0 || len(sig)%8 != 0 || len(sig)/8 > n {
+	if err1 != nil || err2 != nil || n < 1 || n > maxTailBlocks || bs < 1 || bs > 1<<16 || len(sig) == 0 || len(sig)%8 != 0 || len(sig)/8 > n || len(sig) > maxTailSignature {
 		return s, false // the router checks the signature's length against n
 	}
 	b := []byte(sig)
@@ -383,5 +383,10 @@ func parseTail(str func(string) string) (s kvindex.HomeTail, ok bool) {
 	return s, true
 }
 
-// maxTailBlocks bounds a tail's prompt: 16 Mi blocks.
-const maxTailBlocks = 1 << 24
+// maxTailBlocks bounds a tail's prompt (16 Mi tokens in blocks of 16),
+// and maxTailSignature its signature's bytes (the router keeps a hash per
+// 16 blocks: 8 MiB at most; a longer one is refused).
+const (
+	maxTailBlocks    = 1 << 20
+	maxTailSignature = 8 << 20
+)
