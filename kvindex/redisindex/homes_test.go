@@ -94,13 +94,7 @@ func TestHomesShared(t *testing.T) {
 		t.Fatalf("b's peers = %v, want a's 3 requests in flight on m", hb.peers)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer func() { _ = rdb.Close() }()
-	ctx := context.Background()
-	key := a.homeTableKey(nsTag("m"))
-	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
-		t.Errorf("home table TTL = %v, %v; want one", ttl, err)
-	}
+	rdb, ctx, key := keyWithTTL(t, srv, a.homeTableKey(nsTag("m")))
 	refused := func() float64 { return testutil.ToFloat64(a.metrics.refused.WithLabelValues("homes")) }
 	before := refused()
 	must(t, rdb.HSet(ctx, key, "zz", "1:99999999999999:p1", "1", "x:1:p1", "2", "1:99999999999999:", "3", "1:99999999999999:nobody", "@c", "lots").Err())
@@ -133,11 +127,7 @@ func TestHomesShared(t *testing.T) {
 // the other replicas once each, in order, and never the writer; a new
 // replica reads the stream from its start; hostile entries are refused.
 func TestHomeTailsShared(t *testing.T) {
-	srv := redisserver.New(t)
-	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
-	ha, hb := &fakeHomes{}, &fakeHomes{}
-	a.ShareHomes(ha)
-	b.ShareHomes(hb)
+	srv, a, b, ha, hb := sharingReplicas(t)
 	tail := func(block uint64, n int, sig ...uint64) kvindex.HomeTail {
 		return kvindex.HomeTail{Namespace: "m", Block: block, Blocks: n, BlockSize: 16, Signature: sig}
 	}
@@ -167,13 +157,7 @@ func TestHomeTailsShared(t *testing.T) {
 		t.Errorf("a new replica adopted %d tails, want the stream's 3", len(hc.tails))
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer func() { _ = rdb.Close() }()
-	ctx := context.Background()
-	key := a.homeStreamKey(nsTag("m"))
-	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
-		t.Errorf("tail stream TTL = %v, %v; want one", ttl, err)
-	}
+	rdb, ctx, key := keyWithTTL(t, srv, a.homeStreamKey(nsTag("m")))
 	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("homes")) }
 	before := refused()
 	for _, v := range [][]any{
@@ -198,11 +182,7 @@ func TestHomeTailsShared(t *testing.T) {
 // latest of each prefix, so that two replicas that homed one prefix at
 // once both end with the later; a malformed home entry is refused.
 func TestHomesSharedThroughTheStream(t *testing.T) {
-	srv := redisserver.New(t)
-	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
-	ha, hb := &fakeHomes{}, &fakeHomes{}
-	a.ShareHomes(ha)
-	b.ShareHomes(hb)
+	srv, a, b, ha, hb := sharingReplicas(t)
 	a.tick()
 	b.tick()
 	until := time.Now().Add(time.Minute).UnixNano()
@@ -227,9 +207,7 @@ func TestHomesSharedThroughTheStream(t *testing.T) {
 		t.Errorf("a adopted %+v, want b's later home of prefix 2, on p2", ha.adopted)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer func() { _ = rdb.Close() }()
-	ctx := context.Background()
+	rdb, ctx, _ := keyWithTTL(t, srv, a.homeStreamKey(nsTag("m")))
 	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("homes")) }
 	before := refused()
 	for _, v := range [][]any{
@@ -243,4 +221,29 @@ func TestHomesSharedThroughTheStream(t *testing.T) {
 	if after := refused(); after != before+3 || len(hb.adopted) != 0 {
 		t.Errorf("malformed homes: refused %v → %v, adopted %+v; want 3 refused, none adopted", before, after, hb.adopted)
 	}
+}
+
+// keyWithTTL is a client of srv, closed when the test ends, after
+// checking that key has a TTL.
+func keyWithTTL(t *testing.T, srv *redisserver.Server, key string) (*redis.Client, context.Context, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
+		t.Errorf("%s: TTL %v, %v; want one", key, ttl, err)
+	}
+	return rdb, ctx, key
+}
+
+// sharingReplicas is two replicas, a and b, over a new server, sharing
+// the homes of fake routers ha and hb.
+func sharingReplicas(t *testing.T) (srv *redisserver.Server, a, b *replica, ha, hb *fakeHomes) {
+	t.Helper()
+	srv = redisserver.New(t)
+	a, b = newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	ha, hb = &fakeHomes{}, &fakeHomes{}
+	a.ShareHomes(ha)
+	b.ShareHomes(hb)
+	return srv, a, b, ha, hb
 }

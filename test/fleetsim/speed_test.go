@@ -55,10 +55,7 @@ func TestSlowPodTakesLonger(t *testing.T) {
 func TestLearnedSpeeds(t *testing.T) {
 	sum, n := 0.0, 0
 	for seed := uint64(1); seed <= 8; seed++ {
-		cfg, w := tinySharedPrefix(t, seed, 20)
-		w.Requests = slices.DeleteFunc(w.Requests, func(r Request) bool { return r.Level > 1 })
-		w.Levels = w.Levels[:2]
-		cfg.Speeds = []float64{1, 1, 0.5, 0.5}
+		cfg, w := twoSpeedFleet(t, seed)
 		res := runPolicy(t, cfg, w, "kvrouter-learned")
 		last := map[int]SpeedSample{}
 		for _, s := range res.Speeds {
@@ -79,10 +76,7 @@ func TestLearnedSpeeds(t *testing.T) {
 	if mean := sum / float64(n); mean < 0.4 || mean > 0.6 {
 		t.Errorf("the slow pods learned at %.2f × the fast pods' speed in the mean over 8 seeds, want 0.5 ±20%%", mean)
 	}
-	cfg, w := tinySharedPrefix(t, 1, 20)
-	w.Requests = slices.DeleteFunc(w.Requests, func(r Request) bool { return r.Level > 1 })
-	w.Levels = w.Levels[:2]
-	cfg.Speeds = []float64{1, 1, 0.5, 0.5}
+	cfg, w := twoSpeedFleet(t, 1)
 	if res := runPolicy(t, cfg, w, "kvrouter"); res.Speeds != nil {
 		t.Errorf("kvrouter sampled speeds: %v", res.Speeds[:1])
 	}
@@ -117,10 +111,7 @@ func TestMeanKVRouter(t *testing.T) {
 // speed from the start to the end of the run, whatever the pods' counters
 // show.
 func TestExactKVRouter(t *testing.T) {
-	cfg, w := tinySharedPrefix(t, 1, 20)
-	w.Requests = slices.DeleteFunc(w.Requests, func(r Request) bool { return r.Level > 1 })
-	w.Levels = w.Levels[:2]
-	cfg.Speeds = []float64{1, 1, 0.5, 0.5}
+	cfg, w := twoSpeedFleet(t, 1)
 	res := runPolicy(t, cfg, w, "kvrouter-exact")
 	pods := map[int]int{}
 	for _, s := range res.Speeds {
@@ -133,4 +124,16 @@ func TestExactKVRouter(t *testing.T) {
 	if len(pods) != cfg.Pods || pods[0] < 2 {
 		t.Errorf("speeds sampled %v times by pod, want every pod over the run", pods)
 	}
+}
+
+// twoSpeedFleet is tinySharedPrefix's first two stages (its 80 QPS
+// overloads the slow pods) under seed, on its fleet with the last two
+// pods at half the speed.
+func twoSpeedFleet(t *testing.T, seed uint64) (Config, *Workload) {
+	t.Helper()
+	cfg, w := tinySharedPrefix(t, seed, 20)
+	w.Requests = slices.DeleteFunc(w.Requests, func(r Request) bool { return r.Level > 1 })
+	w.Levels = w.Levels[:2]
+	cfg.Speeds = []float64{1, 1, 0.5, 0.5}
+	return cfg, w
 }
