@@ -108,8 +108,9 @@ type homeTable struct {
 	met   [numHomeResults]prometheus.Counter
 	homes prometheus.Gauge
 	// changed are the prefixes homed or routed home since HomesChanged
-	// last took them; sharedUntil (unix nanoseconds) is when the table
-	// shared by AdoptHomes lapses without another.
+	// last took them, while the homes are shared; sharedUntil (unix
+	// nanoseconds) is when the table shared by AdoptHomes lapses without
+	// another.
 	changed     []*home
 	sharedUntil int64
 	// tails are the prompts that grew a footprint since HomesChanged last
@@ -274,7 +275,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		return r.choose(scores, ok, tokens, share)
 	}
 	t.met[result].Inc()
-	if !h.changed {
+	if !h.changed && now < t.sharedUntil { // kept for HomesChanged while an index shares them
 		h.changed = true
 		t.changed = append(t.changed, h)
 	}

@@ -8,6 +8,14 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
+// startSharing has the routers' homes shared for an hour, as an index
+// that shares them does from its first tick, before any request.
+func startSharing(trs ...*testRouter) {
+	for _, tr := range trs {
+		tr.AdoptHomes(nil, nil, nil, tr.now().Add(time.Hour))
+	}
+}
+
 // share hands from's changed homes to to, as an index shared by the two
 // replicas does at a tick (the pods renamed to to's handles), and returns
 // them; the sharing lasts a minute.
@@ -44,7 +52,8 @@ func (tr *testRouter) podID(name string) kvindex.PodID {
 // replica's first request of it goes home, not by cost as a first
 // request; and that replica shares it on in turn.
 func TestHomesSharedBetweenReplicas(t *testing.T) {
-	one, two := rankedRouter(t, 100000), rankedRouter(t, 100000)
+	one, two, all := rankedRouter(t, 100000), rankedRouter(t, 100000), rankedRouter(t, 100000)
+	startSharing(one, two)
 	two.loads(nil, map[string]int64{"a": 20, "c": 40}, 0) // b is two's cheapest pod, a 40 ms dearer
 	two.fleet.Load("a").InFlight.Store(20)                // two's own requests
 	two.fleet.Load("c").InFlight.Store(40)
@@ -52,6 +61,8 @@ func TestHomesSharedBetweenReplicas(t *testing.T) {
 	if pod := one.twice(g + " first?"); pod != "a" {
 		t.Fatalf("one homed the group on %s, want a", pod)
 	}
+	all.twice(g + " first?")
+	all.send(g + " second?")
 	homes := share(one, two)
 	if len(homes) != 1 || homes[0].Namespace != "llama" || homes[0].Tokens < 4000 || homes[0].Until != one.now().Add(time.Minute).UnixNano() {
 		t.Fatalf("one shared %+v, want the group's home on a, its 4,000-odd tokens, lapsing in a minute", homes)
@@ -65,12 +76,11 @@ func TestHomesSharedBetweenReplicas(t *testing.T) {
 	if r := two.homeResults(); r["home"] != 1 {
 		t.Fatalf("two's home results = %v, want its first request of the group home", r)
 	}
-	// Each replica counts the prompts it saw: two's own count (its one
-	// prompt, 4,008 tokens) is the larger, and the footprint is the
-	// larger count, not the sum of both.
+	// Two counts one's prompt and its own, as one router seeing both.
 	homed, _ := two.Homed(two.podID("a"), two.fleet.Load("a"))
-	if homes[0].Tokens != 4004 || homed != 4008 {
-		t.Fatalf("one shared %d tokens; two counts %d homed on a, want 4,004 and 4,008 (the larger of the two counts)", homes[0].Tokens, homed)
+	want, _ := all.Homed(all.podID("a"), all.fleet.Load("a"))
+	if homes[0].Tokens != 4004 || homed != want {
+		t.Fatalf("one shared %d tokens; two counts %d homed on a, want 4,004 and %d (as one router seeing both prompts)", homes[0].Tokens, homed, want)
 	}
 	if back := share(two, one); len(back) != 1 || back[0].Pod != one.podID("a") {
 		t.Fatalf("two shared %+v, want the group on a", back)
@@ -82,6 +92,7 @@ func TestHomesSharedBetweenReplicas(t *testing.T) {
 // the shared one once its own is shared and read back.
 func TestSharedHomesLastWriterWins(t *testing.T) {
 	one, two := rankedRouter(t, 100000), rankedRouter(t, 100000)
+	startSharing(one, two)
 	two.loads(map[string]int64{"a": 1, "c": 2}, nil, 0)
 	g := group(2, 4000)
 	one.twice(g + " one?")
@@ -157,9 +168,7 @@ func TestSharedHomesCountTheSharingReplicas(t *testing.T) {
 // them all would: not only its own, nor both counts summed.
 func TestSharedFootprintsCountEveryReplicasPrompts(t *testing.T) {
 	one, two, all := rankedRouter(t, 100000), rankedRouter(t, 100000), rankedRouter(t, 100000)
-	for _, tr := range []*testRouter{one, two} {
-		tr.AdoptHomes(nil, nil, nil, tr.now().Add(time.Hour)) // the sharing begins
-	}
+	startSharing(one, two)
 	g := group(3, 4000)
 	for _, q := range []string{" the first question?", " a second question, longer than the first one, by far?"} {
 		one.send(g + q)
@@ -209,5 +218,24 @@ func BenchmarkAdoptHomes(b *testing.B) {
 		}
 		tr.homes.mu.Unlock()
 		tr.AdoptHomes(homes, tails, nil, tr.now().Add(time.Second))
+	}
+}
+
+// TestUnsharedHomesKeepNoChanges: a router whose homes no index shares
+// (the memory backend) keeps no changes or tails for one: nothing would
+// take them.
+func TestUnsharedHomesKeepNoChanges(t *testing.T) {
+	tr := rankedRouter(t, 100000)
+	for i := range 3 {
+		tr.twice(group(i, 4000))
+		tr.send(group(i, 4000) + " and a question?")
+	}
+	if n, m := len(tr.homes.changed), len(tr.homes.tails); n != 0 || m != 0 {
+		t.Fatalf("%d changes and %d tails kept with nothing sharing them", n, m)
+	}
+	startSharing(tr)
+	tr.send(group(0, 4000) + " another question?")
+	if homes, tails := tr.HomesChanged(nil, nil); len(homes) != 1 || len(tails) != 1 {
+		t.Fatalf("while shared: %d homes and %d tails changed, want the prefix's home and its new prompt", len(homes), len(tails))
 	}
 }
