@@ -219,7 +219,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		// released to another pod): routed by cost, the home kept.
 		t.met[homeAway].Inc()
 		return r.choose(scores, ok, tokens, share)
-	case at < 0 || t.homed[h.pod] > r.fill(members[at].Load):
+	case at < 0 || t.homed[h.pod] > t.moveAt(r.fill(members[at].Load), now):
 		// No home yet, the home left the fleet, or its homes outgrew its
 		// cache: the cheapest pod where the prefix fits. A prefix without
 		// a home that the cheapest pod caches half of lives there: homed
@@ -335,6 +335,23 @@ func (t *homeTable) footprint(h *home) int64 {
 // those this replica has in flight there (the scrapes lag its decisions)
 // before homes take others for routing there too.
 const othersSlack = 4
+
+// moveAt is how far the homes of a pod that may hold fill may grow before
+// a prefix moves off it: fill itself, and sharedMoveSlack more while the
+// homes are shared (now is unix nanoseconds). Two replicas that place
+// prefixes within one sync each fill a pod to its bound; the pod's homes
+// pass it until the syncs meet, and moving a prefix for that, a cold
+// prefill, cost the fleet simulator's cold start more than the overshoot
+// (docs/performance.md, "Homes shared by replicas").
+func (t *homeTable) moveAt(fill, now int64) int64 {
+	if now < t.sharedUntil {
+		return fill + int64(sharedMoveSlack*float64(fill))
+	}
+	return fill
+}
+
+// sharedMoveSlack is moveAt's allowance while the homes are shared.
+const sharedMoveSlack = 0.1
 
 // homeStride is how many blocks apart a prefix's marks are.
 const homeStride = 16

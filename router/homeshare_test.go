@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,5 +238,26 @@ func TestUnsharedHomesKeepNoChanges(t *testing.T) {
 	tr.send(group(0, 4000) + " another question?")
 	if homes, tails := tr.HomesChanged(nil, nil); len(homes) != 1 || len(tails) != 1 {
 		t.Fatalf("while shared: %d homes and %d tails changed, want the prefix's home and its new prompt", len(homes), len(tails))
+	}
+}
+
+// TestSharedHomesMoveLater: while the homes are shared, a prefix moves
+// off its pod only once the pod's homes pass its fill by
+// sharedMoveSlack; unshared, as soon as they pass it.
+func TestSharedHomesMoveLater(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		tr := rankedRouter(t, 10000) // 8,000 tokens of homes a pod
+		if shared {
+			startSharing(tr)
+		}
+		a, b := group(1, 4000), group(2, 3000)
+		tr.twice(a)
+		tr.twice(b)
+		tr.store("a", b, "", "")
+		tr.send(b + strings.Repeat(" a new question", 40))   // +560 tokens: a's homes 7,560
+		tr.send(b + strings.Repeat(" another question", 40)) // +680: 8,240, past 8,000, within 8,800
+		if got, moved := tr.homedOn(), tr.homeResults()["moved"]; shared != (got["a"] == 2 && moved == 0) {
+			t.Fatalf("shared %v: homes %v, %v moved; want both still on a only while shared", shared, got, moved)
+		}
 	}
 }
