@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -470,6 +471,24 @@ func TestCluster(t *testing.T) {
 	a.Charge(a.pods["p2"], 900, 3)
 	if _, peers := b.MatchLoad("m", many, []kvindex.PodID{b.pods["p1"], b.pods["p2"]}, nil, nil); peers[1] != (kvindex.PodLoad{PrefillTokens: 900, Prefilling: 3}) || peers[0] != (kvindex.PodLoad{}) {
 		t.Errorf("b sees the load %+v, want a's 900 tokens in 3 requests on p2", peers)
+	}
+	// The homes' table and stream, in the pod table's slot too: a home
+	// and a tail of a's reach b, through the stream and the table.
+	ha, hb := &fakeHomes{}, &fakeHomes{}
+	a.ShareHomes(ha)
+	b.ShareHomes(hb)
+	until := time.Now().Add(time.Minute).UnixMilli() * int64(time.Millisecond)
+	ha.changed = []kvindex.Home{{Namespace: "m", Block: 7, Pod: a.pods["p2"], Tokens: 300, Until: until}}
+	ha.grown = []kvindex.HomeTail{{Namespace: "m", Block: 7, Blocks: 17, BlockSize: 16, Signature: []uint64{1, 2}}}
+	a.SyncHomes()
+	b.SyncHomes()
+	wantHome := []kvindex.Home{{Namespace: "m", Block: 7, Pod: b.pods["p2"], Tokens: 300, Until: until}}
+	if !reflect.DeepEqual(hb.adopted, wantHome) || len(hb.tails) != 1 || hb.tails[0].Blocks != 17 {
+		t.Errorf("on the cluster b adopted %+v and tails %+v, want a's home of prefix 7 on p2 and its tail", hb.adopted, hb.tails)
+	}
+	b.tick()
+	if !reflect.DeepEqual(hb.adopted, wantHome) {
+		t.Errorf("on the cluster b's lease tick adopted %+v from the table, want a's home of prefix 7 on p2", hb.adopted)
 	}
 	// The keys really are on several nodes.
 	holding := 0
