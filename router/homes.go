@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router/fleet"
@@ -107,6 +108,8 @@ type homeTable struct {
 	// met counts decisions by homeResult, and homes the prefixes with one.
 	met   [numHomeResults]prometheus.Counter
 	homes prometheus.Gauge
+	// shared is 1 while the homes are shared (sharedUntil).
+	shared prometheus.GaugeFunc
 	// changed are the prefixes homed or routed home since HomesChanged
 	// last took them, while the homes are shared; sharedUntil (unix
 	// nanoseconds) is when the table shared by AdoptHomes lapses without
@@ -140,7 +143,9 @@ const (
 
 var homeResultNames = [numHomeResults]string{"home", "placed", "moved", "away", "nowhere", "first", "shared", "full", "others"}
 
-func newHomeTable(reg prometheus.Registerer) (*homeTable, error) {
+// newHomeTable is a table whose metrics go to reg; now is the router's
+// clock, for the sharing's gauge.
+func newHomeTable(reg prometheus.Registerer, now func() time.Time) (*homeTable, error) {
 	t := &homeTable{keys: map[homeKey]*home{}, homed: map[kvindex.PodID]int64{}, markBudget: homeMarkBudget}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "home_decisions_total",
@@ -153,7 +158,18 @@ func newHomeTable(reg prometheus.Registerer) (*homeTable, error) {
 		Namespace: "kvrouter", Subsystem: "router", Name: "homed_prefixes",
 		Help: "Prefixes the router keeps a home pod for (routing.home_hold).",
 	})
-	if err := register(reg, vec, t.homes); err != nil {
+	t.shared = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "kvrouter", Subsystem: "router", Name: "homes_shared",
+		Help: "1 while the index shares the homes with the other replicas (index.redis.share_homes), and homes count their requests as this replica's; 0 otherwise.",
+	}, func() float64 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if now().UnixNano() < t.sharedUntil {
+			return 1
+		}
+		return 0
+	})
+	if err := register(reg, vec, t.homes, t.shared); err != nil {
 		return nil, err
 	}
 	return t, nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
@@ -150,7 +152,13 @@ func TestSharedHomesCountTheSharingReplicas(t *testing.T) {
 		t.Fatalf("with 6 requests of a router not sharing, the group went to %s, want b (the cheapest)", pod)
 	}
 	tr.AdoptHomes(nil, nil, map[string]int64{"llama": 4}, tr.now().Add(time.Second))
+	if g := testutil.ToFloat64(tr.homes.shared); g != 1 {
+		t.Fatalf("homes_shared = %v while shared, want 1", g)
+	}
 	tr.advance(time.Second)
+	if g := testutil.ToFloat64(tr.homes.shared); g != 0 {
+		t.Fatalf("homes_shared = %v once the sharing lapsed, want 0", g)
+	}
 	if pod := tr.send(g + " fourth?"); pod != "b" {
 		t.Fatalf("with the sharing lapsed, the group went to %s, want b (the cheapest)", pod)
 	}

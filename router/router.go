@@ -152,7 +152,7 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 		return nil, err
 	}
 	if cfg.HomeHold > 0 {
-		if r.homes, err = newHomeTable(reg); err != nil {
+		if r.homes, err = newHomeTable(reg, r.now); err != nil {
 			return nil, err
 		}
 	}
