@@ -311,28 +311,37 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 	}
 	tau := float64(cfg.HomeIdle)
 	h.rate = h.rate*math.Exp(-float64(now-h.seen)/tau) + 1
-	h.requests++
 	t.rate = t.rate*math.Exp(-float64(now-t.rateAt)/tau) + 1
 	t.rateAt = now
 	h.seen = now
-	before := len(h.marks)
 	t.sig = signature(t.sig[:0], hashes)
-	if grow := h.grow(len(hashes), t.sig); grow > 0 {
-		h.own += int64(grow * bs)
+	if t.tally(h, len(hashes), t.sig, bs) {
 		t.shareTail(h, len(hashes), bs, now)
 	}
+	return h
+}
+
+// tally counts under h a request of the prompt of n blocks of bs tokens
+// whose signature is sig: the footprint grows by the prompt's tokens not
+// seen under it before, the marks stay within their budget, and the
+// active total follows the prefixes seen twice or more. It reports
+// whether the prompt grew the footprint.
+func (t *homeTable) tally(h *home, n int, sig []uint64, bs int) bool {
+	h.requests++
+	before := len(h.marks)
+	grew := h.grow(n, sig)
+	h.own += int64(grew * bs)
 	t.marks += len(h.marks) - before
 	for t.marks > t.markBudget && t.lru.Back().Value.(*home) != h {
 		t.remove(t.lru.Back().Value.(*home))
 	}
-	grow := t.footprint(h)
-	switch {
+	switch grow := t.footprint(h); {
 	case h.requests == 2:
 		t.active += h.tokens
 	case h.requests > 2:
 		t.active += grow
 	}
-	return h
+	return grew > 0
 }
 
 // footprint sets h's footprint to the larger of its own count and the

@@ -82,21 +82,9 @@ func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
 	if h == nil {
 		h = t.add(k, now, cfg.HomeTable)
 	}
-	before := len(h.marks)
-	h.own += int64(h.grow(s.Blocks, s.Signature) * s.BlockSize)
-	t.marks += len(h.marks) - before
-	for t.marks > t.markBudget && t.lru.Back().Value.(*home) != h {
-		t.remove(t.lru.Back().Value.(*home))
-	}
 	// The prompt was a request another replica saw: a prefix seen once
 	// by each is homed on its next request, as one router would.
-	h.requests++
-	switch grow := t.footprint(h); {
-	case h.requests == 2:
-		t.active += h.tokens
-	case h.requests > 2:
-		t.active += grow
-	}
+	t.tally(h, s.Blocks, s.Signature, s.BlockSize)
 }
 
 // AdoptHomes takes the homes the replicas share, read after this
@@ -173,8 +161,8 @@ func (t *homeTable) adoptHomes(homes []kvindex.Home, inFleet map[kvindex.PodID]b
 // namespace, as an index that shares the homes shares them.
 func (r *Router) HomesInFlight(namespace string) int64 {
 	var n int64
-	for _, m := range r.fleet.Snapshot().Members() {
-		if m.Pod.Model == namespace {
+	if t := r.fleet.Snapshot().Target(namespace); t != nil {
+		for _, m := range t.Members {
 			n += m.Load.InFlight.Load()
 		}
 	}
