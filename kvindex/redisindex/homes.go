@@ -151,10 +151,7 @@ func (x *Index) syncHomes(full bool) {
 			continue // left the fleet meanwhile
 		}
 		until := h.Until / int64(time.Millisecond)
-		value = strconv.AppendInt(value[:0], max(h.Tokens, 0), 10)
-		value = append(value, ':')
-		value = strconv.AppendInt(value, until, 10)
-		value = append(value, ':')
+		value = append(appendFields(value[:0], max(h.Tokens, 0), until), ':')
 		value = append(value, ps.name...)
 		field := homeField(h.Block)
 		pipe.HSet(ctx, x.homeTableKey(ps.tag), field, string(value))
@@ -184,9 +181,7 @@ func (x *Index) syncHomes(full bool) {
 	inFlightUntil := x.now().Add(2 * x.cfg.LeaseTTL).UnixMilli()
 	for tag, ns := range namespaces {
 		if full {
-			value = strconv.AppendInt(value[:0], hs.table.HomesInFlight(ns), 10)
-			value = append(value, ':')
-			value = strconv.AppendInt(value, inFlightUntil, 10)
+			value = appendFields(value[:0], hs.table.HomesInFlight(ns), inFlightUntil)
 			pipe.HSet(ctx, x.homeTableKey(tag), "@"+x.cfg.Replica, string(value))
 			written[tag] = true
 		}
@@ -208,7 +203,7 @@ func (x *Index) syncHomes(full bool) {
 		x.failed("homes", err)
 		return
 	}
-	x.metrics.roundTrip.WithLabelValues("homes").Observe(time.Since(start).Seconds())
+	x.metrics.rtHomes.Observe(time.Since(start).Seconds())
 	now := x.now()
 	hs.tails = hs.tails[:0]
 	var homes []kvindex.Home

@@ -148,6 +148,18 @@ func parsePodEntry[B string | []byte](s B) (num uint32, epoch, version uint64, o
 	return uint32(parts[0]), parts[1], parts[2], true
 }
 
+// appendFields appends vs to buf as decimal fields separated by ':', as
+// parseFields reads them.
+func appendFields(buf []byte, vs ...int64) []byte {
+	for i, v := range vs {
+		if i > 0 {
+			buf = append(buf, ':')
+		}
+		buf = strconv.AppendInt(buf, v, 10)
+	}
+	return buf
+}
+
 // parseFields reads decimal fields separated by ':' into parts, each at
 // most limit: how many it read, false for an empty field, a field past
 // limit, or more fields than parts holds.

@@ -2,7 +2,6 @@ package redisindex
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -116,11 +115,7 @@ func (x *Index) publish(pods []*podState) {
 			pipe.HDel(ctx, key, field)
 			continue
 		}
-		buf = strconv.AppendInt(buf[:0], max(tokens, 0), 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, max(requests, 0), 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, deadline, 10)
+		buf = appendFields(buf[:0], max(tokens, 0), max(requests, 0), deadline)
 		pipe.HSet(ctx, key, field, string(buf))
 		pipe.PExpireAt(ctx, key, at)
 	}

@@ -19,9 +19,9 @@ type metrics struct {
 	fenced       prometheus.Counter
 	roundTrip    *prometheus.HistogramVec
 	compactions  *prometheus.CounterVec
-	// The round trips of every match, event batch and load read, looked
-	// up once rather than by label on each.
-	rtMatch, rtEvents, rtLoad prometheus.Observer
+	// The round trips of every match, event batch, load read and homes'
+	// sync, looked up once rather than by label on each.
+	rtMatch, rtEvents, rtLoad, rtHomes prometheus.Observer
 }
 
 func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
@@ -83,6 +83,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		Help: "Block keys grown by appends past each 64 records, or read by a match with 16 or more GPU store records outside a summary, 128 records or more, or past the holder bound, and rewritten to one record per live holder (a summary of the plainest), by result: done, raced (the key changed other than by appends: recreated, or compacted by another replica), dropped (queue full).",
 	}, []string{"result"})
 	m.rtMatch, m.rtEvents, m.rtLoad = m.roundTrip.WithLabelValues("match"), m.roundTrip.WithLabelValues("events"), m.roundTrip.WithLabelValues("load")
+	m.rtHomes = m.roundTrip.WithLabelValues("homes")
 	m.up.Set(1)
 	if reg == nil {
 		return m, nil
