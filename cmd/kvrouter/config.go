@@ -127,6 +127,7 @@ type redisConfig struct {
 	LocalView    bool     `yaml:"local_view"`    // --index-redis-local-view
 	ShareLoad    bool     `yaml:"share_load"`    // --index-redis-share-load
 	ShareHomes   bool     `yaml:"share_homes"`   // --index-redis-share-homes
+	HomeSync     duration `yaml:"home_sync"`     // --index-redis-home-sync
 }
 
 // routingConfig is how the router weighs a pod's cached prefix against its
@@ -262,7 +263,7 @@ func indexDefaults() indexConfig {
 		Redis: redisConfig{
 			KeyPrefix: r.Prefix, TTL: duration(r.TTL), LeaseTTL: duration(r.LeaseTTL), Timeout: duration(r.Timeout),
 			LocalView: !r.NoLocalView,
-			ShareLoad: !r.NoSharedLoad, ShareHomes: !r.NoSharedHomes,
+			ShareLoad: !r.NoSharedLoad, ShareHomes: !r.NoSharedHomes, HomeSync: duration(r.HomeSync),
 		},
 	}
 }
@@ -331,7 +332,8 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.DurationVar((*time.Duration)(&r.LeaseTTL), "index-redis-lease-ttl", time.Duration(r.LeaseTTL), "how long a pod's writer lease lasts unrenewed: a dead writer's pods are taken over within about 4/3 of it")
 	fs.BoolVar(&r.LocalView, "index-redis-local-view", r.LocalView, "keep this replica's own view of the index too (memory as the memory backend): routed on while Redis is unreachable, and copied into Redis when it takes a pod's lease; off: load routing meanwhile, and little memory")
 	fs.BoolVar(&r.ShareLoad, "index-redis-share-load", r.ShareLoad, "share the in-flight prefill each replica routed to each pod through Redis, so that every replica sees the queue the others built; off: each counts only its own")
-	fs.BoolVar(&r.ShareHomes, "index-redis-share-homes", r.ShareHomes, "share the prefixes' home pods (routing.home_hold) through Redis at each lease tick, so that the replicas home each prefix on one pod; off: each keeps its own, and homes step aside while other replicas route to the pods")
+	fs.BoolVar(&r.ShareHomes, "index-redis-share-homes", r.ShareHomes, "share the prefixes' home pods (routing.home_hold) and the prompts under them through Redis every --index-redis-home-sync, so that the replicas home each prefix on one pod; off: each keeps its own, and homes step aside while other replicas route to the pods")
+	fs.DurationVar((*time.Duration)(&r.HomeSync), "index-redis-home-sync", time.Duration(r.HomeSync), "how often each replica writes the homes it set or used and reads the other replicas' (--index-redis-share-homes): one pipelined round trip per model; longer, the replicas place prefixes apart for longer; at least 50ms, at most --index-redis-lease-ttl")
 	fs.DurationVar((*time.Duration)(&r.Timeout), "index-redis-timeout", time.Duration(r.Timeout), "the longest one round trip to Redis may take before Redis is taken for down and matches read the local view")
 	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
 	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
@@ -390,7 +392,7 @@ var flagPaths = map[string]string{
 	"index-redis-addr": "index.redis.address", "index-redis-cluster": "index.redis.cluster", "index-redis-username": "index.redis.username",
 	"index-redis-password-env": "index.redis.password_env", "index-redis-password-file": "index.redis.password_file",
 	"index-redis-tls": "index.redis.tls", "index-redis-tls-ca": "index.redis.tls_ca_file", "index-redis-key-prefix": "index.redis.key_prefix",
-	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-share-load": "index.redis.share_load", "index-redis-share-homes": "index.redis.share_homes", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
+	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-share-load": "index.redis.share_load", "index-redis-share-homes": "index.redis.share_homes", "index-redis-home-sync": "index.redis.home_sync", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
 	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
 	"learn-prefill-speeds": "routing.learn_prefill_speeds",
 	"kv-pressure":          "routing.kv_pressure", "reuse-weight": "routing.reuse_weight", "routing-tolerance": "routing.tolerance", "placement-tolerance": "routing.placement_tolerance", "stale-metrics-after": "routing.stale_metrics_after",

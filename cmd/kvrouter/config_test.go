@@ -39,7 +39,7 @@ hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index:
   max_entries: 1000
   backend: redis
-  redis: {address: "r:6379", cluster: true, username: u, password_file: /pw, tls: true, tls_ca_file: /ca, key_prefix: "k:", ttl: 2h, lease_ttl: 3s, timeout: 1s, local_view: false, share_load: false, share_homes: false}
+  redis: {address: "r:6379", cluster: true, username: u, password_file: /pw, tls: true, tls_ca_file: /ca, key_prefix: "k:", ttl: 2h, lease_ttl: 3s, timeout: 1s, local_view: false, share_load: false, share_homes: false, home_sync: 400ms}
 routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, learn_prefill_speeds: false, kv_pressure: 0.5, reuse_weight: 0.25, tolerance: 0.1, stale_metrics_after: 30s}
 tokenizers:
   models:
@@ -72,7 +72,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Hash:     hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index: indexConfig{MaxEntries: 1000, Backend: "redis", Redis: redisConfig{
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
-			TTL: duration(2 * time.Hour), LeaseTTL: duration(3 * time.Second), Timeout: duration(time.Second), LocalView: false, ShareLoad: false, ShareHomes: false,
+			TTL: duration(2 * time.Hour), LeaseTTL: duration(3 * time.Second), Timeout: duration(time.Second), LocalView: false, ShareLoad: false, ShareHomes: false, HomeSync: duration(400 * time.Millisecond),
 		}},
 		Routing: routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, ReuseWeight: 0.25, Tolerance: 0.1, PlacementTolerance: 0.2, HomeHold: 1, HomeFill: 0.8, HomeIdle: duration(time.Minute), HomeTable: 1 << 16, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"},
 		Tokenizers: tokenizersConfig{

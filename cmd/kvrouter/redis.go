@@ -42,7 +42,7 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	}
 	cfg.Cluster, cfg.Username, cfg.Prefix, cfg.NoLocalView = r.Cluster, r.Username, r.KeyPrefix, !r.LocalView
 	cfg.NoSharedLoad, cfg.NoSharedHomes = !r.ShareLoad, !r.ShareHomes
-	cfg.TTL, cfg.LeaseTTL, cfg.Timeout = time.Duration(r.TTL), time.Duration(r.LeaseTTL), time.Duration(r.Timeout)
+	cfg.TTL, cfg.LeaseTTL, cfg.Timeout, cfg.HomeSync = time.Duration(r.TTL), time.Duration(r.LeaseTTL), time.Duration(r.Timeout), time.Duration(r.HomeSync)
 	switch {
 	case r.PasswordEnv != "" && r.PasswordFile != "":
 		p.add("index.redis.password_env: and index.redis.password_file are both set; give one")
@@ -82,6 +82,9 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	if cfg.LeaseTTL < 300*time.Millisecond {
 		p.add("index.redis.lease_ttl: %v, want at least 300ms", cfg.LeaseTTL)
 	}
+	if r.ShareHomes && (cfg.HomeSync < minHomeSync || cfg.HomeSync > cfg.LeaseTTL) {
+		p.add("index.redis.home_sync: %v, want from %v to index.redis.lease_ttl (%v)", cfg.HomeSync, minHomeSync, cfg.LeaseTTL)
+	}
 	if cfg.Timeout <= 0 {
 		p.add("index.redis.timeout: %v, want > 0", cfg.Timeout)
 	}
@@ -90,3 +93,7 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	}
 	return &cfg
 }
+
+// minHomeSync bounds index.redis.home_sync from below: each sync is a
+// round trip per model from every replica.
+const minHomeSync = 50 * time.Millisecond

@@ -35,6 +35,18 @@ func TestRedisSettings(t *testing.T) {
 			name: "file password", password: "file-secret",
 			args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-password-file", pwFile},
 		},
+		{
+			name: "home sync unused", password: "file-secret",
+			args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-password-file", pwFile, "--index-redis-share-homes=false", "--index-redis-home-sync", "1ms"},
+		},
+		{
+			name: "home sync too short", args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-home-sync", "10ms"},
+			problems: []string{"--index-redis-home-sync: 10ms, want from 50ms to index.redis.lease_ttl (5s)"},
+		},
+		{
+			name: "home sync past the lease", args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-lease-ttl", "2s", "--index-redis-home-sync", "3s"},
+			problems: []string{"--index-redis-home-sync: 3s, want from 50ms to index.redis.lease_ttl (2s)"},
+		},
 		{name: "bad backend", args: []string{"--index-backend", "etcd"}, problems: []string{"--index-backend: \"etcd\", want memory or redis"}},
 		{
 			name: "address without redis", args: []string{"--index-redis-addr", "r:6379"},
@@ -73,7 +85,7 @@ func TestRedisSettings(t *testing.T) {
 				if s.redis != nil && s.redis.Password != tt.password {
 					t.Errorf("validate(%v): password %q, want %q", tt.args, s.redis.Password, tt.password)
 				}
-				if s.redis != nil && (s.redis.TTL != time.Hour || s.redis.Addrs[0] != "r:6379") {
+				if s.redis != nil && (s.redis.TTL != time.Hour || s.redis.Addrs[0] != "r:6379" || s.redis.HomeSync != 250*time.Millisecond && s.redis.HomeSync != time.Millisecond) {
 					t.Errorf("validate(%v) = %+v, want the defaults and the address", tt.args, s.redis)
 				}
 				return
