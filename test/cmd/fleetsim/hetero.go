@@ -43,14 +43,19 @@ var heteroQPS = []float64{8, 12}
 // heteroPolicies are the policies (f) compares, in the report's order.
 var heteroPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "kvrouter-exact", "llm-d-precise", "approximate", "least-loaded", "random", "oracle"}
 
+// heteroRepeatPolicies are the policies (f) runs under the seeds past
+// heteroSeeds that -seeds asks for: the ones its acceptance lines compare.
+var heteroRepeatPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "kvrouter-exact", "llm-d-precise"}
+
 // heteroShipped is the kvrouter policy of (f) that routes as kvrouter
 // ships (routing.learn_prefill_speeds defaults to true): the one the
 // acceptance compares with llm-d's precise scheduler.
 const heteroShipped = "kvrouter-learned"
 
-// heteroScenarios is (f): each workload under seeds seed, seed+1, … . The
-// Mooncake trace's requests are the same under every seed; the seed draws
-// the policies' tie-breaks.
+// heteroScenarios is (f): each workload under seeds seed, seed+1, …:
+// heteroSeeds of them, or o.seeds when more (heteroRepeatPolicies only
+// past heteroSeeds). The Mooncake trace's requests are the same under
+// every seed; the seed draws the policies' tie-breaks.
 func heteroScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*scenario, error) {
 	minutes, seconds := float64(heteroMinutes), float64(heteroSeconds)
 	if o.quick {
@@ -61,17 +66,24 @@ func heteroScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*s
 		return nil, err
 	}
 	mc = mc.Compress(heteroCompress)
+	seeds := max(heteroSeeds, o.seeds)
+	only := func(k int) []string {
+		if k < heteroSeeds {
+			return heteroPolicies
+		}
+		return heteroRepeatPolicies
+	}
 	var out []*scenario
-	for k := range heteroSeeds {
+	for k := range seeds {
 		seed := o.seed + uint64(k)
 		cfg := base
 		cfg.Pods, cfg.Seed = heteroPods, seed
 		cfg.Speeds = heteroSpeeds(cfg.Pods)
 		w := *mc
 		w.Name = fmt.Sprintf("(f) mooncake conversation %g min %gx, seed %d", minutes, heteroCompress, seed)
-		out = append(out, &scenario{group: "f", cfg: cfg, w: &w, only: heteroPolicies})
+		out = append(out, &scenario{group: "f", cfg: cfg, w: &w, only: only(k)})
 	}
-	for k := range heteroSeeds {
+	for k := range seeds {
 		seed := o.seed + uint64(k)
 		sp := fleetsim.PublishedSharedPrefix()
 		sp.Groups, sp.Output, sp.Seed = sharedGroups, 230, seed
@@ -81,7 +93,7 @@ func heteroScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*s
 		cfg.Pods, cfg.Seed = heteroSharedPods, seed
 		cfg.Speeds = heteroSpeeds(cfg.Pods)
 		w := sp.Generate(fmt.Sprintf("(f) shared prefix, seed %d", seed), h)
-		out = append(out, &scenario{group: "f", cfg: cfg, w: w, only: heteroPolicies})
+		out = append(out, &scenario{group: "f", cfg: cfg, w: w, only: only(k)})
 	}
 	return out, nil
 }
@@ -151,22 +163,24 @@ func writeHetero(b *strings.Builder, jobs []*job) {
 		}
 		fmt.Fprintf(b, "\n### %s\n\n%d pods × %d blocks, prefill %.0f tokens/s at speed 1; speeds %v.\n\n", name, cfg.Pods, cfg.Blocks, cfg.PrefillTokensPerSecond, cfg.Speeds)
 		b.WriteString("| seed | policy | requests | TTFT p50 | p90 | mean | hit ratio | output tok/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
-		pooled := map[string][]float64{}
 		for _, p := range heteroPolicies {
-			for _, j := range by[name][p] {
+			for _, j := range by[name][p][:min(heteroSeeds, len(by[name][p]))] {
 				all := j.all()
 				s := summarize(ttfts(j.res))
 				fmt.Fprintf(b, "| %d | %s | %d | %s | %s | %s | %.1f%% | %.0f |\n", j.sc.cfg.Seed, p, s.n, secs(s.p50), secs(s.p90), secs(s.mean), 100*all.HitRatio, all.OutputTPS)
-				pooled[p] = append(pooled[p], ttfts(j.res)...)
 			}
 		}
+		pooled, blocks := heteroPools(by[name])
 		for _, p := range heteroPolicies {
 			if len(pooled[p]) > 0 {
 				s := summarize(pooled[p])
-				fmt.Fprintf(b, "| pooled | %s | %d | %s | %s | %s | | |\n", p, s.n, secs(s.p50), secs(s.p90), secs(s.mean))
+				fmt.Fprintf(b, "| pooled (%d seeds) | %s | %d | %s | %s | %s | | |\n", len(by[name][p]), p, s.n, secs(s.p50), secs(s.p90), secs(s.mean))
 			}
 		}
-		for _, line := range learnedLines(pooled) {
+		if len(by[name][heteroShipped]) > heteroSeeds {
+			fmt.Fprintf(b, "\nSeeds past the first %d ran %s only, and are pooled only.\n", heteroSeeds, strings.Join(heteroRepeatPolicies, ", "))
+		}
+		for _, line := range learnedLines(pooled, blocks) {
 			fmt.Fprintf(b, "\n%s.\n", line)
 		}
 		f := heteroPlotFile(name)
@@ -221,11 +235,31 @@ func heteroGroups(jobs []*job) (workloads []string, by map[string]map[string][]*
 	return workloads, by
 }
 
+// heteroPools is the TTFTs of each policy's runs of one (f) workload (by
+// policy, in seed order), pooled over all its seeds, and over each block
+// of heteroSeeds successive seeds.
+func heteroPools(by map[string][]*job) (pooled map[string][]float64, blocks map[string][][]float64) {
+	pooled, blocks = map[string][]float64{}, map[string][][]float64{}
+	for p, js := range by {
+		for i, j := range js {
+			t := ttfts(j.res)
+			pooled[p] = append(pooled[p], t...)
+			if i%heteroSeeds == 0 {
+				blocks[p] = append(blocks[p], nil)
+			}
+			blocks[p][i/heteroSeeds] = append(blocks[p][i/heteroSeeds], t...)
+		}
+	}
+	return pooled, blocks
+}
+
 // learnedLines compares kvrouter-learned's pooled TTFT with each global
 // figure's (kvrouter, kvrouter-mean), and then kvrouter-exact's with
 // kvrouter's: what knowing every speed exactly gives, the most learning
-// can. pooled is every policy's pooled TTFTs.
-func learnedLines(pooled map[string][]float64) []string {
+// can. pooled is every policy's pooled TTFTs; blocks, pooled over each
+// block of heteroSeeds seeds: with more than one block, each line also
+// counts the blocks where the policy's p90, and its mean, are lower.
+func learnedLines(pooled map[string][]float64, blocks map[string][][]float64) []string {
 	var out []string
 	line := func(what, p, global string) {
 		g, l := pooled[global], pooled[p]
@@ -234,8 +268,22 @@ func learnedLines(pooled map[string][]float64) []string {
 		}
 		sg, sl := summarize(g), summarize(l)
 		ok := sl.p90 < sg.p90 && sl.mean < sg.mean
-		out = append(out, fmt.Sprintf("%s against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s",
-			what, global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok]))
+		by := ""
+		if n := min(len(blocks[p]), len(blocks[global])); n > 1 {
+			p90, mean := 0, 0
+			for i := range n {
+				bl, bg := summarize(blocks[p][i]), summarize(blocks[global][i])
+				if bl.p90 < bg.p90 {
+					p90++
+				}
+				if bl.mean < bg.mean {
+					mean++
+				}
+			}
+			by = fmt.Sprintf("; pooled over each block of %d seeds, its p90 is lower in %d of %d blocks and its mean in %d", heteroSeeds, p90, n, mean)
+		}
+		out = append(out, fmt.Sprintf("%s against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s%s",
+			what, global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok], by))
 	}
 	for _, global := range []string{"kvrouter", "kvrouter-mean"} {
 		line("Learned speeds", "kvrouter-learned", global)
@@ -253,13 +301,7 @@ func heteroAcceptance(jobs []*job) []string {
 		if kv, pr := by[name][heteroShipped], by[name]["llm-d-precise"]; len(kv) > 0 && len(pr) > 0 { // preciseLine pools the seeds both ran
 			out = append(out, preciseLine(name+", kvrouter as shipped (learned speeds)", kv, pr, nil, by[name]["oracle"]))
 		}
-		pooled := map[string][]float64{}
-		for p, js := range by[name] {
-			for _, j := range js {
-				pooled[p] = append(pooled[p], ttfts(j.res)...)
-			}
-		}
-		for _, line := range learnedLines(pooled) {
+		for _, line := range learnedLines(heteroPools(by[name])) {
 			out = append(out, name+": "+line)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,28 +14,37 @@ import (
 
 // TestHeteroScenarios: (f) runs each of its two workloads under three
 // seeds on fleets whose second half is at half the speed, under the
-// kvrouters, the peers and the oracle (heteroPolicies).
+// kvrouters, the peers and the oracle (heteroPolicies); with -seeds past
+// three, the kvrouters and precise (heteroRepeatPolicies) run under the
+// seeds past the third.
 func TestHeteroScenarios(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	scs, err := heteroScenarios(options{traces: "../../../testdata/traces", seed: 4, quick: true}, h, fleetsim.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(scs) != 2*heteroSeeds {
-		t.Fatalf("%d scenarios, want %d", len(scs), 2*heteroSeeds)
-	}
-	for i, sc := range scs {
-		n := sc.cfg.Pods
-		want := slices.Repeat([]float64{1}, n/2)
-		want = append(want, slices.Repeat([]float64{0.5}, n-n/2)...)
-		if sc.group != "f" || !slices.Equal(sc.cfg.Speeds, want) || sc.cfg.Seed != 4+uint64(i%heteroSeeds) || !slices.Equal(sc.only, heteroPolicies) {
-			t.Errorf("%s: group %q, speeds %v, seed %d, policies %v", sc.w.Name, sc.group, sc.cfg.Speeds, sc.cfg.Seed, sc.only)
+	for _, seeds := range []int{0, 1, 3, 5} {
+		n := max(seeds, heteroSeeds)
+		scs, err := heteroScenarios(options{traces: "../../../testdata/traces", seed: 4, seeds: seeds, quick: true}, h, fleetsim.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := sc.cfg.Validate(); err != nil {
-			t.Error(err)
+		if len(scs) != 2*n {
+			t.Fatalf("-seeds %d: %d scenarios, want %d", seeds, len(scs), 2*n)
+		}
+		for i, sc := range scs {
+			pods := sc.cfg.Pods
+			want := slices.Repeat([]float64{1}, pods/2)
+			want = append(want, slices.Repeat([]float64{0.5}, pods-pods/2)...)
+			policies := heteroPolicies
+			if i%n >= heteroSeeds {
+				policies = heteroRepeatPolicies
+			}
+			if sc.group != "f" || !slices.Equal(sc.cfg.Speeds, want) || sc.cfg.Seed != 4+uint64(i%n) || !slices.Equal(sc.only, policies) {
+				t.Errorf("-seeds %d: %s: group %q, speeds %v, seed %d, policies %v", seeds, sc.w.Name, sc.group, sc.cfg.Speeds, sc.cfg.Seed, sc.only)
+			}
+			if err := sc.cfg.Validate(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 }
@@ -65,13 +75,13 @@ func TestHeteroReport(t *testing.T) {
 	got := b.String()
 	for _, want := range []string{
 		"### (f) w\n",
-		"| pooled | kvrouter | 4 | 2.000 s | 4.000 s | 3.000 s | | |",
-		"| pooled | kvrouter-learned | 4 | 1.000 s | 2.000 s | 1.500 s | | |",
+		"| pooled (2 seeds) | kvrouter | 4 | 2.000 s | 4.000 s | 3.000 s | | |",
+		"| pooled (2 seeds) | kvrouter-learned | 4 | 1.000 s | 2.000 s | 1.500 s | | |",
 		"against kvrouter's global figure, pooled over the seeds: TTFT p90 2.000 s against 4.000 s (×0.50), mean 1.500 s against 3.000 s (×0.50): **better**",
 		"Exact speeds (kvrouter-exact, the most learning can give) against kvrouter's global figure, pooled over the seeds: TTFT p90 5.000 s against 4.000 s (×1.25), mean 3.750 s against 3.000 s (×1.25): **not better**",
 		"| time (s) | pod 0 (1000) | pod 1 (500) | slow / fast |",
 		"| 5 | 900 | 450 | 0.50 |",
-		"| pooled | llm-d-precise | 4 | 1.250 s | 2.500 s | 1.875 s | | |",
+		"| pooled (2 seeds) | llm-d-precise | 4 | 1.250 s | 2.500 s | 1.875 s | | |",
 		"TTFT by percentile, seeds pooled ([SVG](hetero-shared-ttft.svg))",
 	} {
 		if !strings.Contains(got, want) {
@@ -103,5 +113,45 @@ func TestHeteroReport(t *testing.T) {
 		if !strings.Contains(string(svg), p) {
 			t.Errorf("plot lacks %q", p)
 		}
+	}
+}
+
+// TestHeteroReportManySeeds: past three seeds, (f)'s table lists the
+// first three seeds' runs and pools all of them, and the learned lines
+// count the blocks of three seeds where learning wins.
+func TestHeteroReportManySeeds(t *testing.T) {
+	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
+	var jobs []*job
+	for seed := range 6 {
+		w := &fleetsim.Workload{Name: fmt.Sprintf("(f) w, seed %d", seed+1), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, 1)}
+		sc := &scenario{group: "f", cfg: cfg, w: w}
+		sc.cfg.Seed = uint64(seed + 1)
+		// learned is faster than the global figure under seeds 1-3, slower
+		// under seeds 4-6, and faster over all six.
+		ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1}
+		if seed >= heteroSeeds {
+			ttft = map[string]float64{"kvrouter": 2, "kvrouter-learned": 2.5}
+		}
+		for _, p := range []string{"kvrouter", "kvrouter-learned"} {
+			res := &fleetsim.Result{Outcomes: []fleetsim.Outcome{{Arrival: 1, First: 1 + ttft[p], Finish: 9}}}
+			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
+		}
+	}
+	var b strings.Builder
+	writeHetero(&b, jobs)
+	got := b.String()
+	for _, want := range []string{
+		"| 3 | kvrouter | 1 |",
+		"| pooled (6 seeds) | kvrouter | 6 | 2.000 s | 2.000 s | 2.000 s | | |",
+		"| pooled (6 seeds) | kvrouter-learned | 6 | 1.000 s | 2.500 s | 1.750 s | | |",
+		"Seeds past the first 3 ran kvrouter, kvrouter-mean, kvrouter-learned, kvrouter-exact, llm-d-precise only, and are pooled only.",
+		"TTFT p90 2.500 s against 2.000 s (×1.25), mean 1.750 s against 2.000 s (×0.88): **not better**; pooled over each block of 3 seeds, its p90 is lower in 1 of 2 blocks and its mean in 1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("(f) section lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "| 4 | kvrouter |") {
+		t.Errorf("(f) section lists a seed past the third:\n%s", got)
 	}
 }

@@ -169,14 +169,29 @@ func pooledMean(js []*job, li int) float64 {
 	return sum / float64(n)
 }
 
-// seedsOf names the seeds of js.
+// seedsOf names the seeds of js, in order: a run of seedRun or more
+// successive seeds as a range.
 func seedsOf(js []*job) string {
 	var s []string
-	for _, j := range js {
-		s = append(s, strconv.FormatUint(j.sc.cfg.Seed, 10))
+	for i := 0; i < len(js); {
+		from := js[i].sc.cfg.Seed
+		n := 1
+		for i+n < len(js) && js[i+n].sc.cfg.Seed == from+uint64(n) {
+			n++
+		}
+		if n < seedRun {
+			n = 1
+			s = append(s, strconv.FormatUint(from, 10))
+		} else {
+			s = append(s, fmt.Sprintf("%d–%d", from, from+uint64(n-1)))
+		}
+		i += n
 	}
 	return strings.Join(s, ", ")
 }
+
+// seedRun is the fewest successive seeds seedsOf writes as a range.
+const seedRun = 4
 
 // overloadAcceptance checks (e) against the issue: the published order
 // of the four published schedulers (precise best, the other three within

@@ -218,3 +218,28 @@ func TestOverloadStaticAssignments(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedsOf: seeds are listed in order, a run of four or more as a
+// range.
+func TestSeedsOf(t *testing.T) {
+	for _, tt := range []struct {
+		seeds []uint64
+		want  string
+	}{
+		{nil, ""},
+		{[]uint64{1}, "1"},
+		{[]uint64{1, 2, 3}, "1, 2, 3"},
+		{[]uint64{1, 2, 3, 4}, "1–4"},
+		{[]uint64{7, 1, 2, 3, 4, 5, 9, 10, 11}, "7, 1–5, 9, 10, 11"},
+	} {
+		var js []*job
+		for _, s := range tt.seeds {
+			sc := &scenario{}
+			sc.cfg.Seed = s
+			js = append(js, &job{sc: sc})
+		}
+		if got := seedsOf(js); got != tt.want {
+			t.Errorf("seedsOf(%v) = %q, want %q", tt.seeds, got, tt.want)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "results/sim", "folder for report.md and the plots")
 	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
-	fs.IntVar(&o.seeds, "seeds", 3, "seeds, from -seed on, that (a) 3×, (b) and (c) run kvrouter and llm-d precise (and the oracle on (a) and (b)) under, pooled in the acceptance lines")
+	fs.IntVar(&o.seeds, "seeds", 3, "seeds, from -seed on, that (a) 3×, (b) and (c) run kvrouter and llm-d precise (and the oracle on (a) and (b)) under, and (f) its kvrouters and llm-d precise (its other policies: the first 3), pooled in the acceptance lines")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
 	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation), e (llm-d's cache-overload runs), f (heterogeneous pods: learned prefill speeds)")
 	fs.StringVar(&o.outputs, "shared-output", sharedOutputs, "output tokens per request of the shared-prefix workloads: each value (comma separated) runs them once")
