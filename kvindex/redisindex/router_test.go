@@ -36,6 +36,7 @@ type routerReplica struct {
 	*router.Router
 	index *Index
 	fleet *fleet.Fleet
+	reg   *prometheus.Registry // the router's metrics
 }
 
 func newRouterReplica(t *testing.T, addr, name string, mutate func(*Config)) *routerReplica {
@@ -49,12 +50,13 @@ func newRouterReplica(t *testing.T, addr, name string, mutate func(*Config)) *ro
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := router.New(router.DefaultConfig(), fl, r.Index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	rt, err := router.New(router.DefaultConfig(), fl, r.Index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.ShareHomes(rt)
-	return &routerReplica{Router: rt, index: r.Index, fleet: fl}
+	return &routerReplica{Router: rt, index: r.Index, fleet: fl, reg: reg}
 }
 
 func (r *routerReplica) route(t *testing.T, prompt string) *router.Decision {
@@ -325,5 +327,113 @@ func TestRoutersShareHomes(t *testing.T) {
 				t.Fatalf("homes not shared: b's home of the prefix = %+v, want none", rep.Home)
 			}
 		})
+	}
+}
+
+// homesShared reads the replica's kvrouter_router_homes_shared.
+func (r *routerReplica) homesShared(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "kvrouter_router_homes_shared" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no kvrouter_router_homes_shared")
+	return 0
+}
+
+// homeOf is the pod replica r homes prompt's prefix on; "" for none.
+func (r *routerReplica) homeOf(t *testing.T, prompt string) string {
+	t.Helper()
+	rep, err := r.Score(router.Request{Path: "/v1/completions", Body: []byte(fmt.Sprintf(`{"model":"m","prompt":%q}`, prompt))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Home == nil {
+		return ""
+	}
+	return rep.Home.Pod
+}
+
+// TestRoutersShareHomesAcrossARestart: while Redis is down past the lease
+// TTL the replicas stop sharing their homes (and keep their own); when it
+// comes back empty, they share again: a prefix one homes after the
+// restart reaches the other through the new stream, and the homes each
+// held before the restart stay.
+func TestRoutersShareHomesAcrossARestart(t *testing.T) {
+	srv := redisserver.New(t)
+	quick := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
+	a, b := newRouterReplica(t, srv.Addr, "a", quick), newRouterReplica(t, srv.Addr, "b", quick)
+	for _, r := range []*routerReplica{a, b} {
+		for _, p := range []string{"p1", "p2", "p3"} {
+			r.fleet.Load(p).KVCapacity.Store(1 << 20)
+		}
+		r.index.tick()
+	}
+	for i := range 30 { // one-off prompts: no group carries more than a pod's share
+		d := a.route(t, fmt.Sprintf("%04d", i))
+		d.Prefilled()
+		d.Done()
+	}
+	home := func(r *routerReplica, system string) string {
+		var pod string
+		for i := range 2 { // the second request homes the prefix
+			d := r.route(t, fmt.Sprintf("%squestion %d?", system, i))
+			pod = d.Pod
+			d.Prefilled()
+			d.Done()
+		}
+		return pod
+	}
+	// Prefixes are keyed by their first block (4 bytes here).
+	before := strings.Repeat("before the restart: a system prompt. ", 30)
+	x := home(a, before)
+	a.index.tick()
+	b.index.tick()
+	if got := b.homeOf(t, before+"q?"); got != x {
+		t.Fatalf("before the restart: b homes the prefix on %q, want a's %q", got, x)
+	}
+	for _, r := range []*routerReplica{a, b} {
+		if got := r.homesShared(t); got != 1 {
+			t.Fatalf("before the restart: homes_shared = %v, want 1", got)
+		}
+	}
+
+	srv.Stop()
+	time.Sleep(700 * time.Millisecond) // past the lease TTL
+	for _, r := range []*routerReplica{a, b} {
+		r.index.tick() // fails: Redis is down
+		if got := r.homesShared(t); got != 0 {
+			t.Errorf("Redis down past the lease TTL: homes_shared = %v, want 0", got)
+		}
+	}
+	if got := b.homeOf(t, before+"q?"); got != x {
+		t.Errorf("Redis down: b homes the prefix on %q, want its own %q still", got, x)
+	}
+
+	srv.Start() // empty: the table and the stream are gone
+	for _, r := range []*routerReplica{a, b} {
+		r.index.tick() // Redis is up again
+		r.index.tick() // the leases taken again, the homes shared
+		if got := r.homesShared(t); got != 1 {
+			t.Errorf("after the restart: homes_shared = %v, want 1", got)
+		}
+	}
+	after := strings.Repeat("after the restart: a system prompt. ", 30)
+	y := home(a, after)
+	if got := b.homeOf(t, after+"q?"); got != "" {
+		t.Fatalf("b homes the new prefix on %q before any sync, want none: the prefixes share a key", got)
+	}
+	a.index.SyncHomes()
+	b.index.SyncHomes()
+	if got := b.homeOf(t, after+"q?"); got != y {
+		t.Errorf("after the restart: b homes the new prefix on %q, want a's %q", got, y)
+	}
+	if got := b.homeOf(t, before+"q?"); got != x {
+		t.Errorf("after the restart: b homes the old prefix on %q, want %q", got, x)
 	}
 }
