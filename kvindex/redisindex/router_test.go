@@ -292,27 +292,9 @@ func TestRoutersShareHomes(t *testing.T) {
 	for _, shared := range []bool{true, false} {
 		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
 			srv := redisserver.New(t)
-			mutate := func(c *Config) { c.NoSharedHomes = !shared }
-			a, b := newRouterReplica(t, srv.Addr, "a", mutate), newRouterReplica(t, srv.Addr, "b", mutate)
-			for _, r := range []*routerReplica{a, b} {
-				for _, p := range []string{"p1", "p2", "p3"} {
-					r.fleet.Load(p).KVCapacity.Store(1 << 20)
-				}
-				r.index.tick()
-			}
-			for i := range 30 { // one-off prompts: the group does not carry more than a pod's share
-				d := a.route(t, fmt.Sprintf("%04d", i))
-				d.Prefilled()
-				d.Done()
-			}
+			a, b := homeReplicas(t, srv.Addr, func(c *Config) { c.NoSharedHomes = !shared })
 			system := strings.Repeat("a group's long system prompt. ", 40)
-			var home string
-			for i := range 2 { // the second request homes the prefix
-				d := a.route(t, fmt.Sprintf("%squestion %d?", system, i))
-				home = d.Pod
-				d.Prefilled()
-				d.Done()
-			}
+			home := a.homePrefix(t, system)
 			a.index.tick() // writes the home
 			b.index.tick() // reads it
 			body := fmt.Sprintf(`{"model":"m","prompt":%q}`, system+"question 9?")
@@ -328,6 +310,41 @@ func TestRoutersShareHomes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// homeReplicas are two router replicas a and b (config mutate) over the
+// server at addr, their pods' KV capacity known and the leases taken; a
+// has routed 30 one-off prompts, so that no group of prompts carries more
+// than a pod's share of its requests.
+func homeReplicas(t *testing.T, addr string, mutate func(*Config)) (a, b *routerReplica) {
+	t.Helper()
+	a, b = newRouterReplica(t, addr, "a", mutate), newRouterReplica(t, addr, "b", mutate)
+	for _, r := range []*routerReplica{a, b} {
+		for _, p := range []string{"p1", "p2", "p3"} {
+			r.fleet.Load(p).KVCapacity.Store(1 << 20)
+		}
+		r.index.tick()
+	}
+	for i := range 30 {
+		d := a.route(t, fmt.Sprintf("%04d", i))
+		d.Prefilled()
+		d.Done()
+	}
+	return a, b
+}
+
+// homePrefix routes two prompts starting with system through r, the
+// second of which homes their prefix, and returns the pod they went to.
+func (r *routerReplica) homePrefix(t *testing.T, system string) string {
+	t.Helper()
+	var pod string
+	for i := range 2 {
+		d := r.route(t, fmt.Sprintf("%squestion %d?", system, i))
+		pod = d.Pod
+		d.Prefilled()
+		d.Done()
+	}
+	return pod
 }
 
 // homesShared reads the replica's kvrouter_router_homes_shared.
@@ -366,32 +383,10 @@ func (r *routerReplica) homeOf(t *testing.T, prompt string) string {
 // held before the restart stay.
 func TestRoutersShareHomesAcrossARestart(t *testing.T) {
 	srv := redisserver.New(t)
-	quick := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
-	a, b := newRouterReplica(t, srv.Addr, "a", quick), newRouterReplica(t, srv.Addr, "b", quick)
-	for _, r := range []*routerReplica{a, b} {
-		for _, p := range []string{"p1", "p2", "p3"} {
-			r.fleet.Load(p).KVCapacity.Store(1 << 20)
-		}
-		r.index.tick()
-	}
-	for i := range 30 { // one-off prompts: no group carries more than a pod's share
-		d := a.route(t, fmt.Sprintf("%04d", i))
-		d.Prefilled()
-		d.Done()
-	}
-	home := func(r *routerReplica, system string) string {
-		var pod string
-		for i := range 2 { // the second request homes the prefix
-			d := r.route(t, fmt.Sprintf("%squestion %d?", system, i))
-			pod = d.Pod
-			d.Prefilled()
-			d.Done()
-		}
-		return pod
-	}
+	a, b := homeReplicas(t, srv.Addr, func(c *Config) { c.LeaseTTL = 600 * time.Millisecond })
 	// Prefixes are keyed by their first block (4 bytes here).
 	before := strings.Repeat("before the restart: a system prompt. ", 30)
-	x := home(a, before)
+	x := a.homePrefix(t, before)
 	a.index.tick()
 	b.index.tick()
 	if got := b.homeOf(t, before+"q?"); got != x {
@@ -424,7 +419,7 @@ func TestRoutersShareHomesAcrossARestart(t *testing.T) {
 		}
 	}
 	after := strings.Repeat("after the restart: a system prompt. ", 30)
-	y := home(a, after)
+	y := a.homePrefix(t, after)
 	if got := b.homeOf(t, after+"q?"); got != "" {
 		t.Fatalf("b homes the new prefix on %q before any sync, want none: the prefixes share a key", got)
 	}

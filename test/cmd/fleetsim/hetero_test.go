@@ -70,10 +70,8 @@ func TestHeteroReport(t *testing.T) {
 			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
 		}
 	}
-	var b strings.Builder
-	writeHetero(&b, jobs)
-	got := b.String()
-	for _, want := range []string{
+	got := heteroSection(jobs)
+	wantIn(t, "(f) section", got,
 		"### (f) w\n",
 		"| pooled (2 seeds) | kvrouter | 4 | 2.000 s | 4.000 s | 3.000 s | | |",
 		"| pooled (2 seeds) | kvrouter-learned | 4 | 1.000 s | 2.000 s | 1.500 s | | |",
@@ -83,21 +81,12 @@ func TestHeteroReport(t *testing.T) {
 		"| 5 | 900 | 450 | 0.50 |",
 		"| pooled (2 seeds) | llm-d-precise | 4 | 1.250 s | 2.500 s | 1.875 s | | |",
 		"TTFT by percentile, seeds pooled ([SVG](hetero-shared-ttft.svg))",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("(f) section lacks %q:\n%s", want, got)
-		}
-	}
-	acc := strings.Join(heteroAcceptance(jobs), "\n")
-	for _, want := range []string{
+	)
+	wantIn(t, "(f) acceptance", strings.Join(heteroAcceptance(jobs), "\n"),
 		"(f) w, kvrouter as shipped (learned speeds), seeds 1, 2 pooled: kvrouter TTFT p90 2.000 s vs llm-d precise 2.500 s (×0.800), worst level 1x, 2.000 s vs 2.500 s (×0.800) (want ≤ 1.0 both): **holds**",
 		"(f) w: Learned speeds against kvrouter's global figure",
 		"(f) w: Exact speeds (kvrouter-exact, the most learning can give) against kvrouter's global figure",
-	} {
-		if !strings.Contains(acc, want) {
-			t.Errorf("(f) acceptance lacks %q:\n%s", want, acc)
-		}
-	}
+	)
 	dir := t.TempDir()
 	if err := writeHeteroPlots(dir, jobs); err != nil {
 		t.Fatal(err)
@@ -137,21 +126,32 @@ func TestHeteroReportManySeeds(t *testing.T) {
 			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
 		}
 	}
-	var b strings.Builder
-	writeHetero(&b, jobs)
-	got := b.String()
-	for _, want := range []string{
+	got := heteroSection(jobs)
+	wantIn(t, "(f) section", got,
 		"| 3 | kvrouter | 1 |",
 		"| pooled (6 seeds) | kvrouter | 6 | 2.000 s | 2.000 s | 2.000 s | | |",
 		"| pooled (6 seeds) | kvrouter-learned | 6 | 1.000 s | 2.500 s | 1.750 s | | |",
 		"Seeds past the first 3 ran kvrouter, kvrouter-mean, kvrouter-learned, kvrouter-exact, llm-d-precise only, and are pooled only.",
 		"TTFT p90 2.500 s against 2.000 s (×1.25), mean 1.750 s against 2.000 s (×0.88): **not better**; pooled over each block of 3 seeds, its p90 is lower in 1 of 2 blocks and its mean in 1",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("(f) section lacks %q:\n%s", want, got)
-		}
-	}
+	)
 	if strings.Contains(got, "| 4 | kvrouter |") {
 		t.Errorf("(f) section lists a seed past the third:\n%s", got)
+	}
+}
+
+// heteroSection is (f)'s section of the report over jobs.
+func heteroSection(jobs []*job) string {
+	var b strings.Builder
+	writeHetero(&b, jobs)
+	return b.String()
+}
+
+// wantIn reports each of wants that got, what, lacks.
+func wantIn(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, got)
+		}
 	}
 }
