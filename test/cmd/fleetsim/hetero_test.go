@@ -55,19 +55,12 @@ func TestHeteroScenarios(t *testing.T) {
 // compares kvrouter as shipped with llm-d's precise scheduler, and the
 // plot draws every policy's TTFT by percentile.
 func TestHeteroReport(t *testing.T) {
-	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
-	var jobs []*job
-	for seed := range 2 {
-		w := &fleetsim.Workload{Name: "(f) w, seed " + string(rune('1'+seed)), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, 2)}
-		sc := &scenario{group: "f", cfg: cfg, w: w}
-		sc.cfg.Seed = uint64(seed + 1)
-		for _, p := range []string{"kvrouter", "kvrouter-learned", "kvrouter-exact", "llm-d-precise"} {
-			ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1, "kvrouter-exact": 2.5, "llm-d-precise": 1.25}[p]
-			res := &fleetsim.Result{Outcomes: []fleetsim.Outcome{{Arrival: 1, First: 1 + ttft, Finish: 9}, {Arrival: 2, First: 2 + 2*ttft, Finish: 9}}}
-			if p == "kvrouter-learned" {
-				res.Speeds = []fleetsim.SpeedSample{{At: 5, Pod: 0, TokensPerSecond: 900}, {At: 5, Pod: 1, TokensPerSecond: 450}}
-			}
-			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
+	jobs := heteroJobs(2, 2, func(_ int, p string) float64 {
+		return map[string]float64{"kvrouter": 2, "kvrouter-learned": 1, "kvrouter-exact": 2.5, "llm-d-precise": 1.25}[p]
+	}, "kvrouter", "kvrouter-learned", "kvrouter-exact", "llm-d-precise")
+	for _, j := range jobs {
+		if j.policy == "kvrouter-learned" {
+			j.res.Speeds = []fleetsim.SpeedSample{{At: 5, Pod: 0, TokensPerSecond: 900}, {At: 5, Pod: 1, TokensPerSecond: 450}}
 		}
 	}
 	got := heteroSection(jobs)
@@ -109,23 +102,17 @@ func TestHeteroReport(t *testing.T) {
 // first three seeds' runs and pools all of them, and the learned lines
 // count the blocks of three seeds where learning wins.
 func TestHeteroReportManySeeds(t *testing.T) {
-	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
-	var jobs []*job
-	for seed := range 6 {
-		w := &fleetsim.Workload{Name: fmt.Sprintf("(f) w, seed %d", seed+1), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, 1)}
-		sc := &scenario{group: "f", cfg: cfg, w: w}
-		sc.cfg.Seed = uint64(seed + 1)
-		// learned is faster than the global figure under seeds 1-3, slower
-		// under seeds 4-6, and faster over all six.
-		ttft := map[string]float64{"kvrouter": 2, "kvrouter-learned": 1}
-		if seed >= heteroSeeds {
-			ttft = map[string]float64{"kvrouter": 2, "kvrouter-learned": 2.5}
+	// Learned speeds are faster than the global figure under seeds 1-3,
+	// slower under seeds 4-6, and faster over all six.
+	jobs := heteroJobs(6, 1, func(seed int, p string) float64 {
+		switch {
+		case p == "kvrouter":
+			return 2
+		case seed <= heteroSeeds:
+			return 1
 		}
-		for _, p := range []string{"kvrouter", "kvrouter-learned"} {
-			res := &fleetsim.Result{Outcomes: []fleetsim.Outcome{{Arrival: 1, First: 1 + ttft[p], Finish: 9}}}
-			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
-		}
-	}
+		return 2.5
+	}, "kvrouter", "kvrouter-learned")
 	got := heteroSection(jobs)
 	wantIn(t, "(f) section", got,
 		"| 3 | kvrouter | 1 |",
@@ -154,4 +141,26 @@ func wantIn(t *testing.T, what, got string, wants ...string) {
 			t.Errorf("%s lacks %q:\n%s", what, w, got)
 		}
 	}
+}
+
+// heteroJobs are (f) runs of one workload, "(f) w", on a two-pod fleet of
+// two speeds under seeds 1 to seeds, each of policies: requests requests,
+// the ith arriving at i+1 s and answered ttft(seed, policy) × (i+1) s later.
+func heteroJobs(seeds, requests int, ttft func(seed int, policy string) float64, policies ...string) []*job {
+	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
+	var jobs []*job
+	for seed := 1; seed <= seeds; seed++ {
+		w := &fleetsim.Workload{Name: fmt.Sprintf("(f) w, seed %d", seed), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, requests)}
+		sc := &scenario{group: "f", cfg: cfg, w: w}
+		sc.cfg.Seed = uint64(seed)
+		for _, p := range policies {
+			res := &fleetsim.Result{}
+			for i := range requests {
+				at := float64(i + 1)
+				res.Outcomes = append(res.Outcomes, fleetsim.Outcome{Arrival: at, First: at + at*ttft(seed, p), Finish: 99})
+			}
+			jobs = append(jobs, &job{sc: sc, policy: p, res: res, stats: []fleetsim.Stats{{Level: "all"}}})
+		}
+	}
+	return jobs
 }
