@@ -145,11 +145,13 @@ func (x *Index) syncHomes(full bool) {
 	pipe := x.rdb.Pipeline()
 	written := map[string]bool{}
 	var value []byte
+	var homesOut, tailsOut int
 	for _, h := range hs.buf {
 		ps := byID[h.Pod]
 		if ps == nil {
 			continue // left the fleet meanwhile
 		}
+		homesOut++
 		until := h.Until / int64(time.Millisecond)
 		value = append(appendFields(value[:0], max(h.Tokens, 0), until), ':')
 		value = append(value, ps.name...)
@@ -166,6 +168,7 @@ func (x *Index) syncHomes(full bool) {
 		if _, ok := namespaces[tag]; !ok {
 			continue
 		}
+		tailsOut++
 		sig = sig[:0]
 		for _, v := range s.Signature {
 			sig = binary.LittleEndian.AppendUint64(sig, v)
@@ -204,6 +207,8 @@ func (x *Index) syncHomes(full bool) {
 		return
 	}
 	x.metrics.rtHomes.Observe(time.Since(start).Seconds())
+	x.metrics.homesWritten.Add(float64(homesOut))
+	x.metrics.tailsWritten.Add(float64(tailsOut))
 	now := x.now()
 	hs.tails = hs.tails[:0]
 	var homes []kvindex.Home
@@ -251,6 +256,9 @@ func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessag
 		home kvindex.Home
 		ok   bool // another replica's, on a pod of this one's
 	}
+	if len(msgs) == homeStreamRead {
+		x.metrics.homesBehind.Inc()
+	}
 	var order []uint64
 	last := map[uint64]latest{}
 	for _, m := range msgs {
@@ -264,6 +272,7 @@ func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessag
 			if s, ok := parseTail(str); ok {
 				s.Namespace = ns
 				hs.tails = append(hs.tails, s)
+				x.metrics.tailsRead.Inc()
 			} else {
 				x.metrics.refused.WithLabelValues("homes").Inc()
 			}
@@ -278,6 +287,9 @@ func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessag
 		}
 		if _, seen := last[block]; !seen {
 			order = append(order, block)
+		}
+		if !own {
+			x.metrics.homesRead.Inc()
 		}
 		ps := byName[str("p")]
 		ok := !own && ps != nil && ps.tag == tag && until > now.UnixMilli()

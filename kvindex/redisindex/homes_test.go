@@ -143,6 +143,12 @@ func TestHomeTailsShared(t *testing.T) {
 	if !reflect.DeepEqual(hb.tails[1], tail(0xabc, 1, 1<<63|5)) {
 		t.Errorf("b's second tail = %+v, want a's second", hb.tails[1])
 	}
+	entries := func(r *replica, kind, dir string) float64 {
+		return testutil.ToFloat64(r.metrics.homeEntries.WithLabelValues(kind, dir))
+	}
+	if w, r, own := entries(a, "tail", "written"), entries(b, "tail", "read"), entries(a, "tail", "read"); w != 2 || r != 2 || own != 0 {
+		t.Errorf("home_entries_total: a wrote %v tails, b read %v, a read %v; want 2, 2 and 0 (not its own)", w, r, own)
+	}
 	ha.grown = []kvindex.HomeTail{tail(0xdef, 16, 7)}
 	a.tick()
 	b.tick()
@@ -195,6 +201,9 @@ func TestHomesSharedThroughTheStream(t *testing.T) {
 	if !reflect.DeepEqual(hb.adopted, []kvindex.Home{home(1, b.pods["p1"])}) {
 		t.Fatalf("b adopted %+v, want a's prefix 1 on p1", hb.adopted)
 	}
+	if w, r := testutil.ToFloat64(a.metrics.homesWritten), testutil.ToFloat64(b.metrics.homesRead); w != 1 || r != 1 {
+		t.Errorf("home_entries_total{kind=home}: a wrote %v, b read %v; want 1 each", w, r)
+	}
 	ha.changed = []kvindex.Home{home(2, a.pods["p1"])}
 	hb.changed = []kvindex.Home{home(2, b.pods["p2"])}
 	a.SyncHomes() // writes p1
@@ -220,6 +229,31 @@ func TestHomesSharedThroughTheStream(t *testing.T) {
 	b.SyncHomes()
 	if after := refused(); after != before+3 || len(hb.adopted) != 0 {
 		t.Errorf("malformed homes: refused %v → %v, adopted %+v; want 3 refused, none adopted", before, after, hb.adopted)
+	}
+}
+
+// TestHomeSyncsBehind: a sync that reads a stream's most entries counts
+// as behind, and the next reads on from where it stopped.
+func TestHomeSyncsBehind(t *testing.T) {
+	srv, a, b, _, hb := sharingReplicas(t)
+	a.tick()
+	b.tick()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := range homeStreamRead + 10 {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: a.homeStreamKey(nsTag("m")), Values: []any{"r", "x", "k", "1", "n", "1", "b", "16", "s", string(make([]byte, 8)), "i", i}})
+	}
+	_, err := pipe.Exec(ctx)
+	must(t, err)
+	b.SyncHomes()
+	if got := testutil.ToFloat64(b.metrics.homesBehind); got != 1 || len(hb.tails) != homeStreamRead {
+		t.Fatalf("home_syncs_behind_total = %v, tails %d; want 1 and %d", got, len(hb.tails), homeStreamRead)
+	}
+	b.SyncHomes()
+	if got := testutil.ToFloat64(b.metrics.homesBehind); got != 1 || len(hb.tails) != homeStreamRead+10 {
+		t.Errorf("home_syncs_behind_total = %v, tails %d; want still 1 and all %d", got, len(hb.tails), homeStreamRead+10)
 	}
 }
 

@@ -22,6 +22,12 @@ type metrics struct {
 	// The round trips of every match, event batch, load read and homes'
 	// sync, looked up once rather than by label on each.
 	rtMatch, rtEvents, rtLoad, rtHomes prometheus.Observer
+	// homeEntries counts the home streams' entries by kind and direction;
+	// homesWritten, tailsWritten, homesRead and tailsRead are its series.
+	homeEntries                                      *prometheus.CounterVec
+	homesWritten, tailsWritten, homesRead, tailsRead prometheus.Counter
+	// homesBehind counts the syncs that read a stream's most entries.
+	homesBehind prometheus.Counter
 }
 
 func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
@@ -74,7 +80,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
-			Help:    "Time of a Redis round trip, by operation (match, events, load, homes: a lease tick's write and read of the shared homes); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
+			Help:    "Time of a Redis round trip, by operation (match, events, load, homes: a write and read of the shared homes, every index.redis.home_sync and each lease tick); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}
@@ -84,11 +90,21 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"result"})
 	m.rtMatch, m.rtEvents, m.rtLoad = m.roundTrip.WithLabelValues("match"), m.roundTrip.WithLabelValues("events"), m.roundTrip.WithLabelValues("load")
 	m.rtHomes = m.roundTrip.WithLabelValues("homes")
+	m.homeEntries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "home_entries_total",
+		Help: "Entries of the shared homes' streams (index.redis.share_homes), by kind (home: a prefix's home pod; tail: a prompt that grew a prefix's footprint) and direction (written by this replica; read: the other replicas', taken by its router).",
+	}, []string{"kind", "direction"})
+	m.homesWritten, m.tailsWritten = m.homeEntries.WithLabelValues("home", "written"), m.homeEntries.WithLabelValues("tail", "written")
+	m.homesRead, m.tailsRead = m.homeEntries.WithLabelValues("home", "read"), m.homeEntries.WithLabelValues("tail", "read")
+	m.homesBehind = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "home_syncs_behind_total",
+		Help: fmt.Sprintf("Syncs of the shared homes that read a stream's most entries at once (%d): this replica fell behind the other replicas' writes, and reads on at the next syncs.", homeStreamRead),
+	})
 	m.up.Set(1)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.queued, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions} {
+	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.queued, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions, m.homeEntries, m.homesBehind} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}
