@@ -237,17 +237,17 @@ func heteroGroups(jobs []*job) (workloads []string, by map[string]map[string][]*
 
 // heteroPools is the TTFTs of each policy's runs of one (f) workload (by
 // policy, in seed order), pooled over all its seeds, and over each block
-// of heteroSeeds successive seeds.
+// of seedBlock successive seeds.
 func heteroPools(by map[string][]*job) (pooled map[string][]float64, blocks map[string][][]float64) {
 	pooled, blocks = map[string][]float64{}, map[string][][]float64{}
 	for p, js := range by {
 		for i, j := range js {
 			t := ttfts(j.res)
 			pooled[p] = append(pooled[p], t...)
-			if i%heteroSeeds == 0 {
+			if i%seedBlock == 0 {
 				blocks[p] = append(blocks[p], nil)
 			}
-			blocks[p][i/heteroSeeds] = append(blocks[p][i/heteroSeeds], t...)
+			blocks[p][i/seedBlock] = append(blocks[p][i/seedBlock], t...)
 		}
 	}
 	return pooled, blocks
@@ -257,7 +257,7 @@ func heteroPools(by map[string][]*job) (pooled map[string][]float64, blocks map[
 // figure's (kvrouter, kvrouter-mean), and then kvrouter-exact's with
 // kvrouter's: what knowing every speed exactly gives, the most learning
 // can. pooled is every policy's pooled TTFTs; blocks, pooled over each
-// block of heteroSeeds seeds: with more than one block, each line also
+// block of seedBlock seeds: with more than one block, each line also
 // counts the blocks where the policy's p90, and its mean, are lower.
 func learnedLines(pooled map[string][]float64, blocks map[string][][]float64) []string {
 	var out []string
@@ -280,7 +280,7 @@ func learnedLines(pooled map[string][]float64, blocks map[string][][]float64) []
 					mean++
 				}
 			}
-			by = fmt.Sprintf("; pooled over each block of %d seeds, its p90 is lower in %d of %d blocks and its mean in %d", heteroSeeds, p90, n, mean)
+			by = fmt.Sprintf("; pooled over each block of %d seeds, its p90 is lower in %d of %d blocks and its mean in %d", seedBlock, p90, n, mean)
 		}
 		out = append(out, fmt.Sprintf("%s against %s's global figure, pooled over the seeds: TTFT p90 %s against %s (×%.2f), mean %s against %s (×%.2f): %s%s",
 			what, global, secs(sl.p90), secs(sg.p90), sl.p90/sg.p90, secs(sl.mean), secs(sg.mean), sl.mean/sg.mean, map[bool]string{true: "**better**", false: "**not better**"}[ok], by))

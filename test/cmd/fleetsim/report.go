@@ -322,6 +322,9 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 	line := fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.3f), worst level %s, %s vs %s (×%.3f) (want ≤ 1.0 both): %s",
 		name, over, secs(pooledLevelP90(kv, len(levels))), secs(pooledLevelP90(pr, len(levels))), r, levels[li].Name,
 		secs(pooledLevelP90(kv, li)), secs(pooledLevelP90(pr, li)), worst, verdict(r <= 1 && worst <= 1))
+	if wins, n := blockWins(kv, pr, li); n > 1 {
+		line += fmt.Sprintf("; at that level kvrouter's p90, pooled over each block of %d seeds, is at or under precise's in %d of %d blocks", seedBlock, wins, n)
+	}
 	if len(or) == len(pr) && seedsOf(or) == seedsOf(pr) {
 		line += fmt.Sprintf("; the oracle at that level ×%.3f of llm-d precise", pooledLevelP90(or, li)/pooledLevelP90(pr, li))
 	}
@@ -330,6 +333,31 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f", r, levels[li].Name, worst)
 	}
 	return line
+}
+
+// seedBlock is how many successive seeds blockWins pools: as many as the
+// acceptance pools by default.
+const seedBlock = 3
+
+// blockWins is, when a and b ran under the same seeds, in how many of
+// their blocks of seedBlock successive runs a's TTFT p90 at level li is at
+// or under b's, and how many blocks there are; 0, 0 when they did not.
+func blockWins(a, b []*job, li int) (wins, n int) {
+	if len(a) != len(b) {
+		return 0, 0
+	}
+	for i := range a {
+		if a[i].sc.cfg.Seed != b[i].sc.cfg.Seed {
+			return 0, 0
+		}
+	}
+	for from := 0; from+seedBlock <= len(a); from += seedBlock {
+		n++
+		if pooledLevelP90(a[from:from+seedBlock], li) <= pooledLevelP90(b[from:from+seedBlock], li) {
+			wins++
+		}
+	}
+	return wins, n
 }
 
 // versus is a's TTFT p90 over b's, all levels pooled, and at the level

@@ -72,6 +72,28 @@ func levelJob(sc *scenario, policy string, ttfts ...float64) *job {
 	return &job{sc: sc, policy: policy, res: res, stats: []fleetsim.Stats{{Level: "all", P90: ttfts[len(ttfts)-1], OutputTPS: 1}}}
 }
 
+// TestPreciseLineCountsBlocks: over six seeds, the line counts the blocks
+// of three in which kvrouter's p90 at its worst level is at or under
+// precise's.
+func TestPreciseLineCountsBlocks(t *testing.T) {
+	w := &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
+	var kv, pr []*job
+	for seed := 1; seed <= 6; seed++ {
+		sc := &scenario{group: "b", cfg: fleetsim.Config{Seed: uint64(seed)}, w: w, noise: true}
+		slow := 2.0 // kvrouter's level 10: slower than precise under seeds 4-6 only
+		if seed > 3 {
+			slow = 2.5
+		}
+		kv, pr = append(kv, levelJob(sc, "kvrouter", 1, slow)), append(pr, levelJob(sc, "llm-d-precise", 1, 2.1))
+	}
+	line := preciseLine(w.Name, kv, pr, nil, nil)
+	for _, want := range []string{"seeds 1–6 pooled", "worst level 10", "**FAILS**", "at that level kvrouter's p90, pooled over each block of 3 seeds, is at or under precise's in 1 of 2 blocks"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("preciseLine = %q, lacks %q", line, want)
+		}
+	}
+}
+
 // TestPreciseLineShowsTheNoise: the line comparing kvrouter with llm-d
 // precise keeps its verdict and adds precise scraped half an interval
 // later against precise, at its own worst level; the shifted runs appear
@@ -86,6 +108,9 @@ func TestPreciseLineShowsTheNoise(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("preciseLine = %q, lacks %q", line, want)
 		}
+	}
+	if strings.Contains(line, "blocks") {
+		t.Errorf("preciseLine = %q counts blocks of seeds over one seed", line)
 	}
 	jobs := []*job{kv, pr, sh}
 	if got := policyOrder(jobs); strings.Join(got, ",") != "kvrouter,llm-d-precise" {
