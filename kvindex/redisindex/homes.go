@@ -213,10 +213,9 @@ func (x *Index) syncHomes(full bool) {
 	hs.tails = hs.tails[:0]
 	var homes []kvindex.Home
 	for tag, cmd := range streams {
-		homes = x.readHomeStream(hs, tag, namespaces[tag], cmd, byName, homes, now)
+		homes = x.readHomeStream(hs, tag, namespaces[tag], cmd, byName, !full, homes, now)
 	}
-	if full {
-		homes = homes[:0] // the table is as new as the stream read before it
+	if full { // the homes from the table, as new as the stream read before it
 		peers := map[string]int64{}
 		lapsed := map[string][]string{}
 		for tag, cmd := range tables {
@@ -243,10 +242,11 @@ func (x *Index) syncHomes(full bool) {
 }
 
 // readHomeStream appends to hs.tails the other replicas' tails of the
-// namespace ns (tag tag) that cmd read, and to homes, of each prefix, the
-// latest home it read, unless this replica wrote it or its pod is not one
-// of byName; it returns homes.
-func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessageSliceCmd, byName map[string]*podState, homes []kvindex.Home, now time.Time) []kvindex.Home {
+// namespace ns (tag tag) that cmd read, and, with withHomes, to homes, of
+// each prefix, the latest home it read, unless this replica wrote it or
+// its pod is not one of byName; it returns homes. A full sync, which
+// takes the homes from the table, passes over the stream's.
+func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessageSliceCmd, byName map[string]*podState, withHomes bool, homes []kvindex.Home, now time.Time) []kvindex.Home {
 	msgs, err := cmd.Result()
 	if err != nil {
 		x.metrics.refused.WithLabelValues("homes").Inc() // a key of the wrong type
@@ -276,6 +276,9 @@ func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessag
 			} else {
 				x.metrics.refused.WithLabelValues("homes").Inc()
 			}
+			continue
+		}
+		if !withHomes {
 			continue
 		}
 		block, err1 := strconv.ParseUint(str("k"), 16, 64)
