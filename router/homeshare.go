@@ -9,12 +9,13 @@ import (
 
 // Homes shared by replicas. Each replica keeps its own table, learned from
 // its own decisions, and an index shared by the replicas (package
-// redisindex) carries the homes between them: at each of its lease ticks
-// it writes the prefixes this replica homed or routed home since the last
-// (HomesChanged), then reads back every replica's and hands them to
-// AdoptHomes, so that the replicas' tables agree on where each prefix
-// lives within a tick, the last writer winning a prefix two replicas
-// placed at once. Each replica also shares the requests it has in flight
+// redisindex) carries the homes between them: at each of its syncs (every
+// index.redis.home_sync, and each lease tick) it writes the prefixes this
+// replica homed or routed home since the last (HomesChanged), then reads
+// back the other replicas' and hands them to AdoptHomes, so that the
+// replicas' tables agree on where each prefix lives within a sync, the
+// last writer winning a prefix two replicas placed at once. At each lease
+// tick it also shares the requests each replica has in flight
 // (HomesInFlight); while the tables are shared, homes count the other
 // sharing replicas' with their own before they step aside for the
 // requests other routers send to the pods (a replica not sharing, a
@@ -89,12 +90,11 @@ func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
 
 // AdoptHomes takes the homes the replicas share, read after this
 // replica's changes were written. The other replicas' tails grow the
-// footprints first. Then each prefix is homed on its pod (which
-// must be in this replica's fleet), entering the table if new here, its
-// footprint the larger of this replica's count and the most shared; a
-// prefix this replica
-// homed or routed since its changes were taken keeps its own home, which
-// its next write shares. Homes past their Until are ignored. Until until,
+// footprints first. Then each prefix is homed on its pod (which must be
+// in this replica's fleet), entering the table if new here, its footprint
+// the larger of this replica's count and the most shared; a prefix this
+// replica homed or routed since its changes were taken keeps its own
+// home, which its next write shares. Homes past their Until are ignored. Until until,
 // homes count peers (by namespace: the requests the other sharing replicas
 // have in flight) as their own before they step aside for the requests
 // other routers send to the pods; an index that stops sharing (Redis down)
