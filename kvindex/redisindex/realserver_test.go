@@ -261,14 +261,16 @@ func TestRedisUnreachableUnderLoad(t *testing.T) {
 }
 
 // TestQueuedEventsWritten: with Run running, an event does not wait for
-// Redis. Events queued while Redis holds the writer's pipelines (CLIENT
-// PAUSE) are all written before Run returns; an event whose write fails
+// Redis. Events queue while Redis holds the writer's pipelines (CLIENT
+// PAUSE, lifted by the test once they have), and are all written before
+// Run returns; an event whose write fails
 // marks Redis down and is counted, and the lease taken again once Redis
 // is back copies it in from the local view.
 func TestQueuedEventsWritten(t *testing.T) {
 	srv := redisserver.New(t)
 	quick := func(c *Config) { c.PingInterval = 100 * time.Millisecond; c.Timeout = 5 * time.Second }
-	a := newReplica(t, srv.Addr, "a", quick)
+	// a's round trips outlast the pause, which the test lifts itself.
+	a := newReplica(t, srv.Addr, "a", func(c *Config) { quick(c); c.Timeout = 60 * time.Second })
 	ids := []kvindex.PodID{a.pods["p1"], a.pods["p2"]}
 	for i := range 6 {
 		ids = append(ids, a.AddPod(fmt.Sprintf("q%d", i), "m"))
@@ -280,7 +282,7 @@ func TestQueuedEventsWritten(t *testing.T) {
 	defer func() { cancel(); <-ran }()
 	waitFor(t, "the group writer", 5*time.Second, a.grouping.Load)
 
-	must(t, a.rdb.Do(context.Background(), "CLIENT", "PAUSE", "2000", "WRITE").Err())
+	must(t, a.rdb.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err())
 	chain := make([]uint64, 100)
 	for i := range chain {
 		chain[i] = uint64(0xc0de00 + i)
@@ -304,10 +306,12 @@ func TestQueuedEventsWritten(t *testing.T) {
 			}
 		}()
 	}
+	// The queue holds 512; past that the appliers wait for the pause's end.
+	waitFor(t, "100 of the 800 events queued with Redis paused (two pipelines of at most 256 in flight)", 20*time.Second, func() bool {
+		return len(a.appends) >= 100
+	})
+	must(t, a.rdb.Do(context.Background(), "CLIENT", "UNPAUSE").Err())
 	apply.Wait()
-	if n := len(a.appends); n < 100 {
-		t.Fatalf("%d events queued with Redis paused, want at least 100 of the 800 (two pipelines of at most 256 in flight)", n)
-	}
 	cancel()
 	<-ran
 	if up, _ := a.Up(); !up { // a compaction cut off is no outage
