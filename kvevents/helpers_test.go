@@ -15,13 +15,13 @@ import (
 )
 
 // checkGoroutines fails t if, once t's cleanups have run, more goroutines
-// are alive than when it was called; it waits up to 5s for them to exit.
+// are alive than when it was called; it waits up to 20 s for them to exit (a loaded host is slow to end them).
 // Call it first, so its cleanup runs last.
 func checkGoroutines(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(20 * time.Second)
 		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 			runtime.Gosched()
 			time.Sleep(5 * time.Millisecond) // a leak check has nothing to wait on

@@ -180,7 +180,7 @@ func TestRedisNoTTL(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.shared.Run(ctx) }()
-	for deadline := time.Now().Add(5 * time.Second); !a.shared.Unbounded() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(20 * time.Second); !a.shared.Unbounded() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_, why := a.readiness()

@@ -30,8 +30,10 @@ type replica struct {
 }
 
 // testIndex is an index over the server at addr with a local view of
-// kvindex's defaults, Config's defaults changed by mutate (nil: none),
-// metrics in reg (nil: none), closed when the test ends.
+// kvindex's defaults, Config's defaults (but a 10 s round-trip timeout: a
+// loaded machine must not mark Redis down, and the outages here stop the
+// server) changed by mutate (nil: none), metrics in reg (nil: none),
+// closed when the test ends.
 func testIndex(tb testing.TB, addr string, reg prometheus.Registerer, mutate func(*Config)) *Index {
 	tb.Helper()
 	kcfg := kvindex.DefaultConfig()
@@ -40,7 +42,7 @@ func testIndex(tb testing.TB, addr string, reg prometheus.Registerer, mutate fun
 		tb.Fatal(err)
 	}
 	cfg := DefaultConfig()
-	cfg.Addrs = []string{addr}
+	cfg.Addrs, cfg.Timeout = []string{addr}, 10*time.Second
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -156,7 +158,8 @@ func TestLeaseTakenOverWhenWriterDies(t *testing.T) {
 	go func() { defer wg.Done(); _ = b.Run(ctx) }()
 	defer func() { cancel(); wg.Wait() }()
 	start := time.Now()
-	waitFor(t, "b takes p1's lease", 5*time.Second, func() bool { return b.pod(b.pods["p1"]).held.Load() })
+	// The leases gauge is set once a tick has taken (and cleared) both.
+	waitFor(t, "b takes both leases", 20*time.Second, func() bool { return testutil.ToFloat64(b.metrics.leases) == 2 })
 	t.Logf("taken over %v after the writer's last renewal", time.Since(start))
 	if got := testutil.ToFloat64(b.metrics.clears); got < 2 {
 		t.Errorf("clears counted by b = %v, want one per pod taken (2)", got)
@@ -247,7 +250,7 @@ func TestRedisUnreachableUnderLoad(t *testing.T) {
 		t.Errorf("local matches = %v, want at least %d", got, n-1)
 	}
 	srv.Start() // empty: the recovered lease copies the local view in
-	waitFor(t, "Redis marked up and the lease re-taken", 5*time.Second, func() bool {
+	waitFor(t, "Redis marked up and the lease re-taken", 20*time.Second, func() bool {
 		up, _ := a.Up()
 		return up && a.pod(a.pods["p1"]).held.Load()
 	})
@@ -280,7 +283,7 @@ func TestQueuedEventsWritten(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { defer close(ran); _ = a.Run(ctx) }()
 	defer func() { cancel(); <-ran }()
-	waitFor(t, "the group writer", 5*time.Second, a.grouping.Load)
+	waitFor(t, "the group writer", 20*time.Second, a.grouping.Load)
 
 	must(t, a.rdb.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err())
 	chain := make([]uint64, 100)
@@ -339,10 +342,10 @@ func TestQueuedEventsWritten(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	ran = make(chan struct{})
 	go func() { defer close(ran); _ = b.Run(ctx) }()
-	waitFor(t, "the group writer and the bound check", 5*time.Second, func() bool { return b.grouping.Load() && b.Unbounded() })
+	waitFor(t, "the group writer and the bound check", 20*time.Second, func() bool { return b.grouping.Load() && b.Unbounded() })
 	srv.Stop()
 	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[:3]))
-	waitFor(t, "Redis marked down by the failed write", 5*time.Second, func() bool { up, _ := b.Up(); return !up })
+	waitFor(t, "Redis marked down by the failed write", 20*time.Second, func() bool { up, _ := b.Up(); return !up })
 	if got := testutil.ToFloat64(b.metrics.errors.WithLabelValues("events")); got != 1 {
 		t.Errorf("events errors = %v, want 1", got)
 	}
@@ -350,7 +353,7 @@ func TestQueuedEventsWritten(t *testing.T) {
 		t.Error("Flush with Redis stopped: no error")
 	}
 	srv.Start()
-	waitFor(t, "Redis marked up and the lease re-taken", 5*time.Second, func() bool {
+	waitFor(t, "Redis marked up and the lease re-taken", 20*time.Second, func() bool {
 		up, _ := b.Up()
 		return up && b.pod(b.pods["p1"]).held.Load()
 	})
@@ -1008,7 +1011,7 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 		done := make(chan struct{})
 		go func() { defer close(done); _ = x.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
-		waitFor(t, "the group writer", 5*time.Second, x.grouping.Load)
+		waitFor(t, "the group writer", 20*time.Second, x.grouping.Load)
 	}
 	var ids []kvindex.PodID
 	for i := range 6 {

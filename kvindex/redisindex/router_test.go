@@ -143,11 +143,11 @@ func TestRoutersUnderRun(t *testing.T) {
 		go func() { defer run.Done(); _ = r.index.Run(ctx) }()
 	}
 	defer func() { cancel(); run.Wait() }()
-	waitFor(t, "the leases taken", 5*time.Second, func() bool {
+	waitFor(t, "the leases taken", 20*time.Second, func() bool {
 		return testutil.ToFloat64(a.index.metrics.leases)+testutil.ToFloat64(b.index.metrics.leases) == 3 &&
 			a.index.grouping.Load() && b.index.grouping.Load()
 	})
-	waitFor(t, "the pods numbered", 5*time.Second, func() bool {
+	waitFor(t, "the pods numbered", 20*time.Second, func() bool {
 		for _, r := range []*routerReplica{a, b} {
 			for _, ps := range r.index.pods.byID {
 				if ps.num.Load() == 0 {
@@ -181,7 +181,7 @@ func TestRoutersUnderRun(t *testing.T) {
 	wg.Wait()
 	prompt := "a new prefix nobody has routed yet, long enough for several blocks"
 	da := a.route(t, prompt)
-	waitFor(t, "b seeing a's speculation and in-flight prefill", 5*time.Second, func() bool {
+	waitFor(t, "b seeing a's speculation and in-flight prefill", 20*time.Second, func() bool {
 		id, _ := b.index.local.Pod(da.Pod)
 		_, peers := b.index.MatchLoad("m", []uint64{1}, []kvindex.PodID{id}, nil, nil)
 		return peers[0].Prefilling == 1
@@ -196,11 +196,11 @@ func TestRoutersUnderRun(t *testing.T) {
 	}
 	hashes := hasher.AppendHashes(nil, tokens, blockhash.Extra{})
 	id, _ := b.index.local.Pod(da.Pod)
-	waitFor(t, "b seeing a's speculation", 5*time.Second, func() bool {
+	waitFor(t, "b seeing a's speculation", 20*time.Second, func() bool {
 		return b.index.Match("m", hashes, []kvindex.PodID{id}, nil)[0].Speculative == len(hashes)
 	})
 	da.Prefilled() // the load released; the speculation lasts the grace period
-	waitFor(t, "b seeing a's prefill done", 5*time.Second, func() bool {
+	waitFor(t, "b seeing a's prefill done", 20*time.Second, func() bool {
 		_, peers := b.index.MatchLoad("m", hashes, []kvindex.PodID{id}, nil, nil)
 		return peers[0] == (kvindex.PodLoad{})
 	})
@@ -210,7 +210,7 @@ func TestRoutersUnderRun(t *testing.T) {
 		db.Done()
 	}
 	da.Done()
-	waitFor(t, "the shared load drained", 5*time.Second, func() bool {
+	waitFor(t, "the shared load drained", 20*time.Second, func() bool {
 		for _, r := range []*routerReplica{a, b} {
 			var ids []kvindex.PodID
 			for id := range r.index.pods.byID {
@@ -239,7 +239,7 @@ func TestRoutersRideOutAnOutage(t *testing.T) {
 	run.Add(1)
 	go func() { defer run.Done(); _ = a.index.Run(ctx) }()
 	defer func() { cancel(); run.Wait() }()
-	waitFor(t, "the leases taken", 5*time.Second, func() bool { return testutil.ToFloat64(a.index.metrics.leases) == 3 })
+	waitFor(t, "the leases taken", 20*time.Second, func() bool { return testutil.ToFloat64(a.index.metrics.leases) == 3 })
 
 	outage := 10 * time.Second
 	if testing.Short() {
@@ -274,7 +274,7 @@ func TestRoutersRideOutAnOutage(t *testing.T) {
 		t.Error("no match read the local view during the outage")
 	}
 	srv.Start()
-	waitFor(t, "Redis marked up again", 5*time.Second, func() bool { up, _ := a.index.Up(); return up })
+	waitFor(t, "Redis marked up again", 20*time.Second, func() bool { up, _ := a.index.Up(); return up })
 	local := testutil.ToFloat64(a.index.metrics.localMatches)
 	a.route(t, "after the outage").Done()
 	if got := testutil.ToFloat64(a.index.metrics.localMatches); got != local {
@@ -387,15 +387,14 @@ func TestRoutersShareHomesAcrossARestart(t *testing.T) {
 	// Prefixes are keyed by their first block (4 bytes here).
 	before := strings.Repeat("before the restart: a system prompt. ", 30)
 	x := a.homePrefix(t, before)
-	a.index.tick()
-	b.index.tick()
-	if got := b.homeOf(t, before+"q?"); got != x {
-		t.Fatalf("before the restart: b homes the prefix on %q, want a's %q", got, x)
-	}
 	for _, r := range []*routerReplica{a, b} {
+		r.index.tick() // the sharing lasts a lease TTL (600 ms) from here
 		if got := r.homesShared(t); got != 1 {
 			t.Fatalf("before the restart: homes_shared = %v, want 1", got)
 		}
+	}
+	if got := b.homeOf(t, before+"q?"); got != x {
+		t.Fatalf("before the restart: b homes the prefix on %q, want a's %q", got, x)
 	}
 
 	srv.Stop()
