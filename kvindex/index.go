@@ -322,6 +322,23 @@ func (x *Index) clear(pod PodID, mask uint8) {
 	x.metrics.cleared.Add(float64(n.cleared))
 }
 
+// Holds reports whether pod holds the block hash for real, in any tier
+// (a speculative entry does not count). A stale handle holds nothing.
+func (x *Index) Holds(pod PodID, hash uint64) bool {
+	if x.checkPod(pod) != nil {
+		return false
+	}
+	s := x.shardOf(hash)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, h := range x.holdersLocked(hash) {
+		if h.slot() == pod.index() && !h.spec() {
+			return true
+		}
+	}
+	return false
+}
+
 // PodEntries returns the number of entries pod holds, speculative included.
 func (x *Index) PodEntries(pod PodID) int {
 	total := 0

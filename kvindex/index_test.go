@@ -352,3 +352,42 @@ func TestEntries(t *testing.T) {
 		t.Errorf("Entries(removed) = %v, want ErrUnknownPod", err)
 	}
 }
+
+// TestHolds: a pod holds a block stored in any tier until it is removed;
+// speculation, another pod's block and a stale handle hold nothing.
+func TestHolds(t *testing.T) {
+	x := mustNew(t, DefaultConfig(), nil)
+	a, b := x.AddPod("a", "m"), x.AddPod("b", "m")
+	mustStore(t, x, a, TierGPU, 1)
+	mustStore(t, x, a, TierCPU, 2)
+	mustStore(t, x, b, TierGPU, 3)
+	if err := x.Speculate(a, []uint64{3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		pod  PodID
+		hash uint64
+		want bool
+	}{{a, 1, true}, {a, 2, true}, {a, 3, false}, {a, 4, false}, {b, 3, true}, {b, 1, false}, {a, 5, false}} {
+		if got := x.Holds(c.pod, c.hash); got != c.want {
+			t.Errorf("Holds(%v, %d) = %v, want %v", c.pod, c.hash, got, c.want)
+		}
+	}
+	if err := x.Removed(a, TierGPU, []uint64{1}); err != nil {
+		t.Fatal(err)
+	}
+	if x.Holds(a, 1) {
+		t.Error("Holds(a, 1) after its removal = true, want false")
+	}
+	if err := x.RemovePod(b); err != nil {
+		t.Fatal(err)
+	}
+	c := x.AddPod("c", "m") // b's index, reused
+	mustStore(t, x, c, TierGPU, 3)
+	if x.Holds(b, 3) {
+		t.Error("Holds(stale b, 3) = true, want false")
+	}
+	if !x.Holds(c, 3) {
+		t.Error("Holds(c, 3) = false, want true")
+	}
+}

@@ -96,7 +96,9 @@ type Config struct {
 	// to decoded tokens and to requests routed away from their homes.
 	// Default 0.8.
 	HomeFill float64
-	// HomeIdle is how long a prefix unseen keeps its home. Default 60 s.
+	// HomeIdle is how long a prefix unseen keeps its home, but for one its
+	// home still holds (homes.go): it is looked at again each HomeIdle.
+	// Default 60 s.
 	HomeIdle time.Duration
 	// HomeTable bounds the prefixes the router keeps homes for; past it
 	// the least recently seen leave. About 260 bytes each, and about 25 per

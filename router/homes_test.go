@@ -260,6 +260,58 @@ func TestHomesExpireAndAreBounded(t *testing.T) {
 	}
 }
 
+// TestAnIdlePrefixStaysWhileItsHomeHoldsIt: a prefix unseen for
+// routing.home_idle whose home still holds its first block stays, homed
+// there, and is looked at again each home_idle; it leaves once its home
+// has evicted the block, or homes more than it may fill.
+func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
+	tr := homesRouter(t, 100000)
+	p1, p2, p3 := group(1, 400), group(2, 400), group(3, 400)
+	home := tr.twice(p1)
+	tr.store(home, p1, "", "")
+	idle := func() { // a home_idle passes; another prefix's request looks
+		tr.advance(tr.cfg.HomeIdle + time.Second)
+		tr.send(p3)
+	}
+	idle()
+	if got := tr.homedOn()[home]; got != 1 || homedTokens(tr) != 400 || tr.homes.active != 400 {
+		t.Fatalf("after a home_idle: %d prefixes homed on %s, %d tokens homed, %d seen twice; want p1 kept, 400 and 400", got, home, homedTokens(tr), tr.homes.active)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		if p != home {
+			tr.store(p, p1, "", "") // a copy elsewhere: p1 still goes home
+		}
+	}
+	before := tr.homeResults()["home"]
+	if pod := tr.send(p1); pod != home || tr.homeResults()["home"] != before+1 {
+		t.Fatalf("p1's return went to %s (home results %v), want its home %s", pod, tr.homeResults(), home)
+	}
+
+	tr.twice(p2) // no pod stores it
+	idle()
+	if _, ok := tr.homes.keys[homeKey{"llama", firstBlock(tr, p2)}]; ok {
+		t.Fatal("p2, which its home never held, stayed past home_idle")
+	}
+	if _, ok := tr.homes.keys[homeKey{"llama", firstBlock(tr, p1)}]; !ok {
+		t.Fatal("p1, still held by its home, left")
+	}
+
+	tr.fleet.Load(home).KVCapacity.Store(400) // homes may fill 320 tokens there: p1's 400 is past it
+	idle()
+	if _, ok := tr.homes.keys[homeKey{"llama", firstBlock(tr, p1)}]; ok {
+		t.Fatal("p1 stayed idle on a home whose prefixes passed its bound")
+	}
+	tr.fleet.Load(home).KVCapacity.Store(100000)
+	tr.twice(p1)
+	for _, p := range []string{"a", "b", "c"} {
+		tr.evict(p, p1)
+	}
+	idle()
+	if _, ok := tr.homes.keys[homeKey{"llama", firstBlock(tr, p1)}]; ok {
+		t.Fatal("p1 stayed past home_idle once no pod held it")
+	}
+}
+
 // TestHomesMarksAreBounded: past the table's budget of marks the least
 // recently seen prefixes leave, whatever the table's bound on prefixes.
 func TestHomesMarksAreBounded(t *testing.T) {

@@ -111,7 +111,7 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peer
 	}
 	t.mu.Lock()
 	t.sharedUntil, t.peers = until.UnixNano(), peers
-	t.expire(now - int64(r.cfg.HomeIdle))
+	r.expireHomes(now)
 	t.mu.Unlock()
 	// In batches, the lock released between them: a sync may bring
 	// thousands, and decisions wait on the lock.

@@ -155,8 +155,22 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 		if r.homes, err = newHomeTable(reg, r.now); err != nil {
 			return nil, err
 		}
+		switch x := index.(type) {
+		case *kvindex.Index:
+			r.homes.holds = x.Holds
+		case localViewer:
+			r.homes.holds = x.Local().Holds
+		}
 	}
 	return r, nil
+}
+
+// localViewer is an Index that keeps, beside what it shares, a memory
+// view of the events of every pod (a *redisindex.Index; empty when its
+// local view is off, and idle prefixes then leave): what homes ask of it
+// must not wait on a round trip under their lock.
+type localViewer interface {
+	Local() *kvindex.Index
 }
 
 // Decision is where one request goes. Call Prefilled when the pod's first
