@@ -3,7 +3,6 @@ package router
 import (
 	"container/list"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -246,7 +245,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 	}
 	result := homeAtHome
 	switch {
-	case h.pod != kvindex.InvalidPod && (at >= 0 && ok != nil && !ok(at) || at < 0 && r.inFleet(h.pod)):
+	case h.pod != kvindex.InvalidPod && (at >= 0 && ok != nil && !ok(at) || at < 0 && r.member(h.pod) != nil):
 		// Not a candidate of this request (its subset, or a held request
 		// released to another pod): routed by cost, the home kept.
 		t.met[homeAway].Inc()
@@ -472,17 +471,13 @@ func (t *homeTable) add(k homeKey, now int64, limit int) *home {
 func (r *Router) expireHomes(now int64) {
 	t := r.homes
 	cutoff := now - int64(r.cfg.HomeIdle)
-	var members []*fleet.Member
 	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
 		h := e.Value.(*home)
 		if max(h.seen, h.held) >= cutoff {
 			return
 		}
 		if t.holds != nil && h.pod != kvindex.InvalidPod && t.holds(h.pod, h.key.block) {
-			if members == nil {
-				members = r.fleet.Snapshot().Members()
-			}
-			if i := slices.IndexFunc(members, func(m *fleet.Member) bool { return m.ID == h.pod }); i >= 0 && t.homed[h.pod] <= r.fill(members[i].Load) {
+			if m := r.member(h.pod); m != nil && t.homed[h.pod] <= r.fill(m.Load) {
 				h.held = now
 				t.lru.MoveToFront(e)
 				continue
@@ -522,14 +517,14 @@ func (t *homeTable) setPod(h *home, pod kvindex.PodID) {
 	}
 }
 
-// inFleet says whether pod is still in the fleet.
-func (r *Router) inFleet(pod kvindex.PodID) bool {
+// member is pod's member of the fleet; nil once it left.
+func (r *Router) member(pod kvindex.PodID) *fleet.Member {
 	for _, m := range r.fleet.Snapshot().Members() {
 		if m.ID == pod {
-			return true
+			return m
 		}
 	}
-	return false
+	return nil
 }
 
 // HomeReport is a prefix's entry among the homes, as POST /v1/score shows
