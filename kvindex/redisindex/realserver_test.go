@@ -271,7 +271,7 @@ func TestRedisUnreachableUnderLoad(t *testing.T) {
 // is back copies it in from the local view.
 func TestQueuedEventsWritten(t *testing.T) {
 	srv := redisserver.New(t)
-	quick := func(c *Config) { c.PingInterval = 100 * time.Millisecond; c.Timeout = 5 * time.Second }
+	quick := func(c *Config) { c.PingInterval = 100 * time.Millisecond }
 	// a's round trips outlast the pause, which the test lifts itself.
 	a := newReplica(t, srv.Addr, "a", func(c *Config) { quick(c); c.Timeout = 60 * time.Second })
 	ids := []kvindex.PodID{a.pods["p1"], a.pods["p2"]}
