@@ -262,8 +262,10 @@ func TestHomesExpireAndAreBounded(t *testing.T) {
 
 // TestAnIdlePrefixStaysWhileItsHomeHoldsIt: a prefix unseen for
 // routing.home_idle whose home still holds its first block stays, homed
-// there, and is looked at again each home_idle; it leaves once its home
-// has evicted the block, or homes more than it may fill.
+// there but dozing (its footprint out of its home's and of the active
+// total until it returns), and is looked at again each home_idle; it
+// leaves once its home has evicted the block, or homes more than it may
+// fill with it.
 func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 	tr := homesRouter(t, 100000)
 	p1, p2, p3 := group(1, 400), group(2, 400), group(3, 400)
@@ -274,8 +276,8 @@ func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 		tr.send(p3)
 	}
 	idle()
-	if got := tr.homedOn()[home]; got != 1 || homedTokens(tr) != 400 || tr.homes.active != 400 {
-		t.Fatalf("after a home_idle: %d prefixes homed on %s, %d tokens homed, %d seen twice; want p1 kept, 400 and 400", got, home, homedTokens(tr), tr.homes.active)
+	if got := tr.homedOn()[home]; got != 1 || homedTokens(tr) != 0 || tr.homes.active != 0 {
+		t.Fatalf("after a home_idle: %d prefixes homed on %s, %d tokens homed, %d seen twice; want p1 kept, dozing: 0 and 0", got, home, homedTokens(tr), tr.homes.active)
 	}
 	for _, p := range []string{"a", "b", "c"} {
 		if p != home {
@@ -285,6 +287,9 @@ func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 	before := tr.homeResults()["home"]
 	if pod := tr.send(p1); pod != home || tr.homeResults()["home"] != before+1 {
 		t.Fatalf("p1's return went to %s (home results %v), want its home %s", pod, tr.homeResults(), home)
+	}
+	if homedTokens(tr) != 400 || tr.homes.active != 400 {
+		t.Fatalf("p1 back: %d tokens homed, %d seen twice; want 400 and 400", homedTokens(tr), tr.homes.active)
 	}
 
 	tr.twice(p2) // no pod stores it
@@ -300,6 +305,9 @@ func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 	idle()
 	if _, ok := tr.homes.keys[homeKey{"llama", firstBlock(tr, p1)}]; ok {
 		t.Fatal("p1 stayed idle on a home whose prefixes passed its bound")
+	}
+	if homedTokens(tr) != 0 || tr.homes.active != 0 {
+		t.Fatalf("p1 left dozing: %d tokens homed, %d seen twice; want 0 and 0", homedTokens(tr), tr.homes.active)
 	}
 	tr.fleet.Load(home).KVCapacity.Store(100000)
 	tr.twice(p1)
