@@ -322,17 +322,37 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 	line := fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.3f), worst level %s, %s vs %s (×%.3f) (want ≤ 1.0 both): %s",
 		name, over, secs(pooledLevelP90(kv, len(levels))), secs(pooledLevelP90(pr, len(levels))), r, levels[li].Name,
 		secs(pooledLevelP90(kv, li)), secs(pooledLevelP90(pr, li)), worst, verdict(r <= 1 && worst <= 1))
-	if wins, n := blockWins(kv, pr, li); n > 1 {
+	line += fmt.Sprintf("; kvrouter at or under precise at %d of %d levels", levelsUnder(kv, pr), len(levels))
+	wins, n := blockWins(kv, pr, li)
+	if n > 1 {
 		line += fmt.Sprintf("; at that level kvrouter's p90, pooled over each block of %d seeds, is at or under precise's in %d of %d blocks", seedBlock, wins, n)
 	}
 	if len(or) == len(pr) && seedsOf(or) == seedsOf(pr) {
 		line += fmt.Sprintf("; the oracle at that level ×%.3f of llm-d precise", pooledLevelP90(or, li)/pooledLevelP90(pr, li))
 	}
 	if len(sh) == len(pr) && seedsOf(sh) == seedsOf(pr) {
-		r, li, worst := versus(sh, pr)
-		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f", r, levels[li].Name, worst)
+		r, shi, worst := versus(sh, pr)
+		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f, at or under precise at %d of %d levels",
+			r, levels[shi].Name, worst, levelsUnder(sh, pr), len(levels))
+		if wins, n := blockWins(sh, pr, li); n > 1 {
+			line += fmt.Sprintf(", at kvrouter's worst level in %d of %d blocks", wins, n)
+		}
 	}
 	return line
+}
+
+// levelsUnder is at how many levels a's TTFT p90, pooled over its runs,
+// is at or under b's. Two runs of one policy are at or under each other
+// at about half the levels: a policy no better than precise anywhere
+// cannot be at or under it at every level but by chance.
+func levelsUnder(a, b []*job) int {
+	n := 0
+	for i := range a[0].sc.w.Levels {
+		if pooledLevelP90(a, i) <= pooledLevelP90(b, i) {
+			n++
+		}
+	}
+	return n
 }
 
 // seedBlock is how many successive seeds blockWins pools: as many as the

@@ -77,17 +77,26 @@ func levelJob(sc *scenario, policy string, ttfts ...float64) *job {
 // precise's.
 func TestPreciseLineCountsBlocks(t *testing.T) {
 	w := &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
-	var kv, pr []*job
+	var kv, pr, sh []*job
 	for seed := 1; seed <= 6; seed++ {
 		sc := &scenario{group: "b", cfg: fleetsim.Config{Seed: uint64(seed)}, w: w, noise: true}
 		slow := 2.0 // kvrouter's level 10: slower than precise under seeds 4-6 only
 		if seed > 3 {
 			slow = 2.5
 		}
+		shifted := 2.2 // precise scraped later, level 10: slower under seeds 1-3 only
+		if seed > 3 {
+			shifted = 2.0
+		}
 		kv, pr = append(kv, levelJob(sc, "kvrouter", 1, slow)), append(pr, levelJob(sc, "llm-d-precise", 1, 2.1))
+		sh = append(sh, levelJob(sc, fleetsim.PreciseShifted, 1.1, shifted))
 	}
-	line := preciseLine(w.Name, kv, pr, nil, nil)
-	for _, want := range []string{"seeds 1–6 pooled", "worst level 10", "**FAILS**", "at that level kvrouter's p90, pooled over each block of 3 seeds, is at or under precise's in 1 of 2 blocks"} {
+	line := preciseLine(w.Name, kv, pr, sh, nil)
+	for _, want := range []string{
+		"seeds 1–6 pooled", "worst level 10", "**FAILS**", "kvrouter at or under precise at 1 of 2 levels",
+		"at that level kvrouter's p90, pooled over each block of 3 seeds, is at or under precise's in 1 of 2 blocks",
+		"against itself: ×1.048, worst level 3 ×1.100, at or under precise at 0 of 2 levels, at kvrouter's worst level in 1 of 2 blocks",
+	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("preciseLine = %q, lacks %q", line, want)
 		}
@@ -104,7 +113,7 @@ func TestPreciseLineShowsTheNoise(t *testing.T) {
 	kv, pr, sh := levelJob(sc, "kvrouter", 1, 2.2), levelJob(sc, "llm-d-precise", 1, 2), levelJob(sc, fleetsim.PreciseShifted, 1.3, 2)
 	or := levelJob(sc, "oracle", 0.5, 2.1)
 	line := preciseLine(w.Name, []*job{kv}, []*job{pr}, []*job{sh}, []*job{or})
-	for _, want := range []string{"worst level 10, 2.200 s vs 2.000 s (×1.100)", "**FAILS**", "the oracle at that level ×1.050 of llm-d precise", "against itself: ×1.000, worst level 3 ×1.300"} {
+	for _, want := range []string{"worst level 10, 2.200 s vs 2.000 s (×1.100)", "**FAILS**", "kvrouter at or under precise at 1 of 2 levels", "the oracle at that level ×1.050 of llm-d precise", "against itself: ×1.000, worst level 3 ×1.300, at or under precise at 1 of 2 levels"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("preciseLine = %q, lacks %q", line, want)
 		}
