@@ -322,7 +322,9 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 	line := fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.3f), worst level %s, %s vs %s (×%.3f) (want ≤ 1.0 both): %s",
 		name, over, secs(pooledLevelP90(kv, len(levels))), secs(pooledLevelP90(pr, len(levels))), r, levels[li].Name,
 		secs(pooledLevelP90(kv, li)), secs(pooledLevelP90(pr, li)), worst, verdict(r <= 1 && worst <= 1))
-	line += fmt.Sprintf("; kvrouter at or under precise at %d of %d levels", levelsUnder(kv, pr), len(levels))
+	if len(levels) > 1 {
+		line += fmt.Sprintf("; kvrouter at or under precise at %d of %d levels", levelsUnder(kv, pr), len(levels))
+	}
 	wins, n := blockWins(kv, pr, li)
 	if n > 1 {
 		line += fmt.Sprintf("; at that level kvrouter's p90, pooled over each block of %d seeds, is at or under precise's in %d of %d blocks", seedBlock, wins, n)

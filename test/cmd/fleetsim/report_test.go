@@ -130,3 +130,17 @@ func TestPreciseLineShowsTheNoise(t *testing.T) {
 		t.Errorf("spread up to %v, want 2.2: the shifted runs left out", sp.hi)
 	}
 }
+
+// TestPreciseLineOneLevel: a run of one level (a Mooncake replay) is its
+// own worst level, and the line counts no levels.
+func TestPreciseLineOneLevel(t *testing.T) {
+	w := &fleetsim.Workload{Name: "(a) test", Levels: []fleetsim.Level{{Name: "1x"}}, Requests: []fleetsim.Request{{Level: 0}}}
+	sc := &scenario{group: "a", cfg: fleetsim.Config{Seed: 1}, w: w}
+	line := preciseLine(w.Name, []*job{levelJob(sc, "kvrouter", 1)}, []*job{levelJob(sc, "llm-d-precise", 2)}, nil, nil)
+	if !strings.Contains(line, "worst level 1x, 1.000 s vs 2.000 s (×0.500)") || !strings.Contains(line, "**holds**") {
+		t.Errorf("preciseLine = %q, want level 1x at ×0.500, holds", line)
+	}
+	if strings.Contains(line, "levels") {
+		t.Errorf("preciseLine = %q counts the levels of a one-level run", line)
+	}
+}
