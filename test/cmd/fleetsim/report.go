@@ -334,8 +334,11 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 	}
 	if len(sh) == len(pr) && seedsOf(sh) == seedsOf(pr) {
 		r, shi, worst := versus(sh, pr)
-		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f, at or under precise at %d of %d levels",
-			r, levels[shi].Name, worst, levelsUnder(sh, pr), len(levels))
+		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f, at kvrouter's worst level ×%.3f",
+			r, levels[shi].Name, worst, pooledLevelP90(sh, li)/pooledLevelP90(pr, li))
+		if len(levels) > 1 {
+			line += fmt.Sprintf(", at or under precise at %d of %d levels", levelsUnder(sh, pr), len(levels))
+		}
 		if wins, n := blockWins(sh, pr, li); n > 1 {
 			line += fmt.Sprintf(", at kvrouter's worst level in %d of %d blocks", wins, n)
 		}
