@@ -23,8 +23,10 @@ func TestRedisSettings(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		args     []string
-		password string   // with no problem
-		problems []string // each in the error, in order
+		password string        // with no problem
+		unshared bool          // with no problem: index.redis.share_homes off
+		homeSync time.Duration // with no problem; 0: the default, 250ms
+		problems []string      // each in the error, in order
 	}{
 		{name: "memory", args: nil},
 		{
@@ -36,7 +38,7 @@ func TestRedisSettings(t *testing.T) {
 			args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-password-file", pwFile},
 		},
 		{
-			name: "home sync unused", password: "file-secret",
+			name: "home sync unused", password: "file-secret", unshared: true, homeSync: time.Millisecond,
 			args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-password-file", pwFile, "--index-redis-share-homes=false", "--index-redis-home-sync", "1ms"},
 		},
 		{
@@ -85,8 +87,12 @@ func TestRedisSettings(t *testing.T) {
 				if s.redis != nil && s.redis.Password != tt.password {
 					t.Errorf("validate(%v): password %q, want %q", tt.args, s.redis.Password, tt.password)
 				}
-				if s.redis != nil && (s.redis.TTL != time.Hour || s.redis.Addrs[0] != "r:6379" || s.redis.HomeSync != 250*time.Millisecond && s.redis.HomeSync != time.Millisecond) {
-					t.Errorf("validate(%v) = %+v, want the defaults and the address", tt.args, s.redis)
+				sync := tt.homeSync
+				if sync == 0 {
+					sync = 250 * time.Millisecond
+				}
+				if s.redis != nil && (s.redis.TTL != time.Hour || s.redis.Addrs[0] != "r:6379" || s.redis.HomeSync != sync || s.redis.NoSharedHomes != tt.unshared) {
+					t.Errorf("validate(%v) = %+v, want the defaults, the address, home sync %v and homes shared %v", tt.args, s.redis, sync, !tt.unshared)
 				}
 				return
 			}
