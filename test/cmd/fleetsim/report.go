@@ -313,31 +313,33 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 	if len(pr) != len(kv) {
 		kv, pr = kv[:1], pr[:1]
 	}
-	r, li, worst := versus(kv, pr)
 	levels := kv[0].sc.w.Levels
+	all := len(levels)
+	k, p := levelP90s(kv), levelP90s(pr)
+	r, li, worst := versus(k, p)
 	over := "seed " + seedsOf(kv)
 	if len(kv) > 1 {
 		over = "seeds " + seedsOf(kv) + " pooled"
 	}
 	line := fmt.Sprintf("%s, %s: kvrouter TTFT p90 %s vs llm-d precise %s (×%.3f), worst level %s, %s vs %s (×%.3f) (want ≤ 1.0 both): %s",
-		name, over, secs(pooledLevelP90(kv, len(levels))), secs(pooledLevelP90(pr, len(levels))), r, levels[li].Name,
-		secs(pooledLevelP90(kv, li)), secs(pooledLevelP90(pr, li)), worst, verdict(r <= 1 && worst <= 1))
-	if len(levels) > 1 {
-		line += fmt.Sprintf("; kvrouter at or under precise at %d of %d levels", levelsUnder(kv, pr), len(levels))
+		name, over, secs(k[all]), secs(p[all]), r, levels[li].Name,
+		secs(k[li]), secs(p[li]), worst, verdict(r <= 1 && worst <= 1))
+	if all > 1 {
+		line += fmt.Sprintf("; kvrouter at or under precise at %d of %d levels", levelsUnder(k, p), all)
 	}
-	wins, n := blockWins(kv, pr, li)
-	if n > 1 {
+	if wins, n := blockWins(kv, pr, li); n > 1 {
 		line += fmt.Sprintf("; at that level kvrouter's p90, pooled over each block of %d seeds, is at or under precise's in %d of %d blocks", seedBlock, wins, n)
 	}
 	if len(or) == len(pr) && seedsOf(or) == seedsOf(pr) {
-		line += fmt.Sprintf("; the oracle at that level ×%.3f of llm-d precise", pooledLevelP90(or, li)/pooledLevelP90(pr, li))
+		line += fmt.Sprintf("; the oracle at that level ×%.3f of llm-d precise", pooledLevelP90(or, li)/p[li])
 	}
 	if len(sh) == len(pr) && seedsOf(sh) == seedsOf(pr) {
-		r, shi, worst := versus(sh, pr)
+		s := levelP90s(sh)
+		r, shi, worst := versus(s, p)
 		line += fmt.Sprintf("; llm-d precise scraped half an interval later, against itself: ×%.3f, worst level %s ×%.3f, at kvrouter's worst level ×%.3f",
-			r, levels[shi].Name, worst, pooledLevelP90(sh, li)/pooledLevelP90(pr, li))
-		if len(levels) > 1 {
-			line += fmt.Sprintf(", at or under precise at %d of %d levels", levelsUnder(sh, pr), len(levels))
+			r, levels[shi].Name, worst, s[li]/p[li])
+		if all > 1 {
+			line += fmt.Sprintf(", at or under precise at %d of %d levels", levelsUnder(s, p), all)
 		}
 		if wins, n := blockWins(sh, pr, li); n > 1 {
 			line += fmt.Sprintf(", at kvrouter's worst level in %d of %d blocks", wins, n)
@@ -346,14 +348,24 @@ func preciseLine(name string, kv, pr, sh, or []*job) string {
 	return line
 }
 
-// levelsUnder is at how many levels a's TTFT p90, pooled over its runs,
-// is at or under b's. Two runs of one policy are at or under each other
-// at about half the levels: a policy no better than precise anywhere
-// cannot be at or under it at every level but by chance.
-func levelsUnder(a, b []*job) int {
+// levelP90s is the TTFT p90 of each level of js's workload, pooled over
+// every run of js, and last that of all levels pooled.
+func levelP90s(js []*job) []float64 {
+	out := make([]float64, len(js[0].sc.w.Levels)+1)
+	for i := range out {
+		out[i] = pooledLevelP90(js, i)
+	}
+	return out
+}
+
+// levelsUnder is at how many levels a's TTFT p90 is at or under b's, both
+// as levelP90s gives them. Two runs of one policy are at or under each
+// other at about half the levels: a policy no better than precise
+// anywhere cannot be at or under it at every level but by chance.
+func levelsUnder(a, b []float64) int {
 	n := 0
-	for i := range a[0].sc.w.Levels {
-		if pooledLevelP90(a, i) <= pooledLevelP90(b, i) {
+	for i := range len(a) - 1 {
+		if a[i] <= b[i] {
 			n++
 		}
 	}
@@ -385,13 +397,14 @@ func blockWins(a, b []*job, li int) (wins, n int) {
 	return wins, n
 }
 
-// versus is a's TTFT p90 over b's, all levels pooled, and at the level
-// where that ratio is highest: its index and the ratio.
-func versus(a, b []*job) (all float64, li int, worst float64) {
-	levels := len(a[0].sc.w.Levels)
-	all = pooledLevelP90(a, levels) / pooledLevelP90(b, levels)
+// versus is a's TTFT p90 over b's, both as levelP90s gives them: all
+// levels pooled, and at the level where that ratio is highest, its index
+// and the ratio.
+func versus(a, b []float64) (all float64, li int, worst float64) {
+	levels := len(a) - 1
+	all = a[levels] / b[levels]
 	for i := range levels {
-		if q := pooledLevelP90(a, i) / pooledLevelP90(b, i); q > worst {
+		if q := a[i] / b[i]; q > worst {
 			worst, li = q, i
 		}
 	}
