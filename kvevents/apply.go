@@ -25,11 +25,12 @@ type applier struct {
 	dec    *wire.Decoder
 	verify *verifier
 	rekey  *rekeyer // nil: rekeying off
+	groups *groups
 	m      *podMetrics
 }
 
-func newApplier(idx Index, id kvindex.PodID, v *verifier, rk *rekeyer, m *podMetrics) *applier {
-	return &applier{idx: idx, id: id, dec: wire.NewDecoder(), verify: v, rekey: rk, m: m}
+func newApplier(idx Index, id kvindex.PodID, v *verifier, rk *rekeyer, g *groups, m *podMetrics) *applier {
+	return &applier{idx: idx, id: id, dec: wire.NewDecoder(), verify: v, rekey: rk, groups: g, m: m}
 }
 
 // applyPayload decodes and applies one batch.
@@ -49,12 +50,13 @@ func (a *applier) applyPayload(payload []byte) error {
 	return err
 }
 
-// apply applies the events of b in order.
+// apply applies the events of b in order, those of KV-cache groups the
+// index does not hold aside (counted by kind).
 func (a *applier) apply(b *wire.Batch) error {
 	for i := range b.Events {
 		e := &b.Events[i]
-		if !e.PrefixReuse() {
-			a.m.ignored.Inc()
+		if ok, skip := a.groups.admit(e); !ok {
+			a.m.groupSkipped[skip].Inc()
 			continue
 		}
 		var err error
@@ -167,6 +169,7 @@ func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error 
 	case clearRestart:
 		a.m.clearRestart.Inc()
 		a.verify.reset()
+		a.groups.reset()
 		if a.rekey != nil {
 			a.rekey.setActive(false)
 		}

@@ -50,7 +50,7 @@ func newApplyFixture(t testing.TB) *applyFixture {
 	}
 	f := &applyFixture{idx: idx, id: idx.AddPod("pod-a", "model"), m: m.forPod("pod-a"), log: &bytes.Buffer{}}
 	log := slog.New(slog.NewTextHandler(f.log, nil))
-	f.a = newApplier(idx, f.id, newVerifier(&cfg, h, "pod-a", log, f.m), newRekeyer(&cfg, h, "pod-a", log, f.m), f.m)
+	f.a = newApplier(idx, f.id, newVerifier(&cfg, h, "pod-a", log, f.m), newRekeyer(&cfg, h, "pod-a", log, f.m), newGroups(log, "pod-a"), f.m)
 	return f
 }
 
@@ -127,7 +127,7 @@ func TestApplyEvents(t *testing.T) {
 	cpu := stored([]uint64{100, 101}, nil, nil, 0)
 	cpu.Medium = "CPU"
 	sliding := stored([]uint64{200}, nil, u32s(0, 16), 16)
-	sliding.SpecKind = "sliding_window"
+	sliding.GroupIdx, sliding.SpecKind = 1, "sliding_window"
 	short := stored([]uint64{300, 301}, nil, u32s(0, 17), 16)
 	steps := []struct {
 		events []wire.Event
@@ -153,7 +153,7 @@ func TestApplyEvents(t *testing.T) {
 		got  prometheus.Counter
 		want float64
 	}{
-		"ignored": {f.m.ignored, 1}, "token mismatch": {f.m.tokenMismatch, 1},
+		"skipped sliding window": {f.m.groupSkipped[skipLabel("sliding_window")], 1}, "token mismatch": {f.m.tokenMismatch, 1},
 		"stored": {f.m.events[wire.BlockStored], 3}, "removed": {f.m.events[wire.BlockRemoved], 3},
 		"cleared": {f.m.clearEvent, 1},
 	} {

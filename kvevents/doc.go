@@ -32,10 +32,15 @@
 // a restart or an AllBlocksCleared seen on one rank clears the whole pod; a
 // block held by two ranks is counted twice and survives one removal. The applier maps
 // BlockStored and BlockRemoved to kvindex Stored and Removed in the tier of
-// their medium, AllBlocksCleared to ClearPod, skips groups whose
-// kv_cache_spec_kind is not full attention, and counts BlockStored events
+// their medium, AllBlocksCleared to ClearPod, and counts BlockStored events
 // whose token_ids do not hold block_size tokens per hash (applied by hash
-// all the same).
+// all the same). Of a model's KV-cache groups it applies only those that
+// reuse a prefix as full attention does (full_attention, mla_attention,
+// sink_full_attention, or events naming no kind; groups.go cites vLLM's
+// managers): it learns each group's kind from its BlockStored events, and
+// applies a BlockRemoved only when its group_idx names such a group. The
+// other groups' events, and removals in a group not yet named, are
+// counted by kind and change nothing.
 //
 // It also verifies the pods' hash configuration: it recomputes, from the
 // events' own token ids, LoRA names and extra keys, the hashes of chains that

@@ -59,6 +59,8 @@ type PodStatus struct {
 	// hashes of its events' token ids (its own failed verification).
 	Rekeyed bool
 	Ranks   []RankStatus
+	// Groups are the pod's KV-cache groups its events have named.
+	Groups []Group
 }
 
 // RankStatus is the state of one DP rank of a followed pod.
@@ -128,7 +130,7 @@ func (m *Manager) Status() []PodStatus {
 	defer m.mu.Unlock()
 	out := make([]PodStatus, 0, len(m.mu.running))
 	for name, r := range m.mu.running {
-		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification(), Rekeyed: r.sub.Rekeyed(), Ranks: r.sub.Ranks()})
+		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification(), Rekeyed: r.sub.Rekeyed(), Ranks: r.sub.Ranks(), Groups: r.sub.Groups()})
 	}
 	slices.SortFunc(out, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out

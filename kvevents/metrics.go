@@ -17,7 +17,7 @@ type metrics struct {
 	batches, decodeErrors, gaps, restarts, queueDrops *prometheus.CounterVec
 	oversize, reconnects, tokenMismatch, ignored      *prometheus.CounterVec
 	events, replays, clears, hashChecks               *prometheus.CounterVec
-	rekeyFailed, rekeyEvicted                         *prometheus.CounterVec
+	rekeyFailed, rekeyEvicted, groupSkipped           *prometheus.CounterVec
 	connected, lastSeq, verification, rekeyed         *prometheus.GaugeVec
 	applySeconds                                      prometheus.Histogram
 	perPod                                            []*prometheus.MetricVec
@@ -50,7 +50,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.oversize = counter("oversize_total", "Batches dropped for exceeding the maximum message size.")
 	m.reconnects = counter("reconnects_total", "Connections lost or refused, each followed by a backoff.")
 	m.tokenMismatch = counter("token_mismatch_total", "BlockStored events whose token_ids length is not block_size times the number of hashes.")
-	m.ignored = counter("ignored_events_total", "Events of unknown types or of non-full-attention groups.")
+	m.ignored = counter("ignored_events_total", "Events of unknown types.")
+	m.groupSkipped = counter("group_skipped_events_total", "BlockStored and BlockRemoved events of KV-cache groups the index does not hold, by the group's kind (sliding_window, mamba, ...; other: a kind kvrouter does not know; unseen: a removal in a group no BlockStored has named yet).", "kind")
 	m.hashChecks = counter("hash_checks_total", "Hash chain checks of BlockStored events, by result (ok, mismatch).", "result")
 	m.rekeyFailed = counter("rekey_failed_blocks_total", "Blocks of a rekeyed pod not stored under kvrouter's hash, or whose removal did not resolve, by reason (no_tokens, block_size, extra_keys, parent_missing, removal_unknown).", "reason")
 	m.rekeyEvicted = counter("rekey_evicted_total", "Blocks of a rekeyed pod that fell out of its bounded map from the pod's hashes to kvrouter's.")
@@ -70,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.batches, m.events, m.decodeErrors, m.gaps, m.replays, m.restarts, m.clears, m.queueDrops,
 		m.oversize, m.reconnects, m.tokenMismatch, m.ignored, m.hashChecks, m.connected, m.lastSeq,
-		m.verification, m.rekeyFailed, m.rekeyEvicted, m.rekeyed, m.applySeconds,
+		m.verification, m.rekeyFailed, m.rekeyEvicted, m.rekeyed, m.applySeconds, m.groupSkipped,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -98,6 +99,7 @@ type podMetrics struct {
 	clearRestart, clearExhausted, clearEvent          prometheus.Counter
 	checkOK, checkMismatch                            prometheus.Counter
 	rekeyFailed                                       [numRekeyReasons]prometheus.Counter
+	groupSkipped                                      [len(skipLabels)]prometheus.Counter
 	rekeyEvicted                                      prometheus.Counter
 	verification, rekeyed                             prometheus.Gauge
 	applySeconds                                      prometheus.Histogram
@@ -133,6 +135,9 @@ func (m *metrics) forPod(pod string) *podMetrics {
 		p.rekeyFailed[r] = m.rekeyFailed.WithLabelValues(pod, rekeyReasonNames[r])
 	}
 	p.rekeyEvicted = m.rekeyEvicted.WithLabelValues(pod)
+	for k := range p.groupSkipped {
+		p.groupSkipped[k] = m.groupSkipped.WithLabelValues(pod, skipLabels[k])
+	}
 	p.rekeyed = m.rekeyed.WithLabelValues(pod)
 	return p
 }

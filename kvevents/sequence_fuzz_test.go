@@ -176,7 +176,18 @@ type seqHarness struct {
 	mu    sync.Mutex
 	drop  map[uint64]bool // replies to drop once
 	trace []string
+	// model is the pod's KV-cache groups: modelPlain, modelMLA or
+	// modelHybrid.
+	model int
 }
+
+// The pods FuzzSequence plays, by the KV-cache groups their events name.
+const (
+	modelPlain  = iota // one group, events naming no group or kind
+	modelMLA           // one mla_attention group (DeepSeek, Kimi)
+	modelHybrid        // full_attention and sliding_window groups (gpt-oss, Gemma)
+	numModels
+)
 
 func (h *seqHarness) dropReply(seq uint64) bool {
 	h.mu.Lock()
@@ -197,6 +208,10 @@ func (h *seqHarness) setDrops(seqs []uint64) {
 	}
 }
 
+// payload encodes b as the pod's model publishes it. A hybrid model stores
+// each block in both groups and its sliding window frees the blocks at
+// once: the index, which holds the full-attention group, must not lose
+// them.
 func (h *seqHarness) payload(b seqBatch) []byte {
 	ev := vllmpub.Event{Type: "BlockStored", BlockHashes: b.hashes}
 	switch b.kind {
@@ -205,7 +220,24 @@ func (h *seqHarness) payload(b seqBatch) []byte {
 	case opClear:
 		ev = vllmpub.Event{Type: "AllBlocksCleared"}
 	}
-	p, err := vllmpub.Encode(vllmpub.Batch{TS: 1, Events: []vllmpub.Event{ev}}, vllmpub.Form{})
+	events := []vllmpub.Event{ev}
+	full, window := 0, 1
+	switch {
+	case b.kind == opClear || h.model == modelPlain:
+	case h.model == modelMLA:
+		events[0].GroupIdx = &full
+		if b.kind == opStore {
+			events[0].SpecKind = "mla_attention"
+		}
+	case b.kind == opStore:
+		events[0].GroupIdx, events[0].SpecKind = &full, "full_attention"
+		events = append(events,
+			vllmpub.Event{Type: "BlockStored", BlockHashes: b.hashes, GroupIdx: &window, SpecKind: "sliding_window", SlidingWindow: 16},
+			vllmpub.Event{Type: "BlockRemoved", BlockHashes: b.hashes, GroupIdx: &window})
+	default:
+		events[0].GroupIdx = &full
+	}
+	p, err := vllmpub.Encode(vllmpub.Batch{TS: 1, Events: events}, vllmpub.Form{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -286,7 +318,7 @@ func runSequence(t *testing.T, data []byte) {
 		return
 	}
 	buffers := [...]int{2, 3, 5, 100}
-	h := &seqHarness{t: t, drop: map[uint64]bool{}}
+	h := &seqHarness{t: t, drop: map[uint64]bool{}, model: int(data[0]) / len(buffers) % numModels}
 	h.m = &seqModel{buffer: buffers[int(data[0])%len(buffers)], cache: multiset{}, index: multiset{}}
 	ops := data[1:]
 	if len(ops) > maxSeqOps {
@@ -390,7 +422,8 @@ func seqOps(buffer byte, ops ...int) []byte {
 // FuzzSequence plays random interleavings of stores, removals, clears,
 // batches lost on the wire (some with a replay reply dropped as well),
 // publisher restarts and reconnections to a new publisher against a real
-// publisher and subscriber, and checks that once the stream settles the
+// publisher and subscriber, from a pod of one group, of one MLA group, or
+// of full-attention and sliding-window groups, and checks that once the stream settles the
 // pod's index entries equal a model of the publisher's cache, or, where a
 // gap outran the replay buffer, what the protocol then implies: a clear,
 // counted, and the batches still buffered.
@@ -403,5 +436,9 @@ func FuzzSequence(f *testing.F) {
 	f.Add(seqOps(big, opStore, opStore, opRestart, opStore, opLoseStore, opStore))
 	f.Add(seqOps(1, opStore, opLoseStore, opReconnect, opStore, opRestart, opLoseOther))
 	f.Add(seqOps(2, opLoseStore, opLoseStore, opLoseDrop, opLoseDrop, opRemove, opLoseStore))
+	const mla, hybrid = 4 * modelMLA, 4 * modelHybrid
+	f.Add(seqOps(big+mla, opStore, opStore+numSeqOps, opRemove, opStore, opClear, opStore))
+	f.Add(seqOps(big+hybrid, opStore, opStore+numSeqOps, opRemove, opStore, opRemove, opStore))
+	f.Add(seqOps(small+hybrid, opStore, opLoseStore, opLoseOther, opStore, opRestart, opRemove))
 	f.Fuzz(runSequence)
 }

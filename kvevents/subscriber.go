@@ -25,6 +25,7 @@ type Subscriber struct {
 	queue   chan item
 	state   atomic.Uint32 // Verification, for Status
 	rekeyed atomic.Bool   // the pod's entries are kvrouter's hashes, for Status
+	groups  atomic.Pointer[[]Group]
 }
 
 // newSubscriber returns a subscriber that applies pod's events to idx under
@@ -40,7 +41,9 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 	if rk != nil {
 		rk.onChange = s.rekeyed.Store
 	}
-	s.applier = newApplier(idx, id, v, rk, m)
+	g := newGroups(log, pod.Name)
+	g.onChange = func(gs []Group) { s.groups.Store(&gs) }
+	s.applier = newApplier(idx, id, v, rk, g, m)
 	for r := range max(pod.DPSize, 1) {
 		state := m.rank(r)
 		s.ranks = append(s.ranks, state)
@@ -68,6 +71,14 @@ func (s *Subscriber) Verification() Verification { return Verification(s.state.L
 // Rekeyed reports whether the pod's index entries are kvrouter's own hashes
 // of its events' token ids, its own having failed verification.
 func (s *Subscriber) Rekeyed() bool { return s.rekeyed.Load() }
+
+// Groups returns the pod's KV-cache groups its events have named, by index.
+func (s *Subscriber) Groups() []Group {
+	if gs := s.groups.Load(); gs != nil {
+		return *gs
+	}
+	return nil
+}
 
 // Run follows the pod until ctx is done, then returns nil once every
 // goroutine it started has exited and every socket is closed.

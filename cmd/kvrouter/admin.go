@@ -86,6 +86,10 @@ type podReport struct {
 	Entries      int                   `json:"index_entries"`
 	Verification string                `json:"hash_verification"`
 	IndexKeys    string                `json:"index_keys"` // pod: its own hashes; rekeyed: kvrouter's of its token ids
+	// Groups are the pod's KV-cache groups its events have named (index,
+	// kind, window) and whether the index holds each: a model with
+	// sliding-window or Mamba layers matches on its full-attention group.
+	Groups []kvevents.Group `json:"kv_cache_groups"`
 	// Tokenization is how the model's requests are routed: exact, or by
 	// load and why (a missing tokenizer or chat template).
 	Tokenization string `json:"tokenization"`
@@ -143,6 +147,9 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 		}
 		if r.Events == nil {
 			r.Events = []kvevents.RankStatus{}
+		}
+		if r.Groups = st.Groups; r.Groups == nil {
+			r.Groups = []kvevents.Group{}
 		}
 		id, indexed := a.index.Pod(p.Name)
 		if indexed {

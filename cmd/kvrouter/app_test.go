@@ -72,6 +72,9 @@ func TestServeStaticPods(t *testing.T) {
 	if len(ev) != 1 || ev[0].(map[string]any)["last_seq"] != -1.0 {
 		t.Fatalf("/debug/pods events = %v, want rank 0 with nothing applied", pods[0]["events"])
 	}
+	if groups, ok := pods[0]["kv_cache_groups"].([]any); !ok || len(groups) != 0 {
+		t.Fatalf("/debug/pods kv_cache_groups = %v, want an empty list before any event", pods[0]["kv_cache_groups"])
+	}
 	var toks struct {
 		PerModel int64          `json:"prefix_cache_bytes_per_model"`
 		Cache    map[string]any `json:"prefix_cache"`

@@ -26,6 +26,7 @@ const (
 	fExtraKeys
 	fGroupIdx
 	fSpecKind
+	fWindow
 )
 
 // Positional layouts (msgspec array_like, tag first): index i of the array
@@ -34,7 +35,7 @@ const (
 var (
 	storedLayout = []field{
 		fHashes, fParent, fTokens, fBlockSize, fSkip /* lora_id */, fMedium,
-		fLoRAName, fExtraKeys, fGroupIdx, fSpecKind,
+		fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fWindow,
 	}
 	removedLayout = []field{fHashes, fMedium, fGroupIdx}
 )
@@ -60,6 +61,8 @@ func fieldByName(key []byte) field {
 		return fGroupIdx
 	case "kv_cache_spec_kind":
 		return fSpecKind
+	case "kv_cache_spec_sliding_window":
+		return fWindow
 	default:
 		return fSkip
 	}
@@ -157,6 +160,8 @@ func (d *Decoder) field(e *Event, s *span, f field) error {
 		e.LoRAName, err = d.internedStr()
 	case fSpecKind:
 		e.SpecKind, err = d.internedStr()
+	case fWindow:
+		e.SlidingWindow, err = d.smallInt("kv_cache_spec_sliding_window")
 	case fExtraKeys:
 		err = d.extraKeys(s)
 	default:

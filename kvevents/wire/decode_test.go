@@ -109,7 +109,7 @@ var decodeCases = []decodeCase{
 				[]any{11},
 				nil, tokens(0, 2), 2, nil, "GPU", "alice",
 				[]any{[]any{"alice", "salt"}},
-				1, "full_attention", nil, "future",
+				1, "sliding_window", 128, "future",
 				[]any{1, 2},
 			},
 			[]any{"BlockRemoved", []any{11, 12}, "GPU", 1, "future"},
@@ -119,7 +119,7 @@ var decodeCases = []decodeCase{
 		want: Batch{TS: 3, DPRank: 3, HasDPRank: true, Events: []Event{
 			{
 				Type: BlockStored, Hashes: []uint64{11}, Tokens: u32s(0, 2), BlockSize: 2, Medium: "GPU",
-				LoRAName: "alice", GroupIdx: 1, SpecKind: "full_attention",
+				LoRAName: "alice", GroupIdx: 1, SpecKind: "sliding_window", SlidingWindow: 128,
 				ExtraKeys: []BlockExtra{{Keys: []string{"alice", "salt"}}},
 			},
 			{Type: BlockRemoved, Hashes: []uint64{11, 12}, Medium: "GPU", GroupIdx: 1},
@@ -129,14 +129,14 @@ var decodeCases = []decodeCase{
 	{
 		name: "map outer and map events, type key last, defaults omitted",
 		payload: map[string]any{"ts": 4.0, "future": []any{1}, "data_parallel_rank": nil, "events": []any{
-			map[string]any{"block_hashes": []any{21, 22}, "token_ids": tokens(5, 2), "block_size": 1, "type": "BlockStored"},
-			map[string]any{"type": "BlockRemoved", "block_hashes": []any{21}, "medium": "CPU", "locality": "x"},
+			map[string]any{"block_hashes": []any{21, 22}, "token_ids": tokens(5, 2), "block_size": 1, "type": "BlockStored", "group_idx": 2, "kv_cache_spec_kind": "mla_attention", "kv_cache_spec_sliding_window": nil},
+			map[string]any{"type": "BlockRemoved", "block_hashes": []any{21}, "medium": "CPU", "locality": "x", "group_idx": 2},
 			map[string]any{"type": "AllBlocksCleared"},
 		}},
 		compact: true,
 		want: Batch{TS: 4, Events: []Event{
-			{Type: BlockStored, Hashes: []uint64{21, 22}, Tokens: u32s(5, 2), BlockSize: 1},
-			{Type: BlockRemoved, Hashes: []uint64{21}, Medium: "CPU"},
+			{Type: BlockStored, Hashes: []uint64{21, 22}, Tokens: u32s(5, 2), BlockSize: 1, GroupIdx: 2, SpecKind: "mla_attention"},
+			{Type: BlockRemoved, Hashes: []uint64{21}, Medium: "CPU", GroupIdx: 2},
 			{Type: AllBlocksCleared},
 		}},
 	},
@@ -254,12 +254,12 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestEventHelpers(t *testing.T) {
 	e := Event{Hashes: []uint64{1, 2}, Tokens: u32s(0, 32), BlockSize: 16}
-	if !e.TokensMatch() || !e.PrefixReuse() || e.Tier() != kvindex.TierGPU {
-		t.Errorf("helpers of %+v: TokensMatch %v PrefixReuse %v Tier %v", e, e.TokensMatch(), e.PrefixReuse(), e.Tier())
+	if !e.TokensMatch() || e.Tier() != kvindex.TierGPU {
+		t.Errorf("helpers of %+v: TokensMatch %v Tier %v", e, e.TokensMatch(), e.Tier())
 	}
-	e.Tokens, e.SpecKind, e.Medium = e.Tokens[:31], "sliding_window", "CPU"
-	if e.TokensMatch() || e.PrefixReuse() || e.Tier() != kvindex.TierCPU {
-		t.Errorf("helpers of %+v: TokensMatch %v PrefixReuse %v Tier %v", e, e.TokensMatch(), e.PrefixReuse(), e.Tier())
+	e.Tokens, e.Medium = e.Tokens[:31], "CPU"
+	if e.TokensMatch() || e.Tier() != kvindex.TierCPU {
+		t.Errorf("helpers of %+v: TokensMatch %v Tier %v", e, e.TokensMatch(), e.Tier())
 	}
 	if BlockStored.String() != "block_stored" || EventType(9).String() != "unknown" {
 		t.Errorf("EventType names: %v %v", BlockStored, EventType(9))

@@ -30,11 +30,6 @@ func (t EventType) String() string {
 	return "unknown"
 }
 
-// FullAttention is the kv_cache_spec_kind of the KV-cache groups whose blocks
-// describe prefix reuse. Events of other kinds (sliding window, Mamba) are
-// not applied to the index.
-const FullAttention = "full_attention"
-
 // Batch is one decoded event batch: vLLM publishes one per scheduler step
 // that produced events.
 type Batch struct {
@@ -79,11 +74,17 @@ type Event struct {
 	Medium string
 	// LoRAName is the LoRA adapter the blocks were computed with, "" for none.
 	LoRAName string
-	// GroupIdx is the KV-cache group of hybrid models, 0 when absent.
+	// GroupIdx is the event's KV-cache group (group_idx), 0 when absent.
+	// Models with several kinds of attention layers have one group per
+	// kind; BlockRemoved names the group but not its kind.
 	GroupIdx int
 	// SpecKind is the group's kv_cache_spec_kind ("full_attention",
-	// "sliding_window", ...); "" when absent.
+	// "mla_attention", "sliding_window", ...); "" when absent (releases
+	// before it, or BlockRemoved).
 	SpecKind string
+	// SlidingWindow is the group's kv_cache_spec_sliding_window in tokens,
+	// 0 when absent (groups other than sliding window).
+	SlidingWindow int
 	// ExtraKeys holds each block's extra hash keys when the event carried
 	// them (one per block); nil when absent.
 	ExtraKeys []BlockExtra
@@ -101,11 +102,6 @@ type BlockExtra struct {
 
 // Tier is the index tier of the event's medium.
 func (e *Event) Tier() kvindex.Tier { return kvindex.ParseTier(e.Medium) }
-
-// PrefixReuse reports whether the event describes blocks that a later
-// request can reuse as a prefix: its group kind is full attention, or not
-// given (models with one group).
-func (e *Event) PrefixReuse() bool { return e.SpecKind == "" || e.SpecKind == FullAttention }
 
 // TokensMatch reports whether Tokens holds exactly BlockSize tokens per hash.
 func (e *Event) TokensMatch() bool {
