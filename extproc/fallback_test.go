@@ -11,14 +11,14 @@ import (
 	"github.com/kvrouter/kvrouter/router"
 )
 
-// TestFallbackListServed: with router.Config.Endpoints 4 the destination
+// TestFallbackListServed: with router.Config.DestinationEndpoints 4 the destination
 // (header and envoy.lb metadata) is the pick then three fallbacks; a proxy
 // with override_host load balancing finds the pick down, serves on the next,
 // and reports it: the decision, its routing headers and its load move there.
 // An ORIGINAL_DST cluster cannot take the list: 503, why 1 is the default.
 func TestFallbackListServed(t *testing.T) {
 	cfg := router.DefaultConfig()
-	cfg.Endpoints = 4
+	cfg.DestinationEndpoints = 4
 	k := newKeeperWith(t, cfg)
 	srv, err := New(DefaultConfig(), k, slog.New(slog.DiscardHandler), nil)
 	if err != nil {

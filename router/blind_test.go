@@ -178,7 +178,7 @@ func TestStaleMetricsAfterZeroNeverStale(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.StaleMetricsAfter = -time.Second
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "stale metrics after") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "stale_metrics_after: -1s") {
 		t.Errorf("Validate of a negative StaleMetricsAfter = %v, want an error naming it", err)
 	}
 }

@@ -241,10 +241,10 @@ type Report struct {
 	Reason     Reason   `json:"reason"`
 	Tokens     int      `json:"prompt_tokens"`
 	Blocks     []string `json:"block_hashes"` // decimal, as vLLM's events print them
-	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs for the fleet's KV use (Config.KVPressure)
-	Reuse      float64  `json:"reuse_weight"` // prefills it costs more for the cached block it evicts (Config.ReuseWeight)
+	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs for the fleet's KV use (Tuning.KVPressure)
+	Reuse      float64  `json:"reuse_weight"` // prefills it costs more for the cached block it evicts (Tuning.ReuseWeight)
 	// Placement is the widened tolerance a request that places a new
-	// prefix is picked within (Config.PlacementTolerance × the share of
+	// prefix is picked within (Tuning.PlacementTolerance × the share of
 	// prompts found cached lately); 0 when the cheapest pod caches half of
 	// the prompt or more, or placement is off.
 	Placement float64 `json:"placement_tolerance"`

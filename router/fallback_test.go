@@ -10,7 +10,7 @@ import (
 // request's load and speculative entries to the fallback that served.
 func TestFallbacks(t *testing.T) {
 	tr := newTestRouter(t) // llama on a, b, c; qwen on d
-	tr.cfg.Endpoints = 3
+	tr.cfg.DestinationEndpoints = 3
 	tr.store("b", prompt, "", "") // b caches the prompt: the pick
 	d, err := tr.route("/v1/completions", completion("llama", prompt, ""))
 	if err != nil {

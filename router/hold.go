@@ -19,7 +19,7 @@ import (
 // and the fleet prefills every prompt whole.
 //
 // Past that point the router stops queueing in the pods. A pod with
-// Config.HoldPrefilling of its requests awaiting their first token takes
+// Config.QueuePrefillsPerPod of its requests awaiting their first token takes
 // no more; requests wait in the router, and each time a pod has room
 // again (a request there prefilled) it gets the waiting request that
 // finds the most of its prompt cached on it (ties: the oldest). A pod then
@@ -31,14 +31,14 @@ import (
 // their KV caches hold (fleet.Load.KVCapacity; never while a pod's is
 // unknown), and the pods' prefix caches hit less than three quarters of
 // what routing found matched (fleet.Load.MissShare against
-// fleet.Load.Reuse, holdLost):
+// fleet.Load.Reuse, queueLost):
 // the queued prompts evict what the requests were routed for. A fleet
 // merely overloaded, whose caches still hit what routing expected, keeps
 // routing at once. It closes when the queued prompts fall below half of
 // the caches, and the held requests are then routed as usual, oldest
 // first.
 //
-// A held request waits at most Config.HoldMaxWait, then is routed as if
+// A held request waits at most Config.QueueMaxWait, then is routed as if
 // nothing were held; its client going away ends its wait. Each replica
 // holds its own requests and counts its own decisions.
 
@@ -97,7 +97,7 @@ const anyPod = kvindex.InvalidPod
 // scratch sc (which the ticket then owns), when the router holds it; nil
 // when it routes now.
 func (r *Router) hold(req Request, ev evaluation, sc *scratch, start time.Time) *Ticket {
-	if r.cfg.HoldPrefilling <= 0 || ev.ns == "" || disaggregated(sc.members) {
+	if r.cfg.QueuePrefillsPerPod <= 0 || ev.ns == "" || disaggregated(sc.members) {
 		return nil
 	}
 	q := &r.held
@@ -150,19 +150,11 @@ func (q *holdQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
 // extra prompt tokens more than the router's requests routed there and
 // not yet prefilled: they reach the tokens the members' KV caches hold
 // (all known), and the members' prefix caches hit less of the prompts
-// than routing found matched (holdLost).
+// than routing found matched (queueLost).
 func opens(members []*fleet.Member, held, extra int64) bool {
 	demand, capacity, reuse, hit, ok := cachePressure(members)
-	return ok && demand+held+extra >= capacity && hit < holdLost*reuse
+	return ok && demand+held+extra >= capacity && hit < queueLost*reuse
 }
-
-// holdLost is the share of what routing found matched below which the
-// pods' prefix-cache hits open the gate: a quarter of it lost between
-// routing and admission. (At 1, a fleet merely overloaded whose hits dip
-// below the matched share for a moment, as the Mooncake replays at 3×
-// do, opened it too and waited longer for its first tokens: p90 ×1.07
-// pooled.)
-const holdLost = 0.75
 
 // staysOpen reports whether an open gate over members stays open with
 // held prompt tokens more than those queued there: they reach half of
@@ -193,11 +185,11 @@ func cachePressure(members []*fleet.Member) (demand, capacity int64, reuse, hit 
 }
 
 // room reports whether the pod m takes another request while the router
-// holds: fewer than Config.HoldPrefilling of the router's requests await
+// holds: fewer than Config.QueuePrefillsPerPod of the router's requests await
 // their first token there, those released to it included. Called with
 // q.mu.
 func (r *Router) room(m *fleet.Member) bool {
-	return m.Load.Prefilling.Load()+int64(r.held.reserved[m.ID]) < int64(r.cfg.HoldPrefilling)
+	return m.Load.Prefilling.Load()+int64(r.held.reserved[m.ID]) < int64(r.cfg.QueuePrefillsPerPod)
 }
 
 // release gives the pods with room the held requests that suit them best:
@@ -217,7 +209,7 @@ func (r *Router) releaseLocked() {
 	q := &r.held
 	for len(q.waiting) > 0 {
 		best, pod, blocks := -1, anyPod, -1
-		for i, t := range q.waiting[:min(len(q.waiting), r.cfg.HoldScan)] {
+		for i, t := range q.waiting[:min(len(q.waiting), r.cfg.Tuning.QueueScan)] {
 			if !q.gate(t.ev.ns, t.sc.members, 0) {
 				best, pod = i, anyPod
 				break
@@ -351,7 +343,7 @@ func (t *Ticket) Finish() (*Decision, error) {
 
 // wait is Route's wait for a held request.
 func (t *Ticket) wait(ctx context.Context) (*Decision, error) {
-	timer := time.NewTimer(t.r.cfg.HoldMaxWait)
+	timer := time.NewTimer(t.r.cfg.QueueMaxWait)
 	defer timer.Stop()
 	select {
 	case <-t.ready:

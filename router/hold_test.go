@@ -16,7 +16,7 @@ import (
 // lately found 90% of their prompts matched when routed, and none cached
 // when admitted (no prefix-cache hits in their metrics), and routes two
 // prompts of 40 tokens to each: 160 tokens queued on caches of 200, and
-// each pod at Config.HoldPrefilling (2) requests awaiting their first
+// each pod at Config.QueuePrefillsPerPod (2) requests awaiting their first
 // token. It returns the decisions, a's first.
 func holdFleet(t *testing.T, tr *testRouter) []*Decision {
 	t.Helper()
@@ -223,7 +223,7 @@ func TestRouteWaitsForRoom(t *testing.T) {
 	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("canceled")); n != 1 {
 		t.Fatalf("holds_total{canceled} = %v, want 1", n)
 	}
-	tr.cfg.HoldMaxWait = 20 * time.Millisecond
+	tr.cfg.QueueMaxWait = 20 * time.Millisecond
 	late := make(chan *Decision, 1)
 	go func() {
 		d, err := tr.Route(context.Background(), Request{ID: "late", Path: "/v1/completions", Body: []byte(completion("llama", "late, and forty tokens long, or a little more", "")), Subset: subset})

@@ -21,13 +21,13 @@ import (
 // group where it thrashes.
 //
 // So each prefix gets a home pod, and no pod homes prefixes beyond
-// Config.HomeFill of its KV cache (fleet.Load.KVCapacity; nothing is homed
+// Tuning.HomeFill of its KV cache (fleet.Load.KVCapacity; nothing is homed
 // on a pod whose capacity is unknown). A prefix is keyed by its first
 // block, per model; its footprint is the distinct prompt tokens seen under
 // it (the shared blocks once, then each new tail; home.grow).
 //
 // A request goes home unless the home costs more than another pod by
-// Config.HomeHold times that pod's prefill: a pod with room for the prefix
+// Tuning.HomeMargin times that pod's prefill: a pod with room for the prefix
 // priced as scored, one without as a cold prefill of the whole prompt (a
 // copy there ages out, but first evicts that pod's homes). The copy a
 // request routed away leaves is not followed.
@@ -56,7 +56,7 @@ import (
 // Replicas whose index shares their homes (homeshare.go) count one
 // another's requests as their own: they route to the same homes.
 //
-// A prefix unseen for Config.HomeIdle leaves the table, and its footprint
+// A prefix unseen for Tuning.HomeIdle leaves the table, and its footprint
 // its home's, unless its home still holds its first block (per the index's
 // view of the pod's events; homeTable.holds) and the home's prefixes are
 // within its bound with it: then it stays another HomeIdle, and is looked
@@ -70,7 +70,7 @@ import (
 // answered its prompts (the fleet simulator's llm-d 73% run, light stages:
 // 40 of 3,366 requests went home and missed a question another pod held).
 // Requests fade from its share of the traffic over HomeIdle. The table
-// holds at most Config.HomeTable prefixes.
+// holds at most Tuning.HomeTable prefixes.
 
 // homeKey names a prefix: its model's index namespace and first block.
 type homeKey struct {
@@ -92,13 +92,13 @@ type home struct {
 	// prompt's distinct tail (grow).
 	marks map[uint64]struct{}
 	seen  int64 // unix nanoseconds of its last request
-	// held is when the table last found it unseen for Config.HomeIdle and
+	// held is when the table last found it unseen for Tuning.HomeIdle and
 	// kept it, its home still holding its first block (unix nanoseconds);
 	// dozing: kept so and not seen since, its footprint out of its home's
 	// and out of the active total (doze).
 	held   int64
 	dozing bool
-	// rate is its requests, each fading with age over Config.HomeIdle;
+	// rate is its requests, each fading with age over Tuning.HomeIdle;
 	// requests counts them all.
 	rate     float64
 	requests int
@@ -171,14 +171,14 @@ func newHomeTable(reg prometheus.Registerer, now func() time.Time) (*homeTable, 
 	t := &homeTable{keys: map[homeKey]*home{}, homed: map[kvindex.PodID]int64{}, markBudget: homeMarkBudget}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "home_decisions_total",
-		Help: "Decisions by what the prefix's home did (routing.home_hold): home (routed to it), placed (a new prefix homed there), moved (its home's prefixes outgrew its KV cache: homed elsewhere), away (the home cost too much, or is not a candidate of the request), nowhere (it fits on no pod), first (its first request), shared (it carries more than a pod's share of the requests), full (the recurring prefixes need more than the caches), others (the pods run more requests than this replica sent them); all but the first three routed by cost.",
+		Help: "Decisions by what the prefix's home did (routing.homes): home (routed to it), placed (a new prefix homed there), moved (its home's prefixes outgrew its KV cache: homed elsewhere), away (the home cost too much, or is not a candidate of the request), nowhere (it fits on no pod), first (its first request), shared (it carries more than a pod's share of the requests), full (the recurring prefixes need more than the caches), others (the pods run more requests than this replica sent them); all but the first three routed by cost.",
 	}, []string{"result"})
 	for i, n := range homeResultNames {
 		t.met[i] = vec.WithLabelValues(n)
 	}
 	t.homes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "homed_prefixes",
-		Help: "Prefixes the router keeps a home pod for (routing.home_hold).",
+		Help: "Prefixes the router keeps a home pod for (routing.homes).",
 	})
 	t.shared = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "homes_shared",
@@ -288,7 +288,7 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 	// What another pod would cost: as scored where the prefix fits, and
 	// a cold prefill where it does not (a copy there evicts that pod's
 	// homes, which is what the per-request cost cannot see). The home may
-	// cost more by Config.HomeHold times that pod's prefill, not its
+	// cost more by Tuning.HomeMargin times that pod's prefill, not its
 	// queue: a fleet whose queues are long moves sooner.
 	limit := math.Inf(1)
 	for i, s := range scores {
@@ -299,9 +299,9 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 		if t.homed[members[i].ID]+h.tokens <= r.fill(members[i].Load) {
 			c = s.Cost
 		}
-		limit = min(limit, c+r.cfg.HomeHold*(c-s.Queue))
+		limit = min(limit, c+r.cfg.Tuning.HomeMargin*(c-s.Queue))
 	}
-	limit += r.cfg.ToleranceSeconds
+	limit += r.cfg.Tuning.ToleranceSeconds
 	switch {
 	case result == homeAtHome && scores[at].Cost > limit:
 		t.met[homeAway].Inc()
@@ -327,12 +327,12 @@ func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, m
 func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Config) *home {
 	h := t.keys[k]
 	if h == nil {
-		h = t.add(k, now, cfg.HomeTable)
+		h = t.add(k, now, cfg.Tuning.HomeTable)
 	} else {
 		t.wake(h)
 		t.lru.MoveToFront(h.elem)
 	}
-	tau := float64(cfg.HomeIdle)
+	tau := float64(cfg.Tuning.HomeIdle)
 	h.rate = h.rate*math.Exp(-float64(now-h.seen)/tau) + 1
 	t.rate = t.rate*math.Exp(-float64(now-t.rateAt)/tau) + 1
 	t.rateAt = now
@@ -379,11 +379,6 @@ func (t *homeTable) footprint(h *home) int64 {
 	return grow
 }
 
-// othersSlack is how many requests the pods may run beyond 1.5 times
-// those this replica has in flight there (the scrapes lag its decisions)
-// before homes take others for routing there too.
-const othersSlack = 4
-
 // moveAt is how far the homes of a pod that may hold fill may grow before
 // a prefix moves off it: fill itself, and sharedMoveSlack more while the
 // homes are shared (now is unix nanoseconds). Two replicas that place
@@ -397,9 +392,6 @@ func (t *homeTable) moveAt(fill, now int64) int64 {
 	}
 	return fill
 }
-
-// sharedMoveSlack is moveAt's allowance while the homes are shared.
-const sharedMoveSlack = 0.1
 
 // homeStride is how many blocks apart a prefix's marks are.
 const homeStride = 16
@@ -455,10 +447,10 @@ func (h *home) grow(n int, sig []uint64) int {
 }
 
 // fill is the prompt tokens the homes of the pod whose load is l may
-// hold: Config.HomeFill of its KV cache; nothing while its capacity is
+// hold: Tuning.HomeFill of its KV cache; nothing while its capacity is
 // unknown.
 func (r *Router) fill(l *fleet.Load) int64 {
-	return int64(r.cfg.HomeFill * float64(l.KVCapacity.Load()))
+	return int64(r.cfg.Tuning.HomeFill * float64(l.KVCapacity.Load()))
 }
 
 // add enters a new prefix, homeless, dropping the least recently seen when
@@ -473,13 +465,13 @@ func (t *homeTable) add(k homeKey, now int64, limit int) *home {
 	return h
 }
 
-// expireHomes drops the prefixes unseen for Config.HomeIdle at now (unix
+// expireHomes drops the prefixes unseen for Tuning.HomeIdle at now (unix
 // nanoseconds), but for those whose home still holds their first block
 // and homes no more than it may fill: they are held another HomeIdle. The
 // caller holds the table's lock.
 func (r *Router) expireHomes(now int64) {
 	t := r.homes
-	cutoff := now - int64(r.cfg.HomeIdle)
+	cutoff := now - int64(r.cfg.Tuning.HomeIdle)
 	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
 		h := e.Value.(*home)
 		if max(h.seen, h.held) >= cutoff {
@@ -581,7 +573,7 @@ type HomeReport struct {
 	// Requests are the requests seen under it since it entered the table.
 	Requests int `json:"requests"`
 	// PodTokens and PodFill are the footprints its home homes and what
-	// they may fill (Config.HomeFill of the pod's KV cache).
+	// they may fill (Tuning.HomeFill of the pod's KV cache).
 	PodTokens int64 `json:"pod_homed_tokens"`
 	PodFill   int64 `json:"pod_fill_tokens"`
 }
@@ -606,7 +598,7 @@ func (r *Router) homeReport(ns string, block uint64, members []*fleet.Member) *H
 }
 
 // Homed is the footprints of the prefixes homed on pod, whose load is l,
-// and what they may fill (Config.HomeFill of its KV cache): 0 and 0 with
+// and what they may fill (Tuning.HomeFill of its KV cache): 0 and 0 with
 // homes off.
 func (r *Router) Homed(pod kvindex.PodID, l *fleet.Load) (homed, fill int64) {
 	t := r.homes

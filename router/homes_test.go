@@ -17,7 +17,7 @@ import (
 func homesRouter(t testing.TB, capacity int64) *testRouter {
 	t.Helper()
 	tr := newTestRouter(t)
-	tr.cfg.HoldPrefilling = 0
+	tr.cfg.QueuePrefillsPerPod = 0
 	for _, p := range []string{"a", "b", "c"} {
 		tr.fleet.Load(p).KVCapacity.Store(capacity)
 	}
@@ -234,9 +234,9 @@ func TestHomeGrowCountsDistinctTails(t *testing.T) {
 // the least recently seen leaves.
 func TestHomesExpireAndAreBounded(t *testing.T) {
 	tr := homesRouter(t, 100000)
-	tr.cfg.HomeTable = 2
+	tr.cfg.Tuning.HomeTable = 2
 	tr.twice(group(1, 400))
-	tr.advance(tr.cfg.HomeIdle + time.Second)
+	tr.advance(tr.cfg.Tuning.HomeIdle + time.Second)
 	tr.twice(group(2, 400))
 	if n := len(tr.homes.keys); n != 1 {
 		t.Fatalf("%d prefixes after one idled out, want 1", n)
@@ -272,7 +272,7 @@ func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 	home := tr.twice(p1)
 	tr.store(home, p1, "", "")
 	idle := func() { // a home_idle passes; another prefix's request looks
-		tr.advance(tr.cfg.HomeIdle + time.Second)
+		tr.advance(tr.cfg.Tuning.HomeIdle + time.Second)
 		tr.send(p3)
 	}
 	idle()
@@ -381,12 +381,12 @@ func TestASharedPrefixHasNoHome(t *testing.T) {
 	}
 }
 
-// TestHomesOff: home_hold 0 keeps no table, and needs no other home
-// setting; on, they must be sane.
+// TestHomesOff: homes off keep no table; the homes' tuning must be sane
+// either way.
 func TestHomesOff(t *testing.T) {
 	tr := newTestRouter(t)
 	cfg := DefaultConfig()
-	cfg.HomeHold, cfg.HomeFill, cfg.HomeIdle, cfg.HomeTable = 0, 0, 0, 0
+	cfg.Homes = false
 	r, err := New(cfg, tr.fleet, tr.index, tr.hasher, byteTokens{}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatalf("homes off: %v", err)
@@ -394,9 +394,9 @@ func TestHomesOff(t *testing.T) {
 	if r.homes != nil {
 		t.Fatal("homes off keep a table")
 	}
-	cfg.HomeHold = 1
+	cfg.Tuning.HomeFill = 0
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "home fill") {
-		t.Fatalf("homes on with fill 0: err %v, want the home fill refused", err)
+		t.Fatalf("home fill 0: err %v, want the home fill refused", err)
 	}
 }
 

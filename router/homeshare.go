@@ -46,7 +46,7 @@ func (r *Router) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]k
 		if h.elem == nil || h.pod == kvindex.InvalidPod {
 			continue // left the table, or lost its home, meanwhile
 		}
-		dst = append(dst, kvindex.Home{Namespace: h.key.ns, Block: h.key.block, Pod: h.pod, Tokens: h.tokens, Until: h.seen + int64(r.cfg.HomeIdle)})
+		dst = append(dst, kvindex.Home{Namespace: h.key.ns, Block: h.key.block, Pod: h.pod, Tokens: h.tokens, Until: h.seen + int64(r.cfg.Tuning.HomeIdle)})
 	}
 	clear(t.changed)
 	t.changed = t.changed[:0]
@@ -81,7 +81,7 @@ func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
 	k := homeKey{s.Namespace, s.Block}
 	h := t.keys[k]
 	if h == nil {
-		h = t.add(k, now, cfg.HomeTable)
+		h = t.add(k, now, cfg.Tuning.HomeTable)
 	}
 	t.wake(h)
 	// The prompt was a request another replica saw: a prefix seen once
@@ -142,7 +142,7 @@ func (t *homeTable) adoptHomes(homes []kvindex.Home, inFleet map[kvindex.PodID]b
 		k := homeKey{s.Namespace, s.Block}
 		h := t.keys[k]
 		if h == nil {
-			h = t.add(k, now, cfg.HomeTable)
+			h = t.add(k, now, cfg.Tuning.HomeTable)
 		}
 		t.wake(h)
 		h.remote = max(h.remote, s.Tokens)

@@ -64,11 +64,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "held_requests",
-			Help: "Requests waiting in the router's queue for a pod with room (routing.hold_prefilling).",
+			Help: "Requests waiting in the router's queue for a pod with room (routing.queue_prefills_per_pod).",
 		}),
 		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "holds_total",
-			Help: "Requests that waited in the router's queue, by how the wait ended: released (a pod had room, or the queue's gate closed), expired (routing.hold_max_wait), canceled (the client went away).",
+			Help: "Requests that waited in the router's queue, by how the wait ended: released (a pod had room, or the queue's gate closed), expired (routing.queue_max_wait), canceled (the client went away).",
 		}, []string{"result"}),
 		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "hold_seconds",

@@ -22,7 +22,7 @@ type prefillHop struct {
 // disaggregated reports whether members mix prefill pods with pods that
 // can be a destination (decode pods, or pods of both roles): then a
 // request's destination is one of the latter, and a prefill pod computes
-// its prompt when the destination lacks enough of it (Config.PDThreshold).
+// its prompt when the destination lacks enough of it (Config.PDThresholdTokens).
 // A model served by prefill pods alone is routed among them as a whole.
 func disaggregated(members []*fleet.Member) bool {
 	prefill, dest := false, false
@@ -47,13 +47,13 @@ func isPrefill(sc *scratch) func(int) bool {
 }
 
 // addPrefillHop gives d, whose destination is candidate i, a prefill pod
-// when the destination lacks at least Config.PDThreshold of the prompt's
+// when the destination lacks at least Config.PDThresholdTokens of the prompt's
 // tokens: the prefill candidate of the lowest cost for the uncached prompt
 // (its own cache counted). The prefill pod then takes the prefill work and
 // the speculative entries too (it computes the blocks; the destination
 // receives them); the destination's own prefill charge is dropped.
 func (r *Router) addPrefillHop(d *Decision, i int, sc *scratch) {
-	if sc.scores[i].uncached < r.cfg.PDThreshold || sc.scores[i].uncached == 0 {
+	if sc.scores[i].uncached < r.cfg.PDThresholdTokens || sc.scores[i].uncached == 0 {
 		return
 	}
 	j := r.pick(sc.scores, isPrefill(sc))

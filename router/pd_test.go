@@ -15,7 +15,7 @@ import (
 // pods alone is routed among them as a whole.
 func TestRoutePrefillDecode(t *testing.T) {
 	tr := newTestRouter(t)
-	tr.cfg.PDThreshold, tr.cfg.Endpoints = 8, 4
+	tr.cfg.PDThresholdTokens, tr.cfg.DestinationEndpoints = 8, 4
 	for _, p := range []pod.Pod{
 		{Name: "p1", IP: "10.0.1.1", Port: 8000, Model: "pd", Role: pod.RolePrefill, Ready: true},
 		{Name: "p2", IP: "10.0.1.2", Port: 8000, Model: "pd", Role: pod.RolePrefill, Ready: true},

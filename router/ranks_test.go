@@ -15,7 +15,7 @@ import (
 // pick, no rank of a server of several.
 func TestRouteDPRanks(t *testing.T) {
 	tr := newTestRouter(t)
-	tr.cfg.Endpoints = 4
+	tr.cfg.DestinationEndpoints = 4
 	for _, p := range []pod.Pod{
 		{Name: "e", IP: "10.0.0.5", Port: 8000, Model: "dp", DPSize: 4, Ready: true},
 		{Name: "f", IP: "10.0.0.6", Port: 8000, Model: "dp", DPSize: 4, Ready: true},

@@ -50,7 +50,7 @@ const (
 	ReasonLoad   Reason = "load"   // nothing cached anywhere useful: picked by load
 	// ReasonPlacement: a prompt the cheapest pod lacks more than half of
 	// places a new prefix on the least used KV cache among the pods near
-	// the cheapest (Config.PlacementTolerance).
+	// the cheapest (Tuning.PlacementTolerance).
 	ReasonPlacement   Reason = "placement"
 	ReasonNoTokenizer Reason = "no-tokenizer" // the model has no tokenizer: picked by load
 	// ReasonTokenizerPending: the model's tokenizer is being downloaded:
@@ -151,7 +151,7 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	if err := register(reg, speedCollector{r}); err != nil {
 		return nil, err
 	}
-	if cfg.HomeHold > 0 {
+	if cfg.Homes {
 		if r.homes, err = newHomeTable(reg, r.now); err != nil {
 			return nil, err
 		}
@@ -195,10 +195,10 @@ type Decision struct {
 	Elapsed time.Duration // the decision's own time, without Held
 	Stages  Stages        // where Elapsed went
 	// Held is how long the request waited in the router's queue
-	// (Config.HoldPrefilling); 0 when it was not held.
+	// (Config.QueuePrefillsPerPod); 0 when it was not held.
 	Held time.Duration
 	// Fallbacks are the next best endpoints, in order, when
-	// Config.Endpoints > 1: the proxy tries them if Address fails, and
+	// Config.DestinationEndpoints > 1: the proxy tries them if Address fails, and
 	// Served moves the decision to the one that served.
 	Fallbacks []string
 	alts      []alternate
@@ -317,7 +317,7 @@ type scratch struct {
 // speculative index entries for the prompt's blocks. A request the router
 // refuses gives an *Error. While the router holds requests (hold.go) it
 // waits until a pod has room, ctx is done (its error is returned) or
-// Config.HoldMaxWait has passed.
+// Config.QueueMaxWait has passed.
 func (r *Router) Route(ctx context.Context, req Request) (*Decision, error) {
 	d, t, err := r.Begin(req)
 	if t == nil {
@@ -396,7 +396,7 @@ func (r *Router) decide(req Request, ev evaluation, sc *scratch, ok func(int) bo
 	if pd {
 		r.addPrefillHop(d, i, sc)
 	}
-	if r.cfg.Endpoints > 1 {
+	if r.cfg.DestinationEndpoints > 1 {
 		r.fallbacks(d, i, sc)
 	}
 	m.Load.InFlight.Add(1)
@@ -522,7 +522,7 @@ func (r *Router) settle(l *fleet.Load, pod kvindex.PodID, b *hashBuf) {
 func (r *Router) observe(d *Decision) {
 	r.metrics.decided(d)
 	level := slog.LevelInfo
-	if d.Elapsed > r.cfg.SlowDecision {
+	if d.Elapsed > r.cfg.Tuning.SlowDecision {
 		level = slog.LevelWarn
 	}
 	ctx := context.Background()
@@ -547,7 +547,7 @@ func (r *Router) observe(d *Decision) {
 }
 
 // fallbacks names the next best candidates after the pick (index pick), by
-// cost, up to Config.Endpoints in all. The request keeps the pick's
+// cost, up to Config.DestinationEndpoints in all. The request keeps the pick's
 // X-data-parallel-rank (or its absence) wherever it goes, so a candidate
 // qualifies only where that header sends it to the candidate itself: the
 // same rank on another server, or, for rank 0, a server of one rank (and
@@ -563,7 +563,7 @@ func (r *Router) fallbacks(d *Decision, pick int, sc *scratch) {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(sc.scores[a].Cost, sc.scores[b].Cost) })
-	if n := r.cfg.Endpoints - 1; len(order) > n {
+	if n := r.cfg.DestinationEndpoints - 1; len(order) > n {
 		order = order[:n]
 	}
 	d.Fallbacks = make([]string, len(order))

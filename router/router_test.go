@@ -493,7 +493,7 @@ func TestQueueCostsFromScrapedLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range rep.Pods {
-		if s.Pod == "a" && s.Queue < 7*DefaultConfig().WaitingSecondsPerRequest {
+		if s.Pod == "a" && s.Queue < 7*DefaultConfig().Tuning.WaitingSecondsPerRequest {
 			t.Fatalf("pod a queue cost = %v, want at least 7 waiting requests' worth", s.Queue)
 		}
 	}

@@ -24,7 +24,7 @@ type Score struct {
 	Prefill  float64 `json:"prefill_seconds"`
 	Cost     float64 `json:"cost_seconds"` // Queue + Prefill × (KV pressure + reuse weight + requests queued on the pod)
 	// KVUsage is the pod's KV cache use as last scraped (a fraction),
-	// which places a new prefix (Config.PlacementTolerance).
+	// which places a new prefix (Tuning.PlacementTolerance).
 	KVUsage float64 `json:"kv_cache_usage"`
 	// Speed is the pod's prefill speed Prefill and Queue were priced at:
 	// tokens per second at no context, learned from its metrics
@@ -52,9 +52,9 @@ type Tiers struct {
 // load a miss costs the pod its whole queue again, so requests stay with
 // the pod caching their prefix instead of spreading misses that thrash
 // every cache and cut the fleet's throughput. The prefill counts more as
-// the fleet's KV caches fill (Config.KVPressure): new blocks then evict
+// the fleet's KV caches fill (Tuning.KVPressure): new blocks then evict
 // cached prefixes or wait for running requests to end; and as the workload
-// reuses what the caches hold (Config.ReuseWeight): the prefixes a new
+// reuses what the caches hold (Tuning.ReuseWeight): the prefixes a new
 // block evicts will be prefilled again.
 //
 // peers, by member (empty without a LoadSharer), is the prefill other
@@ -63,7 +63,7 @@ type Tiers struct {
 func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, hashes []uint64, tokens int, pressure float64, now int64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
-	whole := float64(tokens) * (1 + float64(tokens)/2*r.cfg.PrefillAttentionPerToken)
+	whole := float64(tokens) * (1 + float64(tokens)/2*r.cfg.Tuning.PrefillAttentionPerToken)
 	for i, m := range ms {
 		mem := members[i]
 		spt := r.PrefillSecondsPerToken(mem.Load)
@@ -83,10 +83,10 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 			if kvindex.Tier(t) == kvindex.TierGPU {
 				n -= gpuLost
 			}
-			saved += float64(n) * bs * r.cfg.TierWeights[t]
+			saved += float64(n) * bs * r.cfg.Tuning.TierWeights[t]
 		}
 		uncached := max(float64(tokens)-saved, 0)
-		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.PrefillAttentionPerToken)
+		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.Tuning.PrefillAttentionPerToken)
 		queue, behind := r.queue(mem.Load, peer, spt, now)
 		prefill := work * spt
 		out = append(out, Score{
@@ -134,30 +134,25 @@ func expiring(l *fleet.Load, peer kvindex.PodLoad, m kvindex.PodMatch, hashes []
 
 // PrefillSecondsPerToken is the prefill cost of one token at no context
 // the router prices on the pod whose load is l: what its metrics taught
-// (Config.LearnSpeeds), or Config.PrefillSecondsPerToken.
+// (Config.LearnPrefillSpeeds), or Config.PrefillTokensPerSecond.
 func (r *Router) PrefillSecondsPerToken(l *fleet.Load) float64 {
-	if !r.cfg.LearnSpeeds {
-		return r.cfg.PrefillSecondsPerToken
+	if !r.cfg.LearnPrefillSpeeds {
+		return r.cfg.secondsPerToken()
 	}
-	return l.PrefillSecondsPerToken(r.cfg.PrefillSecondsPerToken, r.cfg.PrefillAttentionPerToken)
+	return l.PrefillSecondsPerToken(r.cfg.secondsPerToken(), r.cfg.Tuning.PrefillAttentionPerToken)
 }
 
 // LearnedSeconds is the prefill time the pod's speed was learned from
-// (fleet.Speed.Busy); 0 while nothing is, or with Config.LearnSpeeds off.
+// (fleet.Speed.Busy); 0 while nothing is, or with Config.LearnPrefillSpeeds off.
 func (r *Router) LearnedSeconds(l *fleet.Load) float64 {
-	if s := l.Speed(); s != nil && r.cfg.LearnSpeeds {
+	if s := l.Speed(); s != nil && r.cfg.LearnPrefillSpeeds {
 		return s.Busy
 	}
 	return 0
 }
 
-// MaxKVUsage bounds the KV usage the pressure term reads, so that it stays
-// finite and a queue can still outweigh it: at 0.9 an uncached token costs
-// at most 1 + 9 × Config.KVPressure prefills.
-const MaxKVUsage = 0.9
-
 // KVPressure is how many prefills an uncached prompt token costs with
-// weight Config.KVPressure on pods whose mean KV usage is u (a fraction):
+// weight Tuning.KVPressure on pods whose mean KV usage is u (a fraction):
 // 1 + weight × u/(1−u), u at most MaxKVUsage.
 func KVPressure(weight, u float64) float64 {
 	u = min(max(u, 0), MaxKVUsage)
@@ -166,8 +161,8 @@ func KVPressure(weight, u float64) float64 {
 
 // weights is what an uncached prompt token costs on the candidates, in
 // prefills, beyond its own: pressure is KVPressure on their mean scraped
-// KV usage (Config.KVPressure; 1 when off), reuse the recomputation of the
-// cached block it evicts, Config.ReuseWeight times the mean of their
+// KV usage (Tuning.KVPressure; 1 when off), reuse the recomputation of the
+// cached block it evicts, Tuning.ReuseWeight times the mean of their
 // fleet.Load.Reuse (the share of a prompt their caches held over recent
 // requests). A new block pushes the least recently used one out of a full
 // cache, and a workload that reuses what is cached will prefill that block
@@ -175,10 +170,10 @@ func KVPressure(weight, u float64) float64 {
 // nothing and pods are picked by load; where they do (shared system
 // prompts, multi-turn chats), a copy of a prefix on a second pod is priced
 // with the prefixes it displaces. share is that mean itself, which
-// Config.PlacementTolerance reads. One pass over the candidates reads all.
+// Tuning.PlacementTolerance reads. One pass over the candidates reads all.
 func (r *Router) weights(members []*fleet.Member) (pressure, reuse, share float64) {
 	pressure = 1
-	if len(members) == 0 || (r.cfg.KVPressure == 0 && r.cfg.ReuseWeight == 0 && r.cfg.PlacementTolerance == 0) {
+	if len(members) == 0 || (r.cfg.Tuning.KVPressure == 0 && r.cfg.Tuning.ReuseWeight == 0 && r.cfg.Tuning.PlacementTolerance == 0) {
 		return pressure, 0, 0
 	}
 	var permille int64
@@ -188,15 +183,11 @@ func (r *Router) weights(members []*fleet.Member) (pressure, reuse, share float6
 		sum += m.Load.Reuse()
 	}
 	n := float64(len(members))
-	if r.cfg.KVPressure != 0 {
-		pressure = KVPressure(r.cfg.KVPressure, float64(permille)/1000/n)
+	if r.cfg.Tuning.KVPressure != 0 {
+		pressure = KVPressure(r.cfg.Tuning.KVPressure, float64(permille)/1000/n)
 	}
-	return pressure, r.cfg.ReuseWeight * sum / n, sum / n
+	return pressure, r.cfg.Tuning.ReuseWeight * sum / n, sum / n
 }
-
-// ReuseWindow is the requests a pod's reuse mean (fleet.Load.Reuse) spans,
-// about.
-const ReuseWindow = 256
 
 // bestShare is the share of the prompt's blocks the best candidate of
 // scores caches (or soon will), which a decision folds into the chosen
@@ -245,14 +236,14 @@ func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int
 	if mine := l.Prefilling.Load(); mine > 0 && own > 0 && peer.Prefilling == 0 {
 		head := own / float64(mine)
 		done := float64(now-l.PrefillSince.Load()) / 1e9
-		done *= head / (head + float64(l.Running.Load())*r.cfg.RunningSecondsPerRequest)
+		done *= head / (head + float64(l.Running.Load())*r.cfg.Tuning.RunningSecondsPerRequest)
 		own -= min(max(done, 0), head)
 	}
 	own += float64(peer.PrefillTokens) * spt
 	n := l.Prefilling.Load() + peer.Prefilling
 	foreign := max(l.Waiting.Load()-n, 0)
-	each := (own + r.cfg.WaitingSecondsPerRequest) / float64(n+1)
-	seconds = own + float64(foreign)*each + float64(l.Running.Load()+n+foreign)*r.cfg.RunningSecondsPerRequest
+	each := (own + r.cfg.Tuning.WaitingSecondsPerRequest) / float64(n+1)
+	seconds = own + float64(foreign)*each + float64(l.Running.Load()+n+foreign)*r.cfg.Tuning.RunningSecondsPerRequest
 	return seconds, float64(n + foreign)
 }
 
@@ -275,7 +266,7 @@ func (r *Router) choose(scores []Score, ok func(int) bool, tokens int, share flo
 	if !placed {
 		tol = r.cfg.Tolerance
 	}
-	limit := scores[best].Cost*(1+tol) + r.cfg.ToleranceSeconds
+	limit := scores[best].Cost*(1+tol) + r.cfg.Tuning.ToleranceSeconds
 	intN := r.intN()
 	n, chosen := 0, -1
 	for i, s := range scores {
@@ -296,12 +287,12 @@ func (r *Router) choose(scores []Score, ok func(int) bool, tokens int, share flo
 	return chosen, placed
 }
 
-// placement is the widened tolerance (Config.PlacementTolerance × share)
+// placement is the widened tolerance (Tuning.PlacementTolerance × share)
 // a request of tokens prompt tokens whose cheapest of n candidates scores
 // best places a new prefix within; 0 when that pod caches half of the
 // prompt or more, or placement is off.
 func (r *Router) placement(best Score, tokens int, share float64, n int) float64 {
-	tol := r.cfg.PlacementTolerance * share
+	tol := r.cfg.Tuning.PlacementTolerance * share
 	if tol <= 0 || n < 2 || best.uncached*2 <= tokens {
 		return 0
 	}

@@ -110,7 +110,7 @@ func TestQueueCountsOwnRequestsByWork(t *testing.T) {
 		return 0
 	}
 	tr.loads(map[string]int64{"a": 10}, map[string]int64{"a": 4}, 0)
-	want := 10*cfg.WaitingSecondsPerRequest + (4+10)*cfg.RunningSecondsPerRequest
+	want := 10*cfg.Tuning.WaitingSecondsPerRequest + (4+10)*cfg.Tuning.RunningSecondsPerRequest
 	if got := queueOf("a"); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("queue of a with 10 foreign waiting, 4 running = %v, want %v", got, want)
 	}
@@ -120,8 +120,8 @@ func TestQueueCountsOwnRequestsByWork(t *testing.T) {
 		}
 	}
 	tr.fleet.Load("a").Waiting.Store(12) // the scrape sees the router's 2 and the 10 others
-	own := 60 * cfg.PrefillSecondsPerToken
-	want = own + 10*(own+cfg.WaitingSecondsPerRequest)/3 + (4+12)*cfg.RunningSecondsPerRequest
+	own := 60 * cfg.secondsPerToken()
+	want = own + 10*(own+cfg.Tuning.WaitingSecondsPerRequest)/3 + (4+12)*cfg.Tuning.RunningSecondsPerRequest
 	if got := queueOf("a"); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("queue of a with 2 own requests of 30 tokens, 10 foreign waiting, 4 running = %v, want %v", got, want)
 	}
@@ -142,22 +142,22 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 		}
 		ds = append(ds, d)
 	}
-	each := 30 * cfg.PrefillSecondsPerToken // 3 ms
+	each := 30 * cfg.secondsPerToken() // 3 ms
 	for _, step := range []struct {
 		name    string
 		advance time.Duration
 		prefill int // requests prefilled first
 		want    float64
 	}{
-		{"just routed", 0, 0, 2*each + 2*cfg.RunningSecondsPerRequest},
-		{"the first 2 ms in", 2 * time.Millisecond, 0, 2*each - 0.002 + 2*cfg.RunningSecondsPerRequest},
-		{"past the first's share", 10 * time.Millisecond, 0, each + 2*cfg.RunningSecondsPerRequest},
-		{"the first prefilled: the second begins", 0, 1, each + cfg.RunningSecondsPerRequest},
-		{"the second 1 ms in", time.Millisecond, 0, each - 0.001 + cfg.RunningSecondsPerRequest},
+		{"just routed", 0, 0, 2*each + 2*cfg.Tuning.RunningSecondsPerRequest},
+		{"the first 2 ms in", 2 * time.Millisecond, 0, 2*each - 0.002 + 2*cfg.Tuning.RunningSecondsPerRequest},
+		{"past the first's share", 10 * time.Millisecond, 0, each + 2*cfg.Tuning.RunningSecondsPerRequest},
+		{"the first prefilled: the second begins", 0, 1, each + cfg.Tuning.RunningSecondsPerRequest},
+		{"the second 1 ms in", time.Millisecond, 0, each - 0.001 + cfg.Tuning.RunningSecondsPerRequest},
 		// 12 requests decoding there: the second's 3 ms of prefill shares
 		// the pod's steps with their 24 ms, so of the 3.7 ms since it
 		// began, a ninth went to it.
-		{"2.7 ms more beside 12 running", 2700 * time.Microsecond, 0, each - 0.0037/9 + 13*cfg.RunningSecondsPerRequest},
+		{"2.7 ms more beside 12 running", 2700 * time.Microsecond, 0, each - 0.0037/9 + 13*cfg.Tuning.RunningSecondsPerRequest},
 	} {
 		if step.name == "2.7 ms more beside 12 running" {
 			tr.fleet.Load("a").Running.Store(12)
@@ -174,8 +174,8 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 	// Another replica's prefill in flight there too: the router cannot
 	// tell when the pod began its own, and counts it whole.
 	peer := kvindex.PodLoad{PrefillTokens: 20, Prefilling: 1}
-	want := 50*cfg.PrefillSecondsPerToken + (12+2)*cfg.RunningSecondsPerRequest
-	if got, _ := tr.queue(tr.fleet.Load("a"), peer, cfg.PrefillSecondsPerToken, tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
+	want := 50*cfg.secondsPerToken() + (12+2)*cfg.Tuning.RunningSecondsPerRequest
+	if got, _ := tr.queue(tr.fleet.Load("a"), peer, cfg.secondsPerToken(), tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("with another replica's request there: queue of a = %v, want %v", got, want)
 	}
 }
@@ -183,7 +183,7 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 // TestFullFleetKeepsRequestsOnTheirPrefix: a caches a prefix and has three
 // misses queued. With the fleet's KV caches empty the next request of the
 // prefix prefills it again on an idle pod; with them 80% full that copy
-// costs five prefills (Config.KVPressure) and the request waits on a.
+// costs five prefills (Tuning.KVPressure) and the request waits on a.
 func TestFullFleetKeepsRequestsOnTheirPrefix(t *testing.T) {
 	system := strings.Repeat("Summarize the ticket. ", 91)[:2000] // 500 blocks of 4
 	for _, tt := range []struct {
@@ -233,7 +233,7 @@ func TestKVPressure(t *testing.T) {
 		{0, []int64{1000, 1000, 1000}, 1},
 	} {
 		cfg := DefaultConfig()
-		cfg.KVPressure = tt.weight
+		cfg.Tuning.KVPressure = tt.weight
 		r := &Router{cfg: cfg}
 		var members []*fleet.Member
 		for _, p := range tt.permille {
@@ -260,33 +260,33 @@ func TestPrefillGrowsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{
-		"a": 10000 * (1 + 15000*cfg.PrefillAttentionPerToken) * cfg.PrefillSecondsPerToken, // the second half, after 10,000 cached
-		"b": 20000 * (1 + 10000*cfg.PrefillAttentionPerToken) * cfg.PrefillSecondsPerToken,
+		"a": 10000 * (1 + 15000*cfg.Tuning.PrefillAttentionPerToken) * cfg.secondsPerToken(), // the second half, after 10,000 cached
+		"b": 20000 * (1 + 10000*cfg.Tuning.PrefillAttentionPerToken) * cfg.secondsPerToken(),
 	}
 	for _, s := range rep.Pods {
 		if w, ok := want[s.Pod]; ok && math.Abs(s.Prefill-w) > 1e-3*w {
 			t.Errorf("pod %s: prefill %.4f s, want %.4f s", s.Pod, s.Prefill, w)
 		}
 	}
-	if cfg.PrefillAttentionPerToken <= 0 {
-		t.Fatalf("default PrefillAttentionPerToken %v, want > 0", cfg.PrefillAttentionPerToken)
+	if cfg.Tuning.PrefillAttentionPerToken <= 0 {
+		t.Fatalf("default PrefillAttentionPerToken %v, want > 0", cfg.Tuning.PrefillAttentionPerToken)
 	}
 }
 
 // TestLearnedSpeedPricesEachPod: a pod whose metrics show it prefills at
 // half the configured speed is priced at half: its prefill costs twice as
 // much, it loses an uncached prompt to the idle pods at full speed, and
-// /v1/score and the gauge show its speed. With Config.LearnSpeeds off,
+// /v1/score and the gauge show its speed. With Config.LearnPrefillSpeeds off,
 // every pod is priced at the configured speed.
 func TestLearnedSpeedPricesEachPod(t *testing.T) {
 	tr := newTestRouter(t)
 	cfg := DefaultConfig()
 	// 600 s of prefill at half the speed: the prior's 0.5 s hardly count.
-	tr.fleet.Load("b").SetSpeed(&fleet.Speed{Busy: 600, Tokens: 600 / (2 * cfg.PrefillSecondsPerToken)})
+	tr.fleet.Load("b").SetSpeed(&fleet.Speed{Busy: 600, Tokens: 600 / (2 * cfg.secondsPerToken())})
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)
 	body := []byte(completion("llama", prompt, ""))
 	for _, learn := range []bool{true, false} {
-		tr.cfg.LearnSpeeds = learn
+		tr.cfg.LearnPrefillSpeeds = learn
 		rep, err := tr.Score(Request{Path: "/v1/completions", Body: body})
 		if err != nil {
 			t.Fatal(err)
@@ -296,15 +296,15 @@ func TestLearnedSpeedPricesEachPod(t *testing.T) {
 			byPod[s.Pod] = s
 		}
 		a, b := byPod["a"], byPod["b"]
-		wantB := 1 / cfg.PrefillSecondsPerToken
+		wantB := 1 / cfg.secondsPerToken()
 		if learn {
 			// The pooled estimate: the prior's 0.5 s at 10k tokens/s, 600 s at 5k.
-			wantB = (fleet.PriorSeconds/cfg.PrefillSecondsPerToken + 600/(2*cfg.PrefillSecondsPerToken)) / (fleet.PriorSeconds + 600)
+			wantB = (fleet.PriorSeconds/cfg.secondsPerToken() + 600/(2*cfg.secondsPerToken())) / (fleet.PriorSeconds + 600)
 		}
-		if math.Abs(a.Speed-1/cfg.PrefillSecondsPerToken) > 1e-6*a.Speed || math.Abs(b.Speed-wantB) > 1e-3*wantB {
-			t.Errorf("learn %v: speeds a %.0f, b %.0f tokens/s; want %.0f, %.0f", learn, a.Speed, b.Speed, 1/cfg.PrefillSecondsPerToken, wantB)
+		if math.Abs(a.Speed-1/cfg.secondsPerToken()) > 1e-6*a.Speed || math.Abs(b.Speed-wantB) > 1e-3*wantB {
+			t.Errorf("learn %v: speeds a %.0f, b %.0f tokens/s; want %.0f, %.0f", learn, a.Speed, b.Speed, 1/cfg.secondsPerToken(), wantB)
 		}
-		if got, want := b.Prefill/a.Prefill, (1/cfg.PrefillSecondsPerToken)/wantB; math.Abs(got-want) > 1e-3*want {
+		if got, want := b.Prefill/a.Prefill, (1/cfg.secondsPerToken())/wantB; math.Abs(got-want) > 1e-3*want {
 			t.Errorf("learn %v: b's prefill %.4f s is %.3f × a's, want %.3f", learn, b.Prefill, got, want)
 		}
 		if learn {
@@ -353,7 +353,7 @@ func TestReuseWeight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTestRouter(t)
-			tr.cfg.ReuseWeight = tc.weight
+			tr.cfg.Tuning.ReuseWeight = tc.weight
 			tr.store("a", system, "", "")
 			for _, name := range []string{"a", "b", "c"} {
 				tr.fleet.Load(name).FoldReuse(tc.reuse, 1)
@@ -415,7 +415,7 @@ func TestPlace(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.PlacementTolerance = tt.tol
+			cfg.Tuning.PlacementTolerance = tt.tol
 			seen := map[int]bool{}
 			for i := range 40 {
 				cfg.IntN = func(n int) int { return i % n }
@@ -481,7 +481,7 @@ func TestNewPrefixGoesToTheEmptiestCache(t *testing.T) {
 // hits). An unknown capacity expires nothing.
 func TestQueueBeyondTheCacheExpiresMatches(t *testing.T) {
 	tr := newTestRouter(t)
-	tr.cfg.HoldPrefilling = 0               // the queue past the cache stays on the pod, as it does without the router's queue
+	tr.cfg.QueuePrefillsPerPod = 0          // the queue past the cache stays on the pod, as it does without the router's queue
 	body := completion("llama", prompt, "") // 30 tokens, 7 full blocks
 	tr.store("a", prompt, "", "")
 	a := tr.fleet.Load("a")
@@ -543,7 +543,7 @@ func TestQueueBeyondTheCacheExpiresMatches(t *testing.T) {
 // is priced as evicted. With the head unclaimed too, the GPU blocks expire.
 func TestExpiringTailOffTheGPU(t *testing.T) {
 	tr := newTestRouter(t)
-	tr.cfg.HoldPrefilling = 0 // the queue past the cache stays on the pod, as it does without the router's queue
+	tr.cfg.QueuePrefillsPerPod = 0 // the queue past the cache stays on the pod, as it does without the router's queue
 	id, hs := tr.blocks("a", prompt, "", "")
 	if err := tr.index.Stored(id, kvindex.TierGPU, hs[:3]); err != nil {
 		t.Fatal(err)
@@ -581,7 +581,7 @@ func TestExpiringTailOffTheGPU(t *testing.T) {
 // its prefill, Done twice, a prefill hop; the clock only grows.
 func TestQueuedRoundTrip(t *testing.T) {
 	tr := newTestRouter(t)
-	tr.cfg.Endpoints = 3
+	tr.cfg.DestinationEndpoints = 3
 	tr.store("b", prompt, "", "")
 	d, err := tr.route("/v1/completions", completion("llama", prompt, ""))
 	if err != nil {
@@ -610,7 +610,7 @@ func TestQueuedRoundTrip(t *testing.T) {
 	if c := tr.fleet.Load(from).Charged.Load(); c != 30*fleet.ChargedUnit {
 		t.Errorf("%s: clock at %d, want the 30 tokens routed there", from, c)
 	}
-	tr.cfg.PDThreshold = 8
+	tr.cfg.PDThresholdTokens = 8
 	for _, p := range []pod.Pod{
 		{Name: "p1", IP: "10.0.1.1", Port: 8000, Model: "pd", Role: pod.RolePrefill, Ready: true},
 		{Name: "d1", IP: "10.0.2.1", Port: 8000, Model: "pd", Role: pod.RoleDecode, Ready: true},

@@ -41,7 +41,7 @@ func testApp(t *testing.T, c config) (*app, settings) {
 // fresh from one whose metrics never answered or went stale.
 func TestDebugPodsMetricsState(t *testing.T) {
 	c := defaultConfig()
-	c.Routing.StaleMetricsAfter = duration(10 * time.Second)
+	c.Routing.StaleMetricsAfter = 10 * time.Second
 	a, _ := testApp(t, c)
 	now := time.Now()
 	for i, name := range []string{"fresh", "never", "pending", "stale"} {

@@ -34,7 +34,7 @@ type config struct {
 	Shutdown   shutdownConfig   `yaml:"shutdown"`
 	Hash       hashConfig       `yaml:"hash"`
 	Index      indexConfig      `yaml:"index"`
-	Routing    routingConfig    `yaml:"routing"`
+	Routing    router.Config    `yaml:"routing"`
 	Tokenizers tokenizersConfig `yaml:"tokenizers"`
 	ExtProc    extprocConfig    `yaml:"extproc"`
 	Pods       podsConfig       `yaml:"pods"`
@@ -130,60 +130,6 @@ type redisConfig struct {
 	HomeSync     duration `yaml:"home_sync"`     // --index-redis-home-sync
 }
 
-// routingConfig is how the router weighs a pod's cached prefix against its
-// load (router.Config).
-type routingConfig struct {
-	// PrefillTokensPerSecond is one pod's prefill speed: what an uncached
-	// prompt token costs it.
-	PrefillTokensPerSecond   float64 `yaml:"prefill_tokens_per_second"`   // --prefill-tokens-per-second
-	PrefillAttentionPerToken float64 `yaml:"prefill_attention_per_token"` // --prefill-attention-per-token
-	// LearnPrefillSpeeds prices each pod at the prefill speed learned from
-	// its vLLM metrics, PrefillTokensPerSecond being the prior.
-	LearnPrefillSpeeds bool    `yaml:"learn_prefill_speeds"` // --learn-prefill-speeds
-	KVPressure         float64 `yaml:"kv_pressure"`          // --kv-pressure
-	ReuseWeight        float64 `yaml:"reuse_weight"`         // --reuse-weight
-	Tolerance          float64 `yaml:"tolerance"`            // --routing-tolerance
-	// PlacementTolerance widens Tolerance for a request that places a new
-	// prefix, picking the least used KV cache within it.
-	PlacementTolerance float64 `yaml:"placement_tolerance"` // --placement-tolerance
-	// HomeHold turns on homes: each prefix's home pod, which its requests
-	// go to unless it costs more than another pod by this many times that
-	// pod's prefill (0: off). HomeFill is the share of a pod's KV cache its
-	// homes may fill; HomeIdle how long an unseen prefix keeps its home;
-	// HomeTable how many prefixes the router keeps homes for.
-	HomeHold  float64  `yaml:"home_hold"`  // --home-hold
-	HomeFill  float64  `yaml:"home_fill"`  // --home-fill
-	HomeIdle  duration `yaml:"home_idle"`  // --home-idle
-	HomeTable int      `yaml:"home_table"` // --home-table
-	// StaleMetricsAfter is how long a pod's /metrics scrapes may fail
-	// before the router routes around it as if it had never answered.
-	StaleMetricsAfter duration `yaml:"stale_metrics_after"` // --stale-metrics-after
-	// HoldPrefilling turns on the router's queue once the prompts queued
-	// for a model's pods pass what their KV caches hold: a pod with this
-	// many requests awaiting their first token takes no more, and requests
-	// wait in kvrouter for a pod with room (0: never). HoldMaxWait bounds
-	// the wait; HoldScan is how many waiting requests a pod with room is
-	// matched against.
-	HoldPrefilling int      `yaml:"hold_prefilling"` // --hold-prefilling
-	HoldMaxWait    duration `yaml:"hold_max_wait"`   // --hold-max-wait
-	HoldScan       int      `yaml:"hold_scan"`       // --hold-scan
-	// MaxTokenizeBytes: a request body larger than this is routed by load
-	// without tokenizing its prompt.
-	MaxTokenizeBytes int `yaml:"max_tokenize_bytes"` // --max-tokenize-bytes
-	// SaturationWaiting and SaturationKV: a pod with this many requests
-	// waiting, or its KV cache this full, is saturated; when every candidate
-	// is, sheddable requests (objective priority < 0) get 429.
-	SaturationWaiting int     `yaml:"saturation_waiting"` // --saturation-waiting
-	SaturationKV      float64 `yaml:"saturation_kv"`      // --saturation-kv
-	// DestinationEndpoints is how many endpoints each decision names: the
-	// pick, then fallbacks by cost (needs Envoy's override_host policy).
-	DestinationEndpoints int `yaml:"destination_endpoints"` // --destination-endpoints
-	// PDThresholdTokens and PrefillHeader: prefill/decode disaggregation
-	// (pods of role prefill and decode).
-	PDThresholdTokens int    `yaml:"pd_threshold_tokens"` // --pd-threshold-tokens
-	PrefillHeader     string `yaml:"prefill_header"`      // --prefill-header
-}
-
 type extprocConfig struct {
 	BodyMode     string    `yaml:"body_mode"`      // --body-mode
 	MaxBodyBytes int       `yaml:"max_body_bytes"` // --max-body-bytes
@@ -244,8 +190,8 @@ func defaultConfig() config {
 		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
 		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
 		Index:      indexDefaults(),
-		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, Hub: hubDefaults()},
-		Routing:    routingDefaults(),
+		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, MaxTokenizeBytes: router.DefaultConfig().MaxTokenizeBytes, Hub: hubDefaults()},
+		Routing:    router.DefaultConfig(),
 		ExtProc: extprocConfig{
 			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes, MaxStreams: extproc.DefaultConfig().MaxStreams,
 			TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)},
@@ -265,20 +211,6 @@ func indexDefaults() indexConfig {
 			LocalView: !r.NoLocalView,
 			ShareLoad: !r.NoSharedLoad, ShareHomes: !r.NoSharedHomes, HomeSync: duration(r.HomeSync),
 		},
-	}
-}
-
-// routingDefaults is the router's own defaults.
-func routingDefaults() routingConfig {
-	r := router.DefaultConfig()
-	return routingConfig{
-		PrefillTokensPerSecond: 1 / r.PrefillSecondsPerToken, PrefillAttentionPerToken: r.PrefillAttentionPerToken, LearnPrefillSpeeds: r.LearnSpeeds,
-		KVPressure: r.KVPressure, ReuseWeight: r.ReuseWeight, Tolerance: r.Tolerance, PlacementTolerance: r.PlacementTolerance, StaleMetricsAfter: duration(r.StaleMetricsAfter),
-		HomeHold: r.HomeHold, HomeFill: r.HomeFill, HomeIdle: duration(r.HomeIdle), HomeTable: r.HomeTable,
-		MaxTokenizeBytes: r.MaxTokenizeBytes, DestinationEndpoints: r.Endpoints,
-		SaturationWaiting: r.SaturationWaiting, SaturationKV: r.SaturationKV,
-		HoldPrefilling: r.HoldPrefilling, HoldMaxWait: duration(r.HoldMaxWait), HoldScan: r.HoldScan,
-		PDThresholdTokens: r.PDThreshold, PrefillHeader: r.PrefillHeader,
 	}
 }
 
@@ -317,6 +249,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Tokenizers.Hub.Offline, "hub-offline", c.Tokenizers.Hub.Offline, "download nothing: tokenizers come from --model and --hf-cache only; $HF_HUB_OFFLINE=1 when not given")
 	fs.StringVar(&c.Pods.DefaultModel, "default-model", c.Pods.DefaultModel, "the model of pods that do not name one")
 	hashFlags(&c.Hash.Algorithm, &c.Hash.Seed, &c.Hash.BlockSize, fs)
+	removedFlags(fs, &c.flagProblems)
 	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
 	fs.StringVar(&c.Index.Backend, "index-backend", c.Index.Backend, "where the index lives: memory (each replica its own), or redis (shared by the replicas through Redis or Valkey, --index-redis-*)")
 	r := &c.Index.Redis
@@ -332,30 +265,9 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.DurationVar((*time.Duration)(&r.LeaseTTL), "index-redis-lease-ttl", time.Duration(r.LeaseTTL), "how long a pod's writer lease lasts unrenewed: a dead writer's pods are taken over within about 4/3 of it")
 	fs.BoolVar(&r.LocalView, "index-redis-local-view", r.LocalView, "keep this replica's own view of the index too (memory as the memory backend): routed on while Redis is unreachable, and copied into Redis when it takes a pod's lease; off: load routing meanwhile, and little memory")
 	fs.BoolVar(&r.ShareLoad, "index-redis-share-load", r.ShareLoad, "share the in-flight prefill each replica routed to each pod through Redis, so that every replica sees the queue the others built; off: each counts only its own")
-	fs.BoolVar(&r.ShareHomes, "index-redis-share-homes", r.ShareHomes, "share the prefixes' home pods (routing.home_hold) and the prompts under them through Redis every --index-redis-home-sync, so that the replicas home each prefix on one pod; off: each keeps its own, and homes step aside while other replicas route to the pods")
+	fs.BoolVar(&r.ShareHomes, "index-redis-share-homes", r.ShareHomes, "share the prefixes' home pods (routing.homes) and the prompts under them through Redis every --index-redis-home-sync, so that the replicas home each prefix on one pod; off: each keeps its own, and homes step aside while other replicas route to the pods")
 	fs.DurationVar((*time.Duration)(&r.HomeSync), "index-redis-home-sync", time.Duration(r.HomeSync), "how often each replica writes the homes it set or used and reads the other replicas' (--index-redis-share-homes): one pipelined round trip per model; longer, the replicas place prefixes apart for longer; at least 50ms, at most --index-redis-lease-ttl")
 	fs.DurationVar((*time.Duration)(&r.Timeout), "index-redis-timeout", time.Duration(r.Timeout), "the longest one round trip to Redis may take before Redis is taken for down and matches read the local view")
-	fs.Float64Var(&c.Routing.PrefillTokensPerSecond, "prefill-tokens-per-second", c.Routing.PrefillTokensPerSecond, "one pod's prefill speed: what an uncached prompt token costs it")
-	fs.Float64Var(&c.Routing.PrefillAttentionPerToken, "prefill-attention-per-token", c.Routing.PrefillAttentionPerToken, "the prefill surcharge per token of context: a token prefilled after c others costs 1 + c × this")
-	fs.BoolVar(&c.Routing.LearnPrefillSpeeds, "learn-prefill-speeds", c.Routing.LearnPrefillSpeeds, "price each pod at the prefill speed learned from its vLLM metrics (prompt tokens, prefix-cache hits, prefill time), --prefill-tokens-per-second being the prior; off: every pod at --prefill-tokens-per-second")
-	fs.Float64Var(&c.Routing.KVPressure, "kv-pressure", c.Routing.KVPressure, "how much more an uncached prompt token costs as the pods' KV caches fill (0: nothing)")
-	fs.Float64Var(&c.Routing.ReuseWeight, "reuse-weight", c.Routing.ReuseWeight, "how much more an uncached prompt token costs for the cached block it evicts, times the share of prompts the caches held lately (0: nothing)")
-	fs.Float64Var(&c.Routing.Tolerance, "routing-tolerance", c.Routing.Tolerance, "pods predicted within this fraction of the best are equal; one is picked at random")
-	fs.Float64Var(&c.Routing.PlacementTolerance, "placement-tolerance", c.Routing.PlacementTolerance, "a request the cheapest pod lacks more than half of places a new prefix: it goes to the least used KV cache among the pods within this fraction of the cheapest, times the share of prompts the caches held lately (0: the cheapest)")
-	fs.Float64Var(&c.Routing.HomeHold, "home-hold", c.Routing.HomeHold, "homes: each prefix (its first block) gets a home pod, where its requests go unless the home costs more than another pod by this many times that pod's prefill; no pod homes prefixes beyond --home-fill of its KV cache (0: no homes)")
-	fs.Float64Var(&c.Routing.HomeFill, "home-fill", c.Routing.HomeFill, "the share of a pod's KV cache (0 to 1) the prefixes it homes may fill; the rest is left to decoded tokens and requests routed away from their homes")
-	fs.DurationVar((*time.Duration)(&c.Routing.HomeIdle), "home-idle", time.Duration(c.Routing.HomeIdle), "how long a prefix no request has used keeps its home; it stays while its home still caches its first block and homes no more than it may fill")
-	fs.IntVar(&c.Routing.HomeTable, "home-table", c.Routing.HomeTable, "how many prefixes kvrouter keeps homes for (about 260 bytes each, and about 25 per 16 distinct blocks seen under it, at most 2^21 of those in all); past either bound the least recently used leave")
-	fs.DurationVar((*time.Duration)(&c.Routing.StaleMetricsAfter), "stale-metrics-after", time.Duration(c.Routing.StaleMetricsAfter), "how long a pod's /metrics may fail before it is routed around while a pod with fresh metrics serves its model (0: never; a pod never scraped is always)")
-	fs.IntVar(&c.Routing.HoldPrefilling, "hold-prefilling", c.Routing.HoldPrefilling, "once the prompts queued for a model's pods pass what their KV caches hold, a pod with this many requests awaiting their first token takes no more: requests wait in kvrouter for a pod with room, which gets the one it caches most of (0: never hold)")
-	fs.DurationVar((*time.Duration)(&c.Routing.HoldMaxWait), "hold-max-wait", time.Duration(c.Routing.HoldMaxWait), "the longest a request waits in kvrouter's queue before it is routed as if nothing were held (BUFFERED body mode: keep it below the proxy's ext_proc message_timeout)")
-	fs.IntVar(&c.Routing.HoldScan, "hold-scan", c.Routing.HoldScan, "how many of the oldest waiting requests a pod with room is matched against")
-	fs.IntVar(&c.Routing.SaturationWaiting, "saturation-waiting", c.Routing.SaturationWaiting, "requests waiting on a pod that make it saturated: when every candidate is, sheddable requests (objective priority < 0) get 429")
-	fs.Float64Var(&c.Routing.SaturationKV, "saturation-kv", c.Routing.SaturationKV, "KV cache use (0 to 1) that makes a pod saturated")
-	fs.IntVar(&c.Routing.PDThresholdTokens, "pd-threshold-tokens", c.Routing.PDThresholdTokens, "with prefill and decode pods: a prefill pod computes the prompt when the chosen decode pod lacks at least this many of its tokens")
-	fs.StringVar(&c.Routing.PrefillHeader, "prefill-header", c.Routing.PrefillHeader, "the request header naming the prefill pod (ip:port) for the decode pod's sidecar")
-	fs.IntVar(&c.Routing.DestinationEndpoints, "destination-endpoints", c.Routing.DestinationEndpoints, "endpoints each decision names: the pick, then fallbacks by cost the proxy tries in turn (more than 1 needs Envoy's override_host policy: envoy/envoy-fallback.yaml)")
-	fs.IntVar(&c.Routing.MaxTokenizeBytes, "max-tokenize-bytes", c.Routing.MaxTokenizeBytes, "a request body larger than this is routed by load without tokenizing (reason too-long); 0: no bound but --max-body-bytes")
 	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
 	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	fs.IntVar(&c.ExtProc.MaxStreams, "max-streams", c.ExtProc.MaxStreams, "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)")
@@ -393,14 +305,6 @@ var flagPaths = map[string]string{
 	"index-redis-password-env": "index.redis.password_env", "index-redis-password-file": "index.redis.password_file",
 	"index-redis-tls": "index.redis.tls", "index-redis-tls-ca": "index.redis.tls_ca_file", "index-redis-key-prefix": "index.redis.key_prefix",
 	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-share-load": "index.redis.share_load", "index-redis-share-homes": "index.redis.share_homes", "index-redis-home-sync": "index.redis.home_sync", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
-	"prefill-tokens-per-second": "routing.prefill_tokens_per_second", "prefill-attention-per-token": "routing.prefill_attention_per_token",
-	"learn-prefill-speeds": "routing.learn_prefill_speeds",
-	"kv-pressure":          "routing.kv_pressure", "reuse-weight": "routing.reuse_weight", "routing-tolerance": "routing.tolerance", "placement-tolerance": "routing.placement_tolerance", "stale-metrics-after": "routing.stale_metrics_after",
-	"home-hold": "routing.home_hold", "home-fill": "routing.home_fill", "home-idle": "routing.home_idle", "home-table": "routing.home_table",
-	"max-tokenize-bytes": "routing.max_tokenize_bytes", "destination-endpoints": "routing.destination_endpoints",
-	"pd-threshold-tokens": "routing.pd_threshold_tokens", "prefill-header": "routing.prefill_header",
-	"saturation-waiting": "routing.saturation_waiting", "saturation-kv": "routing.saturation_kv",
-	"hold-prefilling": "routing.hold_prefilling", "hold-max-wait": "routing.hold_max_wait", "hold-scan": "routing.hold_scan",
 	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
 	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
 	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",
@@ -548,6 +452,9 @@ func yamlProblem(file string, err error, paths map[position]string) string {
 	}
 	if m := unknownField.FindStringSubmatch(msg); m != nil {
 		msg = "unknown field"
+		if why, ok := removedKeys[paths[at]]; ok {
+			msg = why
+		}
 	} else if m := cannotHold.FindStringSubmatch(msg); m != nil {
 		got := map[string]string{"seq": "a list", "map": "a mapping", "null": "nothing"}[m[1]]
 		if got == "" {
@@ -576,6 +483,8 @@ func goTypeWords(t string) string {
 		return "a string"
 	case t == "bool":
 		return "true or false"
+	case t == "time.Duration":
+		return `a duration such as "1.5s" or "2m"`
 	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
 		return "an integer"
 	case strings.HasPrefix(t, "float"):

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,7 +39,9 @@ index:
   max_entries: 1000
   backend: redis
   redis: {address: "r:6379", cluster: true, username: u, password_file: /pw, tls: true, tls_ca_file: /ca, key_prefix: "k:", ttl: 2h, lease_ttl: 3s, timeout: 1s, local_view: false, share_load: false, share_homes: false, home_sync: 400ms}
-routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, learn_prefill_speeds: false, kv_pressure: 0.5, reuse_weight: 0.25, tolerance: 0.1, stale_metrics_after: 30s}
+routing:
+  {prefill_tokens_per_second: 25000, learn_prefill_speeds: false, tolerance: 0.1, homes: false, queue_prefills_per_pod: 3, queue_max_wait: 20s,
+   saturation_waiting: 6, saturation_kv: 0.7, stale_metrics_after: 30s, destination_endpoints: 2, pd_threshold_tokens: 256, prefill_header: x-p}
 tokenizers:
   models:
     m: /m
@@ -48,6 +49,7 @@ tokenizers:
     a: {alias: m}
   hf_cache: /hf
   prefix_cache_bytes: 1024
+  max_tokenize_bytes: 2048
   hub: {endpoint: "http://mirror:1", token_env: T, token_file: /t, timeout: 5s, offline: true}
 extproc: {body_mode: BUFFERED, max_body_bytes: 100}
 pods:
@@ -74,13 +76,18 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
 			TTL: duration(2 * time.Hour), LeaseTTL: duration(3 * time.Second), Timeout: duration(time.Second), LocalView: false, ShareLoad: false, ShareHomes: false, HomeSync: duration(400 * time.Millisecond),
 		}},
-		Routing: routingConfig{PrefillTokensPerSecond: 25000, KVPressure: 0.5, ReuseWeight: 0.25, Tolerance: 0.1, PlacementTolerance: 0.2, HomeHold: 1, HomeFill: 0.8, HomeIdle: duration(time.Minute), HomeTable: 1 << 16, StaleMetricsAfter: duration(30 * time.Second), MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"},
+		Routing: func() router.Config {
+			r := router.DefaultConfig()
+			r.PrefillTokensPerSecond, r.LearnPrefillSpeeds, r.Tolerance, r.Homes, r.QueuePrefillsPerPod, r.QueueMaxWait = 25000, false, 0.1, false, 3, 20*time.Second
+			r.SaturationWaiting, r.SaturationKV, r.StaleMetricsAfter, r.DestinationEndpoints, r.PDThresholdTokens, r.PrefillHeader = 6, 0.7, 30*time.Second, 2, 256, "x-p"
+			return r
+		}(),
 		Tokenizers: tokenizersConfig{
 			Models: map[string]modelEntry{
 				"m": {Dir: "/m"}, "a": {Alias: "m"},
 				"r": {Repo: "Org/R", Revision: "v1", ChatTemplate: "{{ messages }}", ContentFormat: "openai"},
 			},
-			HFCache: "/hf", PrefixCacheBytes: 1024,
+			HFCache: "/hf", PrefixCacheBytes: 1024, MaxTokenizeBytes: 2048,
 			Hub: hubConfig{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: duration(5 * time.Second), Offline: true},
 		},
 		ExtProc: extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
@@ -102,11 +109,8 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--config", file, "--admin-addr", ":7", "--log-level", "warn", "--drain-delay", "0s", "--hash-seed", "s",
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
 			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
-			"--prefill-tokens-per-second", "8000", "--kv-pressure", "0", "--routing-tolerance", "0", "--prefill-attention-per-token", "1e-5",
-			"--stale-metrics-after", "0s", "--learn-prefill-speeds", "--reuse-weight", "3", "--placement-tolerance", "0.3",
 		}, func(c *config) {
 			c.Pods.MetricsInterval = duration(time.Second)
-			c.Routing = routingConfig{PrefillTokensPerSecond: 8000, PrefillAttentionPerToken: 1e-5, LearnPrefillSpeeds: true, ReuseWeight: 3, PlacementTolerance: 0.3, HomeHold: 1, HomeFill: 0.8, HomeIdle: duration(time.Minute), HomeTable: 1 << 16, MaxTokenizeBytes: 4 << 20, DestinationEndpoints: 1, SaturationWaiting: 5, SaturationKV: 0.8, HoldPrefilling: 2, HoldMaxWait: duration(30 * time.Second), HoldScan: 64, PDThresholdTokens: 512, PrefillHeader: "x-prefiller-host-port"}
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -155,7 +159,7 @@ log: {level: loud}
 shutdown: {drain_delay: 5, timeout: -1s}
 hash: {algorithm: md5, block_size: 0}
 index: {max_entries: 0, shards: 4}
-routing: {prefill_tokens_per_second: 0, prefill_attention_per_token: -1, kv_pressure: -1, tolerance: 2, stale_metrics_after: -1s, reuse_weight: -1, placement_tolerance: 3, hold_prefilling: -1, hold_max_wait: 0s, hold_scan: 0, home_fill: 0, home_table: 0}
+routing: {prefill_tokens_per_second: 0, home_hold: 1, tolerance: 2, stale_metrics_after: -1s, queue_prefills_per_pod: -1, queue_max_wait: 5, saturation_kv: 2}
 extproc: {body_mode: STREAMED, max_body_bytes: many}
 tokenizers: {models: {m: /does/not/exist}}
 pods: {file_interval: 0s, metrics_interval: -1s, static: [{name: s, address: "10.0.0.9:80", dp_size: 2000}], file: `+pods+`}
@@ -183,17 +187,13 @@ discovery: {namespaces: [""]}
 		`--hash-seed: "\xff" is not valid UTF-8`,
 		"kvrouter.yaml:5:36: hash.block_size: 0",
 		"kvrouter.yaml:6:22: index.max_entries: 0",
-		"kvrouter.yaml:7:38: routing.prefill_tokens_per_second: 0",
-		"kvrouter.yaml:7:70: routing.prefill_attention_per_token: -1",
-		"kvrouter.yaml:7:87: routing.kv_pressure: -1",
-		"kvrouter.yaml:7:102: routing.tolerance: 2",
-		"kvrouter.yaml:7:126: routing.stale_metrics_after: -1s",
-		"kvrouter.yaml:7:145: routing.reuse_weight: -1",
-		"kvrouter.yaml:7:170: routing.placement_tolerance: 3",
-		"kvrouter.yaml:7:190: routing.hold_prefilling: -1",
-		"kvrouter.yaml:7:224: routing.hold_scan: 0",
-		"kvrouter.yaml:7:238: routing.home_fill: 0, want in (0, 1] while routing.home_hold is on",
-		"kvrouter.yaml:7:253: routing.home_table: 0, want >= 1 while routing.home_hold is on",
+		"kvrouter.yaml:7:38: routing.prefill_tokens_per_second: 0, want a finite number > 0",
+		"kvrouter.yaml:7:41: routing.home_hold: removed: homes are on or off, routing.homes (true or false)",
+		"kvrouter.yaml:7:66: routing.tolerance: 2, want from 0 to 1",
+		"kvrouter.yaml:7:90: routing.stale_metrics_after: -1s, want >= 0",
+		"kvrouter.yaml:7:119: routing.queue_prefills_per_pod: -1, want >= 0 (0: no queue)",
+		`kvrouter.yaml:7:139: routing.queue_max_wait: "5", want a duration such as "1.5s" or "2m"`,
+		"kvrouter.yaml:7:157: routing.saturation_kv: 2, want from 0 to 1",
 		`kvrouter.yaml:8:22: extproc.body_mode: "STREAMED"`,
 		"kvrouter.yaml:9:26: tokenizers.models.m: stat /does/not/exist",
 		"kvrouter.yaml:10:59: pods.static[0] (s): model: empty",
@@ -317,6 +317,12 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	serveFlags(&c, fs)
 	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			if _, ok := removedFlagKeys[f.Name]; !ok {
+				t.Errorf("--%s is hidden but not a removed flag", f.Name)
+			}
+			return
+		}
 		if f.Name != "config" && !strings.Contains(string(data), "Flag --"+f.Name) {
 			t.Errorf("example: no field names its flag --%s", f.Name)
 		}
@@ -343,7 +349,11 @@ var noFieldFlags = []string{"config", "pod", "model", "chat-template", "chat-tem
 
 func countFlags(fs *pflag.FlagSet) int {
 	n := 0
-	fs.VisitAll(func(*pflag.Flag) { n++ })
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			n++
+		}
+	})
 	return n
 }
 
@@ -409,22 +419,19 @@ func TestConfigExitStatus(t *testing.T) {
 	}
 }
 
-// TestRoutingReachesTheRouter: the routing section becomes the router's
-// config; left out, the router's defaults.
+// TestRoutingReachesTheRouter: the routing section is the router's
+// config, key for key; left out, the router's defaults. The removed
+// routing flags say what replaced them.
 func TestRoutingReachesTheRouter(t *testing.T) {
-	file := writeFile(t, "kvrouter.yaml", "routing: {prefill_tokens_per_second: 25000, prefill_attention_per_token: 0, kv_pressure: 0.5, tolerance: 0.1}\n")
+	file := writeFile(t, "kvrouter.yaml", "routing: {prefill_tokens_per_second: 25000, tolerance: 0.1, homes: false}\ntokenizers: {max_tokenize_bytes: 10}\n")
 	for _, tt := range []struct {
 		args []string
 		want func(*router.Config)
 	}{
 		{nil, func(*router.Config) {}},
 		{[]string{"--config", file}, func(r *router.Config) {
-			r.PrefillSecondsPerToken, r.PrefillAttentionPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0, 0.5, 0.1
+			r.PrefillTokensPerSecond, r.Tolerance, r.Homes, r.MaxTokenizeBytes = 25000, 0.1, false, 10
 		}},
-		{[]string{"--config", file, "--kv-pressure", "2"}, func(r *router.Config) {
-			r.PrefillSecondsPerToken, r.PrefillAttentionPerToken, r.KVPressure, r.Tolerance = 1.0/25000, 0, 2, 0.1
-		}},
-		{[]string{"--learn-prefill-speeds=false"}, func(r *router.Config) { r.LearnSpeeds = false }},
 	} {
 		c, err := loadConfig(tt.args)
 		if err != nil {
@@ -436,9 +443,21 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 		}
 		want := router.DefaultConfig()
 		tt.want(&want)
-		if math.Abs(s.router.PrefillSecondsPerToken-want.PrefillSecondsPerToken) > 1e-15 || s.router.PrefillAttentionPerToken != want.PrefillAttentionPerToken ||
-			s.router.KVPressure != want.KVPressure || s.router.Tolerance != want.Tolerance || s.router.LearnSpeeds != want.LearnSpeeds {
+		if !reflect.DeepEqual(s.router, want) {
 			t.Errorf("%q: router config %+v, want %+v", tt.args, s.router, want)
+		}
+	}
+	c, err := loadConfig([]string{"--hold-prefilling", "3", "--kv-pressure", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.validate("")
+	for _, want := range []string{
+		"--hold-prefilling: removed: set routing.queue_prefills_per_pod in the config file (--config)",
+		"--kv-pressure: removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate with removed flags = %v, want %q", err, want)
 		}
 	}
 }

@@ -28,6 +28,10 @@ type tokenizersConfig struct {
 	Hub     hubConfig             `yaml:"hub"`
 	// PrefixCacheBytes is each loaded model's prefix cache budget; 0: off.
 	PrefixCacheBytes int64 `yaml:"prefix_cache_bytes"`
+	// MaxTokenizeBytes: a request body larger than this is routed by load
+	// without tokenizing (router.Config.MaxTokenizeBytes); 0: no bound
+	// but extproc.max_body_bytes.
+	MaxTokenizeBytes int `yaml:"max_tokenize_bytes"`
 }
 
 // modelEntry is one model's tokenizer and chat settings. In YAML a bare

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"regexp"
@@ -187,51 +186,37 @@ func parentPath(path string) string {
 	return path[:i]
 }
 
-// routerConfig is the router's configuration with the routing section's
-// values, each checked.
+// routerConfig is the routing section, which the router validates itself:
+// each of its problems begins with the key it is about.
 func (c config) routerConfig(p *problems) router.Config {
-	r := router.DefaultConfig()
-	rc := c.Routing
-	if v := rc.PrefillTokensPerSecond; v > 0 && !math.IsInf(v, 0) {
-		r.PrefillSecondsPerToken = 1 / v
-	} else {
-		p.add("routing.prefill_tokens_per_second: %v, want > 0", v)
-	}
-	r.LearnSpeeds = rc.LearnPrefillSpeeds
-	setChecked(p, "routing.prefill_attention_per_token", rc.PrefillAttentionPerToken, "in [0, 1)", &r.PrefillAttentionPerToken,
-		func(v float64) bool { return v >= 0 && v < 1 })
-	setChecked(p, "routing.kv_pressure", rc.KVPressure, ">= 0", &r.KVPressure, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
-	setChecked(p, "routing.reuse_weight", rc.ReuseWeight, ">= 0", &r.ReuseWeight, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
-	setChecked(p, "routing.tolerance", rc.Tolerance, "in [0, 1]", &r.Tolerance, func(v float64) bool { return v >= 0 && v <= 1 })
-	setChecked(p, "routing.placement_tolerance", rc.PlacementTolerance, "in [0, 1]", &r.PlacementTolerance, func(v float64) bool { return v >= 0 && v <= 1 })
-	setChecked(p, "routing.home_hold", rc.HomeHold, ">= 0", &r.HomeHold, func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) })
-	if r.HomeHold > 0 {
-		setChecked(p, "routing.home_fill", rc.HomeFill, "in (0, 1] while routing.home_hold is on", &r.HomeFill, func(v float64) bool { return v > 0 && v <= 1 })
-		setChecked(p, "routing.home_idle", rc.HomeIdle, "> 0 while routing.home_hold is on", (*duration)(&r.HomeIdle), func(v duration) bool { return v > 0 })
-		setChecked(p, "routing.home_table", rc.HomeTable, ">= 1 while routing.home_hold is on", &r.HomeTable, func(v int) bool { return v >= 1 })
-	}
-	setChecked(p, "routing.saturation_waiting", rc.SaturationWaiting, ">= 0", &r.SaturationWaiting, func(v int) bool { return v >= 0 })
-	setChecked(p, "routing.saturation_kv", rc.SaturationKV, "in [0, 1]", &r.SaturationKV, func(v float64) bool { return v >= 0 && v <= 1 })
-	setChecked(p, "routing.destination_endpoints", rc.DestinationEndpoints, "in [1, 16]", &r.Endpoints, func(v int) bool { return v >= 1 && v <= 16 })
-	setChecked(p, "routing.max_tokenize_bytes", rc.MaxTokenizeBytes, ">= 0", &r.MaxTokenizeBytes, func(v int) bool { return v >= 0 })
-	setChecked(p, "routing.pd_threshold_tokens", rc.PDThresholdTokens, ">= 0", &r.PDThreshold, func(v int) bool { return v >= 0 })
-	setChecked(p, "routing.prefill_header", rc.PrefillHeader, "a lower-case header name", &r.PrefillHeader, func(v string) bool {
-		return v != "" && strings.ToLower(v) == v && !strings.ContainsAny(v, " :\t")
-	})
-	setChecked(p, "routing.hold_prefilling", rc.HoldPrefilling, ">= 0", &r.HoldPrefilling, func(v int) bool { return v >= 0 })
-	setChecked(p, "routing.hold_scan", rc.HoldScan, ">= 1", &r.HoldScan, func(v int) bool { return v >= 1 })
-	switch v := time.Duration(rc.HoldMaxWait); {
-	case v > 0:
-		r.HoldMaxWait = v
-	case rc.HoldPrefilling > 0:
-		p.add("routing.hold_max_wait: %v, want > 0 while routing.hold_prefilling is", v)
-	}
-	if v := c.Routing.StaleMetricsAfter; v >= 0 {
-		r.StaleMetricsAfter = time.Duration(v)
-	} else {
-		nonNegative(p, "routing.stale_metrics_after", v)
+	r := c.Routing
+	r.MaxTokenizeBytes = c.Tokenizers.MaxTokenizeBytes
+	for _, err := range leafErrors(r.Validate()) {
+		key := "routing."
+		if strings.HasPrefix(err.Error(), "max_tokenize_bytes:") {
+			key = "tokenizers."
+		}
+		p.add("%s%s", key, err)
 	}
 	return r
+}
+
+// leafErrors flattens err's joined and wrapped errors into those that
+// join or wrap nothing more, each a problem of its own.
+func leafErrors(err error) []error {
+	switch e := err.(type) { //nolint:errorlint // walks the tree errors.Is would
+	case nil:
+		return nil
+	case interface{ Unwrap() []error }:
+		var out []error
+		for _, x := range e.Unwrap() {
+			out = append(out, leafErrors(x)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		return leafErrors(e.Unwrap())
+	}
+	return []error{err}
 }
 
 // tlsSettings checks extproc.tls and says how the ext_proc port serves TLS:
@@ -276,16 +261,6 @@ func (c config) tlsSettings(inCluster bool, p *problems) *certs.Config {
 	return &certs.Config{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, CheckEvery: time.Duration(t.ReloadInterval)}
 }
 
-// setChecked stores v in dst when ok holds for it, and otherwise adds the
-// problem "key: v, want want".
-func setChecked[T any](p *problems, key string, v T, want string, dst *T, ok func(T) bool) {
-	if ok(v) {
-		*dst = v
-		return
-	}
-	p.add("%s: %v, want %s", key, v, want)
-}
-
 // backstop runs the parts' own validation, in case it is stricter than the
 // checks above.
 func (s settings) backstop(p *problems) {
@@ -295,7 +270,6 @@ func (s settings) backstop(p *problems) {
 	}{
 		{"hash", s.hash.Validate()},
 		{"index", s.index.Validate()},
-		{"routing", s.router.Validate()},
 		{"extproc", s.ext.Validate()},
 		{"tokenizers", s.tok.Validate()},
 		{"hash", s.events.Validate()},

@@ -63,7 +63,7 @@ type Config struct {
 	// request after the prefill pod's answer and the transfer's
 	// completion notice. Default 2 ms, an estimate.
 	KVLinkLatency time.Duration
-	// PDThreshold is the kvrouter policy's router.Config.PDThreshold:
+	// PDThreshold is the kvrouter policy's router.Config.PDThresholdTokens:
 	// with prefill pods in Roles, a prefill pod computes a prompt only
 	// when its destination lacks at least this many of its tokens.
 	// Default the router's, 512.
@@ -102,7 +102,7 @@ func DefaultConfig() Config {
 		MemoryBandwidth:        2.3e12,
 		KVLinkBandwidth:        50e9,
 		KVLinkLatency:          2 * time.Millisecond,
-		PDThreshold:            router.DefaultConfig().PDThreshold,
+		PDThreshold:            router.DefaultConfig().PDThresholdTokens,
 		EventDelay:             50 * time.Millisecond,
 		ScrapeInterval:         100 * time.Millisecond,
 		Seed:                   1,

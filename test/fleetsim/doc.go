@@ -29,7 +29,7 @@
 // to that token. A request routed without a prefill pod is computed by its
 // pod, whatever its role. Only the kvrouter policy routes such a fleet: it
 // takes the prefill pod from the real router's decision, which hops only
-// when the decode pod lacks Config.PDThreshold tokens of the prompt.
+// when the decode pod lacks Config.PDThresholdTokens tokens of the prompt.
 //
 // Policies (policy.go, kvrouter.go) pick a pod per request: random,
 // round-robin, least-loaded on scraped queue and KV use, an approximate

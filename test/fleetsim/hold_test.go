@@ -12,7 +12,7 @@ import (
 // of them than the pods' caches hold, under a client keeping 160 requests
 // in flight (llm-d's cache-overload runs, shortened). Routing each request
 // at once, every pod's queue cycles the prompts through its cache and
-// nearly all miss; with kvrouter's queue (router.Config.HoldPrefilling,
+// nearly all miss; with kvrouter's queue (router.Config.QueuePrefillsPerPod,
 // on by default) a pod with room gets the waiting request it caches, so
 // the caches hit and the requests' first tokens, held time included, come
 // sooner.
@@ -37,7 +37,7 @@ func TestKVRouterHoldsPastTheCaches(t *testing.T) {
 		t.Helper()
 		res, err := Run(cfg, w, func(s *Sim) (Policy, error) {
 			rc := RouterConfig(s)
-			rc.HoldPrefilling = hold
+			rc.QueuePrefillsPerPod = hold
 			return newKVRouterConfig(s, rc)
 		})
 		if err != nil {
@@ -49,7 +49,7 @@ func TestKVRouterHoldsPastTheCaches(t *testing.T) {
 		st := Summarize(w, res, BoundHits(w, cfg.Pods*cfg.Blocks))
 		return st[len(st)-1]
 	}
-	def := router.DefaultConfig().HoldPrefilling
+	def := router.DefaultConfig().QueuePrefillsPerPod
 	at, held := run(0), run(def)
 	t.Logf("routing at once: TTFT mean %.2f s, hit ratio %.1f%%; holding: %.2f s, %.1f%%", at.Mean, 100*at.HitRatio, held.Mean, 100*held.HitRatio)
 	if held.HitRatio < at.HitRatio+0.25 || held.Mean > 0.7*at.Mean {

@@ -25,11 +25,11 @@ const simModel = "sim"
 // broken by the sim's seeded source, and the fleet's P/D threshold.
 func RouterConfig(s *Sim) router.Config {
 	c := router.DefaultConfig()
-	c.PrefillSecondsPerToken = 1 / s.Config().PrefillTokensPerSecond
-	c.PrefillAttentionPerToken = s.Config().AttentionPerToken
+	c.PrefillTokensPerSecond = s.Config().PrefillTokensPerSecond
+	c.Tuning.PrefillAttentionPerToken = s.Config().AttentionPerToken
 	c.IntN = s.Rand().IntN
 	c.Now = s.Clock
-	c.PDThreshold = s.Config().PDThreshold
+	c.PDThresholdTokens = s.Config().PDThreshold
 	return c
 }
 
@@ -51,7 +51,7 @@ type kvRouter struct {
 	// first; held maps a held request's ID to its ticket.
 	tickets []heldRequest
 	held    map[int]*router.Ticket
-	maxWait time.Duration // router.Config.HoldMaxWait
+	maxWait time.Duration // router.Config.QueueMaxWait
 	body    []byte
 	// learn is kvrouter-learned's: the scrapes' prefill counters teach
 	// each pod's speed, as fleet.Scraper does. sample, kvrouter-learned's
@@ -93,7 +93,7 @@ func newKVRouterConfig(s *Sim, rc router.Config) (*kvRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &kvRouter{eventIndex: ei, s: s, fleet: fleet.New(ei.index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests)), maxWait: rc.HoldMaxWait}
+	p := &kvRouter{eventIndex: ei, s: s, fleet: fleet.New(ei.index), byName: map[string]int{}, decisions: make([]*router.Decision, len(s.w.Requests)), maxWait: rc.QueueMaxWait}
 	for i := range s.Pods() {
 		name := podName(i)
 		var role kvpod.Role
@@ -152,7 +152,7 @@ func newMeanKVRouter(s *Sim) (*kvRouter, error) {
 	for i := range s.Pods() {
 		mean += s.cfg.speed(i) / float64(s.Pods())
 	}
-	rc.PrefillSecondsPerToken /= mean
+	rc.PrefillTokensPerSecond *= mean
 	return newKVRouterConfig(s, rc)
 }
 
@@ -183,7 +183,7 @@ func (p *kvRouter) Hold(r *Request) bool {
 func (p *kvRouter) Pick(r *Request) int { return p.byName[p.decisions[r.ID].Pod] }
 
 // Release routes the first held request whose ticket is ready, or whose
-// wait passed router.Config.HoldMaxWait (Route's timer, on the sim's
+// wait passed router.Config.QueueMaxWait (Route's timer, on the sim's
 // clock).
 func (p *kvRouter) Release() (*Request, int, bool) {
 	now := p.s.Clock()
@@ -210,7 +210,7 @@ func (p *kvRouter) Release() (*Request, int, bool) {
 
 // PrefillPod is the prefill pod of r's decision (Decision.PrefillPod),
 // which the router names when its decode pod lacks at least
-// router.Config.PDThreshold tokens of the prompt; -1 when it names none.
+// router.Config.PDThresholdTokens tokens of the prompt; -1 when it names none.
 func (p *kvRouter) PrefillPod(r *Request) int {
 	if name := p.decisions[r.ID].PrefillPod; name != "" {
 		return p.byName[name]

@@ -25,7 +25,7 @@ type oracle struct {
 }
 
 func newOracle(s *Sim) *oracle {
-	o := &oracle{s: s, weight: router.DefaultConfig().KVPressure, queued: make([]int, s.Pods()), waiting: make([]int, s.Pods()), charged: make([]int, len(s.w.Requests))}
+	o := &oracle{s: s, weight: router.DefaultConfig().Tuning.KVPressure, queued: make([]int, s.Pods()), waiting: make([]int, s.Pods()), charged: make([]int, len(s.w.Requests))}
 	for range s.Pods() {
 		o.pending = append(o.pending, map[uint64]int32{})
 	}

@@ -114,7 +114,7 @@ func (c Replicated) build(s *Sim) (*replicated, error) {
 			rep.byName[name] = j
 		}
 		rc := RouterConfig(s)
-		rc.HoldPrefilling = 0 // the replicas route every request at once: their comparison is of shared speculation
+		rc.QueuePrefillsPerPod = 0 // the replicas route every request at once: their comparison is of shared speculation
 		if rep.r, err = router.New(rc, rep.fleet, idx, hasher, simTokenizer{s.w}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
 			return nil, err
 		}
@@ -135,7 +135,7 @@ func (p *replicated) Pick(r *Request) int {
 	i := p.next
 	p.next = (p.next + 1) % len(p.reps)
 	rep := p.reps[i]
-	d, _, body := begin(rep.r, r, p.body) // never held: HoldPrefilling is 0
+	d, _, body := begin(rep.r, r, p.body) // never held: QueuePrefillsPerPod is 0
 	p.body = body
 	p.owner[r.ID], p.dec[r.ID] = int32(i), d
 	return rep.byName[d.Pod]

@@ -359,7 +359,7 @@ func (s *Sim) endStep(i int) {
 }
 
 // holder is a Policy that may keep a request in the router rather than
-// pick its pod at once (router.Config.HoldPrefilling).
+// pick its pod at once (router.Config.QueuePrefillsPerPod).
 type holder interface {
 	// Hold reports whether r waits in the router; when not, Pick picks
 	// its pod.

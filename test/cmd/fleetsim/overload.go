@@ -272,7 +272,7 @@ func writeOverload(b *strings.Builder, jobs []*job, policies []string) {
 		fmt.Fprintf(b, "%d pods × %d blocks of %d tokens (%d KV tokens each), step budget %d tokens, %d requests per seed in constant-rate stages of %d s, %d output tokens, client of %d in flight. "+
 			"TTFT mean per stage, pooled over seeds %s; published beside it (sim / published). "+
 			"kvrouter holds requests in its own queue once the prompts queued on the pods pass their caches and the caches hit less than three quarters of what routing matched "+
-			"(routing.hold_prefilling, on by default); every other policy, the oracle too, routes each request when it comes.\n\n",
+			"(routing.queue_prefills_per_pod, on by default); every other policy, the oracle too, routes each request when it comes.\n\n",
 			sc.cfg.Pods, sc.cfg.Blocks, sc.cfg.BlockSize, sc.cfg.Blocks*sc.cfg.BlockSize, sc.cfg.StepTokens, len(sc.w.Requests),
 			overloadStageSecs, overloadOutput, sc.cfg.Client.Concurrency, seedsOf(by[policies[0]]))
 		b.WriteString("| policy |")

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+)
+
+// removedKeys are the config file's keys that no longer exist, each with
+// what replaced it: a file that sets one is refused with this advice.
+var removedKeys = map[string]string{
+	"routing.home_hold":                   "removed: homes are on or off, routing.homes (true or false)",
+	"routing.hold_prefilling":             "renamed routing.queue_prefills_per_pod (0 turns the queue off)",
+	"routing.hold_max_wait":               "renamed routing.queue_max_wait",
+	"routing.max_tokenize_bytes":          "moved to tokenizers.max_tokenize_bytes",
+	"routing.prefill_attention_per_token": "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.kv_pressure":                 "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.reuse_weight":                "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.placement_tolerance":         "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.home_fill":                   "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.home_idle":                   "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.home_table":                  "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"routing.hold_scan":                   "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+}
+
+// removedFlagKeys are serve's flags that no longer exist, each with the
+// config file key that replaced it (flags are kept for infrastructure;
+// the routing policy is set in the config file).
+var removedFlagKeys = map[string]string{
+	"prefill-tokens-per-second":   "routing.prefill_tokens_per_second",
+	"learn-prefill-speeds":        "routing.learn_prefill_speeds",
+	"routing-tolerance":           "routing.tolerance",
+	"home-hold":                   "routing.homes",
+	"hold-prefilling":             "routing.queue_prefills_per_pod",
+	"hold-max-wait":               "routing.queue_max_wait",
+	"saturation-waiting":          "routing.saturation_waiting",
+	"saturation-kv":               "routing.saturation_kv",
+	"stale-metrics-after":         "routing.stale_metrics_after",
+	"destination-endpoints":       "routing.destination_endpoints",
+	"pd-threshold-tokens":         "routing.pd_threshold_tokens",
+	"prefill-header":              "routing.prefill_header",
+	"max-tokenize-bytes":          "tokenizers.max_tokenize_bytes",
+	"prefill-attention-per-token": "",
+	"kv-pressure":                 "",
+	"reuse-weight":                "",
+	"placement-tolerance":         "",
+	"home-fill":                   "",
+	"home-idle":                   "",
+	"home-table":                  "",
+	"hold-scan":                   "",
+}
+
+// removedFlags defines the removed flags, hidden, so that using one is a
+// problem that says what replaced it rather than "unknown flag".
+func removedFlags(fs *pflag.FlagSet, problems *[]string) {
+	for name, key := range removedFlagKeys {
+		msg := "removed: set " + key + " in the config file (--config)"
+		if key == "" {
+			msg = "removed: a tuned constant now (docs/routing.md#tuned-constants)"
+		}
+		fs.Var(removedFlag{name: name, msg: msg, problems: problems}, name, msg)
+		_ = fs.MarkHidden(name)
+	}
+}
+
+// removedFlag records a problem when it is set.
+type removedFlag struct {
+	name, msg string
+	problems  *[]string
+}
+
+func (f removedFlag) String() string { return "" }
+
+func (f removedFlag) Set(string) error {
+	*f.problems = append(*f.problems, fmt.Sprintf("--%s: %s", f.name, f.msg))
+	return nil
+}
+
+func (f removedFlag) Type() string { return "removed" }
