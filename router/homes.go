@@ -385,7 +385,7 @@ func (t *homeTable) footprint(h *home) int64 {
 // prefixes within one sync each fill a pod to its bound; the pod's homes
 // pass it until the syncs meet, and moving a prefix for that, a cold
 // prefill, cost the fleet simulator's cold start more than the overshoot
-// (docs/performance.md, "Homes shared by replicas").
+// (8b46f9d).
 func (t *homeTable) moveAt(fill, now int64) int64 {
 	if now < t.sharedUntil {
 		return fill + int64(sharedMoveSlack*float64(fill))

@@ -1,4 +1,7 @@
-// Package test holds kvrouter's end-to-end tests and the tools they use: the
-// vLLM pod simulator, the fleet simulator, the Envoy-faithful ext_proc client,
-// load generators and the oracle harnesses.
+// Package test holds kvrouter's end-to-end tests: kvrouter with simulated
+// vLLM pods (internal/fixture/vllmsim) behind the Envoy-faithful ext_proc
+// client (internal/fixture/envoyclient), real Redis, etcd and
+// kube-apiserver processes, and the oracle harnesses. Its subfolders hold
+// the fleet simulator (fleetsim, cmd/fleetsim) and the load and
+// event-bench tools (cmd).
 package test

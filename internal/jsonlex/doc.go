@@ -1,10 +1,12 @@
-// Package jsonlex is kvrouter's one JSON lexer. Every reader of JSON text
-// walks its input with a Lexer: router.Parse a request body (building the
-// chat template's input as it goes), package tokenizer a tokenizer.json
-// file, jinja.FromJSON any document. So whitespace, strings (escapes,
-// surrogate pairs, invalid UTF-8), numbers, literals, nesting and trailing
-// data are read by the same code everywhere, with error messages that give
-// the offset.
+// Package jsonlex is kvrouter's JSON lexer for the readers on the request
+// path and for the large documents: router.Parse walks a request body with
+// a Lexer (building the chat template's input as it goes), package
+// tokenizer a tokenizer.json's model (vocabulary and merges), and
+// jinja.FromJSON any document, so whitespace, strings (escapes, surrogate
+// pairs, invalid UTF-8), numbers, literals, nesting and trailing data are
+// read by the same code, with error messages that give the offset. The
+// small sections of the tokenizer files, read once at load, go through
+// encoding/json.
 //
 // The grammar is RFC 8259's, as strictly as encoding/json reads it: only
 // space, tab, LF and CR between tokens, no raw control characters in

@@ -24,7 +24,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem -benchtime 2s ./kvindex/redisindex/
 //
-// 2026-11-25, ranges over the day's runs (docs/performance.md has them all):
+// 2026-11-25, ranges over the day's runs:
 //
 //	Match512/memory/pods=8    p50   24–41 µs   p99   57–192 µs        0 allocs
 //	Match512/redis/pods=8     p50  319–602 µs  p99  664–883 µs (9 runs of 12)  7 allocs
@@ -55,7 +55,7 @@ import (
 //
 // 2026-11-27, Stored16Pods with index.redis.ttl 0 (an APPEND a new block,
 // no PEXPIREAT): 13.6k–19.7k batches/s, 1.41–1.62× ttl=1h in the same
-// runs (docs/performance.md).
+// runs.
 //
 // 2026-11-28, events no longer waiting for Redis (queued, the group
 // writer keeping two pipelines in flight), alternated with the build

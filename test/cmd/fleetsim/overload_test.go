@@ -173,7 +173,7 @@ func (p *static) Finished(*fleetsim.Request) {}
 // prompt across a cycle only when it serves at most C/P users (10.6 of
 // 60, 14.5 of 80), so pods sized to their caches hit half their prompts
 // yet leave the rest so many cold prompts that the fleet completes less
-// and the mean TTFT grows. Numbers in docs/performance.md.
+// and the mean TTFT grows (go test ./test/cmd/fleetsim -run TestOverloadStaticAssignments -v).
 func TestOverloadStaticAssignments(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {

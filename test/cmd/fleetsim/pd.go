@@ -21,8 +21,8 @@ const (
 	// prefill): half. The prompts are ~30× the outputs, so prefill is most
 	// of the GPU time, yet the decode pods carry the whole fleet's batch:
 	// fewer of them and their inter-token latency passes the aggregated
-	// fleet's, fewer prefill pods and the prompts queue (docs/
-	// performance.md has both).
+	// fleet's, fewer prefill pods and the prompts queue (make sim
+	// -workloads d -pd-prefill N shows both).
 	pdPrefill = 4
 	// pdMooncakeMinutes is the conversation trace's arrivals replayed, at
 	// their own pace.
