@@ -31,7 +31,7 @@ type Config struct {
 	// another pod is clearly cheaper, and keeps each pod's homes within its
 	// KV cache (homes.go). Default true.
 	Homes bool `yaml:"homes"`
-	// QueuePrefillsPerPod turns on kvrouter's queue (hold.go): once the
+	// QueuePrefillsPerPod turns on kvrouter's queue (queue.go): once the
 	// prompts queued for a model's pods pass what their KV caches hold, a
 	// pod with this many of the replica's requests awaiting their first
 	// token takes no more, and requests wait in kvrouter for a pod with

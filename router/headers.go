@@ -16,9 +16,9 @@ const (
 	// (Decision.PrefillPod); absent when the chosen pod computes the
 	// prompt itself.
 	HeaderPrefillPod = "x-kvrouter-prefill-pod"
-	// HeaderHeld is how long the request waited in the router's queue, in
-	// milliseconds (Decision.Held); absent when it was not held.
-	HeaderHeld = "x-kvrouter-held-ms"
+	// HeaderQueued is how long the request waited in the router's queue, in
+	// milliseconds (Decision.Queued); absent when it did not wait.
+	HeaderQueued = "x-kvrouter-queued-ms"
 )
 
 // HeaderDPRank is the request header vLLM's API server reads to send a
@@ -30,7 +30,7 @@ const HeaderDPRank = "x-data-parallel-rank"
 
 // AppendHeaders appends d's routing headers to dst as name, value pairs,
 // names in lower case: the pod, its cached blocks and the reason,
-// HeaderPrefillPod when a prefill pod computes the prompt, and HeaderHeld
+// HeaderPrefillPod when a prefill pod computes the prompt, and HeaderQueued
 // when the request waited in the router's queue.
 func (d *Decision) AppendHeaders(dst [][2]string) [][2]string {
 	dst = append(dst,
@@ -40,8 +40,8 @@ func (d *Decision) AppendHeaders(dst [][2]string) [][2]string {
 	if d.PrefillPod != "" {
 		dst = append(dst, [2]string{HeaderPrefillPod, d.PrefillPod})
 	}
-	if d.Held > 0 {
-		dst = append(dst, [2]string{HeaderHeld, strconv.FormatInt(d.Held.Milliseconds(), 10)})
+	if d.Queued > 0 {
+		dst = append(dst, [2]string{HeaderQueued, strconv.FormatInt(d.Queued.Milliseconds(), 10)})
 	}
 	return dst
 }

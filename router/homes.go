@@ -45,7 +45,7 @@ import (
 // (a system prompt every conversation starts with: one pod cannot carry
 // it); while the prefixes seen twice need more than the pods' homes may
 // fill, an overload of the caches no placement mends, which the router's
-// queue (hold.go) and the per-request cost manage; and while the pods run
+// queue (queue.go) and the per-request cost manage; and while the pods run
 // more requests (vllm:num_requests_running and _waiting) than 1.5 times
 // this replica's in flight there (and, while homes are shared, the other
 // sharing replicas'), plus othersSlack. Then other replicas,
@@ -58,9 +58,9 @@ import (
 //
 // A prefix unseen for Tuning.HomeIdle leaves the table, and its footprint
 // its home's, unless its home still holds its first block (per the index's
-// view of the pod's events; homeTable.holds) and the home's prefixes are
+// view of the pod's events; homeTable.caches) and the home's prefixes are
 // within its bound with it: then it stays another HomeIdle, and is looked
-// at again. It dozes meanwhile: its footprint counts in neither its home's
+// at again. It is idle meanwhile: its footprint counts in neither its home's
 // nor the active total until a request comes (an idle prefix neither
 // fills its home against those that recur nor makes the caches seem
 // overloaded; counted, it moved the fleet simulator's llm-d 125% run's
@@ -92,12 +92,12 @@ type home struct {
 	// prompt's distinct tail (grow).
 	marks map[uint64]struct{}
 	seen  int64 // unix nanoseconds of its last request
-	// held is when the table last found it unseen for Tuning.HomeIdle and
-	// kept it, its home still holding its first block (unix nanoseconds);
-	// dozing: kept so and not seen since, its footprint out of its home's
-	// and out of the active total (doze).
-	held   int64
-	dozing bool
+	// keptAt is when the table last found it unseen for Tuning.HomeIdle
+	// and kept it, its home still holding its first block (unix
+	// nanoseconds); idle: kept so and not seen since, its footprint out of
+	// its home's and out of the active total (setIdle).
+	keptAt int64
+	idle   bool
 	// rate is its requests, each fading with age over Tuning.HomeIdle;
 	// requests counts them all.
 	rate     float64
@@ -141,10 +141,10 @@ type homeTable struct {
 	// peers is, by namespace, the requests the replicas sharing the homes
 	// have in flight, as of the last AdoptHomes.
 	peers map[string]int64
-	// holds says whether a pod holds a block, per the index's view of its
+	// caches says whether a pod holds a block, per the index's view of its
 	// events, without a round trip (nil: an index that cannot say, and
 	// idle prefixes leave).
-	holds func(kvindex.PodID, uint64) bool
+	caches func(kvindex.PodID, uint64) bool
 }
 
 // homeResult is what homes did for a request.
@@ -329,7 +329,7 @@ func (t *homeTable) enter(k homeKey, hashes []uint64, bs int, now int64, cfg Con
 	if h == nil {
 		h = t.add(k, now, cfg.Tuning.HomeTable)
 	} else {
-		t.wake(h)
+		t.setActive(h)
 		t.lru.MoveToFront(h.elem)
 	}
 	tau := float64(cfg.Tuning.HomeIdle)
@@ -474,17 +474,17 @@ func (r *Router) expireHomes(now int64) {
 	cutoff := now - int64(r.cfg.Tuning.HomeIdle)
 	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
 		h := e.Value.(*home)
-		if max(h.seen, h.held) >= cutoff {
+		if max(h.seen, h.keptAt) >= cutoff {
 			return
 		}
-		if t.holds != nil && h.pod != kvindex.InvalidPod && t.holds(h.pod, h.key.block) {
+		if t.caches != nil && h.pod != kvindex.InvalidPod && t.caches(h.pod, h.key.block) {
 			homed := t.homed[h.pod]
-			if h.dozing {
+			if h.idle {
 				homed += h.tokens // as it would be, woken
 			}
 			if m := r.member(h.pod); m != nil && homed <= r.fill(m.Load) {
-				h.held = now
-				t.doze(h)
+				h.keptAt = now
+				t.setIdle(h)
 				t.lru.MoveToFront(e)
 				continue
 			}
@@ -493,27 +493,27 @@ func (r *Router) expireHomes(now int64) {
 	}
 }
 
-// doze takes h, idle but kept, out of its home's footprints and out of
+// setIdle takes h, unseen but kept, out of its home's footprints and out of
 // the active total: it recurs no more for now, and neither fills its home
 // against the prefixes that do nor makes the caches seem overloaded. Its
 // home stays its own.
-func (t *homeTable) doze(h *home) {
-	if h.dozing {
+func (t *homeTable) setIdle(h *home) {
+	if h.idle {
 		return
 	}
-	h.dozing = true
+	h.idle = true
 	if t.homed[h.pod] -= h.tokens; t.homed[h.pod] <= 0 {
 		delete(t.homed, h.pod)
 	}
 	t.active -= h.tokens // homed, so seen twice
 }
 
-// wake counts h, dozing, again: a request, or another replica's, came.
-func (t *homeTable) wake(h *home) {
-	if !h.dozing {
+// setActive counts h, idle, again: a request, or another replica's, came.
+func (t *homeTable) setActive(h *home) {
+	if !h.idle {
 		return
 	}
-	h.dozing = false
+	h.idle = false
 	if h.pod != kvindex.InvalidPod {
 		t.homed[h.pod] += h.tokens
 	}
@@ -522,7 +522,7 @@ func (t *homeTable) wake(h *home) {
 
 // remove drops h from the table and its footprint from its home's.
 func (t *homeTable) remove(h *home) {
-	t.wake(h) // counted again, to be taken off below
+	t.setActive(h) // counted again, to be taken off below
 	t.setPod(h, kvindex.InvalidPod)
 	t.marks -= len(h.marks)
 	if h.requests >= 2 {

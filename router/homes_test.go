@@ -262,7 +262,7 @@ func TestHomesExpireAndAreBounded(t *testing.T) {
 
 // TestAnIdlePrefixStaysWhileItsHomeHoldsIt: a prefix unseen for
 // routing.home_idle whose home still holds its first block stays, homed
-// there but dozing (its footprint out of its home's and of the active
+// there but idle (its footprint out of its home's and of the active
 // total until it returns), and is looked at again each home_idle; it
 // leaves once its home has evicted the block, or homes more than it may
 // fill with it.
@@ -277,7 +277,7 @@ func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 	}
 	idle()
 	if got := tr.homedOn()[home]; got != 1 || homedTokens(tr) != 0 || tr.homes.active != 0 {
-		t.Fatalf("after a home_idle: %d prefixes homed on %s, %d tokens homed, %d seen twice; want p1 kept, dozing: 0 and 0", got, home, homedTokens(tr), tr.homes.active)
+		t.Fatalf("after a home_idle: %d prefixes homed on %s, %d tokens homed, %d seen twice; want p1 kept, idle: 0 and 0", got, home, homedTokens(tr), tr.homes.active)
 	}
 	for _, p := range []string{"a", "b", "c"} {
 		if p != home {
@@ -307,7 +307,7 @@ func TestAnIdlePrefixStaysWhileItsHomeHoldsIt(t *testing.T) {
 		t.Fatal("p1 stayed idle on a home whose prefixes passed its bound")
 	}
 	if homedTokens(tr) != 0 || tr.homes.active != 0 {
-		t.Fatalf("p1 left dozing: %d tokens homed, %d seen twice; want 0 and 0", homedTokens(tr), tr.homes.active)
+		t.Fatalf("p1 left idle: %d tokens homed, %d seen twice; want 0 and 0", homedTokens(tr), tr.homes.active)
 	}
 	tr.fleet.Load(home).KVCapacity.Store(100000)
 	tr.twice(p1)

@@ -83,7 +83,7 @@ func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
 	if h == nil {
 		h = t.add(k, now, cfg.Tuning.HomeTable)
 	}
-	t.wake(h)
+	t.setActive(h)
 	// The prompt was a request another replica saw: a prefix seen once
 	// by each is homed on its next request, as one router would.
 	t.tally(h, s.Blocks, s.Signature, s.BlockSize)
@@ -144,7 +144,7 @@ func (t *homeTable) adoptHomes(homes []kvindex.Home, inFleet map[kvindex.PodID]b
 		if h == nil {
 			h = t.add(k, now, cfg.Tuning.HomeTable)
 		}
-		t.wake(h)
+		t.setActive(h)
 		h.remote = max(h.remote, s.Tokens)
 		grow := t.footprint(h)
 		if h.requests < 2 { // another replica saw it recur

@@ -17,10 +17,10 @@ type metrics struct {
 	// unknownObjectives counts requests naming an objective not known.
 	unknownObjectives prometheus.Counter
 	multimodal        prometheus.Counter
-	// The router's queue (hold.go).
-	held        prometheus.Gauge
-	holds       *prometheus.CounterVec
-	holdSeconds prometheus.Histogram
+	// The router's queue (queue.go).
+	queued     prometheus.Gauge
+	queueExits *prometheus.CounterVec
+	queueWait  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -62,21 +62,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "router", Name: "multimodal_requests_total",
 			Help: "Chat requests with media content parts: matched on the full blocks before their first media item only.",
 		}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "kvrouter", Subsystem: "router", Name: "held_requests",
-			Help: "Requests waiting in the router's queue for a pod with room (routing.queue_prefills_per_pod).",
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "queued_requests",
+			Help: "Requests waiting in kvrouter's queue for a pod with room (routing.queue_prefills_per_pod).",
 		}),
-		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "kvrouter", Subsystem: "router", Name: "holds_total",
-			Help: "Requests that waited in the router's queue, by how the wait ended: released (a pod had room, or the queue's gate closed), expired (routing.queue_max_wait), canceled (the client went away).",
+		queueExits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "queue_exits_total",
+			Help: "Requests that waited in kvrouter's queue, by how the wait ended: released (a pod had room, or the queue closed), expired (routing.queue_max_wait), canceled (the client went away).",
 		}, []string{"result"}),
-		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "kvrouter", Subsystem: "router", Name: "hold_seconds",
-			Help:    "Time requests routed out of the router's queue waited in it.",
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "queue_wait_seconds",
+			Help:    "Time requests routed out of kvrouter's queue waited in it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
-	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.held, m.holds, m.holdSeconds); err != nil {
+	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.queued, m.queueExits, m.queueWait); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -120,8 +120,8 @@ type Router struct {
 	tokenizeErrs *tokenizeLog
 	// objectives are the InferenceObjectives' priorities, swapped whole.
 	objectives atomic.Pointer[Objectives]
-	// held is the router's queue (hold.go).
-	held holdQueue
+	// queue is kvrouter's queue (queue.go).
+	queue requestQueue
 	// homes are the prefixes' home pods (homes.go); nil when off.
 	homes *homeTable
 }
@@ -157,9 +157,9 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 		}
 		switch x := index.(type) {
 		case *kvindex.Index:
-			r.homes.holds = x.Holds
+			r.homes.caches = x.Holds
 		case localViewer:
-			r.homes.holds = x.Local().Holds
+			r.homes.caches = x.Local().Holds
 		}
 	}
 	return r, nil
@@ -192,11 +192,11 @@ type Decision struct {
 	Total   int // full blocks of the prompt
 	Tokens  int // prompt tokens, 0 when unknown
 	Reason  Reason
-	Elapsed time.Duration // the decision's own time, without Held
+	Elapsed time.Duration // the decision's own time, without Queued
 	Stages  Stages        // where Elapsed went
-	// Held is how long the request waited in the router's queue
-	// (Config.QueuePrefillsPerPod); 0 when it was not held.
-	Held time.Duration
+	// Queued is how long the request waited in kvrouter's queue
+	// (Config.QueuePrefillsPerPod); 0 when it did not wait.
+	Queued time.Duration
 	// Fallbacks are the next best endpoints, in order, when
 	// Config.DestinationEndpoints > 1: the proxy tries them if Address fails, and
 	// Served moves the decision to the one that served.
@@ -315,7 +315,7 @@ type scratch struct {
 
 // Route picks the pod for req and records it: the pod's load and
 // speculative index entries for the prompt's blocks. A request the router
-// refuses gives an *Error. While the router holds requests (hold.go) it
+// refuses gives an *Error. While the router holds requests (queue.go) it
 // waits until a pod has room, ctx is done (its error is returned) or
 // Config.QueueMaxWait has passed.
 func (r *Router) Route(ctx context.Context, req Request) (*Decision, error) {
@@ -340,7 +340,7 @@ func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
 		r.refuse(req, ev.model, err)
 		return nil, nil, err
 	}
-	if t := r.hold(req, ev, sc, start); t != nil {
+	if t := r.enqueue(req, ev, sc, start); t != nil {
 		return nil, t, nil
 	}
 	defer r.putScratch(sc)

@@ -87,7 +87,7 @@ func (r *Router) score(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 		}
 		uncached := max(float64(tokens)-saved, 0)
 		work := uncached * (1 + (float64(tokens)-uncached/2)*r.cfg.Tuning.PrefillAttentionPerToken)
-		queue, behind := r.queue(mem.Load, peer, spt, now)
+		queue, behind := r.queueSeconds(mem.Load, peer, spt, now)
 		prefill := work * spt
 		out = append(out, Score{
 			Pod: mem.Pod.Name, Address: mem.Endpoint, DPRank: rankOf(mem), Matched: m.Blocks, Spec: m.Speculative, Expiring: lost,
@@ -231,7 +231,7 @@ func bestShare(scores []Score, blocks int) float64 {
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest. spt is the pod's prefill cost of a token
 // (PrefillSecondsPerToken).
-func (r *Router) queue(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int64) (seconds, waiting float64) {
+func (r *Router) queueSeconds(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int64) (seconds, waiting float64) {
 	own := float64(l.PrefillTokens.Load()) * spt
 	if mine := l.Prefilling.Load(); mine > 0 && own > 0 && peer.Prefilling == 0 {
 		head := own / float64(mine)

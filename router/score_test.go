@@ -175,7 +175,7 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 	// tell when the pod began its own, and counts it whole.
 	peer := kvindex.PodLoad{PrefillTokens: 20, Prefilling: 1}
 	want := 50*cfg.secondsPerToken() + (12+2)*cfg.Tuning.RunningSecondsPerRequest
-	if got, _ := tr.queue(tr.fleet.Load("a"), peer, cfg.secondsPerToken(), tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
+	if got, _ := tr.queueSeconds(tr.fleet.Load("a"), peer, cfg.secondsPerToken(), tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("with another replica's request there: queue of a = %v, want %v", got, want)
 	}
 }

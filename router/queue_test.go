@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -73,8 +74,8 @@ func TestHoldPastTheCaches(t *testing.T) {
 	if warm == nil || other == nil || ready(cold) || ready(warm) || ready(other) {
 		t.Fatal("a request went to a pod without room")
 	}
-	if n := testutil.ToFloat64(tr.metrics.held); n != 3 {
-		t.Fatalf("held_requests = %v, want 3", n)
+	if n := testutil.ToFloat64(tr.metrics.queued); n != 3 {
+		t.Fatalf("queued_requests = %v, want 3", n)
 	}
 	ds[0].Prefilled() // a has room
 	if !ready(warm) || ready(cold) || ready(other) {
@@ -89,10 +90,10 @@ func TestHoldPastTheCaches(t *testing.T) {
 	if err != nil || dw.Pod != "a" || dw.Matched != 7 {
 		t.Fatalf("warm routed to %+v, %v; want a with 7 blocks cached", dw, err)
 	}
-	if h := dw.AppendHeaders(nil); dw.Held != 1500*time.Millisecond || !slices.Contains(h, [2]string{HeaderHeld, "1500"}) {
-		t.Errorf("held 1.5 s: Held %v, headers %q", dw.Held, h)
+	if h := dw.AppendHeaders(nil); dw.Queued != 1500*time.Millisecond || !slices.Contains(h, [2]string{HeaderQueued, "1500"}) {
+		t.Errorf("held 1.5 s: Queued %v, headers %q", dw.Queued, h)
 	}
-	if h := ds[0].AppendHeaders(nil); slices.ContainsFunc(h, func(kv [2]string) bool { return kv[0] == HeaderHeld }) {
+	if h := ds[0].AppendHeaders(nil); slices.ContainsFunc(h, func(kv [2]string) bool { return kv[0] == HeaderQueued }) {
 		t.Errorf("a decision never held has headers %q", h)
 	}
 	ds[2].Prefilled() // b has room: the oldest of the two cold prompts
@@ -103,16 +104,16 @@ func TestHoldPastTheCaches(t *testing.T) {
 	if err != nil || dc.Pod != "b" {
 		t.Fatalf("cold routed to %+v, %v; want b", dc, err)
 	}
-	if n := testutil.ToFloat64(tr.metrics.held); n != 1 {
-		t.Fatalf("held_requests = %v, want 1", n)
+	if n := testutil.ToFloat64(tr.metrics.queued); n != 1 {
+		t.Fatalf("queued_requests = %v, want 1", n)
 	}
-	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("released")); n != 2 {
-		t.Fatalf("holds_total{released} = %v, want 2", n)
+	if n := testutil.ToFloat64(tr.metrics.queueExits.WithLabelValues("released")); n != 2 {
+		t.Fatalf("queue_exits_total{released} = %v, want 2", n)
 	}
 	if !other.Cancel() {
 		t.Fatal("Cancel of a held request: not in the queue")
 	}
-	if n, res := tr.held.n.Load(), len(tr.held.reserved); n != 0 || res != 0 {
+	if n, res := tr.queue.n.Load(), len(tr.queue.reserved); n != 0 || res != 0 {
 		t.Fatalf("after all: %d held, %d pods with reservations; want none", n, res)
 	}
 }
@@ -130,12 +131,12 @@ func TestHoldGateCloses(t *testing.T) {
 	}
 	tr.store("b", long, "", "")
 	tr.fleet.Load("a").KVCapacity.Store(1000) // 200 tokens queued and held, of 1,100
-	if tr.held.open.Load() != 1 {
-		t.Fatalf("%d gates open, want 1", tr.held.open.Load())
+	if tr.queue.open.Load() != 1 {
+		t.Fatalf("%d gates open, want 1", tr.queue.open.Load())
 	}
 	tr.release()
-	if !ready(tk) || tr.held.open.Load() != 0 {
-		t.Fatalf("the gate closed: ready %v, %d gates open; want the request gone and none open", ready(tk), tr.held.open.Load())
+	if !ready(tk) || tr.queue.open.Load() != 0 {
+		t.Fatalf("the gate closed: ready %v, %d gates open; want the request gone and none open", ready(tk), tr.queue.open.Load())
 	}
 	d, err := tk.Finish()
 	if err != nil || d.Pod != "b" {
@@ -201,9 +202,9 @@ func TestRouteWaitsForRoom(t *testing.T) {
 	}
 	waitHeld := func(n int64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); tr.held.n.Load() != n; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); tr.queue.n.Load() != n; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d requests held, want %d", tr.held.n.Load(), n)
+				t.Fatalf("%d requests held, want %d", tr.queue.n.Load(), n)
 			}
 		}
 	}
@@ -220,8 +221,8 @@ func TestRouteWaitsForRoom(t *testing.T) {
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Route of a request whose client left = %v, want context.Canceled", err)
 	}
-	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("canceled")); n != 1 {
-		t.Fatalf("holds_total{canceled} = %v, want 1", n)
+	if n := testutil.ToFloat64(tr.metrics.queueExits.WithLabelValues("canceled")); n != 1 {
+		t.Fatalf("queue_exits_total{canceled} = %v, want 1", n)
 	}
 	tr.cfg.QueueMaxWait = 20 * time.Millisecond
 	late := make(chan *Decision, 1)
@@ -235,7 +236,62 @@ func TestRouteWaitsForRoom(t *testing.T) {
 	if d := <-late; d == nil || d.Pod != "a" && d.Pod != "b" {
 		t.Fatalf("expired request routed to %+v", d)
 	}
-	if n := testutil.ToFloat64(tr.metrics.holds.WithLabelValues("expired")); n != 1 {
-		t.Fatalf("holds_total{expired} = %v, want 1", n)
+	if n := testutil.ToFloat64(tr.metrics.queueExits.WithLabelValues("expired")); n != 1 {
+		t.Fatalf("queue_exits_total{expired} = %v, want 1", n)
+	}
+}
+
+// slowIndex is an Index whose Match, once armed, signals entered and
+// waits for proceed: a round trip to a remote index.
+type slowIndex struct {
+	Index
+	armed            bool
+	entered, proceed chan struct{}
+}
+
+func (x *slowIndex) Match(ns string, hashes []uint64, c []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch {
+	if x.armed {
+		x.entered <- struct{}{}
+		<-x.proceed
+	}
+	return x.Index.Match(ns, hashes, c, out)
+}
+
+// TestQueueMatchesWithoutItsLock: while a pod with room is matched against
+// the waiting requests (a round trip each with the redis index), the
+// queue's lock, which every request takes while the queue is open, is
+// free: a request is queued meanwhile, and the release that follows
+// gives the waiting request the pod caches to it.
+func TestQueueMatchesWithoutItsLock(t *testing.T) {
+	tr := newTestRouter(t)
+	slow := &slowIndex{Index: tr.Router.index, entered: make(chan struct{}), proceed: make(chan struct{})}
+	tr.Router.index = slow
+	ds := holdFleet(t, tr)
+	tr.store("a", prompt, "", "")
+	_, cold := tr.begin("a prompt that neither pod has cached, 48 tokens")
+	_, warm := tr.begin(prompt)
+	if cold == nil || warm == nil {
+		t.Fatal("Begin past the caches routed at once; want tickets")
+	}
+	slow.armed = true
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ds[0].Prefilled() // a has room: release matches the index
+	}()
+	<-slow.entered
+	if !tr.queue.mu.TryLock() {
+		t.Fatal("the queue's lock is held while the index is matched")
+	}
+	tr.queue.mu.Unlock()
+	slow.armed = false
+	_, other := tr.begin("another prompt that neither pod has, 48 tokens")
+	if other == nil {
+		t.Fatal("a request while the index was matched was routed at once; want it queued")
+	}
+	close(slow.proceed)
+	<-done
+	if !ready(warm) || ready(cold) || ready(other) {
+		t.Fatalf("after the release: ready warm %v, cold %v, other %v; want the prompt a caches only", ready(warm), ready(cold), ready(other))
 	}
 }

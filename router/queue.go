@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +43,8 @@ import (
 // nothing were held; its client going away ends its wait. Each replica
 // holds its own requests and counts its own decisions.
 
-// holdQueue is the router's queue.
-type holdQueue struct {
+// requestQueue is the router's queue.
+type requestQueue struct {
 	mu sync.Mutex
 	// waiting are the held tickets, oldest first.
 	waiting []*Ticket
@@ -55,14 +56,28 @@ type holdQueue struct {
 	// they count as its requests awaiting their first token.
 	reserved map[kvindex.PodID]int
 	// gates is each namespace's gate.
-	gates map[string]*holdGate
-	// free and matches are release's working memory.
-	free    []kvindex.PodID
+	gates map[string]*queueGate
+	// releasing is true while a goroutine releases tickets (release);
+	// again asks it to look once more, for a call that came meanwhile.
+	releasing, again bool
+	// scan and matches are the releasing goroutine's working memory, which
+	// it uses with and without the lock.
+	scan    []scanEntry
 	matches []kvindex.PodMatch
 }
 
-// holdGate is one namespace's gate.
-type holdGate struct {
+// scanEntry is a waiting ticket release matches against the pods with
+// room for it, copied under the lock so that the index is matched
+// without it.
+type scanEntry struct {
+	t      *Ticket
+	ns     string
+	hashes []uint64
+	free   []kvindex.PodID
+}
+
+// queueGate is one namespace's gate.
+type queueGate struct {
 	on   bool
 	held int64 // prompt tokens of its held tickets
 }
@@ -85,7 +100,7 @@ type Ticket struct {
 type ticketState uint8
 
 const (
-	ticketHeld ticketState = iota
+	ticketWaiting ticketState = iota
 	ticketReleased
 	ticketGone // expired or canceled: no longer in the queue
 )
@@ -96,11 +111,11 @@ const anyPod = kvindex.InvalidPod
 // hold returns a ticket for the request whose evaluation is ev, its
 // scratch sc (which the ticket then owns), when the router holds it; nil
 // when it routes now.
-func (r *Router) hold(req Request, ev evaluation, sc *scratch, start time.Time) *Ticket {
+func (r *Router) enqueue(req Request, ev evaluation, sc *scratch, start time.Time) *Ticket {
 	if r.cfg.QueuePrefillsPerPod <= 0 || ev.ns == "" || disaggregated(sc.members) {
 		return nil
 	}
-	q := &r.held
+	q := &r.queue
 	if q.n.Load() == 0 && q.open.Load() == 0 && !opens(sc.members, 0, int64(ev.tokens)) {
 		return nil // every gate is closed and this request opens none: no lock on the request path
 	}
@@ -114,21 +129,21 @@ func (r *Router) hold(req Request, ev evaluation, sc *scratch, start time.Time) 
 	q.waiting = append(q.waiting, t)
 	q.n.Add(1)
 	q.gates[ev.ns].held += int64(ev.tokens)
-	r.metrics.held.Inc()
-	r.releaseLocked()
+	r.metrics.queued.Inc()
 	q.mu.Unlock()
+	r.release()
 	return t
 }
 
 // gate updates and reports the gate of namespace ns, whose candidates are
 // members, with extra prompt tokens about to be held. Called with q.mu.
-func (q *holdQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
+func (q *requestQueue) gate(ns string, members []*fleet.Member, extra int64) bool {
 	g := q.gates[ns]
 	if g == nil {
 		if q.gates == nil {
-			q.gates, q.reserved = map[string]*holdGate{}, map[kvindex.PodID]int{}
+			q.gates, q.reserved = map[string]*queueGate{}, map[kvindex.PodID]int{}
 		}
-		g = &holdGate{}
+		g = &queueGate{}
 		q.gates[ns] = g
 	}
 	was := g.on
@@ -189,78 +204,133 @@ func cachePressure(members []*fleet.Member) (demand, capacity int64, reuse, hit 
 // their first token there, those released to it included. Called with
 // q.mu.
 func (r *Router) room(m *fleet.Member) bool {
-	return m.Load.Prefilling.Load()+int64(r.held.reserved[m.ID]) < int64(r.cfg.QueuePrefillsPerPod)
+	return m.Load.Prefilling.Load()+int64(r.queue.reserved[m.ID]) < int64(r.cfg.QueuePrefillsPerPod)
 }
 
-// release gives the pods with room the held requests that suit them best:
-// each time a pod's request prefills, and when a request is held.
+// release gives the pods with room the waiting requests that suit them
+// best: each time a pod's request prefills, and when a request is queued.
+// One goroutine releases at a time; a call meanwhile has it look again.
+// The index is matched without the queue's lock, which the request path
+// takes: with the redis index each match is a round trip.
 func (r *Router) release() {
-	if r.held.n.Load() == 0 {
+	q := &r.queue
+	if q.n.Load() == 0 {
 		return
 	}
-	r.held.mu.Lock()
-	r.releaseLocked()
-	r.held.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.releasing {
+		q.again = true
+		return
+	}
+	q.releasing = true
+	for {
+		q.again = false
+		if !r.releaseOne() && !q.again {
+			break
+		}
+	}
+	q.releasing = false
+	for i := range q.scan {
+		q.scan[i].t = nil // keep no ticket alive
+	}
 }
 
-// releaseLocked releases tickets while any has a pod with room, or its
-// namespace's gate closed. Called with q.mu.
-func (r *Router) releaseLocked() {
-	q := &r.held
-	for len(q.waiting) > 0 {
-		best, pod, blocks := -1, anyPod, -1
-		for i, t := range q.waiting[:min(len(q.waiting), r.cfg.Tuning.QueueScan)] {
-			if !q.gate(t.ev.ns, t.sc.members, 0) {
-				best, pod = i, anyPod
-				break
-			}
-			q.free = q.free[:0]
-			for _, m := range t.sc.members {
-				if r.room(m) {
-					q.free = append(q.free, m.ID)
-				}
-			}
-			if len(q.free) == 0 {
-				continue
-			}
-			q.matches = r.index.Match(t.ev.ns, t.sc.hashes, q.free, q.matches)
-			for j, m := range q.matches {
-				if m.Blocks > blocks {
-					best, pod, blocks = i, q.free[j], m.Blocks
-				}
+// releaseOne releases the ticket whose namespace's gate closed, or the
+// one of the Tuning.QueueScan oldest that finds the most of its prompt
+// cached on a pod with room, to that pod; it reports whether it released
+// one or must look again. Called with q.mu, which it drops while it
+// matches the index.
+func (r *Router) releaseOne() bool {
+	q := &r.queue
+	q.scan = q.scan[:0]
+	for i, t := range q.waiting[:min(len(q.waiting), r.cfg.Tuning.QueueScan)] {
+		if !q.gate(t.ev.ns, t.sc.members, 0) {
+			q.hand(i, anyPod)
+			return true
+		}
+		if len(q.scan) < cap(q.scan) {
+			q.scan = q.scan[:len(q.scan)+1]
+		} else {
+			q.scan = append(q.scan, scanEntry{})
+		}
+		e := &q.scan[len(q.scan)-1]
+		e.free = e.free[:0]
+		for _, m := range t.sc.members {
+			if r.room(m) {
+				e.free = append(e.free, m.ID)
 			}
 		}
-		if best < 0 {
-			return
+		if len(e.free) == 0 {
+			q.scan = q.scan[:len(q.scan)-1]
+			continue
 		}
-		t := q.waiting[best]
-		q.remove(best)
-		t.state, t.pod = ticketReleased, pod
-		if pod != anyPod {
-			q.reserved[pod]++
-		}
-		close(t.ready)
+		e.t, e.ns, e.hashes = t, t.ev.ns, append(e.hashes[:0], t.sc.hashes...)
 	}
+	if len(q.scan) == 0 {
+		return false
+	}
+	q.mu.Unlock()
+	best, pod, blocks := -1, anyPod, -1
+	for i := range q.scan {
+		e := &q.scan[i]
+		q.matches = r.index.Match(e.ns, e.hashes, e.free, q.matches)
+		for j, m := range q.matches {
+			if m.Blocks > blocks {
+				best, pod, blocks = i, e.free[j], m.Blocks
+			}
+		}
+	}
+	q.mu.Lock()
+	t := q.scan[best].t
+	i := slices.Index(q.waiting, t)
+	if i < 0 || !r.roomOn(pod, t.sc.members) {
+		return true // it left, or the pod filled, while the index was matched: look again
+	}
+	q.hand(i, pod)
+	return true
+}
+
+// roomOn reports whether pod, one of members, has room. Called with q.mu.
+func (r *Router) roomOn(pod kvindex.PodID, members []*fleet.Member) bool {
+	for _, m := range members {
+		if m.ID == pod {
+			return r.room(m)
+		}
+	}
+	return false
+}
+
+// hand releases the waiting ticket at i to pod (anyPod: routed as
+// usual). Called with q.mu.
+func (q *requestQueue) hand(i int, pod kvindex.PodID) {
+	t := q.waiting[i]
+	q.remove(i)
+	t.state, t.pod = ticketReleased, pod
+	if pod != anyPod {
+		q.reserved[pod]++
+	}
+	close(t.ready)
 }
 
 // remove takes the ticket at i out of the queue. Called with q.mu.
-func (q *holdQueue) remove(i int) {
+func (q *requestQueue) remove(i int) {
 	t := q.waiting[i]
 	copy(q.waiting[i:], q.waiting[i+1:])
 	q.waiting[len(q.waiting)-1] = nil
 	q.waiting = q.waiting[:len(q.waiting)-1]
 	q.n.Add(-1)
 	q.gates[t.ev.ns].held -= int64(t.ev.tokens)
-	t.r.metrics.held.Dec()
+	t.r.metrics.queued.Dec()
 }
 
 // leave takes t out of the queue if it is still there, as state, and
 // reports whether it was.
 func (t *Ticket) leave(state ticketState) bool {
-	q := &t.r.held
+	q := &t.r.queue
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if t.state != ticketHeld {
+	if t.state != ticketWaiting {
 		return false
 	}
 	for i, w := range q.waiting {
@@ -283,7 +353,7 @@ func (t *Ticket) Since() time.Time { return t.since }
 // held. Nothing changes if a pod already has room for it.
 func (t *Ticket) Expire() {
 	if t.leave(ticketGone) {
-		t.r.metrics.holds.WithLabelValues("expired").Inc()
+		t.r.metrics.queueExits.WithLabelValues("expired").Inc()
 	}
 }
 
@@ -294,7 +364,7 @@ func (t *Ticket) Cancel() bool {
 	if !t.leave(ticketGone) {
 		return false
 	}
-	t.r.metrics.holds.WithLabelValues("canceled").Inc()
+	t.r.metrics.queueExits.WithLabelValues("canceled").Inc()
 	t.r.putScratch(t.sc)
 	t.sc = nil
 	return true
@@ -308,11 +378,11 @@ func (t *Ticket) Finish() (*Decision, error) {
 	r := t.r
 	sc := t.sc
 	defer r.putScratch(sc)
-	q := &r.held
+	q := &r.queue
 	q.mu.Lock()
 	pod := t.pod
 	if t.state == ticketReleased {
-		r.metrics.holds.WithLabelValues("released").Inc()
+		r.metrics.queueExits.WithLabelValues("released").Inc()
 		if pod != anyPod {
 			if q.reserved[pod]--; q.reserved[pod] <= 0 {
 				delete(q.reserved, pod)
@@ -322,7 +392,7 @@ func (t *Ticket) Finish() (*Decision, error) {
 	t.state = ticketGone
 	q.mu.Unlock()
 	held := r.now().Sub(t.since)
-	r.metrics.holdSeconds.Observe(held.Seconds())
+	r.metrics.queueWait.Observe(held.Seconds())
 	start := time.Now()
 	if _, err := r.resolve(r.fleet.Snapshot(), t.ev.model, true, t.req.Subset, start, sc); err != nil {
 		return nil, err
@@ -337,7 +407,7 @@ func (t *Ticket) Finish() (*Decision, error) {
 		}
 	}
 	d := r.decide(t.req, ev, sc, ok, start.Add(-t.spent))
-	d.Held = held
+	d.Queued = held
 	return d, nil
 }
 
