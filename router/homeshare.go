@@ -40,7 +40,7 @@ func (r *Router) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]k
 		return dst, tails
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer t.unlock()
 	for _, h := range t.changed {
 		h.changed = false
 		if h.elem == nil || h.pod == kvindex.InvalidPod {
@@ -113,7 +113,7 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peer
 	t.mu.Lock()
 	t.sharedUntil, t.peers = until.UnixNano(), peers
 	r.expireHomes(now)
-	t.mu.Unlock()
+	t.unlock()
 	// In batches, the lock released between them: a sync may bring
 	// thousands, and decisions wait on the lock.
 	for from := 0; from < len(tails); from += adoptBatch {
@@ -121,12 +121,12 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peer
 		for _, s := range tails[from:min(from+adoptBatch, len(tails))] {
 			t.adoptTail(s, now, r.cfg)
 		}
-		t.mu.Unlock()
+		t.unlock()
 	}
 	for from := 0; from < len(homes); from += adoptBatch {
 		t.mu.Lock()
 		t.adoptHomes(homes[from:min(from+adoptBatch, len(homes))], inFleet, now, r.cfg)
-		t.mu.Unlock()
+		t.unlock()
 	}
 }
 
