@@ -399,6 +399,7 @@ func (t *Ticket) Finish() (*Decision, error) {
 	}
 	ev := t.ev
 	r.match(&ev, sc)
+	r.cost(&ev, sc)
 	var ok func(int) bool
 	for _, m := range sc.members {
 		if m.ID == pod {
