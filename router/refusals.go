@@ -21,10 +21,12 @@ type refusalLog struct {
 	dropped int   // refusals not logged since the last line
 }
 
-// Refused logs one refused request once, at INFO: its id, path, model (""
-// when not read yet), status and why. Route logs its own refusals; the front
-// ends call it for those they make before routing (a body too large).
+// Refused counts one refused request in kvrouter_router_refusals_total and
+// logs it once, at INFO: its id, path, model ("" when not read yet),
+// status and why. Route reports its own refusals; the front ends call it
+// for those they make before routing (a body too large).
 func (r *Router) Refused(id, path, model string, e *Error) {
+	r.metrics.refused(e)
 	r.refusals.log(time.Now(), id, path, model, e)
 }
 

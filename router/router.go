@@ -218,10 +218,11 @@ func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
 
 // refuse counts and logs req, for model, refused with err.
 func (r *Router) refuse(req Request, model string, err error) {
-	r.metrics.refused(err)
 	if e := AsError(err); e != nil {
 		r.Refused(req.ID, req.Path, model, e)
+		return
 	}
+	r.metrics.refused(err) // internal: counted, logged by the caller
 }
 
 // decide picks the pod for req among the scored candidates in sc that ok

@@ -134,6 +134,11 @@ func TestE2EPrefillDecodeHeaders(t *testing.T) {
 		t.Fatalf("a new prompt: to %s, prefill pod %q, x-prefiller-host-port %q; want a decode pod, and sim-0 at %s",
 			dest, prefill, first.UpstreamHeaders["x-prefiller-host-port"], f.pods["sim-0"])
 	}
+	// The client's response names the prefill pod among the x-kvrouter-*
+	// headers; the sidecar's header is the decode pod's alone.
+	if first.ClientHeaders[router.HeaderPrefillPod] != "sim-0" || first.ClientHeaders["x-prefiller-host-port"] != "" {
+		t.Errorf("response headers %v: want x-kvrouter-prefill-pod sim-0 and no x-prefiller-host-port", first.ClientHeaders)
+	}
 	// The decode pod computes the prompt here (the simulated pods have no
 	// sidecar), so its events then hold it.
 	forward(t, first, "/v1/chat/completions")

@@ -72,6 +72,7 @@ type testFleet struct {
 	index  *kvindex.Index
 	fleet  *fleet.Fleet
 	hasher *blockhash.Hasher
+	reg    *prometheus.Registry // the router's metrics
 }
 
 // store records that pod holds prompt's blocks on its GPU.
@@ -97,7 +98,7 @@ func startProxy(t *testing.T) (*testFleet, *httptest.Server, map[string]*podServ
 	if err != nil {
 		t.Fatal(err)
 	}
-	tf := &testFleet{t: t, index: index, fleet: fleet.New(index), hasher: hasher}
+	tf := &testFleet{t: t, index: index, fleet: fleet.New(index), hasher: hasher, reg: prometheus.NewRegistry()}
 	pods := map[string]*podServer{}
 	for _, name := range []string{"a", "b", "c"} {
 		ps := &podServer{name: name, release: make(chan struct{}), canceled: make(chan struct{})}
@@ -108,7 +109,7 @@ func startProxy(t *testing.T) (*testFleet, *httptest.Server, map[string]*podServ
 		n, _ := strconv.Atoi(port)
 		tf.fleet.Upsert(pod.Pod{Name: name, IP: host, Port: n, Model: "llama", Ready: true})
 	}
-	if tf.router, err = router.New(router.DefaultConfig(), tf.fleet, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
+	if tf.router, err = router.New(router.DefaultConfig(), tf.fleet, index, hasher, byteTokens{}, slog.New(slog.DiscardHandler), tf.reg); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(New(tf.router, 1<<20, nil, slog.New(slog.DiscardHandler)))
@@ -226,8 +227,11 @@ func TestProxyStreamsAndCancels(t *testing.T) {
 	}
 }
 
+// TestProxyErrors: refusals answer with the OpenAI error of their status,
+// and kvrouter_router_refusals_total counts each once, the body too large
+// for the proxy included.
 func TestProxyErrors(t *testing.T) {
-	_, front, _ := startProxy(t)
+	tf, front, _ := startProxy(t)
 	for _, tt := range []struct {
 		path, body string
 		want       int
@@ -246,4 +250,31 @@ func TestProxyErrors(t *testing.T) {
 			t.Errorf("POST %s = %d (%v), want %d with an OpenAI error", tt.path, resp.StatusCode, err, tt.want)
 		}
 	}
+	for _, status := range []string{"400", "404", "413"} {
+		if got := refusals(t, tf.reg, status); got != 1 {
+			t.Errorf("kvrouter_router_refusals_total{status=%q} = %v, want 1", status, got)
+		}
+	}
+}
+
+// refusals reads kvrouter_router_refusals_total{status} from reg.
+func refusals(t *testing.T, reg *prometheus.Registry, status string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kvrouter_router_refusals_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "status" && l.GetValue() == status {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
