@@ -3,228 +3,269 @@
 //
 // # Overview
 //
-// An Index wraps a kvindex.Index, the local view, and a Redis client. It
-// offers the methods the router (Match, Speculate, Settle) and package
-// kvevents (AddPod, RemovePod, Stored, Removed, ClearPod) use, so either
-// backend slots in behind the same consumer-declared interfaces. Every
-// replica keeps subscribing to every pod and keeps its local view: that is
-// what it routes on while Redis is unreachable, and what a new lease holder
-// copies into Redis. Matches read Redis, so a replica started against a
-// populated Redis routes with the whole fleet's index from its first request,
-// and sees the other replicas' speculation.
+// An Index wraps a kvindex.Index, the local view, and a Redis client. It has
+// the methods the router (Match, MatchLoad, Speculate, Settle, Charge) and
+// package kvevents (AddPod, RemovePod, Stored, Removed, ClearPod) use, so
+// either backend slots in behind the same consumer-declared interfaces.
+// Every replica subscribes to every pod and applies every event to its local
+// view: that view is what it routes on while Redis is unreachable, and what
+// it copies into Redis when it becomes a pod's writer. Matches read Redis,
+// so a replica started against a populated Redis routes with the whole
+// fleet's index, and every replica's speculation, from its first request.
 //
-// # Data model
+// One replica writes each pod's events to Redis: the holder of the pod's
+// lease. Every replica writes its own decisions' speculation. A block's key
+// holds 16-byte records that writers only append (APPEND, with a PEXPIREAT
+// when the key's TTL is due), so no writer reads a shared key before writing
+// it and none needs a script; clearing a pod gives it a new epoch in its
+// namespace's pod table (one script call), after which its older records
+// count for nothing. Readers fold a block's records into holders exactly as
+// kvindex.Index counts its own; TestMatchAgreesWithLocalView holds a match
+// through Redis to the local view's over random runs of every operation.
 //
-// Keys start with Config.Prefix. The base model (the index namespace) is
-// folded into a 64-bit FNV-1a tag n, written in hex:
-//
-//	<prefix>{<n>:<g>}b:<hash>   a string per block, g = hash mod Config.Groups:
-//	                            16-byte records, appended (see below)
-//	<prefix>{<n>}p              the namespace's pod table, a hash:
-//	    "<pod>"  → "<num>:<epoch>:<version>"   the pod's number, its
-//	                                 current epoch, and the table's version
-//	                                 when it began
-//	    "#next"  → the last number given
-//	    "#ver"   → the table's version, raised at every epoch change
-//	<prefix>{<n>}l              the namespace's load table, a hash:
-//	    "<pod>|<replica>" → "<tokens>:<requests>:<deadline ms>"
-//	                            the prefill the replica routed to the pod,
-//	                            not done yet (see Load below)
-//	<prefix>{<n>}h, {<n>}s      the namespace's home table and stream: the
-//	                            router's homes, shared (homes.go)
-//	<prefix>lease:{<pod>}       the pod's writer lease: the holder's id
-//
-// A record is (pod number u32, kind u8: tier 0–3 or speculative, count
-// delta i8, 2 zero bytes, epoch or deadline u64), little-endian. Every
-// write is an APPEND (with a PEXPIREAT when the key's TTL is due, below),
-// so writers of different pods never read-modify-write a shared key and
-// need no script: a BlockStored of 16 blocks is one pipeline of 16 to 32
-// commands, a speculation of a 512-block prompt one of 512 to 1024. Readers
-// fold a pod's real records of its current epoch in order, the count never
-// below zero (a removal of an absent block is ignored, as kvindex ignores
-// it), and its speculative records to what kvindex's own speculative holder
-// would be: a speculation sets the deadline, a settling (flagged) only
-// shortens a pending one, the pod's GPU store confirms it, and one written
-// before the pod's current epoch (its deadline less its life, before the
-// epoch, the clearing replica's clock) is from before a clear and counts
-// for nothing. TestMatchAgreesWithLocalView holds a match through Redis to
-// the local view's over random runs of every operation.
-//
-// A Match is one pipeline: HMGET of the candidates' pod table entries
-// (and, for the router's MatchLoad, HGETALL of the load table), and one
-// MGET per slot group of the blocks' keys; then the leading runs are
-// counted here exactly as kvindex.Index.Match counts them (fastest real
-// tier first, speculation only where no real holder counts), in one pass
-// per block over the records of the candidates still running. The
-// candidates are bits: a block's summary members and first GPU stores only
-// set a bit, a summary like the block before's (the blocks of a prefix the
-// same pods hold) reuses its bits, and only a candidate a block names
-// otherwise has its records folded one by one. Only bytes
-// cross the wire: no per-holder strings to parse. The braces are Redis
-// Cluster hash tags: a namespace's blocks spread over Config.Groups slots,
-// so one request touches at most Groups + 1 slots and the cluster client
+// A match is one round trip: HMGET of the candidates' pod table entries,
+// HGETALL of the load table (MatchLoad, while load is shared), and one MGET
+// per slot group of the blocks' keys; the count (count.go) then walks the
+// blocks once, as kvindex.Index.Match does: fastest real tier first,
+// speculation only where no real holder counts. The braces in the keys are
+// Redis Cluster hash tags: a namespace's blocks spread over Config.Groups
+// slots, so a match touches at most Groups + 1 slots, and the cluster client
 // sends one pipeline per node, in parallel.
 //
-// On a standalone server the two hot paths, a match's reads and the
-// appends, do not go through go-redis: a small pool of plain RESP2
-// connections (resp.go, AUTH and TLS as configured) writes each request
-// as one buffer and parses the replies in place, bulk values copied into
-// a pooled arena. A match allocates 7 times, not 2,159, and takes a third
-// of the time (BenchmarkMatch512). An idle connection the server closed (a
-// restart) is found by a non-blocking read before use, not by a failed
-// match. The cluster client keeps go-redis, which routes by slot; both
-// paths refuse the same values the same way.
+// On a standalone server a match's reads and the appends go through a small
+// pool of plain RESP2 connections (resp.go; AUTH and TLS as configured): a
+// request is written as one buffer and its replies are parsed in place, bulk
+// values copied into a pooled arena, for far fewer allocations and less time
+// than go-redis (see docs/performance.md). An idle connection is checked by
+// a non-blocking read before use, so a server restart is not taken for an
+// outage. Every other command, and every command on a cluster, goes through
+// go-redis; both paths refuse the same values the same way.
 //
-// Clearing a pod (an AllBlocksCleared event, a restart, a gap replay cannot
-// fill, a new lease holder) does not walk its entries: it gives the pod a
-// new epoch in the pod table, one script call. Records of older epochs no
-// longer count. A key that appends grow past each multiple of 64 records
-// is compacted in the background: read, folded to one record per live
-// holder (records of an epoch newer than the pod table it read kept as
-// they are: a new holder's), and written back by a script that keeps the records appended
-// meanwhile after the folded ones, so a hot key (a shared system prompt's,
-// appended to by every decision's speculation) stays short however busy.
-// The compactor takes up to 64 queued keys a round, in two pipelines (their
-// pod tables and values, then the scripts): one at a time, at three round
-// trips each, it fell behind a long prompt whose every block each decision
-// grows, and keys it dropped grew to the holder bound.
-// A match queues the keys it reads with 16 GPU store records or more outside a
-// summary too (compactRead): a block 40 pods stored once is 40 records
-// that no append would compact; and the keys it reads 128 records long or
-// longer, or past the holder bound (compactLong): their compactions were
-// dropped while appends grew them.
-// The holders that hold the block once in the GPU tier, most of them, fold
-// into one summary: the table version the compaction read and their
-// numbers as varint deltas, about a byte each (64 holders: 80 bytes, not
-// 1 KiB). A member counts while its pod's entry has the version it had
-// then or older; an epoch change raises it, and the member counts for
-// nothing, as its records would (kindSummary).
+// Besides the index the replicas share the prefill each routed to each pod
+// and that is not done yet (load.go; router.LoadSharer), and the router's
+// homes (homes.go). A match reads the whole load table: a field per pod and
+// replica with prefill in flight, deleted at zero. Config.NoSharedLoad and
+// Config.NoSharedHomes turn each off; Config.NoLocalView keeps the local
+// view to the pod registry and this replica's speculation; Config.TTL 0
+// gives block keys no TTL.
 //
-// # Bounds
+// # Keys
 //
-// Block keys carry Config.TTL: a block nobody writes again for that long
-// leaves Redis on its own, which bounds the entries by what the fleet
-// stored in one TTL. A replica refreshes a key's TTL (PEXPIREAT, which
-// Redis does not rewrite for propagation as it does PEXPIRE) with its
-// append only when it has not refreshed that key in the last TTL/4 (a
-// direct-mapped cache of 64Ki keys; a collision costs a refresh), so a key
-// lives between 3/4 of the TTL and the TTL after its last write; a hot
-// key, appended to by every decision's speculation, is refreshed once per
-// TTL/4 instead of at each append. A key an append creates always gets its
-// TTL: in the same pipeline, or in a second one when the cache skipped it.
-// The TTL deadlines are the replica's clock, not Config.Now. Set Redis's maxmemory with
-// maxmemory-policy volatile-ttl as the hard bound: an evicted block key is
-// a block no pod seems to hold, an under-estimate, never a wrong route. The
-// pod tables have no TTL, so volatile-ttl never evicts them (with
-// allkeys-* policies a lost pod table renumbers its pods at the holders'
-// next lease tick, which finds their entries gone; epochs taken from the
-// clock keep old records from counting for a new number).
+// Every key starts with Config.Prefix. n is a namespace's tag, the 64-bit
+// FNV-1a hash of its base model name, and g a block's slot group, its hash
+// mod Config.Groups, both in hex, as is the block's hash.
 //
-// Config.TTL 0 gives block keys no TTL: a new block is one APPEND, not an
-// APPEND and a PEXPIREAT, about half of Redis's time per new block
-// (BenchmarkStored16Pods). The bound is then maxmemory with an allkeys-*
-// policy, allkeys-lfu best: the pod tables and leases, read at every
-// match and lease tick, outlive the blocks written once. Run checks the
-// policy (CONFIG GET, on every master of a cluster) at start and whenever
-// Redis comes back, and logs an error and sets
-// kvrouter_index_redis_unbounded when maxmemory or the policy does not
-// bound the keys. The load tables keep an hour's TTL.
+//	key            type    holds                       written by                TTL
+//	{n:g}b:<hash>  string  the block's records, a      the pod's lease holder    Config.TTL (1)
+//	                       summary first once          (events, lease copy);
+//	                       compacted (see Records)     every replica (its
+//	                                                   speculation); compactors
+//	{n}p           hash    the pod table: "<pod>" →    the take script: a lease  none
+//	                       "<num>:<epoch>:<version>";  holder's take or clear
+//	                       "#next" → the last number
+//	                       given; "#ver" → the
+//	                       table's version
+//	{n}l           hash    the load table: "<pod>|     each replica its own      (2)
+//	                       <replica>" → "<tokens>:     fields, at each change
+//	                       <requests>:<deadline ms>"   and lease tick; deleted
+//	                       (load.go)                   at zero
+//	{n}h           hash    the home table: "<block>"   each replica's home       (2)
+//	                       → "<tokens>:<until ms>:     syncs; a full sync
+//	                       <pod>"; "@<replica>" →      deletes the fields past
+//	                       "<requests>:<until ms>"     their until
+//	{n}s           stream  home and tail entries,      each replica's home       (2)
+//	                       capped near 10,000          syncs
+//	                       (homes.go)
+//	lease:{<pod>}  string  the writer's Config.Replica the lease script (set     Config.LeaseTTL,
+//	                                                   when free, renewed);      renewed every
+//	                                                   release: deleted          LeaseTTL/3
 //
-// A block key longer than Config.MaxHolders records (the holder bound) is
-// refused.
-// Speculative records carry their deadline (kvindex.Config.SpeculativeTTL,
-// shortened to SpeculativeGrace by Settle) and count only before it.
+// (1) A replica sets a block key's expiry (PEXPIREAT, now + Config.TTL on
+// its own clock, not Config.Now) with its append only when it has not done
+// so for that key within TTL/4, by a direct-mapped cache of 64Ki keys (a
+// collision costs a refresh), and in a second pipeline for a key its append
+// created and the cache skipped: a key lives between 3/4 of the TTL and the
+// TTL after its last write. A compaction keeps the TTL. Config.TTL 0: none.
 //
-// # Load
+// (2) Config.TTL, or an hour when it is 0, from the last write; fields lapse
+// at their own deadlines first.
 //
-// The router charges each decision's prefill (uncached prompt tokens
-// weighed by their context, and one request) to its pod until the pod
-// starts answering (router.LoadSharer: Charge, MatchLoad). Each replica
-// counts its own per pod and publishes the count in the namespace's load
-// table: at each change (through Run's load writer, which writes the pods
-// that changed in one pipeline without holding up the decision; at once
-// without Run), deleted at zero, and renewed at each lease tick while not
-// zero. A field counts until its deadline, twice Config.LeaseTTL after its
-// last write, so a dead replica's load lapses in that time. A match reads
-// the table in its round trip and reports the other replicas' fields by
-// candidate; the router adds them to its own (router/score.go queue).
-// Without it every replica sees a new prefix's speculation on one pod and
-// sends its share of the burst there while each counts only its own
-// requests queued on it (test/fleetsim BenchmarkReplicas). Config.
-// NoSharedLoad (index.redis.share_load: false) turns it off. A match reads
-// the whole table: one field per pod with prefill in flight and replica
-// that routed it (64 pods and 4 replicas: at most 256 fields, about 10 KB),
-// so a fleet of thousands of pods busy at once pays for it on every
-// decision; fields at zero are deleted, not kept. A load table
-// of the wrong type or a field of the wrong shape is refused and counted
-// (reason load) and counts as no load.
+// Redis's maxmemory is the hard bound. With block TTLs, set maxmemory-policy
+// volatile-ttl: it evicts block keys (a block no pod seems to hold, an
+// under-estimate, never a wrong route), never the pod tables, which have no
+// TTL. A pod table lost all the same (an allkeys-* policy) renumbers its
+// pods at their holders' next lease tick, and epochs taken from the clock
+// keep old records from counting for a new number. With Config.TTL 0 a new
+// block is one command, not two (see docs/performance.md), and the bound is
+// maxmemory with an allkeys-* policy, allkeys-lfu best: the pod tables and
+// leases, read at every match and lease tick, outlive blocks written once.
+// Run checks the policy (CONFIG GET, on every master of a cluster) at start
+// and whenever Redis comes back; when it does not bound the keys, or cannot
+// be read, it logs it and sets kvrouter_index_redis_unbounded. A block key
+// of more than Config.MaxHolders records is refused and queued for
+// compaction.
 //
-// # Writers
+// # Records
 //
-// Exactly one replica writes a pod's events: the holder of its lease, a
-// key set with SET NX PX Config.LeaseTTL and renewed every LeaseTTL/3 by a
-// compare-and-extend script. When the holder dies its lease expires and
-// another replica takes it within LeaseTTL + LeaseTTL/3. A new holder
-// gives the pod a new epoch (a clear, counted) and copies its local view
-// of the pod into Redis, so events the old holder had not written yet are
-// not lost and nothing it wrote stale survives. The new epoch drops the
-// pod's speculative records too, as a clear does (the local views keep
-// theirs): for the seconds after a handover the replicas see less
-// speculation on the pod than they made, an under-estimate. The epoch is the lease's
-// fencing token: an old holder that has not noticed yet (paused past the
-// lease TTL) writes records of its old epoch, which count for nothing, and
-// its clears, which pass the epoch they write under, are refused by the
-// script (kvrouter_index_redis_leases_fenced_total) and stop its writing. Speculation has no
-// owner: every replica writes its own decisions' speculative records,
-// naming the pod by the number its lease holder gave it (learnt at each
-// lease renewal; a pod not yet numbered gets no shared speculation).
+// A block key's value is a sequence of 16-byte little-endian records; a
+// compacted key starts with a summary: a header record and its body.
 //
-// # Degradation
+//	bytes   real record                 speculative record      summary header
+//	[0:4]   the pod's number (u32)      the pod's number        the body's length in records
+//	[4]     the tier: 0 GPU, 1 CPU,     4                       5
+//	        2 disk, 3 other
+//	[5]     count delta (i8): +1        0 a speculation,        0
+//	        stored, -1 removed; a       1 a settling
+//	        lease copy's or compacted
+//	        count, at most 127
+//	[6:8]   0                           0                       0
+//	[8:16]  the pod's epoch (u64)       deadline, unix ms       V: the pod table's "#ver"
+//	                                                            when the compaction read it
 //
-// A failed round trip marks Redis down (kvrouter_index_redis_up = 0,
-// kvrouter_index_redis_errors_total, a /readyz detail) and from then on
-// Match reads the local view, which is exactly the memory backend, and
-// writes go only to it. Run pings Redis every Config.PingInterval; the
-// first answer marks it up again, and the lease loop re-takes (and so
-// re-copies) every lease it holds. With Config.NoLocalView
-// (index.redis.local_view: false) there is no local view to fall back on:
-// matches find nothing meanwhile, so decisions go by load alone, and a
-// lease taken starts the pod empty in Redis. Values of the wrong type or
-// shape in Redis are refused: counted in kvrouter_index_redis_refused_total and
-// taken as no holder (a block key of another type reads as absent and is
-// counted when a writer meets it).
+// A summary's body lists the pods that hold the block once, in the GPU tier:
+// their numbers ascending, each a uvarint delta from the one before (the
+// first from 0), zero-padded to a whole record; about a byte a pod (64 pods:
+// 80 bytes, not 1 KiB of records). A reader folds a pod's records in order
+// (specState, and count for a match):
+//
+//	record           counts when                              effect on the pod's holder
+//	real             its epoch is the pod's current one       adds delta to the tier's count,
+//	                                                          never below zero
+//	real GPU store   as real                                  also confirms a pending speculation
+//	                                                          (it is no longer speculative)
+//	speculation      deadline ≥ current epoch +               pending: this deadline, no settling
+//	                 SpeculativeTTL (made after the epoch
+//	                 began)
+//	settling         one is pending and deadline ≥ current    the holder's deadline becomes this
+//	                 epoch + SpeculativeGrace                 one if shorter
+//	summary member   the pod's entry version ≤ V (no epoch    a GPU store of its current epoch
+//	                 change since the summary)
+//	other shapes     never                                    refused and counted; a summary of
+//	                                                          no known shape ends the value
+//
+// A pod then holds the block in the fastest tier whose count is above zero,
+// or else speculatively until its deadline. The speculative lives are the
+// local view's (kvindex.Config.SpeculativeTTL, SpeculativeGrace); the epoch
+// is the clearing replica's clock in ms, so another replica's clock skew
+// errs by as much.
+//
+// Compaction keeps keys near one record per live holder. A key is queued
+// when an append grows it past each multiple of 64 records, and when a match
+// reads it with 16 or more GPU store records outside a summary (a block many
+// pods stored once, which no append would compact), 128 records or more, or
+// past the holder bound (about once per 10s per key and replica). The queue
+// holds 1,024 keys and drops the rest. The compactor folds up to 64 keys a
+// round in two pipelines (the namespaces' pod tables and the keys' values;
+// then the scripts): one summary of the pods holding the block once on the
+// GPU (when the table has a version), each other real holder with its count,
+// each pending speculation (and its settling), then, unchanged, the records
+// of pods the pod table it read does not cover (numbered, or given a new
+// epoch, since): a new holder's. The script replaces the value it read only
+// if the key still starts with it, keeping the records appended meanwhile
+// and the TTL, so a hot key is compacted however busy it is.
+//
+// # Writers, epochs and fences
+//
+// The lease says which replica writes a pod's events, the pod's epoch which
+// of its records count; the epoch is the lease's fencing token. The take
+// script gives a pod a new epoch, the larger of the old one plus one and the
+// caller's clock in ms (a pod table lost and rebuilt never repeats a number
+// and epoch), a number from "#next" when it has none, and raises "#ver" the
+// same way, recording it in the pod's entry. A clear passes the epoch it
+// writes under, and the script refuses it when the table holds another. One
+// pod, as one replica sees it:
+//
+//	state     input                                      action
+//	not held  lease tick, the lease free                 take: new epoch, copy the local view
+//	                                                     under it; held
+//	not held  lease tick, the lease this replica's       take (after an outage, or a take that
+//	                                                     failed)
+//	not held  lease tick, another replica's lease        learn the pod's number, which this
+//	                                                     replica's speculation names it by
+//	not held  event, clear                               the local view only
+//	held      lease tick, ours, the pod's entry there    renewed for Config.LeaseTTL
+//	held      lease tick, ours but the entry gone, or    take: a new epoch (and number), copy
+//	          the lease had expired and was free
+//	held      lease tick, another replica's lease, or    not held
+//	          the lease script failed
+//	held      Stored, Removed                            append (number, tier, ±1, epoch) to
+//	                                                     each block's key (queued under Run)
+//	held      ClearPod, the table has the pod's epoch    new epoch: the older records count
+//	                                                     for nothing (clears_total)
+//	held      ClearPod, the table has another epoch      fenced: not held, counted
+//	          (another replica took the pod)             (leases_fenced_total) and logged
+//	held      RemovePod, or Run ends                     release: the lease deleted if ours
+//	any       a round trip fails                         Redis down: every pod not held
+//
+// A dead holder's lease expires and another replica takes it within LeaseTTL
+// + LeaseTTL/3, copying its own view of the pod: events the old holder had
+// not written are not lost, and nothing it wrote stale survives. A holder
+// paused past its lease still writes, but under its old epoch: its records
+// count for nothing, its next clear is fenced, and its next lease tick finds
+// the lease another's. A new epoch drops the pod's speculative records too
+// (the local views keep theirs), an under-estimate for the seconds after a
+// handover. A pod no replica has numbered gets no shared speculation.
 //
 // # Concurrency
 //
-// An Index is safe for concurrent use. The pod table is guarded by a
-// read-write lock; the up flag and the leases held are atomics read on
-// the hot path; each pod's writes are serialized with the copy a new lease
-// holder makes by the pod's own mutex. While Run runs, the appends of
-// concurrent callers (the appliers of many pods, the decisions of many
-// requests) share one pipeline, a group commit of at most 4,096 blocks;
-// while 128 or more events wait, the group writer sends the next commit
-// on its connection to a standalone server before the replies of the one
-// in flight are read. An event's caller does not wait for
-// Redis: its appends are queued (512 batches at most; past that the
-// applier waits) in the pod's order and written in that order on one
-// connection, so a pod's records reach Redis in the order of its events;
-// Flush waits for those queued before it. A write that fails marks Redis
-// down, and the lease, taken again once it is back, copies the local
-// view in. When Run ends, what is queued is written before it returns. A
-// decision's Speculate and Settle do not wait either: they are queued (in
-// order, so a Settle lands after its Speculate) and written by the group
-// writer; speculation still queued when Run ends is dropped. Of a pod's
-// speculative records on one block in one group commit only those that
-// count are written, its last speculation and the shortest settling
-// after: a burst of decisions on one prompt writes each block at most
-// twice per commit.
+// An Index is safe for concurrent use. The pod registry is guarded by a
+// read-write lock; the up flag, and each pod's held flag and number, are
+// atomics read on the hot path. Each pod's mutex serializes its events and
+// clears with the copy a new lease holder makes, and guards the number and
+// epoch they are written under.
+//
+// While Run runs, one group writer sends the appends of concurrent callers
+// (the appliers of many pods, the decisions of many requests) in shared
+// pipelines: it gathers what waits, up to 256 requests and until 4,096
+// blocks, into one group commit. Events are queued (512 batches at most;
+// past that the applier waits) in each pod's order and written in that order
+// on one connection, so a pod's records reach Redis in the order of its
+// events, and the applier does not wait for Redis; Flush waits for the
+// events queued before it. Speculate and Settle are queued too (1,024 at
+// most; past that the decision waits), in order, so a Settle lands after its
+// Speculate; an event takes the speculation queued before it into its commit
+// ahead of it, so that a store confirms the speculation made before it, as
+// in the local view. Of one pod's speculative records on one block in one
+// commit, only the last speculation and the shortest settling after it are
+// written. On a standalone server a second commit goes out on the writer's
+// connection, before the replies of the one in flight are read, while 128
+// events or more wait; otherwise the writer waits for those replies, and the
+// speculation gathered meanwhile joins one commit. On a cluster each
+// commit's round trip ends before the next is gathered.
+//
+// The load writer publishes, in one pipeline, the pods whose count Charge
+// changed, without holding up the decision; the compactor folds the keys
+// queued. Matches run in parallel, each with pooled scratch and its own
+// connection. The home syncs are serialized by their own mutex.
 //
 // # Lifecycle
 //
-// New validates its Config, makes no connection and starts no goroutines.
-// Run keeps the leases and the health check, and runs the group writer,
-// the load writer and the compactor, until its context ends; then it releases the leases it
-// holds, closes the client, and returns once its goroutines have exited.
-// A caller without Run (the fleet simulator) calls Renew to take the
-// leases; its appends then go out one call at a time.
+// New validates its Config (and a TTL of at least the speculative TTL),
+// makes no connection and starts no goroutines. Run starts the group writer,
+// the load writer and the compactor and ticks at once: a lease tick takes
+// and renews the registered pods' leases, republishes this replica's load,
+// and shares the homes with the whole home table. It then ticks every
+// LeaseTTL/3 while Redis is up, pings it every Config.PingInterval while it
+// is down, and shares the homes every Config.HomeSync while it is up. When
+// its context ends, the group writer writes the events queued (speculation
+// still queued is dropped unless an event takes it along), the leases held
+// are released and the clients closed; Run returns once its goroutines have
+// exited. It may be called once. A caller without Run (the fleet simulator)
+// calls Renew for a lease tick and SyncHomes; its appends then go out one
+// call at a time, and Charge publishes at once.
+//
+// A failed round trip marks Redis down: kvrouter_index_redis_up 0,
+// kvrouter_index_redis_errors_total by operation, and a /readyz detail (Up).
+// Until a ping answers, matches read the local view, which is exactly the
+// memory backend; events go only to it; speculation and load are not
+// published; and the compactor drops what it takes. The first answer marks
+// Redis up and goes on into a lease tick, which takes again, and so copies
+// into Redis, the leases still this replica's or free. With
+// Config.NoLocalView the local view holds only this replica's speculation,
+// so matches meanwhile find little else, and a lease taken starts the pod
+// empty in Redis. Values of the wrong type or shape are refused, counted in
+// kvrouter_index_redis_refused_total by reason, and taken as no holder (a
+// block key of another type reads as absent, and is counted when a writer
+// meets it). RemovePod clears the pod in the local view and releases its
+// lease; its Redis entries stay until their TTL or a new holder's clear.
 package redisindex

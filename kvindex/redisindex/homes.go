@@ -1,12 +1,9 @@
 package redisindex
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +125,45 @@ func (x *Index) syncHomes(full bool) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	hs.buf, hs.tails = hs.table.HomesChanged(hs.buf[:0], hs.tails[:0])
+	f := x.homeFleet()
+	if len(f.namespaces) == 0 {
+		return
+	}
+	ctx, cancel := x.ctx()
+	defer cancel()
+	pipe := x.rdb.Pipeline()
+	written, homesOut, tailsOut := x.writeHomes(ctx, pipe, hs, f)
+	streams, tables := x.queueHomeReads(ctx, pipe, hs, f, written, full)
+	start := time.Now()
+	if err := x.exec(pipe); err != nil {
+		x.failed("homes", err)
+		return
+	}
+	x.metrics.rtHomes.Observe(time.Since(start).Seconds())
+	x.metrics.homesWritten.Add(float64(homesOut))
+	x.metrics.tailsWritten.Add(float64(tailsOut))
+	now := x.now()
+	hs.tails = hs.tails[:0]
+	var homes []kvindex.Home
+	for tag, cmd := range streams {
+		homes = x.readHomeStream(hs, tag, f.namespaces[tag], cmd, f.byName, !full, homes, now)
+	}
+	if full { // the homes from the table, as new as the stream read before it
+		homes = x.readHomeTables(hs, tables, f, homes, now)
+	}
+	hs.table.AdoptHomes(homes, hs.tails, hs.peers, now.Add(x.cfg.LeaseTTL))
+}
+
+// homeFleet is a sync's view of the registered pods: by handle, by name,
+// and their namespaces by tag.
+type homeFleet struct {
+	byID       map[kvindex.PodID]*podState
+	byName     map[string]*podState
+	namespaces map[string]string // by tag
+}
+
+// homeFleet snapshots the registered pods for a sync.
+func (x *Index) homeFleet() homeFleet {
 	x.pods.RLock()
 	byID := make(map[kvindex.PodID]*podState, len(x.pods.byID))
 	byName := make(map[string]*podState, len(x.pods.byID))
@@ -137,17 +173,18 @@ func (x *Index) syncHomes(full bool) {
 		namespaces[ps.tag] = ps.ns
 	}
 	x.pods.RUnlock()
-	if len(namespaces) == 0 {
-		return
-	}
-	ctx, cancel := x.ctx()
-	defer cancel()
-	pipe := x.rdb.Pipeline()
-	written := map[string]bool{}
+	return homeFleet{byID: byID, byName: byName, namespaces: namespaces}
+}
+
+// writeHomes adds to pipe the writes of the router's changed homes (to
+// the table and the stream) and tails (to the stream) on pods of f. It
+// returns the tags of the namespaces written and how many homes and tails
+// it wrote.
+func (x *Index) writeHomes(ctx context.Context, pipe redis.Pipeliner, hs *homeShare, f homeFleet) (written map[string]bool, homesOut, tailsOut int) {
+	written = map[string]bool{}
 	var value []byte
-	var homesOut, tailsOut int
 	for _, h := range hs.buf {
-		ps := byID[h.Pod]
+		ps := f.byID[h.Pod]
 		if ps == nil {
 			continue // left the fleet meanwhile
 		}
@@ -165,7 +202,7 @@ func (x *Index) syncHomes(full bool) {
 	var sig []byte
 	for _, s := range hs.tails {
 		tag := nsTag(s.Namespace)
-		if _, ok := namespaces[tag]; !ok {
+		if _, ok := f.namespaces[tag]; !ok {
 			continue
 		}
 		tailsOut++
@@ -178,11 +215,20 @@ func (x *Index) syncHomes(full bool) {
 		}})
 		written[tag] = true
 	}
+	return written, homesOut, tailsOut
+}
+
+// queueHomeReads adds to pipe, for each namespace of f, the read of its
+// stream past the last entry read, the TTLs of the keys written and, when
+// full, the write of this replica's requests in flight and the read of
+// the whole table. It returns the stream and table reads by tag.
+func (x *Index) queueHomeReads(ctx context.Context, pipe redis.Pipeliner, hs *homeShare, f homeFleet, written map[string]bool, full bool) (map[string]*redis.XMessageSliceCmd, map[string]*redis.MapStringStringCmd) {
+	var value []byte
 	at := time.Now().Add(loadTTL(x.cfg.TTL)) // Redis's clock, not the injected one
-	tables := make(map[string]*redis.MapStringStringCmd, len(namespaces))
-	streams := make(map[string]*redis.XMessageSliceCmd, len(namespaces))
+	tables := make(map[string]*redis.MapStringStringCmd, len(f.namespaces))
+	streams := make(map[string]*redis.XMessageSliceCmd, len(f.namespaces))
 	inFlightUntil := x.now().Add(2 * x.cfg.LeaseTTL).UnixMilli()
-	for tag, ns := range namespaces {
+	for tag, ns := range f.namespaces {
 		if full {
 			value = appendFields(value[:0], hs.table.HomesInFlight(ns), inFlightUntil)
 			pipe.HSet(ctx, x.homeTableKey(tag), "@"+x.cfg.Replica, string(value))
@@ -201,202 +247,5 @@ func (x *Index) syncHomes(full bool) {
 			tables[tag] = pipe.HGetAll(ctx, x.homeTableKey(tag))
 		}
 	}
-	start := time.Now()
-	if err := x.exec(pipe); err != nil {
-		x.failed("homes", err)
-		return
-	}
-	x.metrics.rtHomes.Observe(time.Since(start).Seconds())
-	x.metrics.homesWritten.Add(float64(homesOut))
-	x.metrics.tailsWritten.Add(float64(tailsOut))
-	now := x.now()
-	hs.tails = hs.tails[:0]
-	var homes []kvindex.Home
-	for tag, cmd := range streams {
-		homes = x.readHomeStream(hs, tag, namespaces[tag], cmd, byName, !full, homes, now)
-	}
-	if full { // the homes from the table, as new as the stream read before it
-		peers := map[string]int64{}
-		lapsed := map[string][]string{}
-		for tag, cmd := range tables {
-			homes = x.readHomeTable(tag, namespaces[tag], cmd, byName, homes, peers, lapsed, now)
-		}
-		// In a fixed order: a new prefix enters the router's table as it
-		// comes, and which one its bound drops first should not depend on
-		// a map's order.
-		slices.SortFunc(homes, func(a, b kvindex.Home) int {
-			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Block, b.Block))
-		})
-		hs.peers = peers
-		if len(lapsed) > 0 {
-			pipe := x.rdb.Pipeline()
-			for tag, fields := range lapsed {
-				pipe.HDel(context.Background(), x.homeTableKey(tag), fields...)
-			}
-			if err := x.exec(pipe); err != nil {
-				x.failed("homes", err)
-			}
-		}
-	}
-	hs.table.AdoptHomes(homes, hs.tails, hs.peers, now.Add(x.cfg.LeaseTTL))
+	return streams, tables
 }
-
-// readHomeStream appends to hs.tails the other replicas' tails of the
-// namespace ns (tag tag) that cmd read, and, with withHomes, to homes, of
-// each prefix, the latest home it read, unless this replica wrote it or
-// its pod is not one of byName; it returns homes. A full sync, which
-// takes the homes from the table, passes over the stream's.
-func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessageSliceCmd, byName map[string]*podState, withHomes bool, homes []kvindex.Home, now time.Time) []kvindex.Home {
-	msgs, err := cmd.Result()
-	if err != nil {
-		x.metrics.refused.WithLabelValues("homes").Inc() // a key of the wrong type
-		return homes
-	}
-	type latest struct {
-		home kvindex.Home
-		ok   bool // another replica's, on a pod of this one's
-	}
-	if len(msgs) == homeStreamRead {
-		x.metrics.homesBehind.Inc()
-	}
-	var order []uint64
-	last := map[uint64]latest{}
-	for _, m := range msgs {
-		hs.last[tag] = m.ID
-		str := func(k string) string { f, _ := m.Values[k].(string); return f }
-		own := str("r") == x.cfg.Replica
-		if _, isHome := m.Values["p"]; !isHome {
-			if own {
-				continue
-			}
-			if s, ok := parseTail(str); ok {
-				s.Namespace = ns
-				hs.tails = append(hs.tails, s)
-				x.metrics.tailsRead.Inc()
-			} else {
-				x.metrics.refused.WithLabelValues("homes").Inc()
-			}
-			continue
-		}
-		if !withHomes {
-			continue
-		}
-		block, err1 := strconv.ParseUint(str("k"), 16, 64)
-		tokens, err2 := strconv.ParseInt(str("t"), 10, 64)
-		until, err3 := strconv.ParseInt(str("u"), 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || tokens < 0 {
-			x.metrics.refused.WithLabelValues("homes").Inc()
-			continue
-		}
-		if _, seen := last[block]; !seen {
-			order = append(order, block)
-		}
-		if !own {
-			x.metrics.homesRead.Inc()
-		}
-		ps := byName[str("p")]
-		ok := !own && ps != nil && ps.tag == tag && until > now.UnixMilli()
-		var h kvindex.Home
-		if ok {
-			h = kvindex.Home{Namespace: ns, Block: block, Pod: ps.id, Tokens: tokens, Until: until * int64(time.Millisecond)}
-		}
-		last[block] = latest{h, ok}
-	}
-	for _, b := range order {
-		if l := last[b]; l.ok {
-			homes = append(homes, l.home)
-		}
-	}
-	return homes
-}
-
-// readHomeTable appends to homes the fields of the namespace ns's table
-// (tag tag) that cmd read naming a pod of byName, adds the other
-// replicas' requests in flight to peers[ns], and the fields past their
-// until to lapsed[tag]; it returns homes.
-func (x *Index) readHomeTable(tag, ns string, cmd *redis.MapStringStringCmd, byName map[string]*podState, homes []kvindex.Home, peers map[string]int64, lapsed map[string][]string, now time.Time) []kvindex.Home {
-	fields, err := cmd.Result()
-	if err != nil {
-		x.metrics.refused.WithLabelValues("homes").Inc() // a key of the wrong type
-		return homes
-	}
-	nowMs := now.UnixMilli()
-	for field, v := range fields {
-		if replica, ok := strings.CutPrefix(field, "@"); ok {
-			var parts [2]uint64
-			switch n, ok := parseFields(v, parts[:], 1<<53); {
-			case !ok || n != 2:
-				x.metrics.refused.WithLabelValues("homes").Inc()
-			case int64(parts[1]) <= nowMs:
-				lapsed[tag] = append(lapsed[tag], field)
-			case replica != x.cfg.Replica:
-				peers[ns] += int64(parts[0])
-			}
-			continue
-		}
-		block, err := strconv.ParseUint(field, 16, 64)
-		tokens, until, pod, ok := parseHome(v)
-		if err != nil || !ok {
-			x.metrics.refused.WithLabelValues("homes").Inc()
-			continue
-		}
-		if until <= nowMs {
-			lapsed[tag] = append(lapsed[tag], field)
-			continue
-		}
-		if ps := byName[pod]; ps != nil && ps.tag == tag {
-			homes = append(homes, kvindex.Home{Namespace: ns, Block: block, Pod: ps.id, Tokens: tokens, Until: until * int64(time.Millisecond)})
-		}
-	}
-	return homes
-}
-
-// parseHome reads a home table value "<tokens>:<until ms>:<pod>".
-func parseHome(v string) (tokens, until int64, pod string, ok bool) {
-	if len(v) > loadFieldMax {
-		return 0, 0, "", false
-	}
-	i := strings.IndexByte(v, ':')
-	if i < 0 {
-		return 0, 0, "", false
-	}
-	j := strings.IndexByte(v[i+1:], ':')
-	if j < 0 {
-		return 0, 0, "", false
-	}
-	j += i + 1
-	var parts [2]uint64
-	if n, ok := parseFields(v[:j], parts[:], 1<<53); !ok || n != 2 || j == len(v)-1 {
-		return 0, 0, "", false
-	}
-	return int64(parts[0]), int64(parts[1]), v[j+1:], true
-}
-
-// parseTail reads a tail entry of a home stream, whose fields str
-// returns, its namespace left to the caller.
-func parseTail(str func(string) string) (s kvindex.HomeTail, ok bool) {
-	block, err := strconv.ParseUint(str("k"), 16, 64)
-	if err != nil {
-		return s, false
-	}
-	n, err1 := strconv.Atoi(str("n"))
-	bs, err2 := strconv.Atoi(str("b"))
-	sig := str("s")
-	if err1 != nil || err2 != nil || n < 1 || n > maxTailBlocks || bs < 1 || bs > 1<<16 || len(sig) == 0 || len(sig)%8 != 0 || len(sig)/8 > n || len(sig) > maxTailSignature {
-		return s, false // the router checks the signature's length against n
-	}
-	b := []byte(sig)
-	s = kvindex.HomeTail{Block: block, Blocks: n, BlockSize: bs, Signature: make([]uint64, len(b)/8)}
-	for i := range s.Signature {
-		s.Signature[i] = binary.LittleEndian.Uint64(b[8*i:])
-	}
-	return s, true
-}
-
-// maxTailBlocks bounds a tail's prompt (16 Mi tokens in blocks of 16),
-// and maxTailSignature its signature's bytes (the router keeps a hash per
-// 16 blocks: 8 MiB at most; a longer one is refused).
-const (
-	maxTailBlocks    = 1 << 20
-	maxTailSignature = 8 << 20
-)
