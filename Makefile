@@ -28,6 +28,7 @@ test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint,
 test-go:
 	KVROUTER_REQUIRE_APISERVER=1 $(GO) test -race -count=1 ./...
 	KVROUTER_REDIS_SERVER=valkey-server $(GO) test -race -count=1 ./kvindex/redisindex/
+	cd test/sim && $(GO) test -race -count=1 ./...
 
 fuzz-short:
 	FUZZTIME=10s test/fuzz.sh
@@ -40,6 +41,7 @@ test-e2e: deps ## the end-to-end tests (TestE2E*) with the slow ones make test s
 
 bench: ## benchmarks with allocations, one run per benchmark
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd test/sim && $(GO) test -run '^$$' -bench . -benchmem ./...
 
 load: deps build ## kvrouter under load through the Envoy-faithful client: 8k chat at 100/s, 500-token max rate
 	$(GO) run ./test/cmd/kvrouter-load -kind chat -tokens 8000 -rates 100 -stage 20s
@@ -53,17 +55,20 @@ bench-e2e: deps build ## decisions at rising rates: 500/8k/32k/100k-token chats,
 soak: deps build ## 10 minutes: 100 pods churning their caches + 50 requests/s; index exact, RSS bounded, no growth, no errors
 	$(GO) run ./test/cmd/kvrouter-load -soak $${SOAK:-10m} -pods 100 -rates 50
 
-sim: ## fleet simulator: every routing policy on the Mooncake traces and the llm-d shared-prefix workloads; report and PNG/SVG plots in results/sim
-	$(GO) run ./test/cmd/fleetsim -traces $${TRACES:-testdata/traces} -out results/sim
+sim: ## fleet simulator (module test/sim): every routing policy on the Mooncake traces and the llm-d workloads; report and PNG/SVG plots in results/sim
+	traces=$$(realpath -m "$${TRACES:-testdata/traces}") && cd test/sim && $(GO) run ./cmd/fleetsim -traces "$$traces" -out $(CURDIR)/results/sim
 
 lint: deps-lint ## golangci-lint (pinned version): gofumpt formatting and the import rules of docs/architecture.md
 	$(GOLANGCI_LINT) run ./...
+	cd test/sim && $(GOLANGCI_LINT) run ./...
 
 fmt: deps-lint ## rewrite sources with gofumpt
 	$(GOLANGCI_LINT) fmt ./...
+	cd test/sim && $(GOLANGCI_LINT) fmt ./...
 
 vet:
 	$(GO) vet ./...
+	cd test/sim && $(GO) vet ./...
 
 build: ## build bin/kvrouter (cgo: needs libzmq)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kvrouter ./cmd/kvrouter

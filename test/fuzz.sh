@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every Go fuzz target of the module for FUZZTIME each (default 10s).
+# Runs every Go fuzz target of the repository for FUZZTIME each (default
+# 10s), each from its package's directory, so that a target in the fleet
+# simulator's module (test/sim) runs in that module.
 # `make test` runs them briefly; `make fuzz` runs them for minutes. A target
 # that finds a failure writes its input under the package's testdata/fuzz/
 # and this script fails. With FUZZ_KEEP=1 (make fuzz) the inputs a run found
@@ -28,7 +30,7 @@ for f in "${files[@]}"; do
     # other failure fails at once.
     for attempt in 1 2 3; do
       log=$(mktemp)
-      if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$dir" 2>&1 | tee "$log"; then
+      if (cd "$dir" && go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" .) 2>&1 | tee "$log"; then
         rm -f "$log"
         break
       fi
@@ -42,7 +44,7 @@ for f in "${files[@]}"; do
       exit 1
     done
     if [ "$FUZZ_KEEP" = 1 ]; then
-      pkg=$(go list "$dir")
+      pkg=$(cd "$dir" && go list .)
       if [ -d "$cache/$pkg/$name" ]; then
         mkdir -p "$dir/testdata/fuzz/$name"
         cp -n "$cache/$pkg/$name"/* "$dir/testdata/fuzz/$name/"

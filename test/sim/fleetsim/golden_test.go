@@ -95,8 +95,8 @@ func digest(res *Result) (string, float64) {
 // TestGoldenDecisions replays fixed runs of the simulator through the real
 // router and compares their decisions with testdata/decisions.golden, so
 // that a change meant to keep behavior (a restructuring) shows it does. A
-// change of behavior updates the file (go test ./test/fleetsim -run
-// TestGoldenDecisions -update) and says why in its commit.
+// change of behavior updates the file (in test/sim: go test ./fleetsim
+// -run TestGoldenDecisions -update) and says why in its commit.
 func TestGoldenDecisions(t *testing.T) {
 	want := map[string]string{}
 	if !*updateGolden {

@@ -26,7 +26,7 @@ func TestKVRouterHoldsPastTheCaches(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Pods, cfg.Blocks, cfg.StepTokens = 4, 40_000/cfg.BlockSize, 2048
 	// The published runs' pods, Llama-3.1-70B on two GPUs, derived as
-	// test/cmd/fleetsim's overloadPod does.
+	// test/sim/cmd/fleetsim's overloadPod does.
 	ratio := 70.6 / 2 / 8.03
 	cfg.PrefillTokensPerSecond = 25_000 * 8.03 / 70.6 * 2
 	cfg.StepOverhead = time.Duration(float64(5500*time.Microsecond) * ratio)

@@ -34,7 +34,7 @@ func benchSharedPrefix(b *testing.B, seed uint64) (Config, *Workload) {
 // prefill shared too (shared, the redis backend's default). It reports the
 // time-to-first-token p90 of simulated seconds.
 //
-//	go test -run '^$' -bench Replicas -benchtime 3x ./test/fleetsim/
+//	cd test/sim && go test -run '^$' -bench Replicas -benchtime 3x ./fleetsim/
 //
 // Measured 2026-11-25 (seeds 7–9, simulated seconds; the wall time is the
 // Redis round trips):

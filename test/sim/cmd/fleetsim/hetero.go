@@ -8,10 +8,10 @@ import (
 	"strings"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// The heterogeneous fleets (f): fleets whose second half runs at half the
+// The heterogeneous fleets (heterogeneous-speeds): fleets whose second half runs at half the
 // speed (an older GPU, or a larger model's pods behind the same name),
 // each workload under heteroSeeds seeds, kvrouter pricing every pod at the
 // configured speed of the fast ones (the single global figure an operator
@@ -40,19 +40,19 @@ const (
 // heteroQPS are the shared-prefix workload's stages, in requests/s.
 var heteroQPS = []float64{8, 12}
 
-// heteroPolicies are the policies (f) compares, in the report's order.
+// heteroPolicies are the policies heterogeneous-speeds compares, in the report's order.
 var heteroPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "kvrouter-exact", "llm-d-precise", "approximate", "least-loaded", "random", "oracle"}
 
-// heteroRepeatPolicies are the policies (f) runs under the seeds past
+// heteroRepeatPolicies are the policies heterogeneous-speeds runs under the seeds past
 // heteroSeeds that -seeds asks for: the ones its acceptance lines compare.
 var heteroRepeatPolicies = []string{"kvrouter", "kvrouter-mean", "kvrouter-learned", "kvrouter-exact", "llm-d-precise"}
 
-// heteroShipped is the kvrouter policy of (f) that routes as kvrouter
+// heteroShipped is the kvrouter policy of heterogeneous-speeds that routes as kvrouter
 // ships (routing.learn_prefill_speeds defaults to true): the one the
 // acceptance compares with llm-d's precise scheduler.
 const heteroShipped = "kvrouter-learned"
 
-// heteroScenarios is (f): each workload under seeds seed, seed+1, …:
+// heteroScenarios is heterogeneous-speeds: each workload under seeds seed, seed+1, …:
 // heteroSeeds of them, or o.seeds when more (heteroRepeatPolicies only
 // past heteroSeeds). The Mooncake trace's requests are the same under
 // every seed; the seed draws the policies' tie-breaks.
@@ -80,8 +80,8 @@ func heteroScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*s
 		cfg.Pods, cfg.Seed = heteroPods, seed
 		cfg.Speeds = heteroSpeeds(cfg.Pods)
 		w := *mc
-		w.Name = fmt.Sprintf("(f) mooncake conversation %g min %gx, seed %d", minutes, heteroCompress, seed)
-		out = append(out, &scenario{group: "f", cfg: cfg, w: &w, only: only(k)})
+		w.Name = fmt.Sprintf("%s, mooncake conversation %g min %gx, seed %d", heterogeneousSpeeds, minutes, heteroCompress, seed)
+		out = append(out, &scenario{group: heterogeneousSpeeds, cfg: cfg, w: &w, only: only(k)})
 	}
 	for k := range seeds {
 		seed := o.seed + uint64(k)
@@ -92,8 +92,8 @@ func heteroScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*s
 		publishedPod(&cfg)
 		cfg.Pods, cfg.Seed = heteroSharedPods, seed
 		cfg.Speeds = heteroSpeeds(cfg.Pods)
-		w := sp.Generate(fmt.Sprintf("(f) shared prefix, seed %d", seed), h)
-		out = append(out, &scenario{group: "f", cfg: cfg, w: w, only: only(k)})
+		w := sp.Generate(fmt.Sprintf("%s, shared prefix, seed %d", heterogeneousSpeeds, seed), h)
+		out = append(out, &scenario{group: heterogeneousSpeeds, cfg: cfg, w: w, only: only(k)})
 	}
 	return out, nil
 }
@@ -137,7 +137,8 @@ func summarize(vs []float64) ttftSummary {
 	return ttftSummary{p50: percentile(vs, 50), p90: percentile(vs, 90), mean: sum / math.Max(float64(len(vs)), 1), n: len(vs)}
 }
 
-// heteroWorkload is the workload of an (f) scenario, its seed left out.
+// heteroWorkload is the workload of a heterogeneous-speeds scenario, its
+// seed left out.
 func heteroWorkload(sc *scenario) string {
 	name := sc.w.Name
 	if i := strings.LastIndex(name, ", seed "); i >= 0 {
@@ -146,7 +147,7 @@ func heteroWorkload(sc *scenario) string {
 	return name
 }
 
-// writeHetero writes (f): per workload, each seed's and the pooled TTFT
+// writeHetero writes heterogeneous-speeds: per workload, each seed's and the pooled TTFT
 // of every policy, the acceptance line, and how kvrouter-learned's
 // estimates converged.
 func writeHetero(b *strings.Builder, jobs []*job) {
@@ -154,7 +155,7 @@ func writeHetero(b *strings.Builder, jobs []*job) {
 	if len(workloads) == 0 {
 		return
 	}
-	b.WriteString("\n## (f) Heterogeneous pods: learned prefill speeds against one global figure\n\n")
+	fmt.Fprintf(b, "\n## %s: learned prefill speeds against one global figure\n\n", heterogeneousSpeeds)
 	b.WriteString(heteroText)
 	for _, name := range workloads {
 		var cfg fleetsim.Config
@@ -191,11 +192,11 @@ func writeHetero(b *strings.Builder, jobs []*job) {
 	}
 }
 
-// heteroPlotFile is the base name of the TTFT plot of the (f) workload
-// name (heteroWorkload).
-func heteroPlotFile(name string) string { return workloadFile("hetero", name) + "-ttft" }
+// heteroPlotFile is the base name of the TTFT plot of the
+// heterogeneous-speeds workload name (heteroWorkload).
+func heteroPlotFile(name string) string { return workloadFile(heterogeneousSpeeds, name) + "-ttft" }
 
-// writeHeteroPlots writes (f)'s plots to dir: per workload, each policy's
+// writeHeteroPlots writes heterogeneous-speeds' plots to dir: per workload, each policy's
 // TTFT by percentile, its seeds pooled.
 func writeHeteroPlots(dir string, jobs []*job) error {
 	workloads, by := heteroGroups(jobs)
@@ -217,12 +218,12 @@ func writeHeteroPlots(dir string, jobs []*job) error {
 	return nil
 }
 
-// heteroGroups is the (f) jobs by workload (heteroWorkload) and policy,
+// heteroGroups is the heterogeneous-speeds jobs by workload (heteroWorkload) and policy,
 // in seed order, and the workloads in the order they ran.
 func heteroGroups(jobs []*job) (workloads []string, by map[string]map[string][]*job) {
 	by = map[string]map[string][]*job{}
 	for _, j := range jobs {
-		if j.sc.group != "f" {
+		if j.sc.group != heterogeneousSpeeds {
 			continue
 		}
 		name := heteroWorkload(j.sc)
@@ -235,7 +236,8 @@ func heteroGroups(jobs []*job) (workloads []string, by map[string]map[string][]*
 	return workloads, by
 }
 
-// heteroPools is the TTFTs of each policy's runs of one (f) workload (by
+// heteroPools is the TTFTs of each policy's runs of one
+// heterogeneous-speeds workload (by
 // policy, in seed order), pooled over all its seeds, and over each block
 // of seedBlock successive seeds.
 func heteroPools(by map[string][]*job) (pooled map[string][]float64, blocks map[string][][]float64) {
@@ -292,7 +294,7 @@ func learnedLines(pooled map[string][]float64, blocks map[string][][]float64) []
 	return out
 }
 
-// heteroAcceptance is, for each (f) workload, named, kvrouter as shipped
+// heteroAcceptance is, for each heterogeneous-speeds workload, named, kvrouter as shipped
 // against llm-d's precise scheduler (preciseLine) and learnedLines.
 func heteroAcceptance(jobs []*job) []string {
 	workloads, by := heteroGroups(jobs)

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// TestHeteroScenarios: (f) runs each of its two workloads under three
+// TestHeteroScenarios: heterogeneous-speeds runs each of its two workloads under three
 // seeds on fleets whose second half is at half the speed, under the
 // kvrouters, the peers and the oracle (heteroPolicies); with -seeds past
 // three, the kvrouters and precise (heteroRepeatPolicies) run under the
@@ -24,7 +24,7 @@ func TestHeteroScenarios(t *testing.T) {
 	}
 	for _, seeds := range []int{0, 1, 3, 5} {
 		n := max(seeds, heteroSeeds)
-		scs, err := heteroScenarios(options{traces: "../../../testdata/traces", seed: 4, seeds: seeds, quick: true}, h, fleetsim.DefaultConfig())
+		scs, err := heteroScenarios(options{traces: "../../../../testdata/traces", seed: 4, seeds: seeds, quick: true}, h, fleetsim.DefaultConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestHeteroScenarios(t *testing.T) {
 			if i%n >= heteroSeeds {
 				policies = heteroRepeatPolicies
 			}
-			if sc.group != "f" || !slices.Equal(sc.cfg.Speeds, want) || sc.cfg.Seed != 4+uint64(i%n) || !slices.Equal(sc.only, policies) {
+			if sc.group != heterogeneousSpeeds || !slices.Equal(sc.cfg.Speeds, want) || sc.cfg.Seed != 4+uint64(i%n) || !slices.Equal(sc.only, policies) {
 				t.Errorf("-seeds %d: %s: group %q, speeds %v, seed %d, policies %v", seeds, sc.w.Name, sc.group, sc.cfg.Speeds, sc.cfg.Seed, sc.only)
 			}
 			if err := sc.cfg.Validate(); err != nil {
@@ -49,7 +49,7 @@ func TestHeteroScenarios(t *testing.T) {
 	}
 }
 
-// TestHeteroReport: (f)'s section pools each policy's requests over the
+// TestHeteroReport: heterogeneous-speeds' section pools each policy's requests over the
 // seeds, says whether learned speeds beat the global figure, and shows
 // the estimates over time against each pod's speed; the acceptance
 // compares kvrouter as shipped with llm-d's precise scheduler, and the
@@ -64,8 +64,8 @@ func TestHeteroReport(t *testing.T) {
 		}
 	}
 	got := heteroSection(jobs)
-	wantIn(t, "(f) section", got,
-		"### (f) w\n",
+	wantIn(t, "heterogeneous-speeds section", got,
+		"### heterogeneous-speeds, w\n",
 		"| pooled (2 seeds) | kvrouter | 4 | 2.000 s | 4.000 s | 3.000 s | | |",
 		"| pooled (2 seeds) | kvrouter-learned | 4 | 1.000 s | 2.000 s | 1.500 s | | |",
 		"against kvrouter's global figure, pooled over the seeds: TTFT p90 2.000 s against 4.000 s (×0.50), mean 1.500 s against 3.000 s (×0.50): **better**",
@@ -73,21 +73,21 @@ func TestHeteroReport(t *testing.T) {
 		"| time (s) | pod 0 (1000) | pod 1 (500) | slow / fast |",
 		"| 5 | 900 | 450 | 0.50 |",
 		"| pooled (2 seeds) | llm-d-precise | 4 | 1.250 s | 2.500 s | 1.875 s | | |",
-		"TTFT by percentile, seeds pooled ([SVG](hetero-shared-ttft.svg))",
+		"TTFT by percentile, seeds pooled ([SVG](heterogeneous-speeds-shared-ttft.svg))",
 	)
-	wantIn(t, "(f) acceptance", strings.Join(heteroAcceptance(jobs), "\n"),
-		"(f) w, kvrouter as shipped (learned speeds), seeds 1, 2 pooled: kvrouter TTFT p90 2.000 s vs llm-d precise 2.500 s (×0.800), worst level 1x, 2.000 s vs 2.500 s (×0.800) (want ≤ 1.0 both): **holds**",
-		"(f) w: Learned speeds against kvrouter's global figure",
-		"(f) w: Exact speeds (kvrouter-exact, the most learning can give) against kvrouter's global figure",
+	wantIn(t, "heterogeneous-speeds acceptance", strings.Join(heteroAcceptance(jobs), "\n"),
+		"heterogeneous-speeds, w, kvrouter as shipped (learned speeds), seeds 1, 2 pooled: kvrouter TTFT p90 2.000 s vs llm-d precise 2.500 s (×0.800), worst level 1x, 2.000 s vs 2.500 s (×0.800) (want ≤ 1.0 both): **holds**",
+		"heterogeneous-speeds, w: Learned speeds against kvrouter's global figure",
+		"heterogeneous-speeds, w: Exact speeds (kvrouter-exact, the most learning can give) against kvrouter's global figure",
 	)
 	dir := t.TempDir()
 	if err := writeHeteroPlots(dir, jobs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "hetero-shared-ttft.png")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "heterogeneous-speeds-shared-ttft.png")); err != nil {
 		t.Fatal(err)
 	}
-	svg, err := os.ReadFile(filepath.Join(dir, "hetero-shared-ttft.svg"))
+	svg, err := os.ReadFile(filepath.Join(dir, "heterogeneous-speeds-shared-ttft.svg"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestHeteroReport(t *testing.T) {
 	}
 }
 
-// TestHeteroReportManySeeds: past three seeds, (f)'s table lists the
+// TestHeteroReportManySeeds: past three seeds, heterogeneous-speeds' table lists the
 // first three seeds' runs and pools all of them, and the learned lines
 // count the blocks of three seeds where learning wins.
 func TestHeteroReportManySeeds(t *testing.T) {
@@ -114,7 +114,7 @@ func TestHeteroReportManySeeds(t *testing.T) {
 		return 2.5
 	}, "kvrouter", "kvrouter-learned")
 	got := heteroSection(jobs)
-	wantIn(t, "(f) section", got,
+	wantIn(t, "heterogeneous-speeds section", got,
 		"| 3 | kvrouter | 1 |",
 		"| pooled (6 seeds) | kvrouter | 6 | 2.000 s | 2.000 s | 2.000 s | | |",
 		"| pooled (6 seeds) | kvrouter-learned | 6 | 1.000 s | 2.500 s | 1.750 s | | |",
@@ -122,11 +122,11 @@ func TestHeteroReportManySeeds(t *testing.T) {
 		"TTFT p90 2.500 s against 2.000 s (×1.25), mean 1.750 s against 2.000 s (×0.88): **not better**; pooled over each block of 3 seeds, its p90 is lower in 1 of 2 blocks and its mean in 1",
 	)
 	if strings.Contains(got, "| 4 | kvrouter |") {
-		t.Errorf("(f) section lists a seed past the third:\n%s", got)
+		t.Errorf("heterogeneous-speeds section lists a seed past the third:\n%s", got)
 	}
 }
 
-// heteroSection is (f)'s section of the report over jobs.
+// heteroSection is heterogeneous-speeds' section of the report over jobs.
 func heteroSection(jobs []*job) string {
 	var b strings.Builder
 	writeHetero(&b, jobs)
@@ -143,15 +143,16 @@ func wantIn(t *testing.T, what, got string, wants ...string) {
 	}
 }
 
-// heteroJobs are (f) runs of one workload, "(f) w", on a two-pod fleet of
-// two speeds under seeds 1 to seeds, each of policies: requests requests,
+// heteroJobs are heterogeneous-speeds runs of one workload,
+// "heterogeneous-speeds, w", on a two-pod fleet of two speeds under seeds 1
+// to seeds, each of policies: requests requests,
 // the ith arriving at i+1 s and answered ttft(seed, policy) × (i+1) s later.
 func heteroJobs(seeds, requests int, ttft func(seed int, policy string) float64, policies ...string) []*job {
 	cfg := fleetsim.Config{Pods: 2, Blocks: 4, BlockSize: 16, PrefillTokensPerSecond: 1000, Speeds: []float64{1, 0.5}}
 	var jobs []*job
 	for seed := 1; seed <= seeds; seed++ {
-		w := &fleetsim.Workload{Name: fmt.Sprintf("(f) w, seed %d", seed), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, requests)}
-		sc := &scenario{group: "f", cfg: cfg, w: w}
+		w := &fleetsim.Workload{Name: fmt.Sprintf("%s, w, seed %d", heterogeneousSpeeds, seed), Levels: []fleetsim.Level{{Name: "1x"}}, Requests: make([]fleetsim.Request, requests)}
+		sc := &scenario{group: heterogeneousSpeeds, cfg: cfg, w: w}
 		sc.cfg.Seed = uint64(seed)
 		for _, p := range policies {
 			res := &fleetsim.Result{}

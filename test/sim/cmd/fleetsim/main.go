@@ -1,8 +1,11 @@
 // Command fleetsim runs kvrouter's fleet simulator over the Mooncake traces
 // and the llm-d shared-prefix benchmark with every routing policy, and
-// writes a markdown report and its plots, each a PNG and an SVG.
+// writes a markdown report and its plots, each a PNG and an SVG. It is
+// its own module, test/sim, so that its plotting library stays out of
+// kvrouter's; from the repository root:
 //
-//	go run ./test/cmd/fleetsim -traces testdata/traces -out results/sim
+//	make sim
+//	cd test/sim && go run ./cmd/fleetsim -workloads shared-prefix,shared-prefix-overload
 package main
 
 import (

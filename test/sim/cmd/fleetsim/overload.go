@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// The llm-d cache-overload runs (e): 4 pods of Llama-3.1-70B-Instruct
+// The llm-d cache-overload runs (cache-overload): 4 pods of Llama-3.1-70B-Instruct
 // with tensor parallelism 2, ~40k KV tokens each; inference-perf's
 // shared_prefix with one prompt per group (each "user" re-sends its own
 // prompt every cycle), 20 output tokens, constant-rate stages of 50 s.
@@ -110,7 +110,7 @@ func overloadPod(cfg *fleetsim.Config) {
 	cfg.Approximate = fleetsim.OverloadApproximate()
 }
 
-// overloadScenarios is (e): both runs under three seeds each (seed,
+// overloadScenarios is cache-overload: both runs under three seeds each (seed,
 // seed+1, seed+2), every policy, pooled in the report.
 func overloadScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) []*scenario {
 	var out []*scenario
@@ -129,11 +129,11 @@ func overloadScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) []*
 		var first *scenario
 		for k := range uint64(3) {
 			sp.Seed, cfg.Seed = o.seed+k, o.seed+k
-			name := "(e) cache overload, " + run.name
+			name := cacheOverload + ", " + run.name
 			if k > 0 {
 				name += fmt.Sprintf(", seed %d", sp.Seed)
 			}
-			sc := &scenario{group: "e", output: overloadOutput, cfg: cfg, w: sp.Generate(name, h), base: first, overload: run, noise: true}
+			sc := &scenario{group: cacheOverload, output: overloadOutput, cfg: cfg, w: sp.Generate(name, h), base: first, overload: run, noise: true}
 			if first == nil {
 				first = sc
 			}
@@ -193,7 +193,7 @@ func seedsOf(js []*job) string {
 // seedRun is the fewest successive seeds seedsOf writes as a range.
 const seedRun = 4
 
-// overloadAcceptance checks (e) against the issue: the published order
+// overloadAcceptance checks cache-overload against the issue: the published order
 // of the four published schedulers (precise best, the other three within
 // ~20% of each other) and kvrouter's mean TTFT at most 0.85× llm-d
 // precise's, pooled over the seeds.
@@ -207,7 +207,7 @@ func overloadAcceptance(jobs []*job, mark func(bool) string) []string {
 			continue
 		}
 		all := len(kv[0].sc.w.Levels)
-		name := "(e) cache overload, " + run.name + ", seeds " + seedsOf(kv) + " pooled"
+		name := cacheOverload + ", " + run.name + ", seeds " + seedsOf(kv) + " pooled"
 		r := pooledMean(kv, all) / pooledMean(pr, all)
 		out = append(out, fmt.Sprintf("%s: kvrouter TTFT mean %s vs llm-d precise %s (×%.2f, want ≤ 0.85): %s",
 			name, secs(pooledMean(kv, all)), secs(pooledMean(pr, all)), r, mark(r <= 0.85)))
@@ -254,7 +254,7 @@ func minMax(xs []float64) (lo, hi float64) {
 	return lo, hi
 }
 
-// writeOverload writes (e): per run, each stage's TTFT mean pooled over
+// writeOverload writes cache-overload: per run, each stage's TTFT mean pooled over
 // the seeds next to the published mean, every policy.
 func writeOverload(b *strings.Builder, jobs []*job, policies []string) {
 	for i := range overloadPublished {
@@ -268,7 +268,7 @@ func writeOverload(b *strings.Builder, jobs []*job, policies []string) {
 			sc = js[0].sc
 			break
 		}
-		fmt.Fprintf(b, "\n## (e) cache overload, %s\n\n", run.name)
+		fmt.Fprintf(b, "\n## %s, %s\n\n", cacheOverload, run.name)
 		fmt.Fprintf(b, "%d pods × %d blocks of %d tokens (%d KV tokens each), step budget %d tokens, %d requests per seed in constant-rate stages of %d s, %d output tokens, client of %d in flight. "+
 			"TTFT mean per stage, pooled over seeds %s; published beside it (sim / published). "+
 			"kvrouter holds requests in its own queue once the prompts queued on the pods pass their caches and the caches hit less than three quarters of what routing matched "+

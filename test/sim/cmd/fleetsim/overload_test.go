@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// TestOverloadScenarios: (e) is both published runs under three seeds,
+// TestOverloadScenarios: cache-overload is both published runs under three seeds,
 // on 4 pods of Llama-3.1-70B TP2 derived from the 8B constants, ~40k KV
 // tokens each, a 2,048-token step budget, llm-d's precise scheduler as
 // those runs set it, constant-rate stages of 50 s (int(rate × 50)
@@ -30,7 +30,7 @@ func TestOverloadScenarios(t *testing.T) {
 	for i, sc := range scs {
 		c := sc.cfg
 		run := &overloadPublished[i/3]
-		if sc.overload != run || sc.group != "e" || (i%3 == 0) != (sc.base == nil) || c.Seed != o.seed+uint64(i%3) {
+		if sc.overload != run || sc.group != cacheOverload || (i%3 == 0) != (sc.base == nil) || c.Seed != o.seed+uint64(i%3) {
 			t.Fatalf("%s: run %v, group %q, base %v, seed %d", sc.w.Name, sc.overload.name, sc.group, sc.base, c.Seed)
 		}
 		if c.Pods != 4 || c.Blocks*c.BlockSize != 40_000 || c.StepTokens != 2048 || math.Abs(c.PrefillTokensPerSecond-5687) > 1 ||
@@ -99,7 +99,7 @@ func spreadOfGaps(gaps []float64) float64 {
 	return math.Sqrt(sq/float64(len(gaps))) / mean
 }
 
-// TestOverloadReport runs (e)'s first run, shortened, under the four
+// TestOverloadReport runs cache-overload's first run, shortened, under the four
 // published policies and kvrouter, and checks the report's acceptance
 // lines and table.
 func TestOverloadReport(t *testing.T) {
@@ -130,7 +130,7 @@ func TestOverloadReport(t *testing.T) {
 	var b strings.Builder
 	writeOverload(&b, jobs, policyOrder(jobs))
 	report := b.String()
-	for _, want := range []string{"## (e) cache overload, 60 users", "seeds 1, 2, 3", "| llm-d-precise |", "/ 31.9 s |"} {
+	for _, want := range []string{"## cache-overload, 60 users", "seeds 1, 2, 3", "| llm-d-precise |", "/ 31.9 s |"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
@@ -169,11 +169,12 @@ func (p *static) Started(*fleetsim.Request)  {}
 func (p *static) Finished(*fleetsim.Request) {}
 
 // TestOverloadStaticAssignments backs the report's argument that no
-// placement of (e)'s users beats an even spread: a pod keeps a user's
+// placement of cache-overload's users beats an even spread: a pod keeps a user's
 // prompt across a cycle only when it serves at most C/P users (10.6 of
 // 60, 14.5 of 80), so pods sized to their caches hit half their prompts
 // yet leave the rest so many cold prompts that the fleet completes less
-// and the mean TTFT grows (go test ./test/cmd/fleetsim -run TestOverloadStaticAssignments -v).
+// and the mean TTFT grows (in test/sim: go test ./cmd/fleetsim -run
+// TestOverloadStaticAssignments -v).
 func TestOverloadStaticAssignments(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {

@@ -8,10 +8,10 @@ import (
 
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// The P/D comparison (d): one fleet of pdPods pods, aggregated (every pod
+// The P/D comparison (prefill-decode): one fleet of pdPods pods, aggregated (every pod
 // serves whole requests) or disaggregated into pdPrefill prefill pods and
 // the rest decode pods, the same GPUs either way, under kvrouter with the
 // threshold at each of pdThresholds.
@@ -21,8 +21,8 @@ const (
 	// prefill): half. The prompts are ~30× the outputs, so prefill is most
 	// of the GPU time, yet the decode pods carry the whole fleet's batch:
 	// fewer of them and their inter-token latency passes the aggregated
-	// fleet's, fewer prefill pods and the prompts queue (make sim
-	// -workloads d -pd-prefill N shows both).
+	// fleet's, fewer prefill pods and the prompts queue (-workloads
+	// prefill-decode -pd-prefill N shows both).
 	pdPrefill = 4
 	// pdMooncakeMinutes is the conversation trace's arrivals replayed, at
 	// their own pace.
@@ -37,7 +37,7 @@ const (
 // shared-prefix workload's 1,200-token questions, and never.
 var pdThresholds = []int{0, 512, 2048, math.MaxInt}
 
-// pdScenarios is (d): the Mooncake conversation trace and the shared-
+// pdScenarios is prefill-decode: the Mooncake conversation trace and the shared-
 // prefix workload, each on the aggregated fleet and the P/D fleet at
 // every threshold, under kvrouter only.
 func pdScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*scenario, error) {
@@ -45,25 +45,25 @@ func pdScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*scena
 	if o.quick {
 		minutes, seconds = 2, 15
 	}
-	mc, err := readTrace(o, h, "conversation", fmt.Sprintf("(d) mooncake conversation, %g min", minutes), minutes)
+	mc, err := readTrace(o, h, "conversation", fmt.Sprintf("%s, mooncake conversation, %g min", prefillDecode, minutes), minutes)
 	if err != nil {
 		return nil, err
 	}
 	sp := fleetsim.PublishedSharedPrefix()
 	sp.Output, sp.Seed = 230, o.seed // the output observed live: prompts 31× as long
 	sp.WarmupQPS, sp.Warmup, sp.Stages, sp.Durations, sp.StageSeconds = 0, 0, []float64{pdSharedQPS}, nil, seconds
-	shared := sp.Generate(fmt.Sprintf("(d) shared prefix, %d QPS", pdSharedQPS), h)
+	shared := sp.Generate(fmt.Sprintf("%s, shared prefix, %d QPS", prefillDecode, pdSharedQPS), h)
 	var out []*scenario
 	for _, w := range []*fleetsim.Workload{mc, shared} {
 		cfg := base
 		cfg.Pods = pdPods
 		bound := fleetsim.BoundHits(w, cfg.Pods*cfg.Blocks)
-		out = append(out, &scenario{group: "d", cfg: cfg, w: w, bound: bound, only: []string{"kvrouter"}, topology: "aggregated"})
+		out = append(out, &scenario{group: prefillDecode, cfg: cfg, w: w, bound: bound, only: []string{"kvrouter"}, topology: "aggregated"})
 		for _, t := range pdThresholds {
 			c := cfg
 			c.Roles = pdRoles(o.pdPrefill)
 			c.PDThreshold = t
-			out = append(out, &scenario{group: "d", cfg: c, w: w, bound: bound, only: []string{"kvrouter"}, topology: pdName(t)})
+			out = append(out, &scenario{group: prefillDecode, cfg: c, w: w, bound: bound, only: []string{"kvrouter"}, topology: pdName(t)})
 		}
 	}
 	return out, nil
@@ -89,17 +89,17 @@ func pdName(t int) string {
 	return fmt.Sprintf("P/D, threshold %d", t)
 }
 
-// pdRuns is (d)'s jobs of one workload, in scenario order.
+// pdRuns is prefill-decode's jobs of one workload, in scenario order.
 type pdRuns struct {
 	w    *fleetsim.Workload
 	jobs []*job
 }
 
-// pdWorkloads groups (d)'s kvrouter jobs by workload.
+// pdWorkloads groups prefill-decode's kvrouter jobs by workload.
 func pdWorkloads(jobs []*job) []pdRuns {
 	var out []pdRuns
 	for _, j := range jobs {
-		if j.sc.group != "d" || j.policy != "kvrouter" {
+		if j.sc.group != prefillDecode || j.policy != "kvrouter" {
 			continue
 		}
 		if len(out) == 0 || out[len(out)-1].w != j.sc.w {
@@ -110,14 +110,14 @@ func pdWorkloads(jobs []*job) []pdRuns {
 	return out
 }
 
-// writePD writes (d): per workload, each fleet's time to first token,
+// writePD writes prefill-decode: per workload, each fleet's time to first token,
 // inter-token latency and throughput, and its plots.
 func writePD(b *strings.Builder, jobs []*job) {
 	runs := pdWorkloads(jobs)
 	if len(runs) == 0 {
 		return
 	}
-	b.WriteString("\n## (d) Prefill/decode disaggregation against aggregated serving\n\n")
+	fmt.Fprintf(b, "\n## %s: disaggregation against aggregated serving\n\n", prefillDecode)
 	prefill := 0
 	for _, r := range runs[0].jobs[len(runs[0].jobs)-1].sc.cfg.Roles {
 		if r == kvpod.RolePrefill {
@@ -158,7 +158,7 @@ hops and the hit ratio count the prompts the prefill pods computed, with the pre
 pod's cache; ITL is each request's (last token − first) / (output − 1), averaged.
 `
 
-// pdMetrics are (d)'s plots: a per-request metric by percentile, each
+// pdMetrics are prefill-decode's plots: a per-request metric by percentile, each
 // fleet a line.
 var pdMetrics = []struct {
 	suffix, what, axis string
@@ -172,10 +172,10 @@ var pdMetrics = []struct {
 
 // pdPlotFile is the base name of the plot of w's metric of suffix.
 func pdPlotFile(w *fleetsim.Workload, suffix string) string {
-	return workloadFile("pd", w.Name) + "-" + suffix
+	return workloadFile(prefillDecode, w.Name) + "-" + suffix
 }
 
-// writePDPlots writes (d)'s plots to dir.
+// writePDPlots writes prefill-decode's plots to dir.
 func writePDPlots(dir string, jobs []*job) error {
 	for _, r := range pdWorkloads(jobs) {
 		for _, m := range pdMetrics {

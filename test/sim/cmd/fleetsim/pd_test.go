@@ -9,10 +9,10 @@ import (
 
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// TestPDScenarios: (d) runs each workload on the aggregated fleet and on
+// TestPDScenarios: prefill-decode runs each workload on the aggregated fleet and on
 // the P/D fleet of the same pods at every threshold, kvrouter only, the
 // P/D fleet's first -pd-prefill pods prefilling.
 func TestPDScenarios(t *testing.T) {
@@ -20,7 +20,7 @@ func TestPDScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{traces: "../../../testdata/traces", quick: true, seed: 1, pdPrefill: 3}
+	o := options{traces: "../../../../testdata/traces", quick: true, seed: 1, pdPrefill: 3}
 	scs, err := pdScenarios(o, h, fleetsim.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func TestPDScenarios(t *testing.T) {
 	}
 	for i, sc := range scs {
 		k := i % per
-		if sc.group != "d" || sc.cfg.Pods != pdPods || len(sc.only) != 1 || sc.only[0] != "kvrouter" || sc.w != scs[i-k].w || len(sc.bound) != len(sc.w.Requests) {
+		if sc.group != prefillDecode || sc.cfg.Pods != pdPods || len(sc.only) != 1 || sc.only[0] != "kvrouter" || sc.w != scs[i-k].w || len(sc.bound) != len(sc.w.Requests) {
 			t.Fatalf("scenario %d: group %q, %d pods, policies %v, workload %q; want d, %d, kvrouter, its first fleet's, with a bound",
 				i, sc.group, sc.cfg.Pods, sc.only, sc.w.Name, pdPods)
 		}
@@ -59,10 +59,10 @@ func TestPDScenarios(t *testing.T) {
 	}
 }
 
-// pdJobs is (d) of one workload of two requests: the aggregated fleet,
+// pdJobs is prefill-decode of one workload of two requests: the aggregated fleet,
 // then P/D at threshold 512 where one request hopped.
 func pdJobs() []*job {
-	w := &fleetsim.Workload{Name: "(d) test", Levels: []fleetsim.Level{{Name: "x"}}, Requests: make([]fleetsim.Request, 2)}
+	w := &fleetsim.Workload{Name: prefillDecode + ", test", Levels: []fleetsim.Level{{Name: "x"}}, Requests: make([]fleetsim.Request, 2)}
 	var jobs []*job
 	for i, topology := range []string{"aggregated", pdName(512)} {
 		cfg := fleetsim.DefaultConfig()
@@ -77,12 +77,12 @@ func pdJobs() []*job {
 		if i > 0 {
 			st.Hops, st.Transfer = 1, 0.04
 		}
-		jobs = append(jobs, &job{sc: &scenario{group: "d", cfg: cfg, w: w, only: []string{"kvrouter"}, topology: topology}, policy: "kvrouter", res: res, stats: []fleetsim.Stats{st, st}})
+		jobs = append(jobs, &job{sc: &scenario{group: prefillDecode, cfg: cfg, w: w, only: []string{"kvrouter"}, topology: topology}, policy: "kvrouter", res: res, stats: []fleetsim.Stats{st, st}})
 	}
 	return jobs
 }
 
-// TestWritePD: (d)'s table has a row per fleet, in order, with its hops,
+// TestWritePD: prefill-decode's table has a row per fleet, in order, with its hops,
 // TTFT, ITL and transfer, and its plots are written as the report links
 // them, with a line per fleet.
 func TestWritePD(t *testing.T) {
@@ -92,16 +92,16 @@ func TestWritePD(t *testing.T) {
 	got := b.String()
 	rows := []string{
 		"4 prefill and 4 decode pods",
-		"### (d) test",
+		"### prefill-decode, test",
 		"| aggregated | 0 of 2 | 0.100 s | 0.500 s | 0.500 s | 0.300 s | 20.0 ms | 40 | 25.0% | 0.0 ms | 0 |",
 		"| P/D, threshold 512 | 1 of 2 | 0.100 s | 1.500 s | 1.500 s | 0.300 s | 20.0 ms | 40 | 25.0% | 40.0 ms | 0 |",
-		"(pd-shared-ttft.svg)", "(pd-shared-itl.svg)",
+		"(prefill-decode-shared-ttft.svg)", "(prefill-decode-shared-itl.svg)",
 	}
 	at := 0
 	for _, r := range rows {
 		i := strings.Index(got[at:], r)
 		if i < 0 {
-			t.Fatalf("(d) section lacks, in order, %q:\n%s", r, got)
+			t.Fatalf("prefill-decode section lacks, in order, %q:\n%s", r, got)
 		}
 		at += i
 	}
@@ -111,7 +111,7 @@ func TestWritePD(t *testing.T) {
 	}
 	for _, m := range pdMetrics {
 		_, svg := readPlot(t, filepath.Join(dir, pdPlotFile(jobs[0].sc.w, m.suffix)))
-		for _, want := range []string{"(d) test: " + m.what + " by percentile", "percentile of requests", "aggregated", pdName(512)} {
+		for _, want := range []string{prefillDecode + ", test: " + m.what + " by percentile", "percentile of requests", "aggregated", pdName(512)} {
 			if !strings.Contains(svg, ">"+html.EscapeString(want)+"<") {
 				t.Errorf("%s plot lacks %q", m.suffix, want)
 			}
@@ -120,11 +120,11 @@ func TestWritePD(t *testing.T) {
 	var none strings.Builder
 	writePD(&none, nil)
 	if none.Len() != 0 {
-		t.Errorf("writePD without (d) jobs wrote %q, want nothing", none.String())
+		t.Errorf("writePD without prefill-decode jobs wrote %q, want nothing", none.String())
 	}
 }
 
-// TestFleetStyles: (d)'s fleets each have their own color and marker.
+// TestFleetStyles: prefill-decode's fleets each have their own color and marker.
 func TestFleetStyles(t *testing.T) {
 	colors, glyphs := map[any]string{}, map[any]string{}
 	names := []string{"aggregated"}

@@ -19,7 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 // series is one line of a plot: a policy's value at each x.
@@ -83,13 +83,13 @@ var policyStyles = map[string]style{
 	"llm-d-precise": {color.RGBA{240, 228, 66, 255}, draw.CrossGlyph{}, nil},
 	"kvrouter":      {color.RGBA{0, 114, 178, 255}, draw.CircleGlyph{}, nil},
 	"oracle":        {color.RGBA{213, 94, 0, 255}, draw.BoxGlyph{}, dashed},
-	// (f)'s kvrouters: learning speeds in kvrouter's blue, hollow; at the
+	// heterogeneous-speeds' kvrouters: learning speeds in kvrouter's blue, hollow; at the
 	// fleet's mean speed in grey, dotted.
 	"kvrouter-learned": {color.RGBA{0, 114, 178, 255}, hollow{draw.CircleGlyph{}}, dashed},
 	"kvrouter-mean":    {color.RGBA{110, 110, 110, 255}, draw.BoxGlyph{}, dotted},
 }
 
-// fleetStyles draw (d)'s fleets (pd.go's pdName) in the same palette:
+// fleetStyles draw prefill-decode's fleets (pd.go's pdName) in the same palette:
 // the aggregated fleet as kvrouter is drawn elsewhere, the P/D fleet's
 // thresholds from hopping most to never, the last dotted.
 var fleetStyles = map[string]style{
@@ -122,7 +122,7 @@ func (h hollow) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
 	c.SetColor(sty.Color)
 }
 
-// styleOf is the style of the policy or (d) fleet name.
+// styleOf is the style of the policy or prefill-decode fleet name.
 func styleOf(name string) style {
 	if s, ok := policyStyles[name]; ok {
 		return s
@@ -328,7 +328,8 @@ func decadeLabel(e int) string {
 	return strconv.FormatFloat(math.Pow10(e), 'g', -1, 64)
 }
 
-// percentiles are the x values of the plots by percentile ((d), (f)).
+// percentiles are the x values of the plots by percentile
+// (prefill-decode, heterogeneous-speeds).
 var percentiles = []float64{10, 25, 50, 75, 90, 95, 99}
 
 // percentileChart is a chart of a per-request metric (its axis label

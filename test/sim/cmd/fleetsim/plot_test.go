@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 // readPlot reads base's PNG, decoded, and SVG, as text.
@@ -59,7 +59,7 @@ func hasColor(img image.Image, c color.RGBA) bool {
 // a point.
 func TestChartSave(t *testing.T) {
 	c := &chart{
-		title:  "(b) shared prefix & test: TTFT p90",
+		title:  "shared-prefix & test: TTFT p90",
 		xLabel: "published QPS of the stage (requests/s)",
 		yLabel: "TTFT p90 (s)",
 		xs:     []float64{3, 10, 20, 30, 40},
@@ -197,7 +197,7 @@ func TestPolicyStyles(t *testing.T) {
 // named as the report links them, TTFT on a log axis when it spans
 // decades, the hit ratio on a linear one.
 func TestWritePlots(t *testing.T) {
-	sc := &scenario{group: "b", output: 230, w: &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "20"}, {Name: "40"}}}}
+	sc := &scenario{group: sharedPrefix, output: 230, w: &fleetsim.Workload{Name: sharedPrefix + " test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "20"}, {Name: "40"}}}}
 	var jobs []*job
 	for i, p := range []string{"kvrouter", "random"} {
 		var st []fleetsim.Stats
@@ -213,7 +213,7 @@ func TestWritePlots(t *testing.T) {
 	ps := plotSets(jobs)[0]
 	for _, m := range plotMetrics {
 		_, svg := readPlot(t, filepath.Join(dir, plotFile(ps, m.suffix)))
-		for _, want := range []string{"(b) test: " + m.what, "published QPS of the stage (requests/s)", "kvrouter", "random"} {
+		for _, want := range []string{sharedPrefix + " test: " + m.what, "published QPS of the stage (requests/s)", "kvrouter", "random"} {
 			if !strings.Contains(svg, ">"+html.EscapeString(want)+"<") {
 				t.Errorf("%s.svg lacks %q", plotFile(ps, m.suffix), want)
 			}

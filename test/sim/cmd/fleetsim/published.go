@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 // published is one scheduler's result in the llm-d 73-capacity report,
@@ -16,7 +16,7 @@ type published struct {
 	collapse          string
 }
 
-// publishedShared is the published (b) run, next to the simulated policy
+// publishedShared is the published shared-prefix run, next to the simulated policy
 // that plays each scheduler.
 var publishedShared = []published{
 	{"llm-d-precise", "precise", 0.542, 0.298, 8730, "none"},
@@ -26,13 +26,13 @@ var publishedShared = []published{
 	{"random", "random", 92.551, 45.281, 4429, "20"},
 }
 
-// writePublished sets each simulated (b) next to the published run:
+// writePublished sets each simulated shared-prefix next to the published run:
 // pooled TTFT, output tokens/s as a multiple of random's (the fleets
 // differ in size), and the first collapsed stage.
 func writePublished(b *strings.Builder, jobs []*job) {
 	var last *scenario
 	for _, j := range jobs {
-		if j.sc.group == "b" && j.sc.only == nil && j.sc != last {
+		if j.sc.group == sharedPrefix && j.sc.only == nil && j.sc != last {
 			last = j.sc
 			writePublishedScenario(b, jobs, j.sc)
 		}

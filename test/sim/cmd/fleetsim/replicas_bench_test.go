@@ -7,10 +7,10 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// BenchmarkHeteroReplicas plays (f)'s shared-prefix workload (4 pods, two
+// BenchmarkHeteroReplicas plays heterogeneous-speeds' shared-prefix workload (4 pods, two
 // at half speed; 8 then 12 requests/s, 60 s each from empty caches; seeds
 // 1–3) through kvrouter as one replica, and as 2 and 4 replicas splitting
 // the traffic round robin over one real Redis (index, in-flight prefill
@@ -19,24 +19,24 @@ import (
 // the cold start's mean (the 8 requests/s stage) and the warm stage's p90
 // (12 requests/s), in seconds of the simulation.
 //
-//	go test -run '^$' -bench HeteroReplicas -benchtime 1x ./test/cmd/fleetsim/
+//	cd test/sim && go test -run '^$' -bench HeteroReplicas -benchtime 1x ./cmd/fleetsim/
 func BenchmarkHeteroReplicas(b *testing.B) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
-	scs, err := heteroScenarios(options{traces: "../../../testdata/traces", seed: 1}, h, fleetsim.DefaultConfig())
+	scs, err := heteroScenarios(options{traces: "../../../../testdata/traces", seed: 1}, h, fleetsim.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
 	var runs []*scenario
 	for _, sc := range scs {
-		if strings.HasPrefix(heteroWorkload(sc), "(f) shared prefix") {
+		if strings.HasPrefix(heteroWorkload(sc), heterogeneousSpeeds+", shared prefix") {
 			runs = append(runs, sc)
 		}
 	}
 	if len(runs) != heteroSeeds {
-		b.Fatalf("%d shared-prefix runs of (f), want %d", len(runs), heteroSeeds)
+		b.Fatalf("%d shared-prefix runs of heterogeneous-speeds, want %d", len(runs), heteroSeeds)
 	}
 	srv := redisserver.New(b)
 	for _, c := range []struct {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 // plotSet is one figure family: each policy's stats at each x.
@@ -32,10 +32,10 @@ func plotSets(jobs []*job) []*plotSet {
 			continue // repeats under other seeds: acceptance only; the sweep: its table
 		}
 		switch sc.group {
-		case "b", "c":
+		case sharedPrefix, sharedPrefixOverload:
 			ps := byName[sc.w.Name]
 			if ps == nil {
-				ps = &plotSet{file: fmt.Sprintf("shared-%s-%d", sc.group, sc.output), title: sc.w.Name, xLabel: "published QPS of the stage (requests/s)", stats: map[string][]fleetsim.Stats{}}
+				ps = &plotSet{file: fmt.Sprintf("%s-%d", sc.group, sc.output), title: sc.w.Name, xLabel: "published QPS of the stage (requests/s)", stats: map[string][]fleetsim.Stats{}}
 				for _, l := range sc.w.Levels {
 					if x, err := strconv.ParseFloat(l.Name, 64); err == nil {
 						ps.xs = append(ps.xs, x)
@@ -49,13 +49,13 @@ func plotSets(jobs []*job) []*plotSet {
 					ps.stats[j.policy] = append(ps.stats[j.policy], st)
 				}
 			}
-		case "e":
+		case cacheOverload:
 			if sc.base != nil {
 				continue // the other seeds: pooled in the report's tables
 			}
 			ps := byName[sc.w.Name]
 			if ps == nil {
-				ps = &plotSet{file: "overload-" + strconv.Itoa(sc.overload.users), title: sc.w.Name + ", seed " + strconv.FormatUint(sc.cfg.Seed, 10), xLabel: "stage (requests/s, constant rate)", stats: map[string][]fleetsim.Stats{}}
+				ps = &plotSet{file: cacheOverload + "-" + strconv.Itoa(sc.overload.users), title: sc.w.Name + ", seed " + strconv.FormatUint(sc.cfg.Seed, 10), xLabel: "stage (requests/s, constant rate)", stats: map[string][]fleetsim.Stats{}}
 				for _, l := range sc.w.Levels {
 					x, _ := strconv.ParseFloat(l.Name, 64)
 					ps.xs = append(ps.xs, x)
@@ -64,7 +64,7 @@ func plotSets(jobs []*job) []*plotSet {
 				sets = append(sets, ps)
 			}
 			ps.stats[j.policy] = j.stats[:len(j.stats)-1]
-		case "a":
+		case conversation:
 			trace := strings.TrimSuffix(sc.w.Name, " "+sc.w.Levels[0].Name)
 			ps := byName[trace]
 			if ps == nil {
@@ -144,7 +144,7 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	var b strings.Builder
 	policies := policyOrder(jobs)
 	fmt.Fprintf(&b, "# kvrouter fleet simulation\n\n")
-	fmt.Fprintf(&b, "`go run ./test/cmd/fleetsim -seed %d -seeds %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g -pd-prefill %d` (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
+	fmt.Fprintf(&b, "`go run ./cmd/fleetsim -seed %d -seeds %d -shared-client %s -client-concurrency %d -client-timeout %v -shared-output %s -shared-qps-scale %g -pd-prefill %d` in test/sim (policies %s, workloads %s%s): %v wall on %d cores (GOMAXPROCS), %d runs, %d at a time.\n\n",
 		o.seed, o.seeds, o.client, o.concurrency, o.timeout, o.outputs, o.qpsScale, o.pdPrefill, o.policies, o.workloads, map[bool]string{true: ", -quick"}[o.quick],
 		wall.Round(time.Second), runtime.GOMAXPROCS(0), len(jobs), o.parallel)
 	b.WriteString(setupText)
@@ -155,7 +155,7 @@ func writeReport(path string, o options, jobs []*job, wall time.Duration) error 
 	writePublished(&b, jobs)
 	var last *scenario
 	for _, j := range jobs {
-		if j.sc != last && j.sc.only == nil && !j.sc.sweep && j.sc.group != "d" && j.sc.group != "e" {
+		if j.sc != last && j.sc.only == nil && !j.sc.sweep && j.sc.group != prefillDecode && j.sc.group != cacheOverload {
 			last = j.sc
 			writeScenario(&b, jobs, j.sc, policies)
 		}
@@ -234,7 +234,7 @@ func acceptance(jobs []*job) []string {
 			}
 		}
 		kv, ll, or := by["kvrouter"], by["least-loaded"], by["oracle"]
-		if kv == nil || j.sc.group == "e" || j.sc.group == "f" { // overloadAcceptance, heteroAcceptance
+		if kv == nil || j.sc.group == cacheOverload || j.sc.group == heterogeneousSpeeds { // overloadAcceptance, heteroAcceptance
 			continue
 		}
 		name := j.sc.w.Name
@@ -249,7 +249,7 @@ func acceptance(jobs []*job) []string {
 			out = append(out, fmt.Sprintf("%s: kvrouter TTFT p90 %s vs least-loaded %s (×%.2f, want ≤ 1.05): %s",
 				name, secs(kv.all().P90), secs(ll.all().P90), r, mark(r <= 1.05)))
 		}
-		if or != nil && j.sc.group != "c" {
+		if or != nil && j.sc.group != sharedPrefixOverload {
 			r := kv.all().P90 / or.all().P90
 			out = append(out, fmt.Sprintf("%s: kvrouter TTFT p90 %s vs oracle %s (×%.2f, want ≤ 1.2): %s",
 				name, secs(kv.all().P90), secs(or.all().P90), r, mark(r <= 1.2)))
@@ -261,9 +261,9 @@ func acceptance(jobs []*job) []string {
 		}
 		switch {
 		case j.sc.only != nil:
-		case j.sc.group == "b":
+		case j.sc.group == sharedPrefix:
 			out = append(out, sharedShape(name, by, mark)...)
-		case j.sc.group == "c" && !j.sc.sweep:
+		case j.sc.group == sharedPrefixOverload && !j.sc.sweep:
 			sp := spreadOf(by)
 			var more []string
 			for _, sw := range sweepOf(jobs, j.sc)[1:] {
@@ -491,14 +491,15 @@ func spreadOf(by map[string]*job) spread {
 	return s
 }
 
-// sweepRun is one working set of (c): its scenario and its jobs by policy.
+// sweepRun is one working set of shared-prefix-overload: its scenario and
+// its jobs by policy.
 type sweepRun struct {
 	sc *scenario
 	by map[string]*job
 }
 
-// sweepOf is (c) base, then its sweep with the same output length, in
-// order of working set.
+// sweepOf is shared-prefix-overload's scenario base, then its sweep with
+// the same output length, in order of working set.
 func sweepOf(jobs []*job, base *scenario) []sweepRun {
 	out := []sweepRun{{sc: base, by: map[string]*job{}}}
 	for _, j := range jobs {
@@ -518,24 +519,24 @@ func sweepOf(jobs []*job, base *scenario) []sweepRun {
 	return out
 }
 
-// writeSweep writes, per output length, (c) at each working set: where
-// the policies land as more groups than the fleet can cache share it.
-// The first table carries the explanation.
+// writeSweep writes, per output length, shared-prefix-overload at each
+// working set: where the policies land as more groups than the fleet can
+// cache share it. The first table carries the explanation.
 func writeSweep(b *strings.Builder, jobs []*job, policies []string) {
 	text := sweepText
 	for _, j := range jobs {
 		base := j.sc
-		if base.group != "c" || base.sweep || base.base != nil || j.policy != policies[0] {
+		if base.group != sharedPrefixOverload || base.sweep || base.base != nil || j.policy != policies[0] {
 			continue
 		}
 		runs := sweepOf(jobs, base)
 		if len(runs) == 1 {
 			continue
 		}
-		fmt.Fprintf(b, "\n## (c) as the working set grows, %d output tokens\n\n", base.output)
+		fmt.Fprintf(b, "\n## %s as the working set grows, %d output tokens\n\n", sharedPrefixOverload, base.output)
 		b.WriteString(text)
 		text = ""
-		ran := slices.DeleteFunc(slices.Clone(policies), func(p string) bool { // the policies the sweep ran, not (f)'s alone
+		ran := slices.DeleteFunc(slices.Clone(policies), func(p string) bool { // the policies the sweep ran, not heterogeneous-speeds' alone
 			return !slices.ContainsFunc(runs, func(r sweepRun) bool { return r.by[p] != nil })
 		})
 		b.WriteString("| groups | working set / fleet KV: by groups, sent | global-LRU bound |")

@@ -4,18 +4,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
-// sweepJobs is (c) and two larger working sets of it, under kvrouter and
+// sweepJobs is shared-prefix-overload and two larger working sets of it, under kvrouter and
 // the oracle, with the pooled TTFT p90 and output tok/s given per
 // scenario: kvrouter's, then the oracle's.
 func sweepJobs(p90s, tps [][2]float64) []*job {
 	var jobs []*job
 	for i := range p90s {
 		sc := &scenario{
-			group: "c", output: 230, share: []float64{1.25, 2.5, 5}[i], groups: []int{128, 256, 512}[i], sweep: i > 0,
-			cfg: fleetsim.Config{Pods: 1, Blocks: 4, BlockSize: 16}, w: &fleetsim.Workload{Name: "(c) test"},
+			group: sharedPrefixOverload, output: 230, share: []float64{1.25, 2.5, 5}[i], groups: []int{128, 256, 512}[i], sweep: i > 0,
+			cfg: fleetsim.Config{Pods: 1, Blocks: 4, BlockSize: 16}, w: &fleetsim.Workload{Name: sharedPrefixOverload + " test"},
 		}
 		for k, p := range []string{"kvrouter", "oracle"} {
 			jobs = append(jobs, &job{sc: sc, policy: p, stats: []fleetsim.Stats{{Level: "all", P90: p90s[i][k], OutputTPS: tps[i][k], HitRatio: 0.1, BoundRatio: 0.5}}})
@@ -24,7 +24,7 @@ func sweepJobs(p90s, tps [][2]float64) []*job {
 	return jobs
 }
 
-// TestSweepReport: (c)'s acceptance line keeps its verdict and lists the
+// TestSweepReport: shared-prefix-overload's acceptance line keeps its verdict and lists the
 // sweep's spreads; the sweep's table has a row per working set, in order,
 // with each policy's p90 and the spreads, and a column only for the
 // policies the sweep ran.
@@ -32,7 +32,7 @@ func TestSweepReport(t *testing.T) {
 	jobs := sweepJobs([][2]float64{{80, 40}, {90, 60}, {100, 90}}, [][2]float64{{1000, 2000}, {1000, 1500}, {1000, 1100}})
 	lines := acceptance(jobs)
 	if len(lines) != 1 {
-		t.Fatalf("acceptance: %q, want one line for (c)", lines)
+		t.Fatalf("acceptance: %q, want one line for shared-prefix-overload", lines)
 	}
 	for _, want := range []string{"spread ×2.00", "**FAILS**", "×1.50 at 256 groups, ×1.11 at 512 groups"} {
 		if !strings.Contains(lines[0], want) {
@@ -58,7 +58,7 @@ func TestSweepReport(t *testing.T) {
 		}
 		at += i
 	}
-	if strings.Count(got, "## (c) as the working set grows") != 1 {
+	if strings.Count(got, "## shared-prefix-overload as the working set grows") != 1 {
 		t.Errorf("want one sweep section for one output length:\n%s", got)
 	}
 }
@@ -76,10 +76,10 @@ func levelJob(sc *scenario, policy string, ttfts ...float64) *job {
 // of three in which kvrouter's p90 at its worst level is at or under
 // precise's.
 func TestPreciseLineCountsBlocks(t *testing.T) {
-	w := &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
+	w := &fleetsim.Workload{Name: sharedPrefix + " test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
 	var kv, pr, sh []*job
 	for seed := 1; seed <= 6; seed++ {
-		sc := &scenario{group: "b", cfg: fleetsim.Config{Seed: uint64(seed)}, w: w, noise: true}
+		sc := &scenario{group: sharedPrefix, cfg: fleetsim.Config{Seed: uint64(seed)}, w: w, noise: true}
 		slow := 2.0 // kvrouter's level 10: slower than precise under seeds 4-6 only
 		if seed > 3 {
 			slow = 2.5
@@ -108,8 +108,8 @@ func TestPreciseLineCountsBlocks(t *testing.T) {
 // later against precise, at its own worst level; the shifted runs appear
 // in no table and count in no spread.
 func TestPreciseLineShowsTheNoise(t *testing.T) {
-	w := &fleetsim.Workload{Name: "(b) test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
-	sc := &scenario{group: "b", cfg: fleetsim.Config{Seed: 1}, w: w, noise: true}
+	w := &fleetsim.Workload{Name: sharedPrefix + " test", Levels: []fleetsim.Level{{Name: "3"}, {Name: "10"}}, Requests: []fleetsim.Request{{Level: 0}, {Level: 1}}}
+	sc := &scenario{group: sharedPrefix, cfg: fleetsim.Config{Seed: 1}, w: w, noise: true}
 	kv, pr, sh := levelJob(sc, "kvrouter", 1, 2.2), levelJob(sc, "llm-d-precise", 1, 2), levelJob(sc, fleetsim.PreciseShifted, 1.3, 2)
 	or := levelJob(sc, "oracle", 0.5, 2.1)
 	line := preciseLine(w.Name, []*job{kv}, []*job{pr}, []*job{sh}, []*job{or})
@@ -134,8 +134,8 @@ func TestPreciseLineShowsTheNoise(t *testing.T) {
 // TestPreciseLineOneLevel: a run of one level (a Mooncake replay) is its
 // own worst level, and the line counts no levels.
 func TestPreciseLineOneLevel(t *testing.T) {
-	w := &fleetsim.Workload{Name: "(a) test", Levels: []fleetsim.Level{{Name: "1x"}}, Requests: []fleetsim.Request{{Level: 0}}}
-	sc := &scenario{group: "a", cfg: fleetsim.Config{Seed: 1}, w: w}
+	w := &fleetsim.Workload{Name: "mooncake test", Levels: []fleetsim.Level{{Name: "1x"}}, Requests: []fleetsim.Request{{Level: 0}}}
+	sc := &scenario{group: conversation, cfg: fleetsim.Config{Seed: 1}, w: w}
 	line := preciseLine(w.Name, []*job{levelJob(sc, "kvrouter", 1)}, []*job{levelJob(sc, "llm-d-precise", 2)}, nil, nil)
 	if !strings.Contains(line, "worst level 1x, 1.000 s vs 2.000 s (×0.500)") || !strings.Contains(line, "**holds**") {
 		t.Errorf("preciseLine = %q, want level 1x at ×0.500, holds", line)

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 // scenario is one workload at one load level on one fleet.
 type scenario struct {
-	group  string // report section
-	output int    // output tokens per request of (b) and (c)
+	group  string // its workload (workloadNames): its report section
+	output int    // output tokens per request of the shared-prefix workloads
 	cfg    fleetsim.Config
 	w      *fleetsim.Workload
 	bound  []int
@@ -29,16 +29,17 @@ type scenario struct {
 	only []string
 	// base is the scenario a repeat repeats; nil for the original.
 	base *scenario
-	// share is the working set of (b) and (c) over the fleet's KV, of
-	// groups groups.
+	// share is the working set of the shared-prefix workloads over the
+	// fleet's KV, of groups groups.
 	share  float64
 	groups int
-	// sweep marks a (c) of a larger working set: it appears in the sweep
-	// table only.
+	// sweep marks a shared-prefix-overload of a larger working set: it
+	// appears in the sweep table only.
 	sweep bool
-	// topology names the fleet of a (d): aggregated, or P/D at a threshold.
+	// topology names the fleet of a prefill-decode scenario: aggregated,
+	// or P/D at a threshold.
 	topology string
-	// overload is the published run an (e) plays.
+	// overload is the published run a cache-overload scenario plays.
 	overload *overloadRun
 	// noise: where llm-d-precise runs, fleetsim.PreciseShifted runs too,
 	// for the acceptance lines only: how far a stage's p90 moves between
@@ -76,23 +77,28 @@ type options struct {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
-	fs.StringVar(&o.traces, "traces", "testdata/traces", "folder of the Mooncake traces")
-	fs.StringVar(&o.out, "out", "results/sim", "folder for report.md and the plots")
+	fs.StringVar(&o.traces, "traces", "../../testdata/traces", "folder of the Mooncake traces (the default: the repository's, from test/sim)")
+	fs.StringVar(&o.out, "out", "../../results/sim", "folder for report.md and the plots (the default: the repository's results/sim, from test/sim)")
 	fs.StringVar(&o.policies, "policies", strings.Join(fleetsim.Policies, ","), "policies to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every random choice")
-	fs.IntVar(&o.seeds, "seeds", 3, "seeds, from -seed on, that (a) 3×, (b) and (c) run kvrouter and llm-d precise (and the oracle on (a) and (b)) under, and (f) its kvrouters and llm-d precise (its other policies: the first 3), pooled in the acceptance lines")
+	fs.IntVar(&o.seeds, "seeds", 3, "seeds, from -seed on, that conversation at 3×, shared-prefix and shared-prefix-overload run kvrouter and llm-d precise under (and the oracle on conversation and shared-prefix), and heterogeneous-speeds its kvrouters and llm-d precise (its other policies: the first 3), pooled in the acceptance lines")
 	fs.IntVar(&o.parallel, "parallel", runtime.GOMAXPROCS(0), "runs at a time")
-	fs.StringVar(&o.workloads, "workloads", "a,b,c,d,e,f", "workloads to run: a (Mooncake), b (shared prefix), c (its overload), d (prefill/decode disaggregation), e (llm-d's cache-overload runs), f (heterogeneous pods: learned prefill speeds)")
+	fs.StringVar(&o.workloads, "workloads", strings.Join(workloadNames, ","), "workloads to run, separated by commas: conversation (the Mooncake traces), shared-prefix (llm-d's shared-prefix run), shared-prefix-overload (its working set past the fleet's KV cache), prefill-decode (prefill/decode disaggregation against aggregated serving), cache-overload (llm-d's cache-overload runs), heterogeneous-speeds (half the pods at half speed: learned prefill speeds)")
 	fs.StringVar(&o.outputs, "shared-output", sharedOutputs, "output tokens per request of the shared-prefix workloads: each value (comma separated) runs them once")
 	fs.Float64Var(&o.qpsScale, "shared-qps-scale", sharedQPSScale, "simulated QPS per published QPS of the shared-prefix workloads")
 	fs.BoolVar(&o.quick, "quick", false, "small scenarios only (seconds)")
 	fs.StringVar(&o.client, "shared-client", "inference-perf", "load generator of the shared-prefix workloads: inference-perf (bounded concurrency, timeouts, each stage after the previous one drained) or open (open-loop arrivals)")
 	fs.IntVar(&o.concurrency, "client-concurrency", -1, "inference-perf client's requests in flight (0: unbounded; default: the published client's, scaled like the stage rates)")
 	fs.DurationVar(&o.timeout, "client-timeout", ipTimeout, "inference-perf client's request timeout (0: none)")
-	fs.IntVar(&o.pdPrefill, "pd-prefill", pdPrefill, fmt.Sprintf("prefill pods of (d)'s P/D fleet of %d pods", pdPods))
+	fs.IntVar(&o.pdPrefill, "pd-prefill", pdPrefill, fmt.Sprintf("prefill pods of prefill-decode's P/D fleet of %d pods", pdPods))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	names, err := parseWorkloads(o.workloads)
+	if err != nil {
+		return err
+	}
+	o.workloads = strings.Join(names, ",")
 	if o.seeds < 1 {
 		return fmt.Errorf("-seeds %d: want 1 or more", o.seeds)
 	}
@@ -116,7 +122,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var jobs []*job
 	for _, sc := range scs {
-		if !strings.Contains(o.workloads, sc.group) {
+		if !o.runs(sc.group) {
 			continue
 		}
 		ps := runPolicies(strings.Split(o.policies, ","), sc.only)
@@ -151,8 +157,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // runPolicies is the policies a scenario runs: those asked for, or of
 // them those in only when only is set; and a variant of kvrouter in only
-// (kvrouter-learned, kvrouter-mean: what (f) compares) whenever kvrouter
-// is asked for.
+// (kvrouter-learned, kvrouter-mean: what heterogeneous-speeds compares)
+// whenever kvrouter is asked for.
 func runPolicies(asked, only []string) []string {
 	if only == nil {
 		return asked

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 // The scaling of the published runs to what 2 cores simulate in minutes.
@@ -50,8 +50,9 @@ func defaultConcurrency(qpsScale float64) int {
 
 var mooncakeCompressions = []float64{1, 2, 3}
 
-// overloadSweep is the working sets, over the fleet's KV, that (c) runs at
-// beyond overloadShare, to show where the policies come together.
+// overloadSweep is the working sets, over the fleet's KV, that
+// shared-prefix-overload runs at beyond overloadShare, to show where the
+// policies come together.
 var overloadSweep = []float64{2.5, 5, 10}
 
 func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
@@ -63,16 +64,59 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, output := range outputs {
-		out = append(out, sharedScenarios(o, h, base, output)...)
+	if o.runs(sharedPrefix) || o.runs(sharedPrefixOverload) {
+		for _, output := range outputs {
+			out = append(out, sharedScenarios(o, h, base, output)...)
+		}
 	}
+	if o.runs(conversation) {
+		mc, err := mooncakeScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mc...)
+	}
+	if o.runs(prefillDecode) {
+		pd, err := pdScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pd...)
+	}
+	if o.runs(cacheOverload) {
+		out = append(out, overloadScenarios(o, h, base)...)
+	}
+	if o.runs(heterogeneousSpeeds) {
+		he, err := heteroScenarios(o, h, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, he...)
+	}
+	for _, sc := range out {
+		if sc.bound != nil { // prefill-decode shares its workloads' bound
+			continue
+		}
+		if b := sc.base; b != nil && sc.group == conversation { // its base's requests: its base's bound
+			sc.bound = b.bound
+			continue
+		}
+		sc.bound = fleetsim.BoundHits(sc.w, sc.cfg.Pods*sc.cfg.Blocks)
+	}
+	return out, nil
+}
 
+// mooncakeScenarios is conversation: each Mooncake trace replayed at each
+// of mooncakeCompressions, and the fastest replay again under the seeds
+// the acceptance pools.
+func mooncakeScenarios(o options, h *blockhash.Hasher, base fleetsim.Config) ([]*scenario, error) {
+	var out []*scenario
 	for _, name := range []string{"conversation", "synthetic"} {
 		minutes := float64(mooncakeMinutes)
 		if o.quick {
 			minutes = 2
 		}
-		w, err := readTrace(o, h, name, "(a) mooncake "+name, minutes)
+		w, err := readTrace(o, h, name, "mooncake "+name, minutes)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +125,7 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		for _, c := range mooncakeCompressions {
 			cw := w.Compress(c)
 			cw.Name = fmt.Sprintf("%s %gx", w.Name, c)
-			out = append(out, &scenario{group: "a", cfg: mc, w: cw})
+			out = append(out, &scenario{group: conversation, cfg: mc, w: cw})
 		}
 		// The fastest replay overloads the fleet: its p90 is a queue that
 		// moves with every tie broken otherwise, so kvrouter and the
@@ -91,43 +135,16 @@ func scenarios(o options, h *blockhash.Hasher) ([]*scenario, error) {
 		for _, seed := range o.repeats() {
 			rc, rw := mc, *orig.w
 			rc.Seed, rw.Name = seed, fmt.Sprintf("%s, seed %d", orig.w.Name, seed)
-			out = append(out, &scenario{group: "a", cfg: rc, w: &rw, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: orig})
+			out = append(out, &scenario{group: conversation, cfg: rc, w: &rw, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: orig})
 		}
-	}
-	if strings.Contains(o.workloads, "d") {
-		pd, err := pdScenarios(o, h, base)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, pd...)
-	}
-	if strings.Contains(o.workloads, "e") {
-		out = append(out, overloadScenarios(o, h, base)...)
-	}
-	if strings.Contains(o.workloads, "f") {
-		he, err := heteroScenarios(o, h, base)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, he...)
-	}
-	for _, sc := range out {
-		if sc.bound != nil { // (d) shares its workloads' bound
-			continue
-		}
-		if b := sc.base; b != nil && sc.group == "a" { // its base's requests: its base's bound
-			sc.bound = b.bound
-			continue
-		}
-		sc.bound = fleetsim.BoundHits(sc.w, sc.cfg.Pods*sc.cfg.Blocks)
 	}
 	return out, nil
 }
 
-// sharedScenarios is (b), its repeats under the next two seeds for
-// kvrouter and the oracle (the p90 sits on a cliff), and (c), with its
-// repeats for kvrouter and precise, with requests of output tokens each,
-// on a fleet of the published pods.
+// sharedScenarios is shared-prefix, its repeats under the next two seeds
+// for kvrouter and the oracle (the p90 sits on a cliff), and
+// shared-prefix-overload, with its repeats for kvrouter and precise, with
+// requests of output tokens each, on a fleet of the published pods.
 func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, output int) []*scenario {
 	sp := fleetsim.PublishedSharedPrefix()
 	sp.Groups, sp.Output, sp.QPSScale, sp.Seed = sharedGroups, output, o.qpsScale, o.seed
@@ -142,18 +159,18 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 	if o.quick { // pods as small as the workload, its working set still 73% of them
 		cfg.Blocks = int(float64(sp.WorkingSet()) / capacityShare / float64(cfg.Pods*cfg.BlockSize))
 	}
-	out := []*scenario{{group: "b", output: output, cfg: cfg, w: sp.Generate("(b) shared prefix 73%"+tag, h), share: capacityShare, groups: sp.Groups, noise: true}}
+	out := []*scenario{{group: sharedPrefix, output: output, cfg: cfg, w: sp.Generate(sharedPrefix+" 73%"+tag, h), share: capacityShare, groups: sp.Groups, noise: true}}
 	for _, seed := range o.repeats() {
 		rs, rc := sp, cfg
 		rs.Seed, rc.Seed = seed, seed
-		w := rs.Generate(fmt.Sprintf("(b) shared prefix 73%%%s, seed %d", tag, seed), h)
-		out = append(out, &scenario{group: "b", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups, noise: true})
+		w := rs.Generate(fmt.Sprintf("%s 73%%%s, seed %d", sharedPrefix, tag, seed), h)
+		out = append(out, &scenario{group: sharedPrefix, output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter", "oracle"}, base: out[0], share: capacityShare, groups: sp.Groups, noise: true})
 	}
 	for i, share := range append([]float64{overloadShare}, overloadSweep...) {
 		over := sp
 		over.Groups = int(share*float64(cfg.Pods*cfg.Blocks*cfg.BlockSize)/float64(sp.System+sp.PerGroup*sp.Question) + 0.5)
-		name := fmt.Sprintf("(c) shared prefix %g%%%s", 100*share, tag)
-		c := &scenario{group: "c", output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0, noise: true}
+		name := fmt.Sprintf("%s %g%%%s", sharedPrefixOverload, 100*share, tag)
+		c := &scenario{group: sharedPrefixOverload, output: output, cfg: cfg, w: over.Generate(name, h), share: share, groups: over.Groups, sweep: i > 0, noise: true}
 		out = append(out, c)
 		// kvrouter and precise again under the next two seeds: the
 		// acceptance compares them per stage pooled over three seeds.
@@ -161,7 +178,7 @@ func sharedScenarios(o options, h *blockhash.Hasher, base fleetsim.Config, outpu
 			rs, rc := over, cfg
 			rs.Seed, rc.Seed = seed, seed
 			w := rs.Generate(fmt.Sprintf("%s, seed %d", name, seed), h)
-			out = append(out, &scenario{group: "c", output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter"}, base: c, share: share, groups: over.Groups, noise: true})
+			out = append(out, &scenario{group: sharedPrefixOverload, output: output, cfg: rc, w: w, only: []string{"llm-d-precise", "kvrouter"}, base: c, share: share, groups: over.Groups, noise: true})
 		}
 	}
 	return out

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
-	"github.com/kvrouter/kvrouter/test/fleetsim"
+	"github.com/kvrouter/kvrouter/test/sim/fleetsim"
 )
 
 func TestParseOutputs(t *testing.T) {
@@ -35,11 +35,13 @@ func TestParseOutputs(t *testing.T) {
 	}
 }
 
-// TestSharedFleetIsHalfThePublished: (b) runs half the published fleet of
-// the published pods (Qwen3-32B on two H100s, derived from the 8B
-// constants) under half its load, each output length as its own (b), its
-// seed repeats, (c) and (c) at larger working sets; the working set
-// stays 73% of the fleet's KV, (c)'s is 1.25× and its sweep's as named.
+// TestSharedFleetIsHalfThePublished: shared-prefix runs half the
+// published fleet of the published pods (Qwen3-32B on two H100s, derived
+// from the 8B constants) under half its load, each output length as its
+// own shared-prefix, its seed repeats, shared-prefix-overload and
+// shared-prefix-overload at larger working sets; the working set stays
+// 73% of the fleet's KV, shared-prefix-overload's is 1.25× and its
+// sweep's as named.
 func TestSharedFleetIsHalfThePublished(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
@@ -51,10 +53,10 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 		scs = append(scs, sharedScenarios(o, h, fleetsim.DefaultConfig(), output)...)
 	}
 	if want := 2 * (3 + 3*(1+len(overloadSweep))); len(scs) != want {
-		t.Fatalf("%d scenarios, want (b), 2 repeats, (c) and its sweep, each with 2 repeats, for each of 2 output lengths: %d", len(scs), want)
+		t.Fatalf("%d scenarios, want shared-prefix, 2 repeats, shared-prefix-overload and its sweep, each with 2 repeats, for each of 2 output lengths: %d", len(scs), want)
 	}
 	for i, sc := range scs {
-		if sc.group == "c" && sc.base == nil { // kvrouter and precise again under seeds 2 and 3
+		if sc.group == sharedPrefixOverload && sc.base == nil { // kvrouter and precise again under seeds 2 and 3
 			for k, rep := range scs[i+1 : i+3] {
 				if rep.base != sc || rep.cfg.Seed != uint64(2+k) || !slices.Equal(rep.only, []string{"llm-d-precise", "kvrouter"}) || rep.groups != sc.groups {
 					t.Errorf("%s: repeat %d is %s, seed %d, %v; want its repeat under seed %d for precise and kvrouter", sc.w.Name, k, rep.w.Name, rep.cfg.Seed, rep.only, 2+k)
@@ -68,7 +70,7 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 				sc.w.Name, c.Pods, c.Blocks, c.PrefillTokensPerSecond, c.StepOverhead)
 		}
 		capacity := float64(c.Pods * c.Blocks * c.BlockSize)
-		want := map[string]float64{"b": 0.73, "c": 1.25}[sc.group]
+		want := map[string]float64{sharedPrefix: 0.73, sharedPrefixOverload: 1.25}[sc.group]
 		if !sweep && sc.share != want {
 			t.Errorf("%s: share %v, want %v", sc.w.Name, sc.share, want)
 		}
@@ -99,9 +101,9 @@ func TestSharedFleetIsHalfThePublished(t *testing.T) {
 	}
 }
 
-// TestSeedsRepeatTheAcceptanceRuns: -seeds N repeats (b)'s and (c)'s
-// acceptance runs under the N−1 seeds after -seed, and fewer than one is
-// refused.
+// TestSeedsRepeatTheAcceptanceRuns: -seeds N repeats shared-prefix's and
+// shared-prefix-overload's acceptance runs under the N−1 seeds after
+// -seed, and fewer than one is refused.
 func TestSeedsRepeatTheAcceptanceRuns(t *testing.T) {
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
@@ -110,12 +112,12 @@ func TestSeedsRepeatTheAcceptanceRuns(t *testing.T) {
 	o := options{qpsScale: sharedQPSScale, seed: 7, seeds: 5, quick: true, client: "inference-perf", timeout: ipTimeout}
 	var got []uint64
 	for _, sc := range sharedScenarios(o, h, fleetsim.DefaultConfig(), 230) {
-		if sc.group == "b" && sc.base != nil {
+		if sc.group == sharedPrefix && sc.base != nil {
 			got = append(got, sc.cfg.Seed)
 		}
 	}
 	if want := []uint64{8, 9, 10, 11}; !slices.Equal(got, want) {
-		t.Errorf("(b) repeats under seeds %v, want %v", got, want)
+		t.Errorf("shared-prefix repeats under seeds %v, want %v", got, want)
 	}
 	if err := run(context.Background(), []string{"-seeds", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-seeds 0") {
 		t.Errorf("-seeds 0: %v, want it refused", err)

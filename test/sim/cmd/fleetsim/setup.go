@@ -2,8 +2,9 @@ package main
 
 // setupText explains the model and how each parameter was derived; the
 // report's figures follow it.
-const setupText = `Discrete-event simulation (test/fleetsim) of vLLM pods: Llama-3.1-8B on one
-H100 for (a), the published pods derived from it for (b) and (c) (below);
+const setupText = `Discrete-event simulation (test/sim/fleetsim) of vLLM pods: Llama-3.1-8B on
+one H100 for conversation, the published pods derived from it for
+shared-prefix and shared-prefix-overload (below);
 cost model (prefill 25k tokens/s, +1.83e-5 per token of context for
 attention; steps of 5.5 ms + 6 µs per decoding sequence + Σ context × 128 KiB
 / 2.3 TB/s; chunked prefill in 8,192-token steps; up to 256 running), vLLM's
@@ -25,8 +26,8 @@ at random among those within 0.1% of it.
 
 Scaling (so that the whole matrix runs in minutes on 2 cores):
 
-- (b) llm-d shared prefix: half the published fleet under half its load:
-  4 of its pods instead of 8, 75 groups instead of 150 (the working set
+- shared-prefix (llm-d's shared-prefix run): half the published fleet under
+  half its load: 4 of its pods instead of 8, 75 groups instead of 150 (the working set
   still 73% of the fleet's KV capacity) and stage rates × 0.5 (sim QPS =
   0.5 × published QPS). The pods are the published ones, Qwen3-32B on two
   H100s (TP2), derived from the 8B constants: prefill at the same FLOP rate
@@ -35,17 +36,19 @@ Scaling (so that the whole matrix runs in minutes on 2 cores):
   token's KV 256 KiB split over two GPUs, 128 KiB each, as the 8B model's
   on one; 307,328 tokens of KV cache (19,208 blocks). Output tokens: the
   published configuration's 1,000 and the 230 its comment observed live
-  (see the end of this section); each runs as its own (b) and (c).
-- (c) overload: the same fleet, stages and client with groups raised until
-  the working set is 1.25× the fleet's KV capacity.
-- (a) Mooncake: 8 pods of 28,000 blocks, the first 20 minutes of each trace,
-  arrivals compressed 1×, 2× and 3×, sent open loop at the trace's times (a
+  (see the end of this section); each runs as its own shared-prefix and
+  shared-prefix-overload.
+- shared-prefix-overload: the same fleet, stages and client with groups
+  raised until the working set is 1.25× the fleet's KV capacity.
+- conversation (the Mooncake traces): 8 pods of 28,000 blocks, the first 20
+  minutes of each trace, arrivals compressed 1×, 2× and 3×, sent open loop at the trace's times (a
   trace replay, as in the Mooncake paper).
 - Approximate prefix: per-pod LRU of 31,250 × blocks/19,208 (the GIE default
   scaled to the simulated pod), 256 leading blocks matched, weights prefix 1,
   queue 1, KV use 1 (the published run's "estimated" scheduler, the
-  inference gateway's default); in (e) 31,250 blocks per pod unscaled, as
-  the cache-overload runs' configuration set lruCapacityPerServer.
+  inference gateway's default); in cache-overload 31,250 blocks per pod
+  unscaled, as the cache-overload runs' configuration set
+  lruCapacityPerServer.
   Least-loaded: queue + KV use, weights 1 and 1 (the published "load"
   scheduler).
 - Hit ratio: prompt blocks found cached when the request was first admitted,
@@ -55,7 +58,8 @@ Scaling (so that the whole matrix runs in minutes on 2 cores):
   from the level's start to its last request's end (inference-perf's
   window). "all" pools every level from the run's start.
 
-The load generator of (b) and (c) is inference-perf as the published run
+The load generator of shared-prefix and shared-prefix-overload is
+inference-perf as the published run
 used it (its load configuration sets only type poisson and the stages; the
 rest are the defaults of the September 2025 release the run used):
 
@@ -101,19 +105,19 @@ caches first: before the KV pressure term, kvrouter and the oracle priced
 a copy at its prefill alone, copied prefixes away from queue bursts (100
 copies of 75 groups' prompts in a 40-QPS stage, 83 for the oracle), and
 fell off the cliff at 1,000 output tokens in 4 (kvrouter) and 2 (oracle)
-of seeds 1–6. kvrouter and the oracle therefore run (b) again under the
+of seeds 1–6. kvrouter and the oracle therefore run shared-prefix again under the
 next two seeds (other prompt shuffles and arrival times), and the Mooncake
 replays at 3×, which overload the fleet, under the next two seeds too:
 their p90 is a queue of tens of seconds that moves by ±15% between seeds
 for either policy (an oracle that broke only exact ties traced one of
 those trajectories, 19.9 s on the conversation trace against 19.7–23.4 s
 over seeds 1–6 when its 0.1% ties are broken at random). kvrouter and
-llm-d's precise scheduler run (c) under the next two seeds as well, so
+llm-d's precise scheduler run shared-prefix-overload under the next two seeds as well, so
 that every comparison of the two is pooled over three seeds. Those repeats
 appear only in the acceptance lines: each seed's, and the three seeds'
 requests pooled into one sample, whose p90 estimates the policy's rather
-than one trajectory's. Wherever llm-d's precise scheduler runs (b) or
-(c), it runs again with its metrics scraped half an interval (50 ms)
+than one trajectory's. Wherever llm-d's precise scheduler runs
+shared-prefix or shared-prefix-overload, it runs again with its metrics scraped half an interval (50 ms)
 later, and each line comparing kvrouter with it ends with that run
 against precise, at the level where it differs most: two runs of one
 policy that differ in nothing a policy should be judged by, so how far a
@@ -138,7 +142,7 @@ sequence at ~7.7k context); with ~230 tokens a request runs ~6 s, so
 ~370 are in flight, ~46 per pod, a ~31 ms step. The report runs both
 lengths.
 
-Reading (b) and (c): a request holds its blocks for its whole decode, so
+Reading shared-prefix and shared-prefix-overload: a request holds its blocks for its whole decode, so
 once a pod's cache is full new requests wait for running ones to finish;
 routing that keeps each group's 375 prefix blocks on one pod fits several
 times more requests per pod than routing that copies prefixes everywhere,
@@ -172,11 +176,12 @@ of 461,376 tokens, 83 groups of 8,000 + 3 × 1,000 tokens, where the
 precise scheduler's pooled p90 stayed sub-second and the others' reached
 tens of seconds); the llm-d guides' benchmark reports and llm-d-benchmark's
 workload profiles hold no run whose working set exceeds the fleet. The
-"within ~15%" check of (c) is the issue's expectation, not a published
+"within ~15%" check of shared-prefix-overload is the issue's expectation, not a published
 result, and the simulation does not show it.
 `
 
-// sweepText introduces the table of (c) at larger working sets.
+// sweepText introduces the table of shared-prefix-overload at larger
+// working sets.
 const sweepText = `The overload case again with more groups (a working set, by the
 published formula, of 2.5, 5 and 10 times the fleet's KV), the fleet,
 stages and client unchanged: where the policies land as more groups share
