@@ -108,7 +108,8 @@ func percentiles(b *testing.B, d []time.Duration) {
 // BenchmarkMatch512 matches 512 blocks, every one held by every pod, over 8
 // and 64 pods: through the memory index, through Redis on loopback,
 // through Redis with the load table the router reads too (redis-load:
-// three other replicas' in-flight prefill on every pod), and through Redis
+// three other replicas' in-flight prefill on every pod), through go-redis
+// rather than the raw connections (redis-goredis), and through Redis
 // one match every 10 ms (redis-paced: the pace of decisions at 100/s, the
 // server and the client idle in between).
 func BenchmarkMatch512(b *testing.B) {
@@ -142,7 +143,7 @@ func BenchmarkMatch512(b *testing.B) {
 			}
 		}
 		var peers []kvindex.PodLoad
-		for _, backend := range []string{"memory", "redis", "redis-paced", "redis-load", "redis-compacted"} {
+		for _, backend := range []string{"memory", "redis", "redis-goredis", "redis-paced", "redis-load", "redis-compacted"} {
 			if backend == "redis-compacted" {
 				// The steady state of a block every pod holds: its key
 				// crossed 64 records and was compacted to one summary.
@@ -158,6 +159,10 @@ func BenchmarkMatch512(b *testing.B) {
 				switch backend {
 				case "memory":
 					match = x.local.Match
+				case "redis-goredis": // the same match read through go-redis, as on a cluster
+					raw := x.raw
+					x.raw = nil
+					b.Cleanup(func() { x.raw = raw })
 				case "redis-load":
 					match = func(ns string, hs []uint64, cands []kvindex.PodID, out []kvindex.PodMatch) []kvindex.PodMatch {
 						out, peers = x.MatchLoad(ns, hs, cands, out, peers)
