@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -92,8 +93,8 @@ type logConfig struct {
 }
 
 type shutdownConfig struct {
-	DrainDelay duration `yaml:"drain_delay"` // --drain-delay
-	Timeout    duration `yaml:"timeout"`     // --shutdown-timeout
+	DrainDelay time.Duration `yaml:"drain_delay"` // --drain-delay
+	Timeout    time.Duration `yaml:"timeout"`     // --shutdown-timeout
 }
 
 // hashConfig must equal the pods' vLLM settings.
@@ -113,21 +114,15 @@ type indexConfig struct {
 // (redisindex.Config). The password comes from an environment variable or
 // a file, never from the config itself, and is never logged.
 type redisConfig struct {
-	Address      string   `yaml:"address"`       // --index-redis-addr: host:port, comma-separated seeds with cluster
-	Cluster      bool     `yaml:"cluster"`       // --index-redis-cluster
-	Username     string   `yaml:"username"`      // --index-redis-username
-	PasswordEnv  string   `yaml:"password_env"`  // --index-redis-password-env
-	PasswordFile string   `yaml:"password_file"` // --index-redis-password-file
-	TLS          bool     `yaml:"tls"`           // --index-redis-tls
-	TLSCAFile    string   `yaml:"tls_ca_file"`   // --index-redis-tls-ca
-	KeyPrefix    string   `yaml:"key_prefix"`    // --index-redis-key-prefix
-	TTL          duration `yaml:"ttl"`           // --index-redis-ttl
-	LeaseTTL     duration `yaml:"lease_ttl"`     // --index-redis-lease-ttl
-	Timeout      duration `yaml:"timeout"`       // --index-redis-timeout
-	LocalView    bool     `yaml:"local_view"`    // --index-redis-local-view
-	ShareLoad    bool     `yaml:"share_load"`    // --index-redis-share-load
-	ShareHomes   bool     `yaml:"share_homes"`   // --index-redis-share-homes
-	HomeSync     duration `yaml:"home_sync"`     // --index-redis-home-sync
+	Address      string        `yaml:"address"`       // --index-redis-addr: host:port, comma-separated seeds with cluster
+	Cluster      bool          `yaml:"cluster"`       // --index-redis-cluster
+	Username     string        `yaml:"username"`      // --index-redis-username
+	PasswordEnv  string        `yaml:"password_env"`  // --index-redis-password-env
+	PasswordFile string        `yaml:"password_file"` // --index-redis-password-file
+	TLS          bool          `yaml:"tls"`           // --index-redis-tls
+	TLSCAFile    string        `yaml:"tls_ca_file"`   // --index-redis-tls-ca
+	KeyPrefix    string        `yaml:"key_prefix"`    // --index-redis-key-prefix
+	TTL          time.Duration `yaml:"ttl"`           // --index-redis-ttl
 }
 
 type extprocConfig struct {
@@ -139,11 +134,11 @@ type extprocConfig struct {
 
 // tlsConfig is TLS on the ext_proc port.
 type tlsConfig struct {
-	Mode           string   `yaml:"mode"`            // --grpc-tls: auto, on or off
-	CertFile       string   `yaml:"cert_file"`       // --grpc-tls-cert
-	KeyFile        string   `yaml:"key_file"`        // --grpc-tls-key
-	ClientCAFile   string   `yaml:"client_ca_file"`  // --grpc-tls-client-ca
-	ReloadInterval duration `yaml:"reload_interval"` // --grpc-tls-reload-interval
+	Mode           string        `yaml:"mode"`            // --grpc-tls: auto, on or off
+	CertFile       string        `yaml:"cert_file"`       // --grpc-tls-cert
+	KeyFile        string        `yaml:"key_file"`        // --grpc-tls-key
+	ClientCAFile   string        `yaml:"client_ca_file"`  // --grpc-tls-client-ca
+	ReloadInterval time.Duration `yaml:"reload_interval"` // --grpc-tls-reload-interval
 }
 
 // objectiveEntry is one InferenceObjective: a name and its priority (below
@@ -156,12 +151,12 @@ type objectiveEntry struct {
 // podsConfig is the pods known without Kubernetes, and the model of pods
 // that name none.
 type podsConfig struct {
-	DefaultModel string     `yaml:"default_model"` // --default-model
-	Static       []podEntry `yaml:"static"`        // --pod
-	File         string     `yaml:"file"`          // --pods-file
-	FileInterval duration   `yaml:"file_interval"` // --pods-file-interval
+	DefaultModel string        `yaml:"default_model"` // --default-model
+	Static       []podEntry    `yaml:"static"`        // --pod
+	File         string        `yaml:"file"`          // --pods-file
+	FileInterval time.Duration `yaml:"file_interval"` // --pods-file-interval
 	// MetricsInterval is how often each ready pod's vLLM /metrics is read.
-	MetricsInterval duration `yaml:"metrics_interval"` // --pods-metrics-interval
+	MetricsInterval time.Duration `yaml:"metrics_interval"` // --pods-metrics-interval
 }
 
 // discoverySection is Kubernetes pod discovery.
@@ -187,16 +182,16 @@ func defaultConfig() config {
 		Listen:     listenConfig{Admin: ":9090", GRPC: ":9002"},
 		Admin:      adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
 		Log:        logConfig{Level: "info", Format: "auto"},
-		Shutdown:   shutdownConfig{Timeout: duration(10 * time.Second)},
+		Shutdown:   shutdownConfig{Timeout: 10 * time.Second},
 		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
 		Index:      indexDefaults(),
 		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, MaxTokenizeBytes: router.DefaultConfig().MaxTokenizeBytes, Hub: hubDefaults()},
 		Routing:    router.DefaultConfig(),
 		ExtProc: extprocConfig{
 			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes, MaxStreams: extproc.DefaultConfig().MaxStreams,
-			TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)},
+			TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second},
 		},
-		Pods:      podsConfig{FileInterval: duration(time.Second), MetricsInterval: duration(100 * time.Millisecond)},
+		Pods:      podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond},
 		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
 	}
 }
@@ -207,108 +202,141 @@ func indexDefaults() indexConfig {
 	return indexConfig{
 		MaxEntries: kvindex.DefaultConfig().MaxEntries, Backend: "memory",
 		Redis: redisConfig{
-			KeyPrefix: r.Prefix, TTL: duration(r.TTL), LeaseTTL: duration(r.LeaseTTL), Timeout: duration(r.Timeout),
-			LocalView: !r.NoLocalView,
-			ShareLoad: !r.NoSharedLoad, ShareHomes: !r.NoSharedHomes, HomeSync: duration(r.HomeSync),
+			KeyPrefix: r.Prefix, TTL: r.TTL,
 		},
 	}
 }
 
-// serveFlags defines serve's flags on fs, each over its field of c.
+// flagSpec is one of serve's flags: the config field it sets, by its yaml
+// path, and its help.
+type flagSpec struct{ name, path, help string }
+
+// serveFlagTable is serve's flags that set a field of the config, in the
+// order --help lists them. Only infrastructure has flags (where kvrouter
+// listens and logs, finds its pods and tokenizers, hashes, and keeps its
+// index, and how Envoy talks to it); the routing policy is set in the file.
+var serveFlagTable = []flagSpec{
+	{"admin-addr", "listen.admin", "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score"},
+	{"grpc-addr", "listen.grpc", "Envoy ext_proc gRPC server; empty: off"},
+	{"grpc-health-addr", "listen.grpc_health", "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off"},
+	{"http-addr", "listen.http", "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off"},
+	{"admin-auth", "admin.auth", "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)"},
+	{"admin-max-concurrent", "admin.max_concurrent", "admin requests served at once beyond the probes; more get 429"},
+	{"admin-debug", "admin.debug", "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)"},
+	{"log-level", "log.level", "log level: debug, info, warn or error"},
+	{"log-format", "log.format", "log format: json, text, or auto (text on a terminal, JSON otherwise)"},
+	{"drain-delay", "shutdown.drain_delay", "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work"},
+	{"shutdown-timeout", "shutdown.timeout", "how long in-flight work may take to finish once stopping"},
+	{"kubeconfig", "discovery.kubeconfig", "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off"},
+	{"namespace", "discovery.namespaces", "a namespace to discover pods in (repeatable); default: all"},
+	{"selector", "discovery.selector", "the label selector of the vLLM pods to discover"},
+	{"pool-name", "discovery.pool.name", "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector"},
+	{"pool-namespace", "discovery.pool.namespace", "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\""},
+	{"pods-file", "pods.file", "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes"},
+	{"pods-file-interval", "pods.file_interval", "how often the pods file is checked for changes"},
+	{"pods-metrics-interval", "pods.metrics_interval", "how often each ready pod's vLLM /metrics is read for its queue and KV use"},
+	{"hf-cache", "tokenizers.hf_cache", "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub"},
+	{"hub-endpoint", "tokenizers.hub.endpoint", "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given"},
+	{"hub-token-env", "tokenizers.hub.token_env", "the environment variable holding the hub token"},
+	{"hub-token-file", "tokenizers.hub.token_file", "a file holding the hub token (a mounted Secret), instead of --hub-token-env; read at each download"},
+	{"hub-timeout", "tokenizers.hub.timeout", "how long the download of one tokenizer file may take"},
+	{"hub-offline", "tokenizers.hub.offline", "download nothing: tokenizers come from --model and --hf-cache only; $HF_HUB_OFFLINE=1 when not given"},
+	{"default-model", "pods.default_model", "the model of pods that do not name one"},
+	{"hash-algo", "hash.algorithm", hashAlgoHelp},
+	{"hash-seed", "hash.seed", hashSeedHelp},
+	{"block-size", "hash.block_size", blockSizeHelp},
+	{"max-index-entries", "index.max_entries", "bound on (block, pod) index entries; about 45 bytes each"},
+	{"index-backend", "index.backend", "where the index lives: memory (each replica its own), or redis (shared by the replicas through Redis or Valkey, --index-redis-*)"},
+	{"index-redis-addr", "index.redis.address", "the Redis or Valkey server, host:port (with --index-redis-cluster: comma-separated seed nodes)"},
+	{"index-redis-cluster", "index.redis.cluster", "the server is a Redis Cluster"},
+	{"index-redis-username", "index.redis.username", "the ACL user; empty: the default user"},
+	{"index-redis-password-env", "index.redis.password_env", "the environment variable holding the password"},
+	{"index-redis-password-file", "index.redis.password_file", "a file holding the password (a mounted Secret)"},
+	{"index-redis-tls", "index.redis.tls", "connect with TLS"},
+	{"index-redis-tls-ca", "index.redis.tls_ca_file", "PEM bundle of the CAs that sign the server's certificate; empty: the system's"},
+	{"index-redis-key-prefix", "index.redis.key_prefix", "the prefix of every key, so that fleets can share a server"},
+	{"index-redis-ttl", "index.redis.ttl", "how long a block's key lives after its last write (Redis's maxmemory is the hard bound); 0: no TTL, maxmemory with allkeys-lfu the bound"},
+	{"body-mode", "extproc.body_mode", "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED"},
+	{"max-body-bytes", "extproc.max_body_bytes", "largest request body accepted (413 beyond)"},
+	{"max-streams", "extproc.max_streams", "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)"},
+	{"grpc-tls", "extproc.tls.mode", "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)"},
+	{"grpc-tls-cert", "extproc.tls.cert_file", "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed"},
+	{"grpc-tls-key", "extproc.tls.key_file", "PEM key of --grpc-tls-cert"},
+	{"grpc-tls-client-ca", "extproc.tls.client_ca_file", "PEM bundle of client CAs: clients must present a certificate one signed (mutual TLS)"},
+	{"grpc-tls-reload-interval", "extproc.tls.reload_interval", "how often the certificate files are read for changes"},
+}
+
+// serveFlags defines serve's flags on fs, each over its field of c: the
+// table's, then those that set no single field (the config file, and the
+// lists that replace the file's).
 func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
-	fs.StringVar(&c.Listen.Admin, "admin-addr", c.Listen.Admin, "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score")
-	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "Envoy ext_proc gRPC server; empty: off")
-	fs.StringVar(&c.Listen.GRPCHealth, "grpc-health-addr", c.Listen.GRPCHealth, "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off")
-	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off")
-	fs.StringVar(&c.Admin.Auth, "admin-auth", c.Admin.Auth, "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)")
-	fs.IntVar(&c.Admin.MaxConcurrent, "admin-max-concurrent", c.Admin.MaxConcurrent, "admin requests served at once beyond the probes; more get 429")
-	fs.BoolVar(&c.Admin.Debug, "admin-debug", c.Admin.Debug, "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)")
-	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
-	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json, text, or auto (text on a terminal, JSON otherwise)")
-	fs.DurationVar((*time.Duration)(&c.Shutdown.DrainDelay), "drain-delay", time.Duration(c.Shutdown.DrainDelay), "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work")
-	fs.DurationVar((*time.Duration)(&c.Shutdown.Timeout), "shutdown-timeout", time.Duration(c.Shutdown.Timeout), "how long in-flight work may take to finish once stopping")
-	fs.StringVar(&c.Discovery.Kubeconfig, "kubeconfig", c.Discovery.Kubeconfig, "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off")
-	fs.Var(&replaceList{dst: &c.Discovery.Namespaces}, "namespace", "a namespace to discover pods in (repeatable); default: all")
-	fs.StringVar(&c.Discovery.Selector, "selector", c.Discovery.Selector, "the label selector of the vLLM pods to discover")
-	fs.StringVar(&c.Discovery.Pool.Name, "pool-name", c.Discovery.Pool.Name, "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector")
-	fs.StringVar(&c.Discovery.Pool.Namespace, "pool-namespace", c.Discovery.Pool.Namespace, "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\"")
+	for _, f := range serveFlagTable {
+		switch p := fieldByPath(reflect.ValueOf(c).Elem(), f.path).Addr().Interface().(type) {
+		case *string:
+			fs.StringVar(p, f.name, *p, f.help)
+		case *bool:
+			fs.BoolVar(p, f.name, *p, f.help)
+		case *int:
+			fs.IntVar(p, f.name, *p, f.help)
+		case *time.Duration:
+			fs.DurationVar(p, f.name, *p, f.help)
+		case *[]string:
+			fs.Var(&replaceList{dst: p}, f.name, f.help)
+		default:
+			panic(fmt.Sprintf("flag --%s: %s holds a %T", f.name, f.path, p))
+		}
+	}
 	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both)")
-	fs.StringVar(&c.Pods.File, "pods-file", c.Pods.File, "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes")
-	fs.DurationVar((*time.Duration)(&c.Pods.FileInterval), "pods-file-interval", time.Duration(c.Pods.FileInterval), "how often the pods file is checked for changes")
-	fs.DurationVar((*time.Duration)(&c.Pods.MetricsInterval), "pods-metrics-interval", time.Duration(c.Pods.MetricsInterval), "how often each ready pod's vLLM /metrics is read for its queue and KV use")
 	fs.Var(&replaceList{dst: &c.modelFlags}, "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL (repeatable); other models are the hub repository of their own name")
 	fs.Var(&replaceList{dst: &c.templateFlags}, "chat-template", "a model's chat template, as the pods' --chat-template: NAME=FILE, NAME=TEXT or NAME=TEMPLATE-NAME (repeatable)")
 	fs.Var(&replaceList{dst: &c.formatFlags}, "chat-template-content-format", "a model's message content format, as the pods' --chat-template-content-format: NAME=auto, NAME=string or NAME=openai (repeatable)")
-	fs.StringVar(&c.Tokenizers.HFCache, "hf-cache", c.Tokenizers.HFCache, "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub")
-	fs.StringVar(&c.Tokenizers.Hub.Endpoint, "hub-endpoint", c.Tokenizers.Hub.Endpoint, "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given")
-	fs.StringVar(&c.Tokenizers.Hub.TokenEnv, "hub-token-env", c.Tokenizers.Hub.TokenEnv, "the environment variable holding the hub token")
-	fs.StringVar(&c.Tokenizers.Hub.TokenFile, "hub-token-file", c.Tokenizers.Hub.TokenFile, "a file holding the hub token (a mounted Secret), instead of --hub-token-env; read at each download")
-	fs.DurationVar((*time.Duration)(&c.Tokenizers.Hub.Timeout), "hub-timeout", time.Duration(c.Tokenizers.Hub.Timeout), "how long the download of one tokenizer file may take")
-	fs.BoolVar(&c.Tokenizers.Hub.Offline, "hub-offline", c.Tokenizers.Hub.Offline, "download nothing: tokenizers come from --model and --hf-cache only; $HF_HUB_OFFLINE=1 when not given")
-	fs.StringVar(&c.Pods.DefaultModel, "default-model", c.Pods.DefaultModel, "the model of pods that do not name one")
-	hashFlags(&c.Hash.Algorithm, &c.Hash.Seed, &c.Hash.BlockSize, fs)
 	removedFlags(fs, &c.flagProblems)
-	fs.IntVar(&c.Index.MaxEntries, "max-index-entries", c.Index.MaxEntries, "bound on (block, pod) index entries; about 45 bytes each")
-	fs.StringVar(&c.Index.Backend, "index-backend", c.Index.Backend, "where the index lives: memory (each replica its own), or redis (shared by the replicas through Redis or Valkey, --index-redis-*)")
-	r := &c.Index.Redis
-	fs.StringVar(&r.Address, "index-redis-addr", r.Address, "the Redis or Valkey server, host:port (with --index-redis-cluster: comma-separated seed nodes)")
-	fs.BoolVar(&r.Cluster, "index-redis-cluster", r.Cluster, "the server is a Redis Cluster")
-	fs.StringVar(&r.Username, "index-redis-username", r.Username, "the ACL user; empty: the default user")
-	fs.StringVar(&r.PasswordEnv, "index-redis-password-env", r.PasswordEnv, "the environment variable holding the password")
-	fs.StringVar(&r.PasswordFile, "index-redis-password-file", r.PasswordFile, "a file holding the password (a mounted Secret)")
-	fs.BoolVar(&r.TLS, "index-redis-tls", r.TLS, "connect with TLS")
-	fs.StringVar(&r.TLSCAFile, "index-redis-tls-ca", r.TLSCAFile, "PEM bundle of the CAs that sign the server's certificate; empty: the system's")
-	fs.StringVar(&r.KeyPrefix, "index-redis-key-prefix", r.KeyPrefix, "the prefix of every key, so that fleets can share a server")
-	fs.DurationVar((*time.Duration)(&r.TTL), "index-redis-ttl", time.Duration(r.TTL), "how long a block's key lives after its last write (Redis's maxmemory is the hard bound); 0: no TTL, maxmemory with allkeys-lfu the bound")
-	fs.DurationVar((*time.Duration)(&r.LeaseTTL), "index-redis-lease-ttl", time.Duration(r.LeaseTTL), "how long a pod's writer lease lasts unrenewed: a dead writer's pods are taken over within about 4/3 of it")
-	fs.BoolVar(&r.LocalView, "index-redis-local-view", r.LocalView, "keep this replica's own view of the index too (memory as the memory backend): routed on while Redis is unreachable, and copied into Redis when it takes a pod's lease; off: load routing meanwhile, and little memory")
-	fs.BoolVar(&r.ShareLoad, "index-redis-share-load", r.ShareLoad, "share the in-flight prefill each replica routed to each pod through Redis, so that every replica sees the queue the others built; off: each counts only its own")
-	fs.BoolVar(&r.ShareHomes, "index-redis-share-homes", r.ShareHomes, "share the prefixes' home pods (routing.homes) and the prompts under them through Redis every --index-redis-home-sync, so that the replicas home each prefix on one pod; off: each keeps its own, and homes step aside while other replicas route to the pods")
-	fs.DurationVar((*time.Duration)(&r.HomeSync), "index-redis-home-sync", time.Duration(r.HomeSync), "how often each replica writes the homes it set or used and reads the other replicas' (--index-redis-share-homes): one pipelined round trip per model; longer, the replicas place prefixes apart for longer; at least 50ms, at most --index-redis-lease-ttl")
-	fs.DurationVar((*time.Duration)(&r.Timeout), "index-redis-timeout", time.Duration(r.Timeout), "the longest one round trip to Redis may take before Redis is taken for down and matches read the local view")
-	fs.StringVar(&c.ExtProc.BodyMode, "body-mode", c.ExtProc.BodyMode, "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED")
-	fs.IntVar(&c.ExtProc.MaxBodyBytes, "max-body-bytes", c.ExtProc.MaxBodyBytes, "largest request body accepted (413 beyond)")
-	fs.IntVar(&c.ExtProc.MaxStreams, "max-streams", c.ExtProc.MaxStreams, "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)")
-	fs.StringVar(&c.ExtProc.TLS.Mode, "grpc-tls", c.ExtProc.TLS.Mode, "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)")
-	fs.StringVar(&c.ExtProc.TLS.CertFile, "grpc-tls-cert", c.ExtProc.TLS.CertFile, "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed")
-	fs.StringVar(&c.ExtProc.TLS.KeyFile, "grpc-tls-key", c.ExtProc.TLS.KeyFile, "PEM key of --grpc-tls-cert")
-	fs.StringVar(&c.ExtProc.TLS.ClientCAFile, "grpc-tls-client-ca", c.ExtProc.TLS.ClientCAFile, "PEM bundle of client CAs: clients must present a certificate one signed (mutual TLS)")
-	fs.DurationVar((*time.Duration)(&c.ExtProc.TLS.ReloadInterval), "grpc-tls-reload-interval", time.Duration(c.ExtProc.TLS.ReloadInterval), "how often the certificate files are read for changes")
+}
+
+// fieldByPath is the field of the struct v whose yaml key path is path.
+func fieldByPath(v reflect.Value, path string) reflect.Value {
+	for key := range strings.SplitSeq(path, ".") {
+		t, found := v.Type(), false
+		for i := range t.NumField() {
+			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name == key {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			panic("config: no field " + path)
+		}
+	}
+	return v
+}
+
+// flagPath is the config field a serve flag sets; "" for a flag that sets
+// no single field.
+func flagPath(name string) string {
+	for _, f := range serveFlagTable {
+		if f.name == name {
+			return f.path
+		}
+	}
+	return ""
 }
 
 // hashFlags defines the hash settings' flags, the same for serve and hash:
 // they must equal the pods' vLLM settings.
 func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
-	fs.StringVar(algo, "hash-algo", *algo, "the pods' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor")
-	fs.StringVar(seed, "hash-seed", *seed, "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset; the empty string is a seed too)")
-	fs.IntVar(blockSize, "block-size", *blockSize, "the pods' KV cache block size in tokens")
+	fs.StringVar(algo, "hash-algo", *algo, hashAlgoHelp)
+	fs.StringVar(seed, "hash-seed", *seed, hashSeedHelp)
+	fs.IntVar(blockSize, "block-size", *blockSize, blockSizeHelp)
 }
 
-// flagPaths names the config field each serve flag sets, so a problem with
-// a value names where it came from; --config, --pod, --model,
-// --chat-template and --chat-template-content-format have none.
-var flagPaths = map[string]string{
-	"admin-addr": "listen.admin", "grpc-addr": "listen.grpc", "grpc-health-addr": "listen.grpc_health", "http-addr": "listen.http",
-	"log-level": "log.level", "log-format": "log.format", "admin-auth": "admin.auth", "admin-debug": "admin.debug", "admin-max-concurrent": "admin.max_concurrent",
-	"drain-delay": "shutdown.drain_delay", "shutdown-timeout": "shutdown.timeout",
-	"kubeconfig": "discovery.kubeconfig", "namespace": "discovery.namespaces", "selector": "discovery.selector",
-	"pool-name": "discovery.pool.name", "pool-namespace": "discovery.pool.namespace",
-	"pods-file": "pods.file", "pods-file-interval": "pods.file_interval", "pods-metrics-interval": "pods.metrics_interval",
-	"default-model": "pods.default_model", "hf-cache": "tokenizers.hf_cache",
-	"hub-endpoint": "tokenizers.hub.endpoint", "hub-token-env": "tokenizers.hub.token_env", "hub-token-file": "tokenizers.hub.token_file",
-	"hub-timeout": "tokenizers.hub.timeout", "hub-offline": "tokenizers.hub.offline",
-	"hash-algo": "hash.algorithm", "hash-seed": "hash.seed", "block-size": "hash.block_size",
-	"max-index-entries": "index.max_entries", "index-backend": "index.backend",
-	"index-redis-addr": "index.redis.address", "index-redis-cluster": "index.redis.cluster", "index-redis-username": "index.redis.username",
-	"index-redis-password-env": "index.redis.password_env", "index-redis-password-file": "index.redis.password_file",
-	"index-redis-tls": "index.redis.tls", "index-redis-tls-ca": "index.redis.tls_ca_file", "index-redis-key-prefix": "index.redis.key_prefix",
-	"index-redis-ttl": "index.redis.ttl", "index-redis-local-view": "index.redis.local_view", "index-redis-share-load": "index.redis.share_load", "index-redis-share-homes": "index.redis.share_homes", "index-redis-home-sync": "index.redis.home_sync", "index-redis-lease-ttl": "index.redis.lease_ttl", "index-redis-timeout": "index.redis.timeout",
-	"body-mode": "extproc.body_mode", "max-body-bytes": "extproc.max_body_bytes", "max-streams": "extproc.max_streams",
-	"grpc-tls": "extproc.tls.mode", "grpc-tls-cert": "extproc.tls.cert_file", "grpc-tls-key": "extproc.tls.key_file",
-	"grpc-tls-client-ca": "extproc.tls.client_ca_file", "grpc-tls-reload-interval": "extproc.tls.reload_interval",
-}
+// The hash flags' help, the same for serve and hash.
+const (
+	hashAlgoHelp  = "the pods' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor"
+	hashSeedHelp  = "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset; the empty string is a seed too)"
+	blockSizeHelp = "the pods' KV cache block size in tokens"
+)
 
 // loadConfig parses serve's command line alone, as `kvrouter serve args`
 // would, for tests and tools.
@@ -492,27 +520,6 @@ func goTypeWords(t string) string {
 	}
 	return "another kind of value"
 }
-
-// duration is a time.Duration written in YAML as a string such as "1.5s";
-// a bare number is refused (is 5 seconds or nanoseconds?) except 0.
-type duration time.Duration
-
-// UnmarshalYAML refuses a bad value; the decoder goes on, so every problem
-// of the file is listed.
-func (d *duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" && n.Value == "0" {
-		*d = 0
-		return nil
-	}
-	v, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" || err != nil {
-		return fmt.Errorf("%q, want a duration such as \"1.5s\" or \"2m\"", n.Value) // the decoder adds where
-	}
-	*d = duration(v)
-	return nil
-}
-
-func (d duration) String() string { return time.Duration(d).String() }
 
 // replaceList collects a repeated flag into dst, replacing what dst held
 // (a config file's list) at its first use.

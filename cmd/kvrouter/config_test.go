@@ -38,7 +38,7 @@ hash: {algorithm: sha256_cbor, seed: "0", block_size: 32}
 index:
   max_entries: 1000
   backend: redis
-  redis: {address: "r:6379", cluster: true, username: u, password_file: /pw, tls: true, tls_ca_file: /ca, key_prefix: "k:", ttl: 2h, lease_ttl: 3s, timeout: 1s, local_view: false, share_load: false, share_homes: false, home_sync: 400ms}
+  redis: {address: "r:6379", cluster: true, username: u, password_file: /pw, tls: true, tls_ca_file: /ca, key_prefix: "k:", ttl: 2h}
 routing:
   {prefill_tokens_per_second: 25000, learn_prefill_speeds: false, tolerance: 0.1, homes: false, queue_prefills_per_pod: 3, queue_max_wait: 20s,
    saturation_waiting: 6, saturation_kv: 0.7, stale_metrics_after: 30s, destination_endpoints: 2, pd_threshold_tokens: 256, prefill_header: x-p}
@@ -70,11 +70,11 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Listen:   listenConfig{Admin: "127.0.0.1:1", GRPC: "127.0.0.1:2", HTTP: "127.0.0.1:3"},
 		Admin:    adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
 		Log:      logConfig{Level: "debug", Format: "auto"},
-		Shutdown: shutdownConfig{DrainDelay: duration(5 * time.Second), Timeout: duration(time.Minute)},
+		Shutdown: shutdownConfig{DrainDelay: 5 * time.Second, Timeout: time.Minute},
 		Hash:     hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index: indexConfig{MaxEntries: 1000, Backend: "redis", Redis: redisConfig{
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
-			TTL: duration(2 * time.Hour), LeaseTTL: duration(3 * time.Second), Timeout: duration(time.Second), LocalView: false, ShareLoad: false, ShareHomes: false, HomeSync: duration(400 * time.Millisecond),
+			TTL: 2 * time.Hour,
 		}},
 		Routing: func() router.Config {
 			r := router.DefaultConfig()
@@ -88,11 +88,11 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				"r": {Repo: "Org/R", Revision: "v1", ChatTemplate: "{{ messages }}", ContentFormat: "openai"},
 			},
 			HFCache: "/hf", PrefixCacheBytes: 1024, MaxTokenizeBytes: 2048,
-			Hub: hubConfig{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: duration(5 * time.Second), Offline: true},
+			Hub: hubConfig{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: 5 * time.Second, Offline: true},
 		},
-		ExtProc: extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: duration(10 * time.Second)}},
+		ExtProc: extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second}},
 		Pods: podsConfig{
-			DefaultModel: "dm", File: "/pods.yaml", FileInterval: duration(2 * time.Second), MetricsInterval: duration(250 * time.Millisecond),
+			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond,
 			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
 		},
 		Discovery: discoverySection{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x"},
@@ -110,7 +110,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			"--block-size", "64", "--max-index-entries", "99", "--body-mode", "FULL_DUPLEX_STREAMED", "--pods-file", "",
 			"--namespace", "n3", "--pod", "b=10.0.0.2:81", "--model", "q=/q", "--kubeconfig", "/kc", "--pods-metrics-interval", "1s",
 		}, func(c *config) {
-			c.Pods.MetricsInterval = duration(time.Second)
+			c.Pods.MetricsInterval = time.Second
 			c.Listen.Admin, c.Log.Level, c.Shutdown.DrainDelay, c.Hash.Seed = ":7", "warn", 0, "s"
 			c.Hash.BlockSize, c.Index.MaxEntries, c.ExtProc.BodyMode, c.Pods.File = 64, 99, "FULL_DUPLEX_STREAMED", ""
 			c.Discovery.Namespaces, c.podFlags, c.modelFlags, c.Discovery.Kubeconfig = []string{"n3"}, []string{"b=10.0.0.2:81"}, []string{"q=/q"}, "/kc"
@@ -326,20 +326,18 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 		if f.Name != "config" && !strings.Contains(string(data), "Flag --"+f.Name) {
 			t.Errorf("example: no field names its flag --%s", f.Name)
 		}
-		path, ok := flagPaths[f.Name]
+		path := flagPath(f.Name)
 		switch {
 		case slices.Contains(noFieldFlags, f.Name):
-			if ok {
-				t.Errorf("flagPaths names --%s, which sets no single field", f.Name)
+			if path != "" {
+				t.Errorf("--%s sets %s, yet sets no single field", f.Name, path)
 			}
-		case !ok:
-			t.Errorf("flagPaths does not name the field of --%s", f.Name)
 		case !slices.ContainsFunc(paths, func(p []string) bool { return strings.Join(p, ".") == path }):
-			t.Errorf("flagPaths: --%s sets %s, which is no field of the config", f.Name, path)
+			t.Errorf("--%s sets %q, which is no field of the config", f.Name, path)
 		}
 	})
-	if len(flagPaths) != countFlags(fs)-len(noFieldFlags) {
-		t.Errorf("flagPaths has %d entries for %d flags (%v have none)", len(flagPaths), countFlags(fs), noFieldFlags)
+	if len(serveFlagTable) != countFlags(fs)-len(noFieldFlags) {
+		t.Errorf("serveFlagTable has %d entries for %d flags (%v have none)", len(serveFlagTable), countFlags(fs), noFieldFlags)
 	}
 }
 

@@ -82,8 +82,8 @@ type hubConfig struct {
 	TokenEnv string `yaml:"token_env"` // --hub-token-env
 	// TokenFile holds the token instead (a mounted Secret), read at each
 	// download.
-	TokenFile string   `yaml:"token_file"` // --hub-token-file
-	Timeout   duration `yaml:"timeout"`    // --hub-timeout: the download of one file
+	TokenFile string        `yaml:"token_file"` // --hub-token-file
+	Timeout   time.Duration `yaml:"timeout"`    // --hub-timeout: the download of one file
 	// Offline: no downloads, only models and hf_cache; HF_HUB_OFFLINE=1
 	// when neither the file nor the flag says.
 	Offline bool `yaml:"offline"` // --hub-offline
@@ -91,7 +91,7 @@ type hubConfig struct {
 
 // hubDefaults is the hub section's defaults.
 func hubDefaults() hubConfig {
-	return hubConfig{Endpoint: tokenizer.DefaultHubURL, TokenEnv: "HF_TOKEN", Timeout: duration(tokenizer.DefaultConfig().HubTimeout)}
+	return hubConfig{Endpoint: tokenizer.DefaultHubURL, TokenEnv: "HF_TOKEN", Timeout: tokenizer.DefaultConfig().HubTimeout}
 }
 
 // given reports whether the config file or a flag on the command line set
@@ -100,12 +100,7 @@ func (c config) given(path string) bool {
 	if _, ok := c.positions[path]; ok {
 		return true
 	}
-	for flag, p := range flagPaths {
-		if p == path && slices.Contains(c.flagsSet, flag) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(c.flagsSet, func(flag string) bool { return flagPath(flag) == path })
 }
 
 // applyEnv reads what the hub's own client reads from the environment: the

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/redisindex"
@@ -40,9 +39,7 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	if len(cfg.Addrs) > 1 && !r.Cluster {
 		p.add("index.redis.address: %d servers, want one unless index.redis.cluster is set", len(cfg.Addrs))
 	}
-	cfg.Cluster, cfg.Username, cfg.Prefix, cfg.NoLocalView = r.Cluster, r.Username, r.KeyPrefix, !r.LocalView
-	cfg.NoSharedLoad, cfg.NoSharedHomes = !r.ShareLoad, !r.ShareHomes
-	cfg.TTL, cfg.LeaseTTL, cfg.Timeout, cfg.HomeSync = time.Duration(r.TTL), time.Duration(r.LeaseTTL), time.Duration(r.Timeout), time.Duration(r.HomeSync)
+	cfg.Cluster, cfg.Username, cfg.Prefix, cfg.TTL = r.Cluster, r.Username, r.KeyPrefix, r.TTL
 	switch {
 	case r.PasswordEnv != "" && r.PasswordFile != "":
 		p.add("index.redis.password_env: and index.redis.password_file are both set; give one")
@@ -79,21 +76,8 @@ func (c config) redisSettings(idx kvindex.Config, p *problems) *redisindex.Confi
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		p.add("index.redis.key_prefix: %q, want no braces (Redis Cluster hash tags)", cfg.Prefix)
 	}
-	if cfg.LeaseTTL < 300*time.Millisecond {
-		p.add("index.redis.lease_ttl: %v, want at least 300ms", cfg.LeaseTTL)
-	}
-	if r.ShareHomes && (cfg.HomeSync < minHomeSync || cfg.HomeSync > cfg.LeaseTTL) {
-		p.add("index.redis.home_sync: %v, want from %v to index.redis.lease_ttl (%v)", cfg.HomeSync, minHomeSync, cfg.LeaseTTL)
-	}
-	if cfg.Timeout <= 0 {
-		p.add("index.redis.timeout: %v, want > 0", cfg.Timeout)
-	}
 	if cfg.TTL != 0 && cfg.TTL < idx.SpeculativeTTL {
 		p.add("index.redis.ttl: %v, want at least the speculative TTL (%v), or 0 for none", cfg.TTL, idx.SpeculativeTTL)
 	}
 	return &cfg
 }
-
-// minHomeSync bounds index.redis.home_sync from below: each sync is a
-// round trip per model from every replica.
-const minHomeSync = 50 * time.Millisecond

@@ -23,10 +23,8 @@ func TestRedisSettings(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		args     []string
-		password string        // with no problem
-		unshared bool          // with no problem: index.redis.share_homes off
-		homeSync time.Duration // with no problem; 0: the default, 250ms
-		problems []string      // each in the error, in order
+		password string   // with no problem
+		problems []string // each in the error, in order
 	}{
 		{name: "memory", args: nil},
 		{
@@ -38,16 +36,8 @@ func TestRedisSettings(t *testing.T) {
 			args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-password-file", pwFile},
 		},
 		{
-			name: "home sync unused", password: "file-secret", unshared: true, homeSync: time.Millisecond,
-			args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-password-file", pwFile, "--index-redis-share-homes=false", "--index-redis-home-sync", "1ms"},
-		},
-		{
-			name: "home sync too short", args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-home-sync", "10ms"},
-			problems: []string{"--index-redis-home-sync: 10ms, want from 50ms to index.redis.lease_ttl (5s)"},
-		},
-		{
-			name: "home sync past the lease", args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-lease-ttl", "2s", "--index-redis-home-sync", "3s"},
-			problems: []string{"--index-redis-home-sync: 3s, want from 50ms to index.redis.lease_ttl (2s)"},
+			name: "removed settings", args: []string{"--index-backend", "redis", "--index-redis-addr", "r:6379", "--index-redis-home-sync", "10ms"},
+			problems: []string{"--index-redis-home-sync: removed: the shared index's own constant now"},
 		},
 		{name: "bad backend", args: []string{"--index-backend", "etcd"}, problems: []string{"--index-backend: \"etcd\", want memory or redis"}},
 		{
@@ -57,13 +47,12 @@ func TestRedisSettings(t *testing.T) {
 		{name: "everything wrong", args: []string{
 			"--index-backend", "redis", "--index-redis-addr", "a:1,b:2", "--index-redis-password-env", "KVROUTER_TEST_REDIS_PW",
 			"--index-redis-password-file", pwFile, "--index-redis-tls-ca", "/nonexistent", "--index-redis-ttl", "30s",
-			"--index-redis-key-prefix", "{x}", "--index-redis-lease-ttl", "10ms",
+			"--index-redis-key-prefix", "{x}",
 		}, problems: []string{
 			"--index-redis-addr: 2 servers, want one unless index.redis.cluster is set",
 			"--index-redis-password-env: and index.redis.password_file are both set",
 			"--index-redis-tls-ca: given, yet index.redis.tls is off",
 			"--index-redis-key-prefix: \"{x}\", want no braces",
-			"--index-redis-lease-ttl: 10ms, want at least 300ms",
 			"--index-redis-ttl: 30s, want at least the speculative TTL",
 		}},
 		{
@@ -87,12 +76,8 @@ func TestRedisSettings(t *testing.T) {
 				if s.redis != nil && s.redis.Password != tt.password {
 					t.Errorf("validate(%v): password %q, want %q", tt.args, s.redis.Password, tt.password)
 				}
-				sync := tt.homeSync
-				if sync == 0 {
-					sync = 250 * time.Millisecond
-				}
-				if s.redis != nil && (s.redis.TTL != time.Hour || s.redis.Addrs[0] != "r:6379" || s.redis.HomeSync != sync || s.redis.NoSharedHomes != tt.unshared) {
-					t.Errorf("validate(%v) = %+v, want the defaults, the address, home sync %v and homes shared %v", tt.args, s.redis, sync, !tt.unshared)
+				if s.redis != nil && (s.redis.TTL != time.Hour || s.redis.Addrs[0] != "r:6379") {
+					t.Errorf("validate(%v) = %+v, want the defaults and the address", tt.args, s.redis)
 				}
 				return
 			}
@@ -126,7 +111,7 @@ func TestRedisBackendWiring(t *testing.T) {
 	dead := l.Addr().String()
 	_ = l.Close() // nothing listens there now
 	c, err := loadConfig([]string{
-		"--index-backend", "redis", "--index-redis-addr", dead, "--index-redis-timeout", "100ms",
+		"--index-backend", "redis", "--index-redis-addr", dead,
 		"--pod", "a=127.0.0.1:1,model=m", "--kubeconfig", "off",
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -21,6 +22,12 @@ var removedKeys = map[string]string{
 	"routing.home_idle":                   "removed: a tuned constant now (docs/routing.md#tuned-constants)",
 	"routing.home_table":                  "removed: a tuned constant now (docs/routing.md#tuned-constants)",
 	"routing.hold_scan":                   "removed: a tuned constant now (docs/routing.md#tuned-constants)",
+	"index.redis.lease_ttl":               "removed: the shared index's own constant now",
+	"index.redis.timeout":                 "removed: the shared index's own constant now",
+	"index.redis.local_view":              "removed: every replica keeps its local view",
+	"index.redis.share_load":              "removed: the replicas always share their in-flight prefill",
+	"index.redis.share_homes":             "removed: the replicas always share their homes",
+	"index.redis.home_sync":               "removed: the shared index's own constant now",
 }
 
 // removedFlagKeys are serve's flags that no longer exist, each with the
@@ -48,6 +55,12 @@ var removedFlagKeys = map[string]string{
 	"home-idle":                   "",
 	"home-table":                  "",
 	"hold-scan":                   "",
+	"index-redis-lease-ttl":       "",
+	"index-redis-timeout":         "",
+	"index-redis-local-view":      "",
+	"index-redis-share-load":      "",
+	"index-redis-share-homes":     "",
+	"index-redis-home-sync":       "",
 }
 
 // removedFlags defines the removed flags, hidden, so that using one is a
@@ -55,7 +68,10 @@ var removedFlagKeys = map[string]string{
 func removedFlags(fs *pflag.FlagSet, problems *[]string) {
 	for name, key := range removedFlagKeys {
 		msg := "removed: set " + key + " in the config file (--config)"
-		if key == "" {
+		switch {
+		case strings.HasPrefix(name, "index-redis-"):
+			msg = "removed: " + strings.TrimPrefix(removedKeys["index.redis."+strings.ReplaceAll(strings.TrimPrefix(name, "index-redis-"), "-", "_")], "removed: ")
+		case key == "":
 			msg = "removed: a tuned constant now (docs/routing.md#tuned-constants)"
 		}
 		fs.Var(removedFlag{name: name, msg: msg, problems: problems}, name, msg)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -158,8 +157,8 @@ func (c config) locate(problem string) string {
 	if key == "" {
 		return problem
 	}
-	for flag, path := range flagPaths {
-		if path == key && slices.Contains(c.flagsSet, flag) {
+	for _, flag := range c.flagsSet {
+		if flagPath(flag) == key {
 			return "--" + flag + problem[len(key):]
 		}
 	}
@@ -258,7 +257,7 @@ func (c config) tlsSettings(inCluster bool, p *problems) *certs.Config {
 		}
 		return nil
 	}
-	return &certs.Config{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, CheckEvery: time.Duration(t.ReloadInterval)}
+	return &certs.Config{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, CheckEvery: t.ReloadInterval}
 }
 
 // backstop runs the parts' own validation, in case it is stricter than the
@@ -359,9 +358,9 @@ func checkTokenizerDir(p *problems, name, dir string) {
 	}
 }
 
-func nonNegative(p *problems, key string, d duration) {
+func nonNegative(p *problems, key string, d time.Duration) {
 	if d < 0 {
-		p.add("%s: %v, want >= 0", key, time.Duration(d))
+		p.add("%s: %v, want >= 0", key, d)
 	}
 }
 
