@@ -2,6 +2,7 @@ package router
 
 import (
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
@@ -58,14 +59,14 @@ type Tiers struct {
 // peers, by member (empty without a LoadSharer), is the prefill other
 // router replicas routed to each pod and have not seen done: it counts as
 // the replica's own. now is the time in unix nanoseconds.
-func (r *Router) costs(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members []*fleet.Member, hashes []uint64, tokens int, pressure float64, now int64, out []Score) []Score {
+func (r *Router) costs(ms []kvindex.PodMatch, peers []replica.PodLoad, members []*fleet.Member, hashes []uint64, tokens int, pressure float64, now int64, out []Score) []Score {
 	out = out[:0]
 	bs := float64(r.hasher.BlockSize())
 	whole := float64(tokens) * (1 + float64(tokens)/2*r.cfg.Tuning.PrefillAttentionPerToken)
 	for i, m := range ms {
 		mem := members[i]
 		spt := r.PrefillSecondsPerToken(mem.Load)
-		var peer kvindex.PodLoad
+		var peer replica.PodLoad
 		if i < len(peers) {
 			peer = peers[i]
 		}
@@ -121,7 +122,7 @@ func (r *Router) costs(ms []kvindex.PodMatch, peers []kvindex.PodLoad, members [
 // The clock and the ledger are this replica's: with several replicas, its
 // own claims look fresh for longer than they are, and blocks only another
 // replica's queued requests use count as unclaimed.
-func expiring(l *fleet.Load, peer kvindex.PodLoad, m kvindex.PodMatch, hashes []uint64) int {
+func expiring(l *fleet.Load, peer replica.PodLoad, m kvindex.PodMatch, hashes []uint64) int {
 	c := l.KVCapacity.Load()
 	if c <= 0 || m.Blocks == 0 || int64(float64(l.Queued.Load())*l.MissShare())+peer.PrefillTokens < c {
 		return 0
@@ -229,7 +230,7 @@ func bestShare(scores []Score, blocks int) float64 {
 // share the steps ahead with this one: each adds its decode,
 // RunningSecondsPerRequest. spt is the pod's prefill cost of a token
 // (PrefillSecondsPerToken).
-func (r *Router) queueSeconds(l *fleet.Load, peer kvindex.PodLoad, spt float64, now int64) (seconds, waiting float64) {
+func (r *Router) queueSeconds(l *fleet.Load, peer replica.PodLoad, spt float64, now int64) (seconds, waiting float64) {
 	own := float64(l.PrefillTokens.Load()) * spt
 	if mine := l.Prefilling.Load(); mine > 0 && own > 0 && peer.Prefilling == 0 {
 		head := own / float64(mine)

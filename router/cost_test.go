@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
@@ -151,7 +151,7 @@ func TestQueueDiscountsPrefillUnderWay(t *testing.T) {
 	}
 	// Another replica's prefill in flight there too: the router cannot
 	// tell when the pod began its own, and counts it whole.
-	peer := kvindex.PodLoad{PrefillTokens: 20, Prefilling: 1}
+	peer := replica.PodLoad{PrefillTokens: 20, Prefilling: 1}
 	want := 50*cfg.secondsPerToken() + (12+2)*cfg.Tuning.RunningSecondsPerRequest
 	if got, _ := tr.queueSeconds(tr.fleet.Load("a"), peer, cfg.secondsPerToken(), tr.now().UnixNano()); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("with another replica's request there: queue of a = %v, want %v", got, want)

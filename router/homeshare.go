@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // Homes shared by replicas. Each replica keeps its own table, learned from
 // its own decisions, and an index shared by the replicas (package
 // redisindex) carries the homes between them: at each of its syncs (every
-// index.redis.home_sync, and each lease tick) it writes the prefixes this
+// redisindex.Config.HomeSync, and each lease tick) it writes the prefixes this
 // replica homed or routed home since the last (HomesChanged), then reads
 // back the other replicas' and hands them to AdoptHomes, so that the
 // replicas' tables agree on where each prefix lives within a sync, the
@@ -21,7 +22,7 @@ import (
 // requests other routers send to the pods (a replica not sharing, a
 // client), since those replicas route to the same homes.
 //
-// Footprints are shared as the prompts that grew them (kvindex.HomeTail:
+// Footprints are shared as the prompts that grew them (replica.HomeTail:
 // a prompt's signature, the hashes grow reads). Each replica replays the
 // others' into its own marks, so it counts every distinct prompt any
 // replica saw once, as one replica seeing them all would. A replica sees a
@@ -34,7 +35,7 @@ import (
 // home since the last call, with their home, footprint and when they lapse
 // unless routed again, and to tails the prompts that grew a footprint
 // meanwhile, and returns both. With homes off it returns them as they are.
-func (r *Router) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]kvindex.Home, []kvindex.HomeTail) {
+func (r *Router) HomesChanged(dst []replica.Home, tails []replica.HomeTail) ([]replica.Home, []replica.HomeTail) {
 	t := r.homes
 	if t == nil {
 		return dst, tails
@@ -46,7 +47,7 @@ func (r *Router) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]k
 		if h.elem == nil || h.pod == kvindex.InvalidPod {
 			continue // left the table, or lost its home, meanwhile
 		}
-		dst = append(dst, kvindex.Home{Namespace: h.key.ns, Block: h.key.block, Pod: h.pod, Tokens: h.tokens, Until: h.seen + int64(r.cfg.Tuning.HomeIdle)})
+		dst = append(dst, replica.Home{Namespace: h.key.ns, Block: h.key.block, Pod: h.pod, Tokens: h.tokens, Until: h.seen + int64(r.cfg.Tuning.HomeIdle)})
 	}
 	clear(t.changed)
 	t.changed = t.changed[:0]
@@ -69,12 +70,12 @@ func (t *homeTable) shareTail(h *home, n, bs int, now int64) {
 	if now >= t.sharedUntil || h.hot || len(t.tails) >= maxHomeTails {
 		return
 	}
-	t.tails = append(t.tails, kvindex.HomeTail{Namespace: h.key.ns, Block: h.key.block, Blocks: n, BlockSize: bs, Signature: slices.Clone(t.sig)})
+	t.tails = append(t.tails, replica.HomeTail{Namespace: h.key.ns, Block: h.key.block, Blocks: n, BlockSize: bs, Signature: slices.Clone(t.sig)})
 }
 
 // adoptTail replays another replica's tail into the table at now, as a
 // request of its prefix.
-func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
+func (t *homeTable) adoptTail(s replica.HomeTail, now int64, cfg Config) {
 	if s.Blocks < 1 || s.BlockSize < 1 || len(s.Signature) != (s.Blocks-1)/homeStride+1 {
 		return
 	}
@@ -100,7 +101,7 @@ func (t *homeTable) adoptTail(s kvindex.HomeTail, now int64, cfg Config) {
 // have in flight) as their own before they step aside for the requests
 // other routers send to the pods; an index that stops sharing (Redis down)
 // lets that lapse.
-func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peers map[string]int64, until time.Time) {
+func (r *Router) AdoptHomes(homes []replica.Home, tails []replica.HomeTail, peers map[string]int64, until time.Time) {
 	t := r.homes
 	if t == nil {
 		return
@@ -134,7 +135,7 @@ func (r *Router) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peer
 const adoptBatch = 64
 
 // adoptHomes homes each prefix of homes on its pod, if in inFleet (above).
-func (t *homeTable) adoptHomes(homes []kvindex.Home, inFleet map[kvindex.PodID]bool, now int64, cfg Config) {
+func (t *homeTable) adoptHomes(homes []replica.Home, inFleet map[kvindex.PodID]bool, now int64, cfg Config) {
 	for _, s := range homes {
 		if s.Pod == kvindex.InvalidPod || s.Until <= now || !inFleet[s.Pod] {
 			continue

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // startSharing has the routers' homes shared for an hour, as an index
@@ -22,7 +23,7 @@ func startSharing(trs ...*testRouter) {
 // share hands from's changed homes to to, as an index shared by the two
 // replicas does at a tick (the pods renamed to to's handles), and returns
 // them; the sharing lasts a minute.
-func share(from, to *testRouter) []kvindex.Home {
+func share(from, to *testRouter) []replica.Home {
 	from.t.Helper()
 	homes, tails := from.HomesChanged(nil, nil)
 	for i, h := range homes {
@@ -119,7 +120,7 @@ func TestSharedHomesLastWriterWins(t *testing.T) {
 func TestSharedHomesIgnoreLapsedAndUnknown(t *testing.T) {
 	tr := rankedRouter(t, 100000)
 	now := tr.now().UnixNano()
-	tr.AdoptHomes([]kvindex.Home{
+	tr.AdoptHomes([]replica.Home{
 		{Namespace: "llama", Block: 1, Pod: tr.podID("a"), Tokens: 100, Until: now},
 		{Namespace: "llama", Block: 2, Pod: kvindex.PodID(999), Tokens: 100, Until: now + 1},
 		{Namespace: "llama", Block: 3, Pod: kvindex.InvalidPod, Tokens: 100, Until: now + 1},
@@ -210,13 +211,13 @@ func TestSharedFootprintsCountEveryReplicasPrompts(t *testing.T) {
 // decisions' lock adoptBatch items at a time.
 func BenchmarkAdoptHomes(b *testing.B) {
 	tr := rankedRouter(b, 1<<30)
-	var tails []kvindex.HomeTail
-	var homes []kvindex.Home
+	var tails []replica.HomeTail
+	var homes []replica.Home
 	for i := range 1000 {
 		_, hs := tr.blocks("a", group(i%250, 4000)+fmt.Sprintf(" question %d?", i), "", "")
-		tails = append(tails, kvindex.HomeTail{Namespace: "llama", Block: hs[0], Blocks: len(hs), BlockSize: 4, Signature: signature(nil, hs)})
+		tails = append(tails, replica.HomeTail{Namespace: "llama", Block: hs[0], Blocks: len(hs), BlockSize: 4, Signature: signature(nil, hs)})
 		if i < 250 {
-			homes = append(homes, kvindex.Home{Namespace: "llama", Block: hs[0], Pod: tr.podID("a"), Tokens: 4000, Until: tr.now().Add(time.Minute).UnixNano()})
+			homes = append(homes, replica.Home{Namespace: "llama", Block: hs[0], Pod: tr.podID("a"), Tokens: 4000, Until: tr.now().Add(time.Minute).UnixNano()})
 		}
 	}
 	b.ReportAllocs()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -74,7 +75,7 @@ type homeTable struct {
 	sharedUntil int64
 	// tails are the prompts that grew a footprint since HomesChanged last
 	// took them, while the homes are shared; sig is enter's scratch.
-	tails []kvindex.HomeTail
+	tails []replica.HomeTail
 	sig   []uint64
 	// peers is, by namespace, the requests the replicas sharing the homes
 	// have in flight, as of the last AdoptHomes.
@@ -102,7 +103,7 @@ func newHomeTable(reg prometheus.Registerer, now func() time.Time) (*homeTable, 
 	})
 	t.shared = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "homes_shared",
-		Help: "1 while the index shares the homes with the other replicas (index.redis.share_homes), and homes count their requests as this replica's; 0 otherwise.",
+		Help: "1 while the index shares the homes with the other replicas, and homes count their requests as this replica's; 0 otherwise.",
 	}, func() float64 {
 		t.mu.Lock()
 		defer t.unlock()

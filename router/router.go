@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/replica"
 	"github.com/kvrouter/kvrouter/router/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -81,7 +82,7 @@ type Index interface {
 type LoadSharer interface {
 	// MatchLoad is Match that also fills peers, by candidate, with the
 	// prefill the other replicas routed there and that is not done yet.
-	MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []kvindex.PodLoad) ([]kvindex.PodMatch, []kvindex.PodLoad)
+	MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []replica.PodLoad) ([]kvindex.PodMatch, []replica.PodLoad)
 	// Charge adds to the prefill this replica routed to pod, not done yet.
 	Charge(pod kvindex.PodID, tokens, requests int64)
 }
@@ -178,7 +179,7 @@ type scratch struct {
 	ids     []kvindex.PodID
 	members []*fleet.Member
 	matches []kvindex.PodMatch
-	peers   []kvindex.PodLoad // by member: the other replicas' prefill there, with a LoadSharer
+	peers   []replica.PodLoad // by member: the other replicas' prefill there, with a LoadSharer
 	scores  []Score
 }
 

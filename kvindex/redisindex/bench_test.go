@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // Measured on the 2-core development machine shared with other engineers'
@@ -142,7 +143,7 @@ func BenchmarkMatch512(b *testing.B) {
 				}
 			}
 		}
-		var peers []kvindex.PodLoad
+		var peers []replica.PodLoad
 		for _, backend := range []string{"memory", "redis", "redis-goredis", "redis-paced", "redis-load", "redis-compacted"} {
 			if backend == "redis-compacted" {
 				// The steady state of a block every pod holds: its key

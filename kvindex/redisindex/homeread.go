@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // readHomeStream appends to hs.tails the other replicas' tails of the
@@ -19,14 +19,14 @@ import (
 // each prefix, the latest home it read, unless this replica wrote it or
 // its pod is not one of byName; it returns homes. A full sync, which
 // takes the homes from the table, passes over the stream's.
-func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessageSliceCmd, byName map[string]*podState, withHomes bool, homes []kvindex.Home, now time.Time) []kvindex.Home {
+func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessageSliceCmd, byName map[string]*podState, withHomes bool, homes []replica.Home, now time.Time) []replica.Home {
 	msgs, err := cmd.Result()
 	if err != nil {
 		x.metrics.refused.WithLabelValues("homes").Inc() // a key of the wrong type
 		return homes
 	}
 	type latest struct {
-		home kvindex.Home
+		home replica.Home
 		ok   bool // another replica's, on a pod of this one's
 	}
 	if len(msgs) == homeStreamRead {
@@ -69,9 +69,9 @@ func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessag
 		}
 		ps := byName[str("p")]
 		ok := !own && ps != nil && ps.tag == tag && until > now.UnixMilli()
-		var h kvindex.Home
+		var h replica.Home
 		if ok {
-			h = kvindex.Home{Namespace: ns, Block: block, Pod: ps.id, Tokens: tokens, Until: until * int64(time.Millisecond)}
+			h = replica.Home{Namespace: ns, Block: block, Pod: ps.id, Tokens: tokens, Until: until * int64(time.Millisecond)}
 		}
 		last[block] = latest{h, ok}
 	}
@@ -87,7 +87,7 @@ func (x *Index) readHomeStream(hs *homeShare, tag, ns string, cmd *redis.XMessag
 // tables a full sync read (readHomeTable), keeps the other replicas'
 // requests in flight in hs.peers, and deletes the fields past their until;
 // it returns homes.
-func (x *Index) readHomeTables(hs *homeShare, tables map[string]*redis.MapStringStringCmd, f homeFleet, homes []kvindex.Home, now time.Time) []kvindex.Home {
+func (x *Index) readHomeTables(hs *homeShare, tables map[string]*redis.MapStringStringCmd, f homeFleet, homes []replica.Home, now time.Time) []replica.Home {
 	peers := map[string]int64{}
 	lapsed := map[string][]string{}
 	for tag, cmd := range tables {
@@ -96,7 +96,7 @@ func (x *Index) readHomeTables(hs *homeShare, tables map[string]*redis.MapString
 	// In a fixed order: a new prefix enters the router's table as it
 	// comes, and which one its bound drops first should not depend on
 	// a map's order.
-	slices.SortFunc(homes, func(a, b kvindex.Home) int {
+	slices.SortFunc(homes, func(a, b replica.Home) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Block, b.Block))
 	})
 	hs.peers = peers
@@ -116,7 +116,7 @@ func (x *Index) readHomeTables(hs *homeShare, tables map[string]*redis.MapString
 // (tag tag) that cmd read naming a pod of byName, adds the other
 // replicas' requests in flight to peers[ns], and the fields past their
 // until to lapsed[tag]; it returns homes.
-func (x *Index) readHomeTable(tag, ns string, cmd *redis.MapStringStringCmd, byName map[string]*podState, homes []kvindex.Home, peers map[string]int64, lapsed map[string][]string, now time.Time) []kvindex.Home {
+func (x *Index) readHomeTable(tag, ns string, cmd *redis.MapStringStringCmd, byName map[string]*podState, homes []replica.Home, peers map[string]int64, lapsed map[string][]string, now time.Time) []replica.Home {
 	fields, err := cmd.Result()
 	if err != nil {
 		x.metrics.refused.WithLabelValues("homes").Inc() // a key of the wrong type
@@ -124,14 +124,14 @@ func (x *Index) readHomeTable(tag, ns string, cmd *redis.MapStringStringCmd, byN
 	}
 	nowMs := now.UnixMilli()
 	for field, v := range fields {
-		if replica, ok := strings.CutPrefix(field, "@"); ok {
+		if from, ok := strings.CutPrefix(field, "@"); ok {
 			var parts [2]uint64
 			switch n, ok := parseFields(v, parts[:], 1<<53); {
 			case !ok || n != 2:
 				x.metrics.refused.WithLabelValues("homes").Inc()
 			case int64(parts[1]) <= nowMs:
 				lapsed[tag] = append(lapsed[tag], field)
-			case replica != x.cfg.Replica:
+			case from != x.cfg.Replica:
 				peers[ns] += int64(parts[0])
 			}
 			continue
@@ -147,7 +147,7 @@ func (x *Index) readHomeTable(tag, ns string, cmd *redis.MapStringStringCmd, byN
 			continue
 		}
 		if ps := byName[pod]; ps != nil && ps.tag == tag {
-			homes = append(homes, kvindex.Home{Namespace: ns, Block: block, Pod: ps.id, Tokens: tokens, Until: until * int64(time.Millisecond)})
+			homes = append(homes, replica.Home{Namespace: ns, Block: block, Pod: ps.id, Tokens: tokens, Until: until * int64(time.Millisecond)})
 		}
 	}
 	return homes
@@ -176,7 +176,7 @@ func parseHome(v string) (tokens, until int64, pod string, ok bool) {
 
 // parseTail reads a tail entry of a home stream, whose fields str
 // returns, its namespace left to the caller.
-func parseTail(str func(string) string) (s kvindex.HomeTail, ok bool) {
+func parseTail(str func(string) string) (s replica.HomeTail, ok bool) {
 	block, err := strconv.ParseUint(str("k"), 16, 64)
 	if err != nil {
 		return s, false
@@ -188,7 +188,7 @@ func parseTail(str func(string) string) (s kvindex.HomeTail, ok bool) {
 		return s, false // the router checks the signature's length against n
 	}
 	b := []byte(sig)
-	s = kvindex.HomeTail{Block: block, Blocks: n, BlockSize: bs, Signature: make([]uint64, len(b)/8)}
+	s = replica.HomeTail{Block: block, Blocks: n, BlockSize: bs, Signature: make([]uint64, len(b)/8)}
 	for i := range s.Signature {
 		s.Signature[i] = binary.LittleEndian.Uint64(b[8*i:])
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // Homes shared by the replicas: where each prompt prefix lives (the
@@ -56,11 +57,11 @@ type HomeTable interface {
 	// HomesChanged appends the prefixes homed or routed home since the
 	// last call to dst, and the prompts that grew their footprints to
 	// tails.
-	HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]kvindex.Home, []kvindex.HomeTail)
+	HomesChanged(dst []replica.Home, tails []replica.HomeTail) ([]replica.Home, []replica.HomeTail)
 	// AdoptHomes takes the other replicas' tails, the shared homes and,
 	// by namespace, the other replicas' requests in flight; the sharing
 	// lasts until until.
-	AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peers map[string]int64, until time.Time)
+	AdoptHomes(homes []replica.Home, tails []replica.HomeTail, peers map[string]int64, until time.Time)
 	// HomesInFlight is the requests this replica has in flight to the
 	// pods of namespace.
 	HomesInFlight(namespace string) int64
@@ -73,8 +74,8 @@ type HomeTable interface {
 type homeShare struct {
 	mu    sync.Mutex
 	table HomeTable
-	buf   []kvindex.Home
-	tails []kvindex.HomeTail
+	buf   []replica.Home
+	tails []replica.HomeTail
 	last  map[string]string
 	peers map[string]int64
 }
@@ -144,7 +145,7 @@ func (x *Index) syncHomes(full bool) {
 	x.metrics.tailsWritten.Add(float64(tailsOut))
 	now := x.now()
 	hs.tails = hs.tails[:0]
-	var homes []kvindex.Home
+	var homes []replica.Home
 	for tag, cmd := range streams {
 		homes = x.readHomeStream(hs, tag, f.namespaces[tag], cmd, f.byName, !full, homes, now)
 	}

@@ -12,16 +12,17 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // fakeHomes is a router's homes: changed and grown are handed out once;
 // adopted and until record the last AdoptHomes, tails every tail adopted.
 type fakeHomes struct {
 	mu      sync.Mutex
-	changed []kvindex.Home
-	grown   []kvindex.HomeTail
-	adopted []kvindex.Home
-	tails   []kvindex.HomeTail
+	changed []replica.Home
+	grown   []replica.HomeTail
+	adopted []replica.Home
+	tails   []replica.HomeTail
 	peers   map[string]int64
 	until   time.Time
 	adopts  int
@@ -29,7 +30,7 @@ type fakeHomes struct {
 	inFlight int64
 }
 
-func (f *fakeHomes) HomesChanged(dst []kvindex.Home, tails []kvindex.HomeTail) ([]kvindex.Home, []kvindex.HomeTail) {
+func (f *fakeHomes) HomesChanged(dst []replica.Home, tails []replica.HomeTail) ([]replica.Home, []replica.HomeTail) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	dst, tails = append(dst, f.changed...), append(tails, f.grown...)
@@ -46,10 +47,10 @@ func (f *fakeHomes) HomesInFlight(namespace string) int64 {
 	return f.inFlight
 }
 
-func (f *fakeHomes) AdoptHomes(homes []kvindex.Home, tails []kvindex.HomeTail, peers map[string]int64, until time.Time) {
+func (f *fakeHomes) AdoptHomes(homes []replica.Home, tails []replica.HomeTail, peers map[string]int64, until time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.adopted, f.until, f.peers = append([]kvindex.Home(nil), homes...), until, peers
+	f.adopted, f.until, f.peers = append([]replica.Home(nil), homes...), until, peers
 	f.tails = append(f.tails, tails...)
 	f.adopts++
 }
@@ -72,7 +73,7 @@ func TestHomesShared(t *testing.T) {
 	a.ShareHomes(ha)
 	b.ShareHomes(hb)
 	until := now.Add(time.Minute).UnixNano()
-	ha.changed = []kvindex.Home{
+	ha.changed = []replica.Home{
 		{Namespace: "m", Block: 0xabc, Pod: a.pods["p1"], Tokens: 12000, Until: until},
 		{Namespace: "m", Block: 0xdef, Pod: a.pods["p2"], Tokens: 500, Until: until},
 	}
@@ -80,13 +81,13 @@ func TestHomesShared(t *testing.T) {
 	if len(ha.adopted) != 2 || !ha.until.Equal(now.Add(DefaultConfig().LeaseTTL)) || len(ha.peers) != 0 {
 		t.Fatalf("a adopted %+v until %v, peers %v; want its own two back, for a lease TTL, and no other replica", ha.adopted, ha.until, ha.peers)
 	}
-	hb.changed = []kvindex.Home{{Namespace: "m", Block: 0xdef, Pod: b.pods["p1"], Tokens: 700, Until: until}}
+	hb.changed = []replica.Home{{Namespace: "m", Block: 0xdef, Pod: b.pods["p1"], Tokens: 700, Until: until}}
 	b.tick()
-	got := map[uint64]kvindex.Home{}
+	got := map[uint64]replica.Home{}
 	for _, h := range hb.adopted {
 		got[h.Block] = h
 	}
-	if len(got) != 2 || got[0xabc] != (kvindex.Home{Namespace: "m", Block: 0xabc, Pod: b.pods["p1"], Tokens: 12000, Until: until}) ||
+	if len(got) != 2 || got[0xabc] != (replica.Home{Namespace: "m", Block: 0xabc, Pod: b.pods["p1"], Tokens: 12000, Until: until}) ||
 		got[0xdef].Pod != b.pods["p1"] || got[0xdef].Tokens != 700 {
 		t.Fatalf("b adopted %+v, want a's 0xabc on p1 and its own 0xdef, written last, on p1", hb.adopted)
 	}
@@ -128,10 +129,10 @@ func TestHomesShared(t *testing.T) {
 // replica reads the stream from its start; hostile entries are refused.
 func TestHomeTailsShared(t *testing.T) {
 	srv, a, b, ha, hb := sharingReplicas(t)
-	tail := func(block uint64, n int, sig ...uint64) kvindex.HomeTail {
-		return kvindex.HomeTail{Namespace: "m", Block: block, Blocks: n, BlockSize: 16, Signature: sig}
+	tail := func(block uint64, n int, sig ...uint64) replica.HomeTail {
+		return replica.HomeTail{Namespace: "m", Block: block, Blocks: n, BlockSize: 16, Signature: sig}
 	}
-	ha.grown = []kvindex.HomeTail{tail(0xabc, 40, 1, 2, 3), tail(0xabc, 1, 1<<63|5)}
+	ha.grown = []replica.HomeTail{tail(0xabc, 40, 1, 2, 3), tail(0xabc, 1, 1<<63|5)}
 	a.tick()
 	b.tick()
 	if len(ha.tails) != 0 {
@@ -143,13 +144,13 @@ func TestHomeTailsShared(t *testing.T) {
 	if !reflect.DeepEqual(hb.tails[1], tail(0xabc, 1, 1<<63|5)) {
 		t.Errorf("b's second tail = %+v, want a's second", hb.tails[1])
 	}
-	entries := func(r *replica, kind, dir string) float64 {
+	entries := func(r *replicaIndex, kind, dir string) float64 {
 		return testutil.ToFloat64(r.metrics.homeEntries.WithLabelValues(kind, dir))
 	}
 	if w, r, own := entries(a, "tail", "written"), entries(b, "tail", "read"), entries(a, "tail", "read"); w != 2 || r != 2 || own != 0 {
 		t.Errorf("home_entries_total: a wrote %v tails, b read %v, a read %v; want 2, 2 and 0 (not its own)", w, r, own)
 	}
-	ha.grown = []kvindex.HomeTail{tail(0xdef, 16, 7)}
+	ha.grown = []replica.HomeTail{tail(0xdef, 16, 7)}
 	a.tick()
 	b.tick()
 	if len(hb.tails) != 3 || hb.tails[2].Block != 0xdef {
@@ -192,27 +193,27 @@ func TestHomesSharedThroughTheStream(t *testing.T) {
 	a.tick()
 	b.tick()
 	until := time.Now().Add(time.Minute).UnixNano()
-	home := func(block uint64, pod kvindex.PodID) kvindex.Home {
-		return kvindex.Home{Namespace: "m", Block: block, Pod: pod, Tokens: 100, Until: until / 1e6 * 1e6}
+	home := func(block uint64, pod kvindex.PodID) replica.Home {
+		return replica.Home{Namespace: "m", Block: block, Pod: pod, Tokens: 100, Until: until / 1e6 * 1e6}
 	}
-	ha.changed = []kvindex.Home{home(1, a.pods["p1"])}
+	ha.changed = []replica.Home{home(1, a.pods["p1"])}
 	a.SyncHomes()
 	b.SyncHomes()
-	if !reflect.DeepEqual(hb.adopted, []kvindex.Home{home(1, b.pods["p1"])}) {
+	if !reflect.DeepEqual(hb.adopted, []replica.Home{home(1, b.pods["p1"])}) {
 		t.Fatalf("b adopted %+v, want a's prefix 1 on p1", hb.adopted)
 	}
 	if w, r := testutil.ToFloat64(a.metrics.homesWritten), testutil.ToFloat64(b.metrics.homesRead); w != 1 || r != 1 {
 		t.Errorf("home_entries_total{kind=home}: a wrote %v, b read %v; want 1 each", w, r)
 	}
-	ha.changed = []kvindex.Home{home(2, a.pods["p1"])}
-	hb.changed = []kvindex.Home{home(2, b.pods["p2"])}
+	ha.changed = []replica.Home{home(2, a.pods["p1"])}
+	hb.changed = []replica.Home{home(2, b.pods["p2"])}
 	a.SyncHomes() // writes p1
 	b.SyncHomes() // writes p2, the later, and reads a's p1 before its own
 	if len(hb.adopted) != 0 {
 		t.Errorf("b adopted %+v, want nothing: its own home of prefix 2 is the later", hb.adopted)
 	}
 	a.SyncHomes()
-	if !reflect.DeepEqual(ha.adopted, []kvindex.Home{home(2, a.pods["p2"])}) {
+	if !reflect.DeepEqual(ha.adopted, []replica.Home{home(2, a.pods["p2"])}) {
 		t.Errorf("a adopted %+v, want b's later home of prefix 2, on p2", ha.adopted)
 	}
 
@@ -272,7 +273,7 @@ func keyWithTTL(t *testing.T, srv *redisserver.Server, key string) (*redis.Clien
 
 // sharingReplicas is two replicas, a and b, over a new server, sharing
 // the homes of fake routers ha and hb.
-func sharingReplicas(t *testing.T) (srv *redisserver.Server, a, b *replica, ha, hb *fakeHomes) {
+func sharingReplicas(t *testing.T) (srv *redisserver.Server, a, b *replicaIndex, ha, hb *fakeHomes) {
 	t.Helper()
 	srv = redisserver.New(t)
 	a, b = newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)

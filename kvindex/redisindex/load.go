@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // In-flight prefill shared by the replicas. Each replica counts the
@@ -139,7 +140,7 @@ func loadTTL(ttl time.Duration) time.Duration {
 
 // readLoad sums the other replicas' fields of the load table, read into
 // sc.loadSpans (field, value, ...), into peers by candidate.
-func (x *Index) readLoad(sc *matchScratch, peers []kvindex.PodLoad) {
+func (x *Index) readLoad(sc *matchScratch, peers []replica.PodLoad) {
 	if sc.loadErr {
 		x.metrics.refused.WithLabelValues("load").Inc()
 		return

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // maxDirectNum bounds the pod numbers looked up in a slice; larger ones
@@ -71,7 +72,7 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []kvindex.Po
 // prefill the other replicas routed there and that is not done yet (see
 // Charge), read in the same round trip. peers is zero when Redis is down
 // or the load is not shared.
-func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []kvindex.PodLoad) ([]kvindex.PodMatch, []kvindex.PodLoad) {
+func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvindex.PodID, out []kvindex.PodMatch, peers []replica.PodLoad) ([]kvindex.PodMatch, []replica.PodLoad) {
 	peers = resize(peers, len(candidates))
 	clear(peers)
 	if !x.up.Load() || len(hashes) == 0 {

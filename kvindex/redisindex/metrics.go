@@ -92,7 +92,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	m.rtHomes = m.roundTrip.WithLabelValues("homes")
 	m.homeEntries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "home_entries_total",
-		Help: "Entries of the shared homes' streams (index.redis.share_homes), by kind (home: a prefix's home pod; tail: a prompt that grew a prefix's footprint) and direction (written by this replica; read: the other replicas' read from the streams, of which the latest home of each prefix on a pod of this replica's fleet, unexpired, and every tail are handed to its router).",
+		Help: "Entries of the shared homes' streams, by kind (home: a prefix's home pod; tail: a prompt that grew a prefix's footprint) and direction (written by this replica; read: the other replicas' read from the streams, of which the latest home of each prefix on a pod of this replica's fleet, unexpired, and every tail are handed to its router).",
 	}, []string{"kind", "direction"})
 	m.homesWritten, m.tailsWritten = m.homeEntries.WithLabelValues("home", "written"), m.homeEntries.WithLabelValues("tail", "written")
 	m.homesRead, m.tailsRead = m.homeEntries.WithLabelValues("home", "read"), m.homeEntries.WithLabelValues("tail", "read")

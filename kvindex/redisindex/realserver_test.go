@@ -21,10 +21,11 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fixture/redisserver"
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
-// replica is one router replica's index over the shared server.
-type replica struct {
+// replicaIndex is one router replica's index over the shared server.
+type replicaIndex struct {
 	*Index
 	pods map[string]kvindex.PodID
 }
@@ -54,7 +55,7 @@ func testIndex(tb testing.TB, addr string, reg prometheus.Registerer, mutate fun
 	return x
 }
 
-func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica {
+func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replicaIndex {
 	t.Helper()
 	x := testIndex(t, addr, prometheus.NewRegistry(), func(cfg *Config) {
 		cfg.Replica, cfg.Prefix = name, "test:"
@@ -62,7 +63,7 @@ func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica 
 			mutate(cfg)
 		}
 	})
-	r := &replica{Index: x, pods: map[string]kvindex.PodID{}}
+	r := &replicaIndex{Index: x, pods: map[string]kvindex.PodID{}}
 	for _, p := range []string{"p1", "p2"} {
 		r.pods[p] = x.AddPod(p, "m")
 	}
@@ -70,7 +71,7 @@ func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replica 
 }
 
 // match is Match over both pods, by pod name.
-func (r *replica) match(hashes []uint64) map[string]kvindex.PodMatch {
+func (r *replicaIndex) match(hashes []uint64) map[string]kvindex.PodMatch {
 	ids := []kvindex.PodID{r.pods["p1"], r.pods["p2"]}
 	ms := r.Match("m", hashes, ids, nil)
 	return map[string]kvindex.PodMatch{"p1": ms[0], "p2": ms[1]}
@@ -110,7 +111,7 @@ func TestReplicasShareEntriesAndSpeculation(t *testing.T) {
 		t.Fatalf("leases of b = %v, want 0", got)
 	}
 	// Both follow p1's events; only a writes them.
-	for _, r := range []*replica{a, b} {
+	for _, r := range []*replicaIndex{a, b} {
 		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:4]))
 		must(t, r.Stored(r.pods["p1"], kvindex.TierCPU, blocks[:2]))
 		must(t, r.Removed(r.pods["p1"], kvindex.TierGPU, blocks[3:4]))
@@ -118,7 +119,7 @@ func TestReplicasShareEntriesAndSpeculation(t *testing.T) {
 	// b decides a request for p2: a sees its speculation.
 	must(t, b.Speculate(b.pods["p2"], blocks))
 	fresh := newReplica(t, srv.Addr, "fresh", nil) // a warm start: nothing local
-	for name, r := range map[string]*replica{"a": a, "b": b, "fresh": fresh} {
+	for name, r := range map[string]*replicaIndex{"a": a, "b": b, "fresh": fresh} {
 		got := r.match(blocks)
 		want1 := kvindex.PodMatch{Pod: r.pods["p1"], Blocks: 3, Tiers: [kvindex.NumTiers]int{3, 0, 0, 0}}
 		want2 := kvindex.PodMatch{Pod: r.pods["p2"], Blocks: 6, Speculative: 6}
@@ -143,7 +144,7 @@ func TestLeaseTakenOverWhenWriterDies(t *testing.T) {
 	short := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
 	a, b := newReplica(t, srv.Addr, "a", short), newReplica(t, srv.Addr, "b", short)
 	a.tick()
-	for _, r := range []*replica{a, b} {
+	for _, r := range []*replicaIndex{a, b} {
 		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:4]))
 	}
 	// a dies (no more renewals) before writing p1's next event, which b
@@ -178,7 +179,7 @@ func TestRedisRestartedEmptyIsRebuilt(t *testing.T) {
 	srv := redisserver.New(t)
 	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
 	a.tick()
-	for _, r := range []*replica{a, b} { // both follow p1; a writes
+	for _, r := range []*replicaIndex{a, b} { // both follow p1; a writes
 		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:5]))
 		must(t, r.ClearPod(r.pods["p1"]))
 		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:3]))
@@ -186,7 +187,7 @@ func TestRedisRestartedEmptyIsRebuilt(t *testing.T) {
 	clears := testutil.ToFloat64(a.metrics.clears) + testutil.ToFloat64(b.metrics.clears)
 	srv.Stop()
 	srv.Start() // its data is gone, leases and epochs with it
-	for _, r := range []*replica{a, b} {
+	for _, r := range []*replicaIndex{a, b} {
 		if got := r.match(blocks)["p1"]; got.Blocks > 3 {
 			t.Fatalf("after the restart: Match(p1) = %+v, want nothing served beyond the 3 held", got)
 		}
@@ -198,7 +199,7 @@ func TestRedisRestartedEmptyIsRebuilt(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.clears) + testutil.ToFloat64(b.metrics.clears); got <= clears {
 		t.Errorf("clears after the restart = %v, want more than %v", got, clears)
 	}
-	for name, r := range map[string]*replica{"a": a, "b": b} {
+	for name, r := range map[string]*replicaIndex{"a": a, "b": b} {
 		if got := r.match(blocks)["p1"].Blocks; got != 3 {
 			t.Errorf("%s: rebuilt Match(p1) = %d blocks, want 3", name, got)
 		}
@@ -463,11 +464,11 @@ func TestCluster(t *testing.T) {
 	for i := range many {
 		many[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
 	}
-	for _, r := range []*replica{a, b} {
+	for _, r := range []*replicaIndex{a, b} {
 		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, many[:40]))
 	}
 	must(t, b.Speculate(b.pods["p2"], many))
-	for name, r := range map[string]*replica{"a": a, "b": b} {
+	for name, r := range map[string]*replicaIndex{"a": a, "b": b} {
 		got := r.match(many)
 		if got["p1"].Blocks != 40 || got["p1"].Tiers[kvindex.TierGPU] != 40 || got["p2"].Speculative != 64 {
 			t.Errorf("%s: Match = %+v, want p1 40 real blocks and p2 64 speculative", name, got)
@@ -476,7 +477,7 @@ func TestCluster(t *testing.T) {
 	// The load table, in the pod table's slot, is read in the same round
 	// trip.
 	a.Charge(a.pods["p2"], 900, 3)
-	if _, peers := b.MatchLoad("m", many, []kvindex.PodID{b.pods["p1"], b.pods["p2"]}, nil, nil); peers[1] != (kvindex.PodLoad{PrefillTokens: 900, Prefilling: 3}) || peers[0] != (kvindex.PodLoad{}) {
+	if _, peers := b.MatchLoad("m", many, []kvindex.PodID{b.pods["p1"], b.pods["p2"]}, nil, nil); peers[1] != (replica.PodLoad{PrefillTokens: 900, Prefilling: 3}) || peers[0] != (replica.PodLoad{}) {
 		t.Errorf("b sees the load %+v, want a's 900 tokens in 3 requests on p2", peers)
 	}
 	// The homes' table and stream, in the pod table's slot too: a home
@@ -485,11 +486,11 @@ func TestCluster(t *testing.T) {
 	a.ShareHomes(ha)
 	b.ShareHomes(hb)
 	until := time.Now().Add(time.Minute).UnixMilli() * int64(time.Millisecond)
-	ha.changed = []kvindex.Home{{Namespace: "m", Block: 7, Pod: a.pods["p2"], Tokens: 300, Until: until}}
-	ha.grown = []kvindex.HomeTail{{Namespace: "m", Block: 7, Blocks: 17, BlockSize: 16, Signature: []uint64{1, 2}}}
+	ha.changed = []replica.Home{{Namespace: "m", Block: 7, Pod: a.pods["p2"], Tokens: 300, Until: until}}
+	ha.grown = []replica.HomeTail{{Namespace: "m", Block: 7, Blocks: 17, BlockSize: 16, Signature: []uint64{1, 2}}}
 	a.SyncHomes()
 	b.SyncHomes()
-	wantHome := []kvindex.Home{{Namespace: "m", Block: 7, Pod: b.pods["p2"], Tokens: 300, Until: until}}
+	wantHome := []replica.Home{{Namespace: "m", Block: 7, Pod: b.pods["p2"], Tokens: 300, Until: until}}
 	if !reflect.DeepEqual(hb.adopted, wantHome) || len(hb.tails) != 1 || hb.tails[0].Blocks != 17 {
 		t.Errorf("on the cluster b adopted %+v and tails %+v, want a's home of prefix 7 on p2 and its tail", hb.adopted, hb.tails)
 	}
@@ -554,7 +555,7 @@ func TestNoLocalView(t *testing.T) {
 	if n, _ := a.local.Len(); n != 0 {
 		t.Errorf("the local view holds %d entries, want none", n)
 	}
-	for name, r := range map[string]*replica{"a": a, "b": b} {
+	for name, r := range map[string]*replicaIndex{"a": a, "b": b} {
 		if got := r.match(blocks)["p1"].Blocks; got != 3 {
 			t.Errorf("%s: Match(p1) = %d blocks, want 3 through Redis", name, got)
 		}
@@ -591,29 +592,29 @@ func testSharedLoad(t *testing.T, goRedis bool) {
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	a, b := newReplica(t, srv.Addr, "a", clock), newReplica(t, srv.Addr, "b", clock)
 	if goRedis {
-		for _, r := range []*replica{a, b} {
+		for _, r := range []*replicaIndex{a, b} {
 			r.raw.close()
 			r.raw = nil
 		}
 	}
 	a.tick()
 	b.tick()
-	ids := func(r *replica) []kvindex.PodID { return []kvindex.PodID{r.pods["p1"], r.pods["p2"]} }
-	load := func(r *replica) []kvindex.PodLoad {
+	ids := func(r *replicaIndex) []kvindex.PodID { return []kvindex.PodID{r.pods["p1"], r.pods["p2"]} }
+	load := func(r *replicaIndex) []replica.PodLoad {
 		_, peers := r.MatchLoad("m", blocks, ids(r), nil, nil)
 		return peers
 	}
 	a.Charge(a.pods["p1"], 1000, 1)
 	a.Charge(a.pods["p1"], 500, 1)
 	b.Charge(b.pods["p2"], 70, 1)
-	if got := load(b); got[0] != (kvindex.PodLoad{PrefillTokens: 1500, Prefilling: 2}) || got[1] != (kvindex.PodLoad{}) {
+	if got := load(b); got[0] != (replica.PodLoad{PrefillTokens: 1500, Prefilling: 2}) || got[1] != (replica.PodLoad{}) {
 		t.Errorf("b sees %+v, want a's 1500 tokens in 2 requests on p1, nothing of its own on p2", got)
 	}
-	if got := load(a); got[0] != (kvindex.PodLoad{}) || got[1] != (kvindex.PodLoad{PrefillTokens: 70, Prefilling: 1}) {
+	if got := load(a); got[0] != (replica.PodLoad{}) || got[1] != (replica.PodLoad{PrefillTokens: 70, Prefilling: 1}) {
 		t.Errorf("a sees %+v, want b's 70 tokens on p2 only", got)
 	}
 	a.Charge(a.pods["p1"], -1000, -1)
-	if got := load(b)[0]; got != (kvindex.PodLoad{PrefillTokens: 500, Prefilling: 1}) {
+	if got := load(b)[0]; got != (replica.PodLoad{PrefillTokens: 500, Prefilling: 1}) {
 		t.Errorf("after a's first prefill b sees %+v on p1, want 500 tokens in 1 request", got)
 	}
 	// Unchanged, a's field lapses after twice the lease TTL; the lease
@@ -625,7 +626,7 @@ func testSharedLoad(t *testing.T, goRedis bool) {
 		t.Errorf("renewed by a's tick, b sees %+v on p1, want a's request", got)
 	}
 	advance(2500 * time.Millisecond)
-	if got := load(b)[0]; got != (kvindex.PodLoad{}) {
+	if got := load(b)[0]; got != (replica.PodLoad{}) {
 		t.Errorf("past its deadline b sees %+v on p1, want nothing", got)
 	}
 	a.Charge(a.pods["p1"], -500, -1)
@@ -639,7 +640,7 @@ func testSharedLoad(t *testing.T, goRedis bool) {
 	refused := func() float64 { return testutil.ToFloat64(b.metrics.refused.WithLabelValues("load")) }
 	before := refused()
 	must(t, rdb.HSet(ctx, a.loadKey(nsTag("m")), "p1|c", "lots", "p1", "1:1:99999999999999", "p2|d", "1:2:3:4").Err())
-	if got := load(b); got[0] != (kvindex.PodLoad{}) || got[1] != (kvindex.PodLoad{}) {
+	if got := load(b); got[0] != (replica.PodLoad{}) || got[1] != (replica.PodLoad{}) {
 		t.Errorf("garbage fields: b sees %+v, want nothing", got)
 	}
 	if after := refused(); after < before+3 {
@@ -651,7 +652,7 @@ func testSharedLoad(t *testing.T, goRedis bool) {
 	if got := b.match(blocks)["p1"].Blocks; got != 0 {
 		t.Errorf("a load table of the wrong type: Match = %d blocks, want 0 (nothing stored)", got)
 	}
-	if got := load(b); got[0] != (kvindex.PodLoad{}) {
+	if got := load(b); got[0] != (replica.PodLoad{}) {
 		t.Errorf("a load table of the wrong type: b sees %+v, want nothing", got)
 	}
 	if refused() <= before {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/kvindex"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 // fuzzIndex is an index with no server: the reply parsers only.
@@ -65,7 +66,7 @@ func FuzzRawReplies(f *testing.F) {
 					t.Fatalf("a candidate matched %d of 3 blocks", o.Blocks)
 				}
 			}
-			x.readLoad(sc, make([]kvindex.PodLoad, 2))
+			x.readLoad(sc, make([]replica.PodLoad, 2))
 		}
 	})
 }

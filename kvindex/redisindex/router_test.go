@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/replica"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
@@ -111,7 +112,7 @@ func TestRoutersShareInFlightLoad(t *testing.T) {
 		t.Fatalf("b sees %+v on %s, want a's request and its %d tokens at least", peers[0], da.Pod, len(long))
 	}
 	aid, _ := a.index.local.Pod(da.Pod)
-	if _, own := a.index.MatchLoad("m", blocks[:1], []kvindex.PodID{aid}, nil, nil); own[0] != (kvindex.PodLoad{}) {
+	if _, own := a.index.MatchLoad("m", blocks[:1], []kvindex.PodID{aid}, nil, nil); own[0] != (replica.PodLoad{}) {
 		t.Errorf("a sees %+v of its own load through Redis, want none (its fleet.Load has it)", own[0])
 	}
 	// A short request with nothing cached anywhere: b avoids a's queue.
@@ -123,7 +124,7 @@ func TestRoutersShareInFlightLoad(t *testing.T) {
 		}
 	}
 	da.Prefilled()
-	if _, peers = b.index.MatchLoad("m", blocks[:1], []kvindex.PodID{id}, nil, nil); peers[0] != (kvindex.PodLoad{}) {
+	if _, peers = b.index.MatchLoad("m", blocks[:1], []kvindex.PodID{id}, nil, nil); peers[0] != (replica.PodLoad{}) {
 		t.Errorf("after a's prefill b sees %+v on %s, want none", peers[0], da.Pod)
 	}
 	da.Done()
@@ -202,7 +203,7 @@ func TestRoutersUnderRun(t *testing.T) {
 	da.Prefilled() // the load released; the speculation lasts the grace period
 	waitFor(t, "b seeing a's prefill done", 20*time.Second, func() bool {
 		_, peers := b.index.MatchLoad("m", hashes, []kvindex.PodID{id}, nil, nil)
-		return peers[0] == (kvindex.PodLoad{})
+		return peers[0] == (replica.PodLoad{})
 	})
 	if db := b.route(t, prompt); db.Pod != da.Pod || db.Matched != db.Total {
 		t.Errorf("b routed a's prompt to %s with %d of %d blocks, want %s with all", db.Pod, db.Matched, db.Total, da.Pod)
@@ -218,7 +219,7 @@ func TestRoutersUnderRun(t *testing.T) {
 			}
 			_, peers := r.index.MatchLoad("m", []uint64{1}, ids, nil, nil)
 			for _, p := range peers {
-				if p != (kvindex.PodLoad{}) {
+				if p != (replica.PodLoad{}) {
 					return false
 				}
 			}

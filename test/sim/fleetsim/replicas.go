@@ -48,10 +48,10 @@ type Replicated struct {
 	Replicas  int
 	RedisAddr string
 	// PrivateLoad keeps each replica's in-flight prefill its own with
-	// RedisAddr (index.redis share_load off): shared speculation alone.
+	// RedisAddr (redisindex.Config.NoSharedLoad): shared speculation alone.
 	PrivateLoad bool
 	// PrivateHomes keeps each replica's homes its own with RedisAddr
-	// (index.redis.share_homes off).
+	// (redisindex.Config.NoSharedHomes).
 	PrivateHomes bool
 	// Prefix keeps one run's keys apart from another's on the server.
 	Prefix string

@@ -1,12 +1,6 @@
-package kvindex
+package replica
 
-// PodLoad is the prefill other router replicas routed to a pod and that is
-// not done yet, as an index shared by the replicas reports it (package
-// redisindex); the memory backend has no other replicas.
-type PodLoad struct {
-	PrefillTokens int64 // uncached prompt tokens weighed by their context, as fleet.Load counts them
-	Prefilling    int64 // requests not yet prefilled
-}
+import "github.com/kvrouter/kvrouter/kvindex"
 
 // Home is a prefix's home pod as router replicas share it through an index
 // shared by them (package redisindex): the prefix of namespace whose first
@@ -15,7 +9,7 @@ type PodLoad struct {
 type Home struct {
 	Namespace string
 	Block     uint64
-	Pod       PodID
+	Pod       kvindex.PodID
 	Tokens    int64
 	Until     int64
 }
