@@ -2,6 +2,7 @@ package router
 
 import (
 	"math"
+	"slices"
 
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/router/fleet"
@@ -86,128 +87,163 @@ const (
 
 var homeResultNames = [numHomeResults]string{"home", "placed", "moved", "away", "nowhere", "first", "shared", "full", "others"}
 
-// routeHome is choose (for the request of tokens prompt tokens, whose
-// blocks hash to hashes, bs tokens each, in namespace ns, at now in unix
-// nanoseconds) with homes: the pod of members, among those ok allows (nil:
-// all), that homes the prompt's prefix, unless it costs too much.
-func (r *Router) routeHome(ns string, hashes []uint64, bs int, scores []Score, members []*fleet.Member, ok func(int) bool, tokens int, share float64, now int64) (int, bool) {
+// homeRequest is one request routeHome decides: its prompt's prefix, its
+// candidates and their costs, and what choose needs for a request homes
+// step aside for.
+type homeRequest struct {
+	ns      string
+	hashes  []uint64
+	bs      int
+	scores  []Score
+	members []*fleet.Member
+	ok      func(int) bool // the candidates allowed (nil: all)
+	tokens  int
+	share   float64
+	now     int64 // unix nanoseconds
+}
+
+// routeHome is choose with homes: the pod of the request's candidates
+// that homes the prompt's prefix, unless homes step aside for it or the
+// home costs too much, when the request is routed by cost (choose). In
+// order: the prefix enters the table; homes step aside for a prefix seen
+// once, one carrying more than a pod's share, pods other routers send to,
+// and caches overrun (standAside); the prefix's home is found, or placed
+// or moved where it fits (homeFor); the home is taken unless another pod
+// is clearly cheaper (worthIt).
+func (r *Router) routeHome(q homeRequest) (int, bool) {
 	t := r.homes
 	t.mu.Lock()
 	defer t.unlock()
-	r.expireHomes(now)
-	h := t.enter(homeKey{ns, hashes[0]}, hashes, bs, now, r.cfg)
+	r.expireHomes(q.now)
+	h := t.enter(homeKey{q.ns, q.hashes[0]}, q.hashes, q.bs, q.now, r.cfg)
+	result := r.standAside(h, q)
+	at := -1
+	if result == homeAtHome {
+		at, result = r.homeFor(h, q)
+	}
+	if at >= 0 && !r.worthIt(h, q, at, result) {
+		if result != homeAtHome {
+			t.setPod(h, kvindex.InvalidPod) // a new home is worth its one cold prefill, not a queue
+		}
+		at, result = -1, homeAway
+	}
+	t.met[result].Inc()
+	if at < 0 {
+		return r.choose(q.scores, q.ok, q.tokens, q.share)
+	}
+	if !h.changed && q.now < t.sharedUntil { // kept for HomesChanged while an index shares them
+		h.changed = true
+		t.changed = append(t.changed, h)
+	}
+	return at, false
+}
+
+// standAside reports why homes step aside for h's request (homeFirst,
+// homeShared, homeOthers, homeFull), or homeAtHome when they do not.
+// Called with the table's lock.
+func (r *Router) standAside(h *home, q homeRequest) homeResult {
+	t := r.homes
 	switch {
 	case h.requests < 2:
 		// A prompt seen once may never come back: it takes no pod's room.
-		t.met[homeFirst].Inc()
-		return r.choose(scores, ok, tokens, share)
-	case h.rate*float64(len(members)) > t.rate:
+		return homeFirst
+	case h.rate*float64(len(q.members)) > t.rate:
 		// More than a pod's share of the traffic: one pod cannot carry
 		// it, and its prompts go where each is cheapest.
 		t.setPod(h, kvindex.InvalidPod)
 		h.hot = true
-		t.met[homeShared].Inc()
-		return r.choose(scores, ok, tokens, share)
+		return homeShared
 	}
 	h.hot = false
 	var room, own, seen int64
-	for _, m := range members {
+	for _, m := range q.members {
 		room += r.fill(m.Load)
 		own += m.Load.InFlight.Load()
 		seen += m.Load.Running.Load() + m.Load.Waiting.Load()
 	}
-	if now < t.sharedUntil {
-		own += t.peers[ns] // the replicas sharing these homes route to them too
+	if q.now < t.sharedUntil {
+		own += t.peers[q.ns] // the replicas sharing these homes route to them too
 	}
-	if seen > own+own/2+othersSlack {
+	switch {
+	case seen > own+own/2+othersSlack:
 		// The pods run more requests than this replica has in flight:
 		// other replicas (or clients) route there too, and homes each
 		// replica keeps by its own decisions disagree.
-		t.met[homeOthers].Inc()
-		return r.choose(scores, ok, tokens, share)
-	}
-	if t.active > room {
+		return homeOthers
+	case t.active > room:
 		// The prefixes that recur need more than the caches: no placement
 		// keeps them, and the router's queue and the per-request cost
 		// manage that overload better than homes moving prefixes about.
-		t.met[homeFull].Inc()
-		return r.choose(scores, ok, tokens, share)
+		return homeFull
 	}
-	at := -1
-	for i, m := range members {
-		if m.ID == h.pod {
-			at = i
-			break
-		}
-	}
-	result := homeAtHome
+	return homeAtHome
+}
+
+// homeFor is the candidate that homes h, and how: at its home
+// (homeAtHome), or homed now (homePlaced, homeMoved); -1 when the home is
+// not a candidate of this request (homeAway) or the prefix fits on no pod
+// (homeNowhere). Called with the table's lock.
+func (r *Router) homeFor(h *home, q homeRequest) (int, homeResult) {
+	t := r.homes
+	at := slices.IndexFunc(q.members, func(m *fleet.Member) bool { return m.ID == h.pod })
 	switch {
-	case h.pod != kvindex.InvalidPod && (at >= 0 && ok != nil && !ok(at) || at < 0 && r.member(h.pod) != nil):
-		// Not a candidate of this request (its subset, or a held request
+	case h.pod != kvindex.InvalidPod && (at >= 0 && q.ok != nil && !q.ok(at) || at < 0 && r.member(h.pod) != nil):
+		// Not a candidate of this request (its subset, or a queued request
 		// released to another pod): routed by cost, the home kept.
-		t.met[homeAway].Inc()
-		return r.choose(scores, ok, tokens, share)
-	case at < 0 || t.homed[h.pod] > t.moveAt(r.fill(members[at].Load), now):
-		// No home yet, the home left the fleet, or its homes outgrew its
-		// cache: the cheapest pod where the prefix fits. A prefix without
-		// a home that the cheapest pod caches half of lives there: homed
-		// there if it fits, else routed by cost (a copy elsewhere would
-		// be a second one).
-		only := -1
-		if h.pod != kvindex.InvalidPod {
-			result = homeMoved
-			t.setPod(h, kvindex.InvalidPod)
-		} else if b := cheapest(scores, ok); scores[b].uncached*2 <= tokens {
-			result, only = homePlaced, b
-		} else {
-			result = homePlaced
-		}
-		at = -1
-		for i, m := range members {
-			if (ok == nil || ok(i)) && (only < 0 || i == only) && t.homed[m.ID]+h.tokens <= r.fill(m.Load) && (at < 0 || scores[i].Cost < scores[at].Cost) {
-				at = i
-			}
-		}
-		if at < 0 {
-			t.met[homeNowhere].Inc()
-			return r.choose(scores, ok, tokens, share)
-		}
-		t.setPod(h, members[at].ID)
+		return -1, homeAway
+	case at >= 0 && t.homed[h.pod] <= t.moveAt(r.fill(q.members[at].Load), q.now):
+		return at, homeAtHome
 	}
-	// What another pod would cost: as scored where the prefix fits, and
-	// a cold prefill where it does not (a copy there evicts that pod's
-	// homes, which is what the per-request cost cannot see). The home may
-	// cost more by Tuning.HomeMargin times that pod's prefill, not its
-	// queue: a fleet whose queues are long moves sooner.
+	// No home yet, the home left the fleet, or its homes outgrew its
+	// cache: the cheapest pod where the prefix fits. A prefix without a
+	// home that the cheapest pod caches half of lives there: homed there if
+	// it fits, else routed by cost (a copy elsewhere would be a second one).
+	result, only := homePlaced, -1
+	if h.pod != kvindex.InvalidPod {
+		result = homeMoved
+		t.setPod(h, kvindex.InvalidPod)
+	} else if b := cheapest(q.scores, q.ok); q.scores[b].uncached*2 <= q.tokens {
+		only = b
+	}
+	at = -1
+	for i, m := range q.members {
+		if (q.ok == nil || q.ok(i)) && (only < 0 || i == only) && t.homed[m.ID]+h.tokens <= r.fill(m.Load) && (at < 0 || q.scores[i].Cost < q.scores[at].Cost) {
+			at = i
+		}
+	}
+	if at < 0 {
+		return -1, homeNowhere
+	}
+	t.setPod(h, q.members[at].ID)
+	return at, result
+}
+
+// worthIt reports whether candidate at, h's home (result: how it became
+// so), is worth its cost. Another pod costs as scored where the prefix
+// fits, and a cold prefill where it does not (a copy there evicts that
+// pod's homes, which the per-request cost cannot see). The home may cost
+// more by Tuning.HomeMargin times that pod's prefill, not its queue: a
+// fleet whose queues are long moves sooner. A new home is worth its one
+// cold prefill, not a queue: its queue alone is held to that limit.
+// Called with the table's lock.
+func (r *Router) worthIt(h *home, q homeRequest, at int, result homeResult) bool {
+	t := r.homes
 	limit := math.Inf(1)
-	for i, s := range scores {
-		if i == at || ok != nil && !ok(i) {
+	for i, s := range q.scores {
+		if i == at || q.ok != nil && !q.ok(i) {
 			continue
 		}
 		c := s.cold
-		if t.homed[members[i].ID]+h.tokens <= r.fill(members[i].Load) {
+		if t.homed[q.members[i].ID]+h.tokens <= r.fill(q.members[i].Load) {
 			c = s.Cost
 		}
 		limit = min(limit, c+r.cfg.Tuning.HomeMargin*(c-s.Queue))
 	}
 	limit += r.cfg.Tuning.ToleranceSeconds
-	switch {
-	case result == homeAtHome && scores[at].Cost > limit:
-		t.met[homeAway].Inc()
-		return r.choose(scores, ok, tokens, share)
-	case result != homeAtHome && scores[at].Queue > limit:
-		// A new home is worth its one cold prefill, not a queue: no home
-		// for now.
-		t.setPod(h, kvindex.InvalidPod)
-		t.met[homeAway].Inc()
-		return r.choose(scores, ok, tokens, share)
+	if result == homeAtHome {
+		return q.scores[at].Cost <= limit
 	}
-	t.met[result].Inc()
-	if !h.changed && now < t.sharedUntil { // kept for HomesChanged while an index shares them
-		h.changed = true
-		t.changed = append(t.changed, h)
-	}
-	return at, false
+	return q.scores[at].Queue <= limit
 }
 
 // fill is the prompt tokens the homes of the pod whose load is l may

@@ -271,7 +271,10 @@ func destinations(sc *scratch, pd bool, ok func(int) bool) func(int) bool {
 // reports the latter.
 func (r *Router) pickPod(ev evaluation, sc *scratch, pd bool, allowed func(int) bool) (i int, placed bool) {
 	if r.homes != nil && !pd && len(sc.hashes) > 0 {
-		return r.routeHome(ev.ns, sc.hashes, r.hasher.BlockSize(), sc.scores, sc.members, allowed, ev.tokens, ev.share, r.now().UnixNano())
+		return r.routeHome(homeRequest{
+			ns: ev.ns, hashes: sc.hashes, bs: r.hasher.BlockSize(), scores: sc.scores, members: sc.members,
+			ok: allowed, tokens: ev.tokens, share: ev.share, now: r.now().UnixNano(),
+		})
 	}
 	return r.choose(sc.scores, allowed, ev.tokens, ev.share)
 }
