@@ -28,7 +28,7 @@ type config struct {
 	Admin      adminConfig      `yaml:"admin"`
 	Log        logConfig        `yaml:"log"`
 	Shutdown   shutdownConfig   `yaml:"shutdown"`
-	Hash       hashConfig       `yaml:"hash"`
+	Hash       blockhash.Config `yaml:"hash"` // must equal the pods' vLLM settings
 	Index      indexConfig      `yaml:"index"`
 	Routing    router.Config    `yaml:"routing"`
 	Tokenizers tokenizersConfig `yaml:"tokenizers"`
@@ -90,13 +90,6 @@ type logConfig struct {
 type shutdownConfig struct {
 	DrainDelay time.Duration `yaml:"drain_delay"` // --drain-delay
 	Timeout    time.Duration `yaml:"timeout"`     // --shutdown-timeout
-}
-
-// hashConfig must equal the pods' vLLM settings.
-type hashConfig struct {
-	Algorithm string `yaml:"algorithm"`  // --hash-algo
-	Seed      string `yaml:"seed"`       // --hash-seed
-	BlockSize int    `yaml:"block_size"` // --block-size
 }
 
 type indexConfig struct {
@@ -178,7 +171,7 @@ func defaultConfig() config {
 		Admin:      adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
 		Log:        logConfig{Level: "info", Format: "auto"},
 		Shutdown:   shutdownConfig{Timeout: 10 * time.Second},
-		Hash:       hashConfig{Algorithm: string(blockhash.SHA256), Seed: blockhash.DefaultSeed, BlockSize: blockhash.DefaultBlockSize},
+		Hash:       blockhash.DefaultConfig(),
 		Index:      indexDefaults(),
 		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, MaxTokenizeBytes: router.DefaultConfig().MaxTokenizeBytes, Hub: hubDefaults()},
 		Routing:    router.DefaultConfig(),
@@ -268,7 +261,11 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
 	for _, f := range serveFlagTable {
-		switch p := fieldByPath(reflect.ValueOf(c).Elem(), f.path).Addr().Interface().(type) {
+		v := fieldByPath(reflect.ValueOf(c).Elem(), f.path)
+		if v.Kind() == reflect.String { // a named string type (blockhash.Algorithm) is set as a string
+			v = reflect.NewAt(reflect.TypeFor[string](), v.Addr().UnsafePointer()).Elem()
+		}
+		switch p := v.Addr().Interface().(type) {
 		case *string:
 			fs.StringVar(p, f.name, *p, f.help)
 		case *bool:

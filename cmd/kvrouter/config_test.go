@@ -68,7 +68,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Admin:    adminConfig{Auth: "auto", Debug: true, MaxConcurrent: 16},
 		Log:      logConfig{Level: "debug", Format: "auto"},
 		Shutdown: shutdownConfig{DrainDelay: 5 * time.Second, Timeout: time.Minute},
-		Hash:     hashConfig{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
+		Hash:     blockhash.Config{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
 		Index: indexConfig{MaxEntries: 1000, Backend: "redis", Redis: redisConfig{
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
 			TTL: 2 * time.Hour,
@@ -335,18 +335,14 @@ func TestObjectivesConfig(t *testing.T) {
 func TestHashAlgorithms(t *testing.T) {
 	for _, algo := range blockhash.Algorithms {
 		c := defaultConfig()
-		c.Hash.Algorithm = string(algo)
-		var p problems
-		c.checkHash(&p)
-		if err := p.err(); err != nil {
+		c.Hash.Algorithm = algo
+		if _, err := c.validate(""); err != nil {
 			t.Errorf("hash.algorithm %q: %v, want no problem", algo, err)
 		}
 	}
 	c := defaultConfig()
 	c.Hash.Algorithm = "xxh3"
-	var p problems
-	c.checkHash(&p)
-	if err := p.err(); err == nil || !strings.Contains(err.Error(), `hash.algorithm: "xxh3", want one of "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"`) {
+	if _, err := c.validate(""); err == nil || !strings.Contains(err.Error(), `hash.algorithm: "xxh3", want one of "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"`) {
 		t.Errorf("hash.algorithm xxh3: %v, want it refused with every name", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -52,7 +53,8 @@ settings.`,
 func hashTokens(cfg blockhash.Config, extra blockhash.Extra, stdin io.Reader, stdout, stderr io.Writer) error {
 	h, err := blockhash.NewHasher(cfg)
 	if err != nil {
-		return badUsage{err}
+		// The settings' keys, as the flags spell them.
+		return badUsage{errors.New(strings.NewReplacer("algorithm:", "--hash-algo:", "seed:", "--hash-seed:", "block_size:", "--block-size:").Replace(err.Error()))}
 	}
 	tokens, err := readTokenIDs(stdin)
 	if err != nil {

@@ -74,9 +74,9 @@ func TestHash(t *testing.T) {
 		{name: "partial block after full ones", args: []string{"--block-size", "2"}, stdin: "[1,2,3]", wantStdout: "[8547672708782733172]\n", wantStderr: "1 of 3 tokens not hashed"},
 		{name: "empty array", stdin: " [ ] ", wantStdout: "[]\n"},
 
-		{name: "block size 0", args: []string{"--block-size", "0"}, wantErr: errUsage, wantStderr: "block size 0"},
-		{name: "negative block size", args: []string{"--block-size=-4"}, wantErr: errUsage, wantStderr: "block size -4"},
-		{name: "unknown algo", args: []string{"--hash-algo", "xxhash64"}, wantErr: errUsage, wantStderr: `unknown hash algorithm "xxhash64": want one of "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"`},
+		{name: "block size 0", args: []string{"--block-size", "0"}, wantErr: errUsage, wantStderr: "--block-size: 0, want a block size > 0"},
+		{name: "negative block size", args: []string{"--block-size=-4"}, wantErr: errUsage, wantStderr: "--block-size: -4, want a block size > 0"},
+		{name: "unknown algo", args: []string{"--hash-algo", "xxhash64"}, wantErr: errUsage, wantStderr: `--hash-algo: "xxhash64", want one of "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"`},
 		{name: "bad flag", args: []string{"--nope"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --nope\nSee 'kvrouter hash --help' for usage.\n"},
 		{name: "stray argument", args: []string{"tokens.json"}, wantErr: errUsage, wantStderr: `unexpected argument "tokens.json"`},
 

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/certs"
@@ -63,7 +62,9 @@ func (c config) validate(serviceHost string) (settings, error) {
 	}
 	nonNegative(p, "shutdown.drain_delay", c.Shutdown.DrainDelay)
 	nonNegative(p, "shutdown.timeout", c.Shutdown.Timeout)
-	c.checkHash(p)
+	for _, err := range leafErrors(c.Hash.Validate()) {
+		p.add("hash.%s", err)
+	}
 	s.index = kvindex.DefaultConfig()
 	s.index.MaxEntries = c.Index.MaxEntries
 	if n := c.Index.MaxEntries; n < s.index.Shards || n > 1<<31 {
@@ -135,7 +136,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 	default:
 		p.add("admin.auth: %q, want auto, kubernetes or none", c.Admin.Auth)
 	}
-	s.hash = blockhash.Config{Algorithm: blockhash.Algorithm(c.Hash.Algorithm), Seed: c.Hash.Seed, BlockSize: c.Hash.BlockSize}
+	s.hash = c.Hash
 	s.events = kvevents.DefaultConfig()
 	s.events.Hash = s.hash
 	if len(p.list) == 0 {
@@ -200,8 +201,8 @@ func (c config) routerConfig(p *problems) router.Config {
 	return r
 }
 
-// leafErrors flattens err's joined and wrapped errors into those that
-// join or wrap nothing more, each a problem of its own.
+// leafErrors flattens err's joined errors, and a prefix wrapped over
+// them, into one problem each.
 func leafErrors(err error) []error {
 	switch e := err.(type) { //nolint:errorlint // walks the tree errors.Is would
 	case nil:
@@ -213,7 +214,9 @@ func leafErrors(err error) []error {
 		}
 		return out
 	case interface{ Unwrap() error }:
-		return leafErrors(e.Unwrap())
+		if _, join := e.Unwrap().(interface{ Unwrap() []error }); join { // a package's prefix over its joined problems
+			return leafErrors(e.Unwrap())
+		}
 	}
 	return []error{err}
 }
@@ -267,7 +270,6 @@ func (s settings) backstop(p *problems) {
 		section string
 		err     error
 	}{
-		{"hash", s.hash.Validate()},
 		{"index", s.index.Validate()},
 		{"extproc", s.ext.Validate()},
 		{"tokenizers", s.tok.Validate()},
@@ -329,18 +331,6 @@ func (c config) checkListen(p *problems) {
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
 			p.add("listen.%s: %q, want host:port or :port", l.key, l.addr)
 		}
-	}
-}
-
-func (c config) checkHash(p *problems) {
-	if _, err := blockhash.ParseAlgorithm(c.Hash.Algorithm); err != nil {
-		p.add("hash.algorithm: %q, want one of %s", c.Hash.Algorithm, blockhash.AlgorithmNames())
-	}
-	if !utf8.ValidString(c.Hash.Seed) {
-		p.add("hash.seed: %q is not valid UTF-8", c.Hash.Seed)
-	}
-	if c.Hash.BlockSize <= 0 {
-		p.add("hash.block_size: %d, want a block size > 0", c.Hash.BlockSize)
 	}
 }
 

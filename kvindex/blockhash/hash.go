@@ -83,16 +83,16 @@ func AlgorithmNames() string {
 type Config struct {
 	// Algorithm is the pod's --prefix-caching-hash-algo: SHA256 (vLLM's
 	// default), SHA256CBOR, XXHash or XXHashCBOR.
-	Algorithm Algorithm
+	Algorithm Algorithm `yaml:"algorithm"`
 	// Seed is the pod's PYTHONHASHSEED as a string ("0", "42", ...); the chain
 	// root is the hash of this string. The empty string is a real seed, hashed
 	// as "". When PYTHONHASHSEED is unset, vLLM ≥ v0.30 uses DefaultSeed and
 	// older releases use random bytes no router can reproduce. Must be valid
 	// UTF-8.
-	Seed string
+	Seed string `yaml:"seed"`
 	// BlockSize is the number of tokens per KV-cache block (vLLM's
 	// --block-size, reported in BlockStored events); > 0.
-	BlockSize int
+	BlockSize int `yaml:"block_size"`
 }
 
 // DefaultConfig returns the configuration of a vLLM ≥ v0.30 pod started
@@ -101,17 +101,18 @@ func DefaultConfig() Config {
 	return Config{Algorithm: SHA256, Seed: DefaultSeed, BlockSize: DefaultBlockSize}
 }
 
-// Validate reports every problem of c at once.
+// Validate reports every problem of c at once, each beginning with its
+// setting's key (algorithm, seed, block_size).
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := ParseAlgorithm(string(c.Algorithm)); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("algorithm: %q, want one of %s", c.Algorithm, AlgorithmNames()))
 	}
 	if !utf8.ValidString(c.Seed) {
-		errs = append(errs, fmt.Errorf("blockhash: hash seed %q is not valid UTF-8", c.Seed))
+		errs = append(errs, fmt.Errorf("seed: %q is not valid UTF-8", c.Seed))
 	}
 	if c.BlockSize <= 0 {
-		errs = append(errs, fmt.Errorf("blockhash: block size %d: must be > 0", c.BlockSize))
+		errs = append(errs, fmt.Errorf("block_size: %d, want a block size > 0", c.BlockSize))
 	}
 	return errors.Join(errs...)
 }

@@ -211,11 +211,11 @@ func TestBadConfig(t *testing.T) {
 		cfg  Config
 		want []string // substrings of the error
 	}{
-		{Config{Algorithm: SHA256, BlockSize: 0}, []string{"block size 0"}},
-		{Config{Algorithm: SHA256CBOR, BlockSize: -16}, []string{"block size -16"}},
-		{Config{Algorithm: "xxhash64", BlockSize: 16}, []string{`unknown hash algorithm "xxhash64"`, `"xxhash_cbor"`}},
-		{Config{Algorithm: "", BlockSize: 16}, []string{`unknown hash algorithm ""`}},
-		{Config{Algorithm: "md5", Seed: "\xff", BlockSize: -1}, []string{"unknown hash algorithm", "not valid UTF-8", "block size -1"}},
+		{Config{Algorithm: SHA256, BlockSize: 0}, []string{"block_size: 0"}},
+		{Config{Algorithm: SHA256CBOR, BlockSize: -16}, []string{"block_size: -16"}},
+		{Config{Algorithm: "xxhash64", BlockSize: 16}, []string{`algorithm: "xxhash64", want one of`, `"xxhash_cbor"`}},
+		{Config{Algorithm: "", BlockSize: 16}, []string{`algorithm: "", want one of`}},
+		{Config{Algorithm: "md5", Seed: "\xff", BlockSize: -1}, []string{"algorithm: \"md5\"", "seed: \"\\xff\" is not valid UTF-8", "block_size: -1"}},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()
