@@ -45,7 +45,7 @@ type Reason string
 // The reasons of a decision.
 const (
 	ReasonPrefix Reason = "prefix" // a cached prefix made the chosen pod cheapest
-	ReasonLoad   Reason = "load"   // nothing cached anywhere useful: picked by load
+	ReasonLoad   Reason = "load"   // the chosen pod caches none of the prompt: picked by cost, its load deciding
 	// ReasonPlacement: a prompt the cheapest pod lacks more than half of
 	// places a new prefix on the least used KV cache among the pods near
 	// the cheapest (Tuning.PlacementTolerance).
