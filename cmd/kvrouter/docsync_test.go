@@ -21,12 +21,13 @@ func docPages(t *testing.T) []string {
 	return append(pages, "../../README.md")
 }
 
-// TestRoutingKeysExplainedOnce: each key of the routing section is
-// explained by exactly one settings-table row of the manual, in
-// docs/routing.md; other pages may name it, never define it again.
-func TestRoutingKeysExplainedOnce(t *testing.T) {
+// TestConfigKeysExplainedOnce: each config key is explained in exactly one
+// place. A routing key by one settings-table row of the manual, in
+// docs/routing.md; every other key by its comment in the example config
+// (TestExampleDocumentsEveryField), and by no table row of the manual.
+func TestConfigKeysExplainedOnce(t *testing.T) {
 	rows := map[string][]string{}
-	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|")
+	row := regexp.MustCompile("(?m)^\\| `([a-z_.]+)` \\|")
 	for _, page := range docPages(t) {
 		text, err := os.ReadFile(page)
 		if err != nil {
@@ -43,6 +44,11 @@ func TestRoutingKeysExplainedOnce(t *testing.T) {
 		}
 		if got := rows[key]; len(got) != 1 || got[0] != "routing.md" {
 			t.Errorf("routing.%s is explained by table rows in %v, want one row, in routing.md", key, got)
+		}
+	}
+	for _, path := range yamlPaths(reflect.TypeFor[config](), nil) {
+		if key := strings.Join(path, "."); len(rows[key]) > 0 {
+			t.Errorf("%s is explained by table rows in %v besides the example config", key, rows[key])
 		}
 	}
 }
