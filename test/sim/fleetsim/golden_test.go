@@ -48,21 +48,29 @@ var goldenRuns = []goldenRun{
 // the pods' caches hold, under a client keeping 160 requests in flight.
 func cacheOverload(t *testing.T) (Config, *Workload) {
 	t.Helper()
+	return overloadFleet(t, "cache-overload", []float64{8, 20}, 20)
+}
+
+// overloadFleet is llm-d's cache-overload runs shortened to stages of the
+// given rates and seconds: 60 users of 3,756-token prompts over 4 pods of
+// 40,000 KV tokens, each the published runs' Llama-3.1-70B on two GPUs as
+// test/sim/cmd/fleetsim's overloadPod derives it.
+func overloadFleet(t *testing.T, name string, stages []float64, seconds float64) (Config, *Workload) {
+	t.Helper()
 	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := SharedPrefix{Groups: 60, PerGroup: 1, System: 3500, Question: 256, Output: 20, Stages: []float64{8, 20}, StageSeconds: 20, QPSScale: 1, Constant: true, Seed: 1}
+	sp := SharedPrefix{Groups: 60, PerGroup: 1, System: 3500, Question: 256, Output: 20, Stages: stages, StageSeconds: seconds, QPSScale: 1, Constant: true, Seed: 1}
 	cfg := DefaultConfig()
 	cfg.Pods, cfg.Blocks, cfg.StepTokens = 4, 40_000/cfg.BlockSize, 2048
-	// Llama-3.1-70B on two GPUs, as TestKVRouterHoldsPastTheCaches derives.
 	ratio := 70.6 / 2 / 8.03
 	cfg.PrefillTokensPerSecond = 25_000 * 8.03 / 70.6 * 2
 	cfg.StepOverhead = time.Duration(float64(5500*time.Microsecond) * ratio)
 	cfg.DecodePerSequence = time.Duration(float64(6*time.Microsecond) * ratio)
 	cfg.KVBytesPerToken = 160 << 10
 	cfg.Client = Client{Concurrency: 160, DrainStages: true}
-	return cfg, sp.Generate("cache-overload", h)
+	return cfg, sp.Generate(name, h)
 }
 
 // digest summarizes a run's outcomes: every request's pod, prefill pod,

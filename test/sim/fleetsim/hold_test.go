@@ -2,9 +2,7 @@ package fleetsim
 
 import (
 	"testing"
-	"time"
 
-	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 )
 
@@ -17,22 +15,7 @@ import (
 // the caches hit and the requests' first tokens, held time included, come
 // sooner.
 func TestKVRouterHoldsPastTheCaches(t *testing.T) {
-	h, err := blockhash.NewHasher(blockhash.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp := SharedPrefix{Groups: 60, PerGroup: 1, System: 3500, Question: 256, Output: 20, Stages: []float64{8, 12, 20}, StageSeconds: 50, QPSScale: 1, Constant: true, Seed: 1}
-	w := sp.Generate("cycle of users past the caches", h)
-	cfg := DefaultConfig()
-	cfg.Pods, cfg.Blocks, cfg.StepTokens = 4, 40_000/cfg.BlockSize, 2048
-	// The published runs' pods, Llama-3.1-70B on two GPUs, derived as
-	// test/sim/cmd/fleetsim's overloadPod does.
-	ratio := 70.6 / 2 / 8.03
-	cfg.PrefillTokensPerSecond = 25_000 * 8.03 / 70.6 * 2
-	cfg.StepOverhead = time.Duration(float64(5500*time.Microsecond) * ratio)
-	cfg.DecodePerSequence = time.Duration(float64(6*time.Microsecond) * ratio)
-	cfg.KVBytesPerToken = 160 << 10
-	cfg.Client = Client{Concurrency: 160, DrainStages: true}
+	cfg, w := overloadFleet(t, "cycle of users past the caches", []float64{8, 12, 20}, 50)
 	run := func(hold int) Stats {
 		t.Helper()
 		res, err := Run(cfg, w, func(s *Sim) (Policy, error) {
