@@ -66,7 +66,7 @@ import (
 // busier moment (two always: 22.3k–23.9k). The batches/s count only
 // batches in Redis: the run ends with a Flush.
 //
-// Issue 25's targets: p99 ≤ 1 ms is met at 8 pods in most runs and at 64
+// The shared index's targets: p99 ≤ 1 ms is met at 8 pods in most runs and at 64
 // on compacted keys (the count in bits: 756–846 µs, five runs), not on
 // uncompacted ones (512 KB of records a match); ≥ 20k batches/s per writer
 // replica is met with ttl 0 (every block new), not with the default TTL
