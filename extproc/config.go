@@ -23,31 +23,33 @@ const (
 	Buffered BodyMode = "BUFFERED"
 )
 
-// Config configures a Server.
+// Config configures a Server. BodyMode, MaxBodyBytes and MaxStreams are
+// the extproc section of kvrouter's config file; the rest are the
+// package's own.
 type Config struct {
 	// BodyMode is the request body mode Envoy is configured with.
 	// Default FULL_DUPLEX_STREAMED.
-	BodyMode BodyMode
+	BodyMode BodyMode `yaml:"body_mode"`
 	// MaxBodyBytes is the largest request body accepted; larger ones are
 	// refused with 413 while they arrive. Default 16 MiB.
-	MaxBodyBytes int
+	MaxBodyBytes int `yaml:"max_body_bytes"`
 	// ChunkBytes is the largest body piece re-sent to Envoy in one message.
 	// Default 62,000 (Envoy recommends staying under 64 KiB).
-	ChunkBytes int
+	ChunkBytes int `yaml:"-"`
 	// MaxRecvMsgBytes is the largest gRPC message accepted from Envoy; a
 	// BUFFERED body arrives as one message. Default MaxBodyBytes + 1 MiB.
-	MaxRecvMsgBytes int
+	MaxRecvMsgBytes int `yaml:"-"`
 	// DrainTimeout bounds how long open streams may take to finish when the
 	// server stops. Default 10s.
-	DrainTimeout time.Duration
+	DrainTimeout time.Duration `yaml:"-"`
 	// MaxStreams bounds the ext_proc streams open at once (one per HTTP
 	// request in flight through Envoy); one more is refused with gRPC
 	// RESOURCE_EXHAUSTED, so a flood cannot starve the streams already
 	// routed. Default 4096.
-	MaxStreams int
+	MaxStreams int `yaml:"max_streams"`
 	// TLS, when set, is what the server serves TLS with (its certificate,
 	// and client certificates it verifies); nil: plaintext.
-	TLS *tls.Config
+	TLS *tls.Config `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -65,10 +67,10 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if c.BodyMode != FullDuplexStreamed && c.BodyMode != Buffered {
-		errs = append(errs, fmt.Errorf("body mode %q, want %s or %s", c.BodyMode, FullDuplexStreamed, Buffered))
+		errs = append(errs, fmt.Errorf("body_mode: %q, want %s or %s", c.BodyMode, FullDuplexStreamed, Buffered))
 	}
 	if c.MaxBodyBytes <= 0 {
-		errs = append(errs, fmt.Errorf("max body bytes = %d, want > 0", c.MaxBodyBytes))
+		errs = append(errs, fmt.Errorf("max_body_bytes: %d, want > 0", c.MaxBodyBytes))
 	}
 	if c.ChunkBytes <= 0 || c.ChunkBytes > 4<<20 {
 		errs = append(errs, fmt.Errorf("chunk bytes = %d, want in (0, 4 MiB]", c.ChunkBytes))
@@ -77,7 +79,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max receive message bytes = %d, want >= 0", c.MaxRecvMsgBytes))
 	}
 	if c.MaxStreams <= 0 {
-		errs = append(errs, fmt.Errorf("max streams = %d, want > 0", c.MaxStreams))
+		errs = append(errs, fmt.Errorf("max_streams: %d, want > 0", c.MaxStreams))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("drain timeout = %v, want >= 0", c.DrainTimeout))

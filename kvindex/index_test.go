@@ -25,7 +25,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := Config{Shards: 3, MaxEntries: 0, SpeculativeTTL: -time.Second, SpeculativeGrace: time.Second}
 	err := bad.Validate()
-	for _, want := range []string{"shards = 3", "max entries = 0", "speculative TTL = -1s", "speculative grace = 1s"} {
+	for _, want := range []string{"shards = 3", "max_entries: 0, want in", "speculative TTL = -1s", "speculative grace = 1s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate(%+v) = %v, want it to mention %q", bad, err, want)
 		}

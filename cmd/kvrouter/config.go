@@ -93,9 +93,9 @@ type shutdownConfig struct {
 }
 
 type indexConfig struct {
-	MaxEntries int         `yaml:"max_entries"` // --max-index-entries
-	Backend    string      `yaml:"backend"`     // --index-backend: memory or redis
-	Redis      redisConfig `yaml:"redis"`
+	kvindex.Config `yaml:",inline"` // max_entries: --max-index-entries
+	Backend        string           `yaml:"backend"` // --index-backend: memory or redis
+	Redis          redisConfig      `yaml:"redis"`
 }
 
 // redisConfig is where the redis backend keeps the shared index
@@ -114,10 +114,8 @@ type redisConfig struct {
 }
 
 type extprocConfig struct {
-	BodyMode     string    `yaml:"body_mode"`      // --body-mode
-	MaxBodyBytes int       `yaml:"max_body_bytes"` // --max-body-bytes
-	MaxStreams   int       `yaml:"max_streams"`    // --max-streams
-	TLS          tlsConfig `yaml:"tls"`
+	extproc.Config `yaml:",inline"` // body_mode, max_body_bytes, max_streams
+	TLS            tlsConfig        `yaml:"tls"`
 }
 
 // tlsConfig is TLS on the ext_proc port.
@@ -175,12 +173,9 @@ func defaultConfig() config {
 		Index:      indexDefaults(),
 		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, MaxTokenizeBytes: router.DefaultConfig().MaxTokenizeBytes, Hub: hubDefaults()},
 		Routing:    router.DefaultConfig(),
-		ExtProc: extprocConfig{
-			BodyMode: string(extproc.FullDuplexStreamed), MaxBodyBytes: extproc.DefaultConfig().MaxBodyBytes, MaxStreams: extproc.DefaultConfig().MaxStreams,
-			TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second},
-		},
-		Pods:      podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond},
-		Discovery: discoverySection{Selector: discovery.DefaultConfig().Selector},
+		ExtProc:    extprocConfig{Config: extproc.DefaultConfig(), TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second}},
+		Pods:       podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond},
+		Discovery:  discoverySection{Selector: discovery.DefaultConfig().Selector},
 	}
 }
 
@@ -188,7 +183,7 @@ func defaultConfig() config {
 func indexDefaults() indexConfig {
 	r := redisindex.DefaultConfig()
 	return indexConfig{
-		MaxEntries: kvindex.DefaultConfig().MaxEntries, Backend: "memory",
+		Config: kvindex.DefaultConfig(), Backend: "memory",
 		Redis: redisConfig{
 			KeyPrefix: r.Prefix, TTL: r.TTL,
 		},
@@ -290,18 +285,30 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 // fieldByPath is the field of the struct v whose yaml key path is path.
 func fieldByPath(v reflect.Value, path string) reflect.Value {
 	for key := range strings.SplitSeq(path, ".") {
-		t, found := v.Type(), false
-		for i := range t.NumField() {
-			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name == key {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
+		f, ok := yamlField(v, key)
+		if !ok {
 			panic("config: no field " + path)
 		}
+		v = f
 	}
 	return v
+}
+
+// yamlField is the field of the struct v whose yaml key is key, looked for
+// in its inline structs too.
+func yamlField(v reflect.Value, key string) (reflect.Value, bool) {
+	for i := range v.NumField() {
+		name, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		switch {
+		case name == key:
+			return v.Field(i), true
+		case opts == "inline":
+			if f, ok := yamlField(v.Field(i), key); ok {
+				return f, true
+			}
+		}
+	}
+	return reflect.Value{}, false
 }
 
 // flagPath is the config field a serve flag sets; "" for a flag that sets

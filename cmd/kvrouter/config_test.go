@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/router"
 )
@@ -69,7 +71,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Log:      logConfig{Level: "debug", Format: "auto"},
 		Shutdown: shutdownConfig{DrainDelay: 5 * time.Second, Timeout: time.Minute},
 		Hash:     blockhash.Config{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
-		Index: indexConfig{MaxEntries: 1000, Backend: "redis", Redis: redisConfig{
+		Index: indexConfig{Config: func() kvindex.Config { c := kvindex.DefaultConfig(); c.MaxEntries = 1000; return c }(), Backend: "redis", Redis: redisConfig{
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
 			TTL: 2 * time.Hour,
 		}},
@@ -87,7 +89,14 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			HFCache: "/hf", PrefixCacheBytes: 1024, MaxTokenizeBytes: 2048,
 			Hub: hubConfig{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: 5 * time.Second, Offline: true},
 		},
-		ExtProc: extprocConfig{BodyMode: "BUFFERED", MaxBodyBytes: 100, MaxStreams: 4096, TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second}},
+		ExtProc: extprocConfig{
+			Config: func() extproc.Config {
+				c := extproc.DefaultConfig()
+				c.BodyMode, c.MaxBodyBytes = extproc.Buffered, 100
+				return c
+			}(),
+			TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second},
+		},
 		Pods: podsConfig{
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond,
 			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},

@@ -118,7 +118,11 @@ func countFlags(fs *pflag.FlagSet) int {
 func yamlPaths(t reflect.Type, prefix []string) [][]string {
 	var out [][]string
 	for f := range t.Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opts == "inline" {
+			out = append(out, yamlPaths(f.Type, prefix)...)
+			continue
+		}
 		if !f.IsExported() || name == "-" || name == "" {
 			continue
 		}

@@ -62,30 +62,20 @@ func (c config) validate(serviceHost string) (settings, error) {
 	}
 	nonNegative(p, "shutdown.drain_delay", c.Shutdown.DrainDelay)
 	nonNegative(p, "shutdown.timeout", c.Shutdown.Timeout)
-	for _, err := range leafErrors(c.Hash.Validate()) {
-		p.add("hash.%s", err)
-	}
-	s.index = kvindex.DefaultConfig()
-	s.index.MaxEntries = c.Index.MaxEntries
-	if n := c.Index.MaxEntries; n < s.index.Shards || n > 1<<31 {
-		p.add("index.max_entries: %d, want in [%d, 2^31]", n, s.index.Shards)
+	s.index, s.ext = c.Index.Config, c.ExtProc.Config
+	for _, v := range []struct {
+		section string
+		err     error
+	}{{"hash", c.Hash.Validate()}, {"index", s.index.Validate()}, {"extproc", s.ext.Validate()}} {
+		for _, err := range leafErrors(v.err) {
+			p.add("%s.%s", v.section, err)
+		}
 	}
 	s.redis = c.redisSettings(s.index, p)
 	s.router = c.routerConfig(p)
 	s.tok, s.chats = c.tokenizerSettings(p)
-	s.ext = extproc.DefaultConfig()
-	s.ext.BodyMode, s.ext.MaxBodyBytes, s.ext.MaxStreams = extproc.BodyMode(c.ExtProc.BodyMode), c.ExtProc.MaxBodyBytes, c.ExtProc.MaxStreams
-	if c.ExtProc.MaxStreams <= 0 {
-		p.add("extproc.max_streams: %d, want > 0", c.ExtProc.MaxStreams)
-	}
 	if c.Admin.MaxConcurrent <= 0 {
 		p.add("admin.max_concurrent: %d, want > 0", c.Admin.MaxConcurrent)
-	}
-	if m := s.ext.BodyMode; m != extproc.FullDuplexStreamed && m != extproc.Buffered {
-		p.add("extproc.body_mode: %q, want %s or %s", m, extproc.FullDuplexStreamed, extproc.Buffered)
-	}
-	if c.ExtProc.MaxBodyBytes <= 0 {
-		p.add("extproc.max_body_bytes: %d, want > 0", c.ExtProc.MaxBodyBytes)
 	}
 	s.static = podsFrom("pods.static", c.Pods.Static, c.Pods.DefaultModel, p)
 	if c.Pods.MetricsInterval <= 0 {
@@ -270,8 +260,6 @@ func (s settings) backstop(p *problems) {
 		section string
 		err     error
 	}{
-		{"index", s.index.Validate()},
-		{"extproc", s.ext.Validate()},
 		{"tokenizers", s.tok.Validate()},
 		{"hash", s.events.Validate()},
 	} {
