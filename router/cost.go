@@ -43,18 +43,17 @@ type Tiers struct {
 	Other int `json:"other"`
 }
 
-// costs predicts each candidate's time to first token: the work queued
-// ahead of the request plus the prefill of the prompt tokens the pod does
-// not cache, and the delay that prefill imposes on the requests that will
-// queue behind it: as many, by Little's law, as are queued there now.
-// Under light load that is nothing and the fastest pod wins; under heavy
-// load a miss costs the pod its whole queue again, so requests stay with
-// the pod caching their prefix instead of spreading misses that thrash
-// every cache and cut the fleet's throughput. The prefill counts more as
-// the fleet's KV caches fill (Tuning.KVPressure): new blocks then evict
-// cached prefixes or wait for running requests to end; and as the workload
-// reuses what the caches hold (Tuning.ReuseWeight): the prefixes a new
-// block evicts will be prefilled again.
+// costs prices each candidate with the formula of docs/routing.md#the-cost,
+// whose names the Score fields and /v1/score's report carry:
+//
+//	cost_seconds    = queue_seconds + prefill_seconds × (kv_pressure + reuse_weight + W)
+//	prefill_seconds = U × (1 + (T − U/2) × a) / speed
+//
+// U the prompt tokens the pod does not cache (matched blocks weighed by
+// tier, expiring ones priced as uncached), T the prompt's tokens, a
+// Tuning.PrefillAttentionPerToken, W the requests queued on the pod
+// (queueSeconds returns it with queue_seconds); pressure is kv_pressure +
+// reuse_weight (weights).
 //
 // peers, by member (empty without a LoadSharer), is the prefill other
 // router replicas routed to each pod and have not seen done: it counts as

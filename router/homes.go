@@ -8,66 +8,15 @@ import (
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
-// Homes. A pod's KV cache is an LRU: a block nothing uses stays about the
-// cache's free room over the rate new blocks arrive (misses and decoded
-// tokens). When the groups of prompts routed to a pod need more than its
-// cache, each group's blocks are evicted before its next request and every
-// request there misses part of its prompt, while another pod may have
-// room. The per-request cost prices one request: it sees a hit behind a
-// queue on the first pod and a cold prefill on the other, and keeps every
-// group where it thrashes.
-//
-// So each prefix gets a home pod, and no pod homes prefixes beyond
-// Tuning.HomeFill of its KV cache (fleet.Load.KVCapacity; nothing is homed
-// on a pod whose capacity is unknown). A prefix is keyed by its first
-// block, per model; its footprint is the distinct prompt tokens seen under
-// it (the shared blocks once, then each new tail; home.grow).
-//
-// A request goes home unless the home costs more than another pod by
-// Tuning.HomeMargin times that pod's prefill: a pod with room for the prefix
-// priced as scored, one without as a cold prefill of the whole prompt (a
-// copy there ages out, but first evicts that pod's homes). The copy a
-// request routed away leaves is not followed.
-//
-// A prefix is homed on its second request (a prompt seen once may never
-// return, and takes no room): on the pod that caches half of it, if it
-// fits there, else routed by cost; or, cached nowhere, on the cheapest pod
-// where it fits. A prefix whose home's prefixes have outgrown the bound
-// moves, on its next request, to the cheapest pod where it fits. Both go
-// to the new home unless its queue alone passes the bound above: its one
-// cold prefill there ends the thrash of every group on the old home.
-//
-// Homes step aside (the request is routed by cost) for a prefix that fits
-// on no pod; for one that carries more than a pod's share of the requests
-// (a system prompt every conversation starts with: one pod cannot carry
-// it); while the prefixes seen twice need more than the pods' homes may
-// fill, an overload of the caches no placement mends, which the router's
-// queue (queue.go) and the per-request cost manage; and while the pods run
-// more requests (vllm:num_requests_running and _waiting) than 1.5 times
-// this replica's in flight there (and, while homes are shared, the other
-// sharing replicas'), plus othersSlack. Then other replicas,
-// or clients, route there too: each replica's homes, learned from its own
-// decisions, would place a prefix on a pod of its own, and every pod would
-// hold more groups than its cache (in the fleet simulator, two replicas'
-// tables disagreed on 17 of 75 groups, and the fast pods thrashed again).
-// Replicas whose index shares their homes (homeshare.go) count one
-// another's requests as their own: they route to the same homes.
-//
-// A prefix unseen for Tuning.HomeIdle leaves the table, and its footprint
-// its home's, unless its home still holds its first block (per the index's
-// view of the pod's events; homeTable.caches) and the home's prefixes are
-// within its bound with it: then it stays another HomeIdle, and is looked
-// at again. It is idle meanwhile: its footprint counts in neither its home's
-// nor the active total until a request comes (an idle prefix neither
-// fills its home against those that recur nor makes the caches seem
-// overloaded; counted, it moved the fleet simulator's llm-d 125% run's
-// stage 15 by 12%).
-// Light traffic leaves a group unseen for longer than that while its blocks
-// stay cached; homed anew, it could land on another pod than the one that
-// answered its prompts (the fleet simulator's llm-d 73% run, light stages:
-// 40 of 3,366 requests went home and missed a question another pod held).
-// Requests fade from its share of the traffic over HomeIdle. The table
-// holds at most Tuning.HomeTable prefixes.
+// Homes give each prefix a home pod its requests go to, and keep each
+// pod's homes within its KV cache; docs/routing.md#homes states the rule
+// and why. Here: routeHome applies it to one request (standAside, homeFor,
+// worthIt); the table (hometable.go) keys a prefix by its first block per
+// model, measures its footprint (the distinct prompt tokens seen under it:
+// home.grow), keeps each pod's homed total and the active total, expires
+// and idles prefixes (expireHomes), and is shared between replicas through
+// an index that shares it (homeshare.go). Its tuned numbers are in
+// Tuning and tuning.go.
 
 // homeResult is what homes did for a request.
 type homeResult uint8

@@ -11,39 +11,17 @@ import (
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
 
-// The router's queue. When a model's pods are sent more prompts than their
-// KV caches hold, each pod's cache evicts a prompt's blocks before the
-// next request that shares them is admitted: vLLM admits its waiting
-// requests in order of arrival, and between two requests of one
-// conversation routed to one pod come those of every other conversation
-// routed there. Every request then misses, whatever the router picked,
-// and the fleet prefills every prompt whole.
-//
-// Past that point the router stops queueing in the pods. A pod with
-// Config.QueuePrefillsPerPod of its requests awaiting their first token takes
-// no more; requests wait in the router, and each time a pod has room
-// again (a request there prefilled) it gets the waiting request that
-// finds the most of its prompt cached on it (ties: the oldest). A pod then
-// serves the conversations it caches while their requests wait, rather
-// than a cycle of prompts through a cache too small for it.
-//
-// The queue opens when the prompt tokens of the requests routed to the
-// model's pods and not yet prefilled, with those held, reach the tokens
-// their KV caches hold (fleet.Load.KVCapacity; never while a pod's is
-// unknown), and the pods' prefix caches hit less than three quarters of
-// what routing found matched (fleet.Load.MissShare against
-// fleet.Load.Reuse, queueLost):
-// the queued prompts evict what the requests were routed for. A fleet
-// merely overloaded, whose caches still hit what routing expected, keeps
-// routing at once. It closes when the queued prompts fall below half of
-// the caches, and the held requests are then routed as usual, oldest
-// first.
-//
-// A held request waits at most Config.QueueMaxWait, then is routed as if
-// nothing were held; its client going away ends its wait. Each replica
-// holds its own requests and counts its own decisions.
+// kvrouter's queue: once a model's queued prompts pass what its pods' KV
+// caches hold and the caches lose what routing matched, a pod with
+// Config.QueuePrefillsPerPod requests awaiting their first token takes no
+// more, and requests wait here for a pod with room, which gets the one it
+// caches most of; docs/routing.md#the-queue states the rule and why. Here:
+// each model's gate (gate, opens, staysOpen; queueLost in tuning.go), the
+// waiting tickets, and one releaser at a time that matches the index
+// without the queue's lock (release, releaseOne). A request waits at most
+// Config.QueueMaxWait; each replica queues its own requests.
 
-// requestQueue is the router's queue.
+// requestQueue is kvrouter's queue.
 type requestQueue struct {
 	mu sync.Mutex
 	// waiting are the held tickets, oldest first.
