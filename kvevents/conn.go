@@ -59,7 +59,9 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	st.mon, st.lost = mon, false
 	defer func() {
+		st.mon = nil
 		err = errors.Join(err, closeMonitored(sub, mon))
 	}()
 	poller := zmq.NewPoller()
@@ -69,7 +71,7 @@ func (st *stream) session(ctx context.Context) (connected bool, err error) {
 	defer window.stop()
 	recv := newReader(sub)
 	defer recv.close()
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !st.lost {
 		polled, err := poller.Poll(st.cfg.PollInterval)
 		if err != nil {
 			if zmq.AsErrno(err) == zmq.Errno(4) { // EINTR
@@ -234,6 +236,10 @@ var errReplayHole = errors.New("kvevents: replay replies missing")
 // replayRetries bounds the new requests after a replay with holes.
 const replayRetries = 3
 
+// errConnLost ends a replay whose subscription lost its connection: the
+// publisher is gone, and would never answer.
+var errConnLost = errors.New("kvevents: connection lost during a replay")
+
 // replayFrom asks the rank's replay ROUTER for every buffered batch from
 // seq on and accepts them in order, until the end marker, ctx, or
 // ReplayTimeout. A reply stream with a hole is asked again from the hole.
@@ -243,6 +249,9 @@ func (st *stream) replayFrom(ctx context.Context, from uint64) bool {
 	for try := 0; errors.Is(err, errReplayHole) && try < replayRetries; try++ {
 		st.m.replayRetried.Inc()
 		err = st.doReplay(ctx, st.next)
+	}
+	if errors.Is(err, errConnLost) {
+		return false // the session ends; the next connection replays again
 	}
 	if err == nil {
 		st.m.replayOK.Inc()
@@ -279,6 +288,9 @@ func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
 	}
 	poller := zmq.NewPoller()
 	poller.Add(dealer, zmq.POLLIN)
+	if st.mon != nil {
+		poller.Add(st.mon, zmq.POLLIN) // a publisher gone mid-replay answers nothing
+	}
 	deadline := time.Now().Add(st.cfg.ReplayTimeout)
 	first := true
 	for ctx.Err() == nil {
@@ -288,6 +300,12 @@ func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
 		}
 		if _, err := poller.Poll(min(left, st.cfg.PollInterval)); err != nil && zmq.AsErrno(err) != zmq.Errno(4) {
 			return fmt.Errorf("kvevents: poll DEALER: %w", err)
+		}
+		if st.mon != nil {
+			if _, down := st.onMonitor(st.mon); down {
+				st.lost = true
+				return errConnLost
+			}
 		}
 		for range maxDrain {
 			frames, err := dealer.RecvMessageBytes(zmq.DONTWAIT)

@@ -105,7 +105,8 @@
 //	expecting n   connection idle after connecting, or   replay from n once
 //	              after a live batch dropped for a full
 //	              queue
-//	expecting n   connection lost                        backoff, then reconnect
+//	expecting n   connection lost (a replay in flight    backoff, then reconnect
+//	              ends at once: the publisher is gone)
 //	expecting 0   reconnect                              replay from 0
 //	expecting n   reconnect, n > 0                       probing: replay from n-1
 //	probing       batch n-1, as taken                    same process: the rest of the

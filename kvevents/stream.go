@@ -8,6 +8,8 @@ import (
 	"math"
 	"runtime"
 
+	zmq "github.com/pebbe/zmq4"
+
 	"github.com/kvrouter/kvrouter/internal/pod"
 )
 
@@ -42,6 +44,10 @@ type stream struct {
 	last         []byte // the last batch queued (received frames are never reused)
 	lastShared   bool   // last lies in the buffer of a whole run of live batches
 	probe        probe
+	// mon is the current connection's monitor, watched during replays too;
+	// lost says a replay saw the connection go down: the session ends.
+	mon  *zmq.Socket
+	lost bool
 }
 
 // probe checks, after a reconnection, that the publisher is the process
