@@ -299,14 +299,16 @@ func TestRoutingReachesTheRouter(t *testing.T) {
 			t.Errorf("%q: router config %+v, want %+v", tt.args, s.router, want)
 		}
 	}
-	c, err := loadConfig([]string{"--hold-prefilling", "3", "--kv-pressure", "2"})
+	c, err := loadConfig([]string{"--hold-prefilling", "3", "--kv-pressure", "2", "--routing-tolerance", "0.1", "--learn-prefill-speeds"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.validate("")
 	for _, want := range []string{
-		"--hold-prefilling: removed: set routing.queue_prefills_per_pod in the config file (--config)",
+		"--hold-prefilling: renamed routing.queue_prefills_per_pod (0 turns the queue off)",
 		"--kv-pressure: removed: a tuned constant now (docs/routing.md#tuned-constants)",
+		"--routing-tolerance: removed: set routing.tolerance in the config file (--config)",
+		"--learn-prefill-speeds: removed: set routing.learn_prefill_speeds in the config file (--config)",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate with removed flags = %v, want %q", err, want)

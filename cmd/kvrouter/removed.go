@@ -31,15 +31,16 @@ var removedKeys = map[string]string{
 }
 
 // removedFlagKeys are serve's flags that no longer exist, each with the
-// config file key that replaced it (flags are kept for infrastructure;
-// the routing policy is set in the config file).
+// config file key it set: a key that still exists is set in the file now
+// (flags are kept for infrastructure), a removed one says what became of
+// it (removedKeys).
 var removedFlagKeys = map[string]string{
 	"prefill-tokens-per-second":   "routing.prefill_tokens_per_second",
 	"learn-prefill-speeds":        "routing.learn_prefill_speeds",
 	"routing-tolerance":           "routing.tolerance",
-	"home-hold":                   "routing.homes",
-	"hold-prefilling":             "routing.queue_prefills_per_pod",
-	"hold-max-wait":               "routing.queue_max_wait",
+	"home-hold":                   "routing.home_hold",
+	"hold-prefilling":             "routing.hold_prefilling",
+	"hold-max-wait":               "routing.hold_max_wait",
 	"saturation-waiting":          "routing.saturation_waiting",
 	"saturation-kv":               "routing.saturation_kv",
 	"stale-metrics-after":         "routing.stale_metrics_after",
@@ -47,35 +48,36 @@ var removedFlagKeys = map[string]string{
 	"pd-threshold-tokens":         "routing.pd_threshold_tokens",
 	"prefill-header":              "routing.prefill_header",
 	"max-tokenize-bytes":          "tokenizers.max_tokenize_bytes",
-	"prefill-attention-per-token": "",
-	"kv-pressure":                 "",
-	"reuse-weight":                "",
-	"placement-tolerance":         "",
-	"home-fill":                   "",
-	"home-idle":                   "",
-	"home-table":                  "",
-	"hold-scan":                   "",
-	"index-redis-lease-ttl":       "",
-	"index-redis-timeout":         "",
-	"index-redis-local-view":      "",
-	"index-redis-share-load":      "",
-	"index-redis-share-homes":     "",
-	"index-redis-home-sync":       "",
+	"prefill-attention-per-token": "routing.prefill_attention_per_token",
+	"kv-pressure":                 "routing.kv_pressure",
+	"reuse-weight":                "routing.reuse_weight",
+	"placement-tolerance":         "routing.placement_tolerance",
+	"home-fill":                   "routing.home_fill",
+	"home-idle":                   "routing.home_idle",
+	"home-table":                  "routing.home_table",
+	"hold-scan":                   "routing.hold_scan",
+	"index-redis-lease-ttl":       "index.redis.lease_ttl",
+	"index-redis-timeout":         "index.redis.timeout",
+	"index-redis-local-view":      "index.redis.local_view",
+	"index-redis-share-load":      "index.redis.share_load",
+	"index-redis-share-homes":     "index.redis.share_homes",
+	"index-redis-home-sync":       "index.redis.home_sync",
 }
 
 // removedFlags defines the removed flags, hidden, so that using one is a
-// problem that says what replaced it rather than "unknown flag".
+// problem that says what replaced it rather than "unknown flag". A flag
+// that was a switch may still be given bare.
 func removedFlags(fs *pflag.FlagSet, problems *[]string) {
 	for name, key := range removedFlagKeys {
-		msg := "removed: set " + key + " in the config file (--config)"
-		switch {
-		case strings.HasPrefix(name, "index-redis-"):
-			msg = "removed: " + strings.TrimPrefix(removedKeys["index.redis."+strings.ReplaceAll(strings.TrimPrefix(name, "index-redis-"), "-", "_")], "removed: ")
-		case key == "":
-			msg = "removed: a tuned constant now (docs/routing.md#tuned-constants)"
+		msg, gone := removedKeys[key]
+		if !gone {
+			msg = "removed: set " + key + " in the config file (--config)"
 		}
 		fs.Var(removedFlag{name: name, msg: msg, problems: problems}, name, msg)
 		_ = fs.MarkHidden(name)
+		if strings.HasSuffix(key, "learn_prefill_speeds") || strings.HasSuffix(key, "_view") || strings.Contains(key, ".share_") {
+			fs.Lookup(name).NoOptDefVal = "true"
+		}
 	}
 }
 
