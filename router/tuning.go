@@ -121,13 +121,21 @@ const (
 // validate reports every problem of t at once.
 func (t Tuning) validate() error {
 	var errs []error
-	for name, v := range map[string]float64{
-		"prefill attention per token": t.PrefillAttentionPerToken, "waiting seconds per request": t.WaitingSecondsPerRequest,
-		"running seconds per request": t.RunningSecondsPerRequest, "KV pressure": t.KVPressure, "reuse weight": t.ReuseWeight,
-		"tolerance seconds": t.ToleranceSeconds, "placement tolerance": t.PlacementTolerance, "home margin": t.HomeMargin,
+	for _, w := range []struct {
+		name string
+		v    float64
+	}{
+		{"prefill attention per token", t.PrefillAttentionPerToken},
+		{"waiting seconds per request", t.WaitingSecondsPerRequest},
+		{"running seconds per request", t.RunningSecondsPerRequest},
+		{"KV pressure", t.KVPressure},
+		{"reuse weight", t.ReuseWeight},
+		{"tolerance seconds", t.ToleranceSeconds},
+		{"placement tolerance", t.PlacementTolerance},
+		{"home margin", t.HomeMargin},
 	} {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 1) {
-			errs = append(errs, fmt.Errorf("tuning: %s = %v, want finite and >= 0", name, v))
+		if w.v < 0 || math.IsNaN(w.v) || math.IsInf(w.v, 1) {
+			errs = append(errs, fmt.Errorf("tuning: %s = %v, want finite and >= 0", w.name, w.v))
 		}
 	}
 	if t.HomeFill <= 0 || t.HomeFill > 1 || t.HomeIdle <= 0 || t.HomeTable < 1 || t.QueueScan < 1 {
