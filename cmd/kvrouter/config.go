@@ -257,12 +257,11 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
 	for _, f := range serveFlagTable {
 		v := fieldByPath(reflect.ValueOf(c).Elem(), f.path)
-		if v.Kind() == reflect.String { // a named string type (blockhash.Algorithm) is set as a string
-			v = reflect.NewAt(reflect.TypeFor[string](), v.Addr().UnsafePointer()).Elem()
+		if v.Kind() == reflect.String { // string and named string types (blockhash.Algorithm)
+			fs.Var(stringField{v}, f.name, f.help)
+			continue
 		}
 		switch p := v.Addr().Interface().(type) {
-		case *string:
-			fs.StringVar(p, f.name, *p, f.help)
 		case *bool:
 			fs.BoolVar(p, f.name, *p, f.help)
 		case *int:
@@ -309,6 +308,24 @@ func yamlField(v reflect.Value, key string) (reflect.Value, bool) {
 		}
 	}
 	return reflect.Value{}, false
+}
+
+// stringField is a flag over a field of any string kind.
+type stringField struct{ v reflect.Value }
+
+func (f stringField) String() string         { return f.v.String() }
+func (f stringField) Set(value string) error { f.v.SetString(value); return nil }
+func (f stringField) Type() string           { return "string" }
+
+// flagFor is the serve flag that sets the config field at path; "" for
+// none.
+func flagFor(path string) string {
+	for _, f := range serveFlagTable {
+		if f.path == path {
+			return f.name
+		}
+	}
+	return ""
 }
 
 // flagPath is the config field a serve flag sets; "" for a flag that sets

@@ -53,8 +53,13 @@ settings.`,
 func hashTokens(cfg blockhash.Config, extra blockhash.Extra, stdin io.Reader, stdout, stderr io.Writer) error {
 	h, err := blockhash.NewHasher(cfg)
 	if err != nil {
-		// The settings' keys, as the flags spell them.
-		return badUsage{errors.New(strings.NewReplacer("algorithm:", "--hash-algo:", "seed:", "--hash-seed:", "block_size:", "--block-size:").Replace(err.Error()))}
+		// Each problem under the flag of its setting's key.
+		var msgs []string
+		for _, e := range leafErrors(err) {
+			key, rest, _ := strings.Cut(e.Error(), ":")
+			msgs = append(msgs, "--"+flagFor("hash."+key)+":"+rest)
+		}
+		return badUsage{errors.New(strings.Join(msgs, "\n"))}
 	}
 	tokens, err := readTokenIDs(stdin)
 	if err != nil {

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/spf13/pflag"
 )
@@ -64,6 +64,9 @@ var removedFlagKeys = map[string]string{
 	"index-redis-home-sync":       "index.redis.home_sync",
 }
 
+// removedSwitches are the removed flags that took no value.
+var removedSwitches = []string{"learn-prefill-speeds", "index-redis-local-view", "index-redis-share-load", "index-redis-share-homes"}
+
 // removedFlags defines the removed flags, hidden, so that using one is a
 // problem that says what replaced it rather than "unknown flag". A flag
 // that was a switch may still be given bare.
@@ -75,7 +78,7 @@ func removedFlags(fs *pflag.FlagSet, problems *[]string) {
 		}
 		fs.Var(removedFlag{name: name, msg: msg, problems: problems}, name, msg)
 		_ = fs.MarkHidden(name)
-		if strings.HasSuffix(key, "learn_prefill_speeds") || strings.HasSuffix(key, "_view") || strings.Contains(key, ".share_") {
+		if slices.Contains(removedSwitches, name) {
 			fs.Lookup(name).NoOptDefVal = "true"
 		}
 	}

@@ -62,17 +62,21 @@ func (c config) validate(serviceHost string) (settings, error) {
 	}
 	nonNegative(p, "shutdown.drain_delay", c.Shutdown.DrainDelay)
 	nonNegative(p, "shutdown.timeout", c.Shutdown.Timeout)
-	s.index, s.ext = c.Index.Config, c.ExtProc.Config
+	s.index, s.ext, s.router = c.Index.Config, c.ExtProc.Config, c.Routing
+	s.router.MaxTokenizeBytes = c.Tokenizers.MaxTokenizeBytes
 	for _, v := range []struct {
 		section string
 		err     error
-	}{{"hash", c.Hash.Validate()}, {"index", s.index.Validate()}, {"extproc", s.ext.Validate()}} {
+	}{{"hash", c.Hash.Validate()}, {"index", s.index.Validate()}, {"extproc", s.ext.Validate()}, {"routing", s.router.Validate()}} {
 		for _, err := range leafErrors(v.err) {
-			p.add("%s.%s", v.section, err)
+			section := v.section
+			if strings.HasPrefix(err.Error(), "max_tokenize_bytes:") {
+				section = "tokenizers" // router.Config.MaxTokenizeBytes is tokenizers.max_tokenize_bytes
+			}
+			p.add("%s.%s", section, err)
 		}
 	}
 	s.redis = c.redisSettings(s.index, p)
-	s.router = c.routerConfig(p)
 	s.tok, s.chats = c.tokenizerSettings(p)
 	if c.Admin.MaxConcurrent <= 0 {
 		p.add("admin.max_concurrent: %d, want > 0", c.Admin.MaxConcurrent)
@@ -174,21 +178,6 @@ func parentPath(path string) string {
 		return ""
 	}
 	return path[:i]
-}
-
-// routerConfig is the routing section, which the router validates itself:
-// each of its problems begins with the key it is about.
-func (c config) routerConfig(p *problems) router.Config {
-	r := c.Routing
-	r.MaxTokenizeBytes = c.Tokenizers.MaxTokenizeBytes
-	for _, err := range leafErrors(r.Validate()) {
-		key := "routing."
-		if strings.HasPrefix(err.Error(), "max_tokenize_bytes:") {
-			key = "tokenizers."
-		}
-		p.add("%s%s", key, err)
-	}
-	return r
 }
 
 // leafErrors flattens err's joined errors, and a prefix wrapped over
