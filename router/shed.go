@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -18,6 +19,31 @@ const shedRetryAfter = time.Second
 // Objectives are the priorities of the InferenceObjectives requests name.
 // A name not in it has priority 0.
 type Objectives map[string]int
+
+// Objective is one InferenceObjective as kvrouter's config file states it
+// (an item of objectives): a name and its priority (below zero: sheddable
+// when the pods are saturated).
+type Objective struct {
+	Name     string `yaml:"name"`
+	Priority int    `yaml:"priority"`
+}
+
+// ObjectivesFrom checks a config file's objectives, every problem at once,
+// each starting with its item ("[2]: no name"), and returns them.
+func ObjectivesFrom(list []Objective) (Objectives, error) {
+	o, errs := Objectives{}, []error(nil)
+	for i, x := range list {
+		switch _, dup := o[x.Name]; {
+		case x.Name == "":
+			errs = append(errs, fmt.Errorf("[%d]: no name", i))
+		case dup:
+			errs = append(errs, fmt.Errorf("[%d]: %q named twice", i, x.Name))
+		default:
+			o[x.Name] = x.Priority
+		}
+	}
+	return o, errors.Join(errs...)
+}
 
 // SetObjectives replaces the objectives' priorities (from the config file,
 // or the InferenceObjectives of the pool's namespace as they change).

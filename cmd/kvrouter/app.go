@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/certs"
+	"github.com/kvrouter/kvrouter/internal/conf"
 	"github.com/kvrouter/kvrouter/internal/kube"
 	"github.com/kvrouter/kvrouter/internal/kubeauth"
 	"github.com/kvrouter/kvrouter/internal/proxy"
@@ -124,7 +125,7 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 			})
 		}
 	}
-	parse := podsFileParser(s.Pods.File, s.static, s.Pods.DefaultModel)
+	parse := discovery.PodsFileParser(s.Pods.File, s.static, s.Pods.DefaultModel)
 	static, err := discovery.NewStatic(s.static, s.Pods.File, parse, time.Duration(s.Pods.FileInterval), sink, a.reg, a.logger)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -134,11 +135,11 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 	if err := a.static.Reload(); err != nil {
 		// The pods file changed since validate read it. Say what is wrong
 		// as validate does: Reload's error wraps the read error or
-		// parsePods's problems one level down.
+		// pod.ParseFile's problems one level down.
 		if cause := errors.Unwrap(err); cause != nil {
 			err = cause
 		}
-		return nil, &problems{list: []string{s.locate("pods.file: " + err.Error())}}
+		return nil, &conf.Problems{List: []string{s.locate("pods.file: " + err.Error())}}
 	}
 	return a, nil
 }
@@ -208,7 +209,7 @@ func (a *app) build(s settings) error {
 	}
 	if s.certs != nil {
 		if a.certs, err = certs.New(*s.certs, a.logger, a.reg); err != nil {
-			return &problems{list: []string{s.locate("extproc.tls: " + err.Error())}}
+			return &conf.Problems{List: []string{s.locate("extproc.tls: " + err.Error())}}
 		}
 		s.ext.TLS = a.certs.TLSConfig()
 	}

@@ -1,22 +1,22 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"reflect"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/internal/certs"
+	"github.com/kvrouter/kvrouter/internal/conf"
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/kvindex/redisindex"
 	"github.com/kvrouter/kvrouter/router"
-	"github.com/kvrouter/kvrouter/tokenizer"
+	"github.com/kvrouter/kvrouter/tokenizer/models"
 )
 
 // config is everything `kvrouter serve` can be told: the YAML config file
@@ -31,13 +31,13 @@ type config struct {
 	Hash       blockhash.Config `yaml:"hash"` // must equal the pods' vLLM settings
 	Index      indexConfig      `yaml:"index"`
 	Routing    router.Config    `yaml:"routing"`
-	Tokenizers tokenizersConfig `yaml:"tokenizers"`
+	Tokenizers models.Settings  `yaml:"tokenizers"` // --model, --chat-template*, --hf-cache, --hub-*
 	ExtProc    extprocConfig    `yaml:"extproc"`
 	Pods       podsConfig       `yaml:"pods"`
 	// Objectives are the priorities of the InferenceObjectives requests
 	// name in x-gateway-inference-objective, without Kubernetes.
-	Objectives []objectiveEntry `yaml:"objectives"`
-	Discovery  discoverySection `yaml:"discovery"`
+	Objectives []router.Objective `yaml:"objectives"`
+	Discovery  discovery.Settings `yaml:"discovery"` // --kubeconfig, --namespace, --selector, --pool-*
 
 	// file is --config, fileProblems what was wrong in it and positions
 	// where each of its fields is; podFlags and modelFlags are the raw --pod
@@ -46,7 +46,7 @@ type config struct {
 	// could not hold. None is in the file.
 	file                 string
 	fileProblems         []string
-	positions            map[string]position
+	positions            conf.Positions
 	podFlags, modelFlags []string
 	// templateFlags and formatFlags are the raw --chat-template and
 	// --chat-template-content-format flags, set over tokenizers.models.
@@ -93,72 +93,25 @@ type shutdownConfig struct {
 }
 
 type indexConfig struct {
-	kvindex.Config `yaml:",inline"` // max_entries: --max-index-entries
-	Backend        string           `yaml:"backend"` // --index-backend: memory or redis
-	Redis          redisConfig      `yaml:"redis"`
-}
-
-// redisConfig is where the redis backend keeps the shared index
-// (redisindex.Config). The password comes from an environment variable or
-// a file, never from the config itself, and is never logged.
-type redisConfig struct {
-	Address      string        `yaml:"address"`       // --index-redis-addr: host:port, comma-separated seeds with cluster
-	Cluster      bool          `yaml:"cluster"`       // --index-redis-cluster
-	Username     string        `yaml:"username"`      // --index-redis-username
-	PasswordEnv  string        `yaml:"password_env"`  // --index-redis-password-env
-	PasswordFile string        `yaml:"password_file"` // --index-redis-password-file
-	TLS          bool          `yaml:"tls"`           // --index-redis-tls
-	TLSCAFile    string        `yaml:"tls_ca_file"`   // --index-redis-tls-ca
-	KeyPrefix    string        `yaml:"key_prefix"`    // --index-redis-key-prefix
-	TTL          time.Duration `yaml:"ttl"`           // --index-redis-ttl
+	kvindex.Config `yaml:",inline"`      // max_entries: --max-index-entries
+	Backend        string                `yaml:"backend"` // --index-backend: memory or redis
+	Redis          redisindex.Connection `yaml:"redis"`   // --index-redis-*
 }
 
 type extprocConfig struct {
 	extproc.Config `yaml:",inline"` // body_mode, max_body_bytes, max_streams
-	TLS            tlsConfig        `yaml:"tls"`
-}
-
-// tlsConfig is TLS on the ext_proc port.
-type tlsConfig struct {
-	Mode           string        `yaml:"mode"`            // --grpc-tls: auto, on or off
-	CertFile       string        `yaml:"cert_file"`       // --grpc-tls-cert
-	KeyFile        string        `yaml:"key_file"`        // --grpc-tls-key
-	ClientCAFile   string        `yaml:"client_ca_file"`  // --grpc-tls-client-ca
-	ReloadInterval time.Duration `yaml:"reload_interval"` // --grpc-tls-reload-interval
-}
-
-// objectiveEntry is one InferenceObjective: a name and its priority (below
-// zero: sheddable when the pods are saturated).
-type objectiveEntry struct {
-	Name     string `yaml:"name"`
-	Priority int    `yaml:"priority"`
+	TLS            certs.Settings   `yaml:"tls"` // --grpc-tls*
 }
 
 // podsConfig is the pods known without Kubernetes, and the model of pods
 // that name none.
 type podsConfig struct {
 	DefaultModel string        `yaml:"default_model"` // --default-model
-	Static       []podEntry    `yaml:"static"`        // --pod
+	Static       []pod.Entry   `yaml:"static"`        // --pod
 	File         string        `yaml:"file"`          // --pods-file
 	FileInterval time.Duration `yaml:"file_interval"` // --pods-file-interval
 	// MetricsInterval is how often each ready pod's vLLM /metrics is read.
 	MetricsInterval time.Duration `yaml:"metrics_interval"` // --pods-metrics-interval
-}
-
-// discoverySection is Kubernetes pod discovery.
-type discoverySection struct {
-	// Kubeconfig: a path, "in-cluster", "off", or "" for in-cluster when
-	// KUBERNETES_SERVICE_HOST is set and off otherwise.
-	Kubeconfig string      `yaml:"kubeconfig"` // --kubeconfig
-	Namespaces []string    `yaml:"namespaces"` // --namespace
-	Selector   string      `yaml:"selector"`   // --selector
-	Pool       poolSection `yaml:"pool"`
-}
-
-// poolSection names the InferencePool to serve instead of the selector.
-type poolSection struct {
-	Name      string `yaml:"name"`      // --pool-name
-	Namespace string `yaml:"namespace"` // --pool-namespace
 }
 
 // defaultConfig is serve's configuration when nothing is said: vLLM's own
@@ -171,82 +124,80 @@ func defaultConfig() config {
 		Shutdown:   shutdownConfig{Timeout: 10 * time.Second},
 		Hash:       blockhash.DefaultConfig(),
 		Index:      indexDefaults(),
-		Tokenizers: tokenizersConfig{PrefixCacheBytes: tokenizer.DefaultPrefixCacheBytes, MaxTokenizeBytes: router.DefaultConfig().MaxTokenizeBytes, Hub: hubDefaults()},
+		Tokenizers: tokenizerDefaults(),
 		Routing:    router.DefaultConfig(),
-		ExtProc:    extprocConfig{Config: extproc.DefaultConfig(), TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second}},
+		ExtProc:    extprocConfig{Config: extproc.DefaultConfig(), TLS: certs.DefaultSettings()},
 		Pods:       podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond},
-		Discovery:  discoverySection{Selector: discovery.DefaultConfig().Selector},
+		Discovery:  discovery.DefaultSettings(),
 	}
+}
+
+// tokenizerDefaults is the tokenizers section's defaults, with the
+// router's bound on the bodies it tokenizes.
+func tokenizerDefaults() models.Settings {
+	t := models.Default()
+	t.MaxTokenizeBytes = router.DefaultConfig().MaxTokenizeBytes
+	return t
 }
 
 // indexDefaults is the index's own defaults: the memory backend.
 func indexDefaults() indexConfig {
-	r := redisindex.DefaultConfig()
-	return indexConfig{
-		Config: kvindex.DefaultConfig(), Backend: "memory",
-		Redis: redisConfig{
-			KeyPrefix: r.Prefix, TTL: r.TTL,
-		},
-	}
+	return indexConfig{Config: kvindex.DefaultConfig(), Backend: "memory", Redis: redisindex.DefaultConnection()}
 }
-
-// flagSpec is one of serve's flags: the config field it sets, by its yaml
-// path, and its help.
-type flagSpec struct{ name, path, help string }
 
 // serveFlagTable is serve's flags that set a field of the config, in the
 // order --help lists them. Only infrastructure has flags (where kvrouter
 // listens and logs, finds its pods and tokenizers, hashes, and keeps its
 // index, and how Envoy talks to it); the routing policy is set in the file.
-var serveFlagTable = []flagSpec{
-	{"admin-addr", "listen.admin", "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score"},
-	{"grpc-addr", "listen.grpc", "Envoy ext_proc gRPC server; empty: off"},
-	{"grpc-health-addr", "listen.grpc_health", "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off"},
-	{"http-addr", "listen.http", "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off"},
-	{"admin-auth", "admin.auth", "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)"},
-	{"admin-max-concurrent", "admin.max_concurrent", "admin requests served at once beyond the probes; more get 429"},
-	{"admin-debug", "admin.debug", "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)"},
-	{"log-level", "log.level", "log level: debug, info, warn or error"},
-	{"log-format", "log.format", "log format: json, text, or auto (text on a terminal, JSON otherwise)"},
-	{"drain-delay", "shutdown.drain_delay", "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work"},
-	{"shutdown-timeout", "shutdown.timeout", "how long in-flight work may take to finish once stopping"},
-	{"kubeconfig", "discovery.kubeconfig", "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off"},
-	{"namespace", "discovery.namespaces", "a namespace to discover pods in (repeatable); default: all"},
-	{"selector", "discovery.selector", "the label selector of the vLLM pods to discover"},
-	{"pool-name", "discovery.pool.name", "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector"},
-	{"pool-namespace", "discovery.pool.namespace", "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\""},
-	{"pods-file", "pods.file", "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes"},
-	{"pods-file-interval", "pods.file_interval", "how often the pods file is checked for changes"},
-	{"pods-metrics-interval", "pods.metrics_interval", "how often each ready pod's vLLM /metrics is read for its queue and KV use"},
-	{"hf-cache", "tokenizers.hf_cache", "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub"},
-	{"hub-endpoint", "tokenizers.hub.endpoint", "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given"},
-	{"hub-token-env", "tokenizers.hub.token_env", "the environment variable holding the hub token"},
-	{"hub-token-file", "tokenizers.hub.token_file", "a file holding the hub token (a mounted Secret), instead of --hub-token-env; read at each download"},
-	{"hub-timeout", "tokenizers.hub.timeout", "how long the download of one tokenizer file may take"},
-	{"hub-offline", "tokenizers.hub.offline", "download nothing: tokenizers come from --model and --hf-cache only; $HF_HUB_OFFLINE=1 when not given"},
-	{"default-model", "pods.default_model", "the model of pods that do not name one"},
-	{"hash-algo", "hash.algorithm", hashAlgoHelp},
-	{"hash-seed", "hash.seed", hashSeedHelp},
-	{"block-size", "hash.block_size", blockSizeHelp},
-	{"max-index-entries", "index.max_entries", "bound on (block, pod) index entries; about 45 bytes each"},
-	{"index-backend", "index.backend", "where the index lives: memory (each replica its own), or redis (shared by the replicas through Redis or Valkey, --index-redis-*)"},
-	{"index-redis-addr", "index.redis.address", "the Redis or Valkey server, host:port (with --index-redis-cluster: comma-separated seed nodes)"},
-	{"index-redis-cluster", "index.redis.cluster", "the server is a Redis Cluster"},
-	{"index-redis-username", "index.redis.username", "the ACL user; empty: the default user"},
-	{"index-redis-password-env", "index.redis.password_env", "the environment variable holding the password"},
-	{"index-redis-password-file", "index.redis.password_file", "a file holding the password (a mounted Secret)"},
-	{"index-redis-tls", "index.redis.tls", "connect with TLS"},
-	{"index-redis-tls-ca", "index.redis.tls_ca_file", "PEM bundle of the CAs that sign the server's certificate; empty: the system's"},
-	{"index-redis-key-prefix", "index.redis.key_prefix", "the prefix of every key, so that fleets can share a server"},
-	{"index-redis-ttl", "index.redis.ttl", "how long a block's key lives after its last write (Redis's maxmemory is the hard bound); 0: no TTL, maxmemory with allkeys-lfu the bound"},
-	{"body-mode", "extproc.body_mode", "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED"},
-	{"max-body-bytes", "extproc.max_body_bytes", "largest request body accepted (413 beyond)"},
-	{"max-streams", "extproc.max_streams", "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)"},
-	{"grpc-tls", "extproc.tls.mode", "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)"},
-	{"grpc-tls-cert", "extproc.tls.cert_file", "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed"},
-	{"grpc-tls-key", "extproc.tls.key_file", "PEM key of --grpc-tls-cert"},
-	{"grpc-tls-client-ca", "extproc.tls.client_ca_file", "PEM bundle of client CAs: clients must present a certificate one signed (mutual TLS)"},
-	{"grpc-tls-reload-interval", "extproc.tls.reload_interval", "how often the certificate files are read for changes"},
+var serveFlagTable = conf.Table{
+	{Name: "admin-addr", Path: "listen.admin", Help: "admin HTTP server: /healthz, /readyz, /metrics, /debug/pprof/, /debug/pods, /debug/tokenizers, POST /v1/score"},
+	{Name: "grpc-addr", Path: "listen.grpc", Help: "Envoy ext_proc gRPC server; empty: off"},
+	{Name: "grpc-health-addr", Path: "listen.grpc_health", Help: "plaintext gRPC health server (the ext_proc port's health, for probes without TLS, as the reference picker's :9003); empty: off"},
+	{Name: "http-addr", Path: "listen.http", Help: "standalone OpenAI-compatible HTTP proxy (no Envoy needed); empty: off"},
+	{Name: "admin-auth", Path: "admin.auth", Help: "who may read /metrics and the debug endpoints: kubernetes (a bearer token the API server authorizes), none, or auto (kubernetes with discovery)"},
+	{Name: "admin-max-concurrent", Path: "admin.max_concurrent", Help: "admin requests served at once beyond the probes; more get 429"},
+	{Name: "admin-debug", Path: "admin.debug", Help: "serve /debug/pprof/, /debug/pods, /debug/tokenizers and POST /v1/score (behind --admin-auth)"},
+	{Name: "log-level", Path: "log.level", Help: "log level: debug, info, warn or error"},
+	{Name: "log-format", Path: "log.format", Help: "log format: json, text, or auto (text on a terminal, JSON otherwise)"},
+	{Name: "drain-delay", Path: "shutdown.drain_delay", Help: "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work"},
+	{Name: "shutdown-timeout", Path: "shutdown.timeout", Help: "how long in-flight work may take to finish once stopping"},
+	{Name: "kubeconfig", Path: "discovery.kubeconfig", Help: "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off"},
+	{Name: "namespace", Path: "discovery.namespaces", Help: "a namespace to discover pods in (repeatable); default: all"},
+	{Name: "selector", Path: "discovery.selector", Help: "the label selector of the vLLM pods to discover"},
+	{Name: "pool-name", Path: "discovery.pool.name", Help: "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector"},
+	{Name: "pool-namespace", Path: "discovery.pool.namespace", Help: "the InferencePool's namespace; default: kvrouter's own in-cluster, else \"default\""},
+	{Name: "pods-file", Path: "pods.file", Help: "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes"},
+	{Name: "pods-file-interval", Path: "pods.file_interval", Help: "how often the pods file is checked for changes"},
+	{Name: "pods-metrics-interval", Path: "pods.metrics_interval", Help: "how often each ready pod's vLLM /metrics is read for its queue and KV use"},
+	{Name: "hf-cache", Path: "tokenizers.hf_cache", Help: "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub"},
+	{Name: "hub-endpoint", Path: "tokenizers.hub.endpoint", Help: "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given"},
+	{Name: "hub-token-env", Path: "tokenizers.hub.token_env", Help: "the environment variable holding the hub token"},
+	{Name: "hub-token-file", Path: "tokenizers.hub.token_file", Help: "a file holding the hub token (a mounted Secret), instead of --hub-token-env; read at each download"},
+	{Name: "hub-timeout", Path: "tokenizers.hub.timeout", Help: "how long the download of one tokenizer file may take"},
+	{Name: "hub-offline", Path: "tokenizers.hub.offline", Help: "download nothing: tokenizers come from --model and --hf-cache only; $HF_HUB_OFFLINE=1 when not given"},
+	{Name: "default-model", Path: "pods.default_model", Help: "the model of pods that do not name one"},
+	{Name: "hash-algo", Path: "hash.algorithm", Help: "the pods' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor"},
+	{Name: "hash-seed", Path: "hash.seed", Help: "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset; the empty string is a seed too)"},
+	{Name: "block-size", Path: "hash.block_size", Help: "the pods' KV cache block size in tokens"},
+	{Name: "max-index-entries", Path: "index.max_entries", Help: "bound on (block, pod) index entries; about 45 bytes each"},
+	{Name: "index-backend", Path: "index.backend", Help: "where the index lives: memory (each replica its own), or redis (shared by the replicas through Redis or Valkey, --index-redis-*)"},
+	{Name: "index-redis-addr", Path: "index.redis.address", Help: "the Redis or Valkey server, host:port (with --index-redis-cluster: comma-separated seed nodes)"},
+	{Name: "index-redis-cluster", Path: "index.redis.cluster", Help: "the server is a Redis Cluster"},
+	{Name: "index-redis-username", Path: "index.redis.username", Help: "the ACL user; empty: the default user"},
+	{Name: "index-redis-password-env", Path: "index.redis.password_env", Help: "the environment variable holding the password"},
+	{Name: "index-redis-password-file", Path: "index.redis.password_file", Help: "a file holding the password (a mounted Secret)"},
+	{Name: "index-redis-tls", Path: "index.redis.tls", Help: "connect with TLS"},
+	{Name: "index-redis-tls-ca", Path: "index.redis.tls_ca_file", Help: "PEM bundle of the CAs that sign the server's certificate; empty: the system's"},
+	{Name: "index-redis-key-prefix", Path: "index.redis.key_prefix", Help: "the prefix of every key, so that fleets can share a server"},
+	{Name: "index-redis-ttl", Path: "index.redis.ttl", Help: "how long a block's key lives after its last write (Redis's maxmemory is the hard bound); 0: no TTL, maxmemory with allkeys-lfu the bound"},
+	{Name: "body-mode", Path: "extproc.body_mode", Help: "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED"},
+	{Name: "max-body-bytes", Path: "extproc.max_body_bytes", Help: "largest request body accepted (413 beyond)"},
+	{Name: "max-streams", Path: "extproc.max_streams", Help: "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)"},
+	{Name: "grpc-tls", Path: "extproc.tls.mode", Help: "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)"},
+	{Name: "grpc-tls-cert", Path: "extproc.tls.cert_file", Help: "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed"},
+	{Name: "grpc-tls-key", Path: "extproc.tls.key_file", Help: "PEM key of --grpc-tls-cert"},
+	{Name: "grpc-tls-client-ca", Path: "extproc.tls.client_ca_file", Help: "PEM bundle of client CAs: clients must present a certificate one signed (mutual TLS)"},
+	{Name: "grpc-tls-reload-interval", Path: "extproc.tls.reload_interval", Help: "how often the certificate files are read for changes"},
 }
 
 // serveFlags defines serve's flags on fs, each over its field of c: the
@@ -255,104 +206,13 @@ var serveFlagTable = []flagSpec{
 func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
-	for _, f := range serveFlagTable {
-		v := fieldByPath(reflect.ValueOf(c).Elem(), f.path)
-		if v.Kind() == reflect.String { // string and named string types (blockhash.Algorithm)
-			fs.Var(stringField{v}, f.name, f.help)
-			continue
-		}
-		switch p := v.Addr().Interface().(type) {
-		case *bool:
-			fs.BoolVar(p, f.name, *p, f.help)
-		case *int:
-			fs.IntVar(p, f.name, *p, f.help)
-		case *time.Duration:
-			fs.DurationVar(p, f.name, *p, f.help)
-		case *[]string:
-			fs.Var(&replaceList{dst: p}, f.name, f.help)
-		default:
-			panic(fmt.Sprintf("flag --%s: %s holds a %T", f.name, f.path, p))
-		}
-	}
-	fs.Var(&replaceList{dst: &c.podFlags}, "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both)")
-	fs.Var(&replaceList{dst: &c.modelFlags}, "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL (repeatable); other models are the hub repository of their own name")
-	fs.Var(&replaceList{dst: &c.templateFlags}, "chat-template", "a model's chat template, as the pods' --chat-template: NAME=FILE, NAME=TEXT or NAME=TEMPLATE-NAME (repeatable)")
-	fs.Var(&replaceList{dst: &c.formatFlags}, "chat-template-content-format", "a model's message content format, as the pods' --chat-template-content-format: NAME=auto, NAME=string or NAME=openai (repeatable)")
-	removedFlags(fs, &c.flagProblems)
+	serveFlagTable.Bind(fs, c)
+	fs.Var(conf.NewList(&c.podFlags), "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both)")
+	fs.Var(conf.NewList(&c.modelFlags), "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL (repeatable); other models are the hub repository of their own name")
+	fs.Var(conf.NewList(&c.templateFlags), "chat-template", "a model's chat template, as the pods' --chat-template: NAME=FILE, NAME=TEXT or NAME=TEMPLATE-NAME (repeatable)")
+	fs.Var(conf.NewList(&c.formatFlags), "chat-template-content-format", "a model's message content format, as the pods' --chat-template-content-format: NAME=auto, NAME=string or NAME=openai (repeatable)")
+	conf.Removed(fs, removedFlagKeys, removedKeys, removedSwitches, &c.flagProblems)
 }
-
-// fieldByPath is the field of the struct v whose yaml key path is path.
-func fieldByPath(v reflect.Value, path string) reflect.Value {
-	for key := range strings.SplitSeq(path, ".") {
-		f, ok := yamlField(v, key)
-		if !ok {
-			panic("config: no field " + path)
-		}
-		v = f
-	}
-	return v
-}
-
-// yamlField is the field of the struct v whose yaml key is key, looked for
-// in its inline structs too.
-func yamlField(v reflect.Value, key string) (reflect.Value, bool) {
-	for i := range v.NumField() {
-		name, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-		switch {
-		case name == key:
-			return v.Field(i), true
-		case opts == "inline":
-			if f, ok := yamlField(v.Field(i), key); ok {
-				return f, true
-			}
-		}
-	}
-	return reflect.Value{}, false
-}
-
-// stringField is a flag over a field of any string kind.
-type stringField struct{ v reflect.Value }
-
-func (f stringField) String() string         { return f.v.String() }
-func (f stringField) Set(value string) error { f.v.SetString(value); return nil }
-func (f stringField) Type() string           { return "string" }
-
-// flagFor is the serve flag that sets the config field at path; "" for
-// none.
-func flagFor(path string) string {
-	for _, f := range serveFlagTable {
-		if f.path == path {
-			return f.name
-		}
-	}
-	return ""
-}
-
-// flagPath is the config field a serve flag sets; "" for a flag that sets
-// no single field.
-func flagPath(name string) string {
-	for _, f := range serveFlagTable {
-		if f.name == name {
-			return f.path
-		}
-	}
-	return ""
-}
-
-// hashFlags defines the hash settings' flags, the same for serve and hash:
-// they must equal the pods' vLLM settings.
-func hashFlags(algo, seed *string, blockSize *int, fs *pflag.FlagSet) {
-	fs.StringVar(algo, "hash-algo", *algo, hashAlgoHelp)
-	fs.StringVar(seed, "hash-seed", *seed, hashSeedHelp)
-	fs.IntVar(blockSize, "block-size", *blockSize, blockSizeHelp)
-}
-
-// The hash flags' help, the same for serve and hash.
-const (
-	hashAlgoHelp  = "the pods' --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash or xxhash_cbor"
-	hashSeedHelp  = "the pods' PYTHONHASHSEED (vLLM >= 0.30 uses \"vllm-none-hash\" when unset; the empty string is a seed too)"
-	blockSizeHelp = "the pods' KV cache block size in tokens"
-)
 
 // loadConfig parses serve's command line alone, as `kvrouter serve args`
 // would, for tests and tools.
@@ -381,7 +241,7 @@ func configOver(c config, fs *pflag.FlagSet) config {
 		return c
 	}
 	fc := defaultConfig()
-	fc.fileProblems, fc.positions = decodeFile(c.file, &fc)
+	fc.fileProblems, fc.positions = conf.DecodeFile(c.file, &fc, removedKeys)
 	over := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	serveFlags(&fc, over)
 	fs.Visit(func(f *pflag.Flag) {
@@ -398,71 +258,3 @@ func configOver(c config, fs *pflag.FlagSet) config {
 	fc.file, fc.flagsSet, fc.flagProblems = c.file, c.flagsSet, c.flagProblems
 	return fc
 }
-
-// replaceList collects a repeated flag into dst, replacing what dst held
-// (a config file's list) at its first use.
-type replaceList struct {
-	dst *[]string
-	set bool
-}
-
-func (l *replaceList) String() string {
-	if l.dst == nil {
-		return ""
-	}
-	return strings.Join(*l.dst, " ")
-}
-
-func (l *replaceList) Set(v string) error {
-	if !l.set {
-		*l.dst, l.set = nil, true
-	}
-	*l.dst = append(*l.dst, v)
-	return nil
-}
-
-func (l *replaceList) Type() string { return "strings" }
-
-func (l *replaceList) Append(v string) error { return l.Set(v) }
-
-func (l *replaceList) Replace(vs []string) error { //nolint:unparam // pflag.SliceValue's signature
-	*l.dst, l.set = append([]string(nil), vs...), true
-	return nil
-}
-
-func (l *replaceList) GetSlice() []string { return *l.dst }
-
-// errConfig marks a configuration that cannot run: the process exits with
-// status 2.
-var errConfig = errors.New("bad configuration")
-
-// problems is every configuration problem found, reported at once.
-type problems struct{ list []string }
-
-func (p *problems) add(format string, args ...any) {
-	p.list = append(p.list, fmt.Sprintf(format, args...))
-}
-
-// err returns p as an error, nil when there is no problem.
-func (p *problems) err() error {
-	if len(p.list) == 0 {
-		return nil
-	}
-	return p
-}
-
-func (p *problems) Error() string {
-	var b strings.Builder
-	if len(p.list) == 1 {
-		b.WriteString("config: 1 problem:")
-	} else {
-		fmt.Fprintf(&b, "config: %d problems:", len(p.list))
-	}
-	for _, s := range p.list {
-		b.WriteString("\n  - ")
-		b.WriteString(s)
-	}
-	return b.String()
-}
-
-func (p *problems) Is(target error) bool { return target == errConfig }

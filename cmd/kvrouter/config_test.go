@@ -12,9 +12,15 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/extproc"
+	"github.com/kvrouter/kvrouter/internal/certs"
+	"github.com/kvrouter/kvrouter/internal/conf"
+	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+	"github.com/kvrouter/kvrouter/kvindex/redisindex"
 	"github.com/kvrouter/kvrouter/router"
+	"github.com/kvrouter/kvrouter/tokenizer/models"
 )
 
 const exampleConfig = "../../config/kvrouter.example.yaml"
@@ -71,7 +77,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		Log:      logConfig{Level: "debug", Format: "auto"},
 		Shutdown: shutdownConfig{DrainDelay: 5 * time.Second, Timeout: time.Minute},
 		Hash:     blockhash.Config{Algorithm: "sha256_cbor", Seed: "0", BlockSize: 32},
-		Index: indexConfig{Config: func() kvindex.Config { c := kvindex.DefaultConfig(); c.MaxEntries = 1000; return c }(), Backend: "redis", Redis: redisConfig{
+		Index: indexConfig{Config: func() kvindex.Config { c := kvindex.DefaultConfig(); c.MaxEntries = 1000; return c }(), Backend: "redis", Redis: redisindex.Connection{
 			Address: "r:6379", Cluster: true, Username: "u", PasswordFile: "/pw", TLS: true, TLSCAFile: "/ca", KeyPrefix: "k:",
 			TTL: 2 * time.Hour,
 		}},
@@ -81,13 +87,13 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			r.SaturationWaiting, r.SaturationKV, r.StaleMetricsAfter, r.DestinationEndpoints, r.PDThresholdTokens, r.PrefillHeader = 6, 0.7, 30*time.Second, 2, 256, "x-p"
 			return r
 		}(),
-		Tokenizers: tokenizersConfig{
-			Models: map[string]modelEntry{
+		Tokenizers: models.Settings{
+			Models: map[string]models.Model{
 				"m": {Dir: "/m"}, "a": {Alias: "m"},
 				"r": {Repo: "Org/R", Revision: "v1", ChatTemplate: "{{ messages }}", ContentFormat: "openai"},
 			},
 			HFCache: "/hf", PrefixCacheBytes: 1024, MaxTokenizeBytes: 2048,
-			Hub: hubConfig{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: 5 * time.Second, Offline: true},
+			Hub: models.Hub{Endpoint: "http://mirror:1", TokenEnv: "T", TokenFile: "/t", Timeout: 5 * time.Second, Offline: true},
 		},
 		ExtProc: extprocConfig{
 			Config: func() extproc.Config {
@@ -95,13 +101,13 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				c.BodyMode, c.MaxBodyBytes = extproc.Buffered, 100
 				return c
 			}(),
-			TLS: tlsConfig{Mode: "auto", ReloadInterval: 10 * time.Second},
+			TLS: certs.Settings{Mode: "auto", ReloadInterval: 10 * time.Second},
 		},
 		Pods: podsConfig{
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond,
-			Static: []podEntry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
+			Static: []pod.Entry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
 		},
-		Discovery: discoverySection{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x"},
+		Discovery: discovery.Settings{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x"},
 		file:      file,
 	}
 	tests := []struct {
@@ -176,7 +182,7 @@ discovery: {namespaces: [""]}
 		t.Fatal(err)
 	}
 	_, err = c.validate("")
-	if !errors.Is(err, errConfig) {
+	if !errors.Is(err, conf.ErrConfig) {
 		t.Fatalf("validate = %v, want a configuration error", err)
 	}
 	// Each problem says where its value came from: the file's line and
@@ -248,7 +254,7 @@ func TestConfigFileErrors(t *testing.T) {
 			if err == nil {
 				_, err = c.validate("")
 			}
-			if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, conf.ErrConfig) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("serve --config with %s = %v, want a configuration error containing %q", tt.name, err, tt.want)
 			}
 		})

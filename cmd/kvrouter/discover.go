@@ -7,27 +7,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents"
-	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/router/fleet"
 )
-
-// kubeconfigOff as --kubeconfig turns discovery off.
-const kubeconfigOff = "off"
-
-// resolveKubeconfig applies --kubeconfig's default: in-cluster when the
-// process runs in a Kubernetes pod (serviceHost is KUBERNETES_SERVICE_HOST),
-// else off. It returns "" for off.
-func resolveKubeconfig(flag, serviceHost string) string {
-	switch {
-	case flag == kubeconfigOff:
-		return ""
-	case flag != "":
-		return flag
-	case serviceHost != "":
-		return discovery.InCluster
-	}
-	return ""
-}
 
 // fleetSink is the Consumer of both pod sources, discovery's informer and
 // its static pods: it keeps the router's fleet and the event manager in

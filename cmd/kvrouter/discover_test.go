@@ -30,8 +30,8 @@ func TestResolveKubeconfig(t *testing.T) {
 		{"in-cluster", "", discovery.InCluster},
 	}
 	for _, tt := range tests {
-		if got := resolveKubeconfig(tt.flag, tt.host); got != tt.want {
-			t.Errorf("resolveKubeconfig(%q, %q) = %q, want %q", tt.flag, tt.host, got, tt.want)
+		if got := discovery.Kubeconfig(tt.flag, tt.host); got != tt.want {
+			t.Errorf("discovery.Kubeconfig(%q, %q) = %q, want %q", tt.flag, tt.host, got, tt.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v4"
 )
@@ -84,7 +85,7 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 		if f.Name != "config" && !strings.Contains(string(data), "Flag --"+f.Name) {
 			t.Errorf("example: no field names its flag --%s", f.Name)
 		}
-		path := flagPath(f.Name)
+		path := serveFlagTable.PathOf(f.Name)
 		switch {
 		case slices.Contains(noFieldFlags, f.Name):
 			if path != "" {
@@ -158,7 +159,7 @@ func lookup(n *yaml.Node, path []string) *yaml.Node {
 }
 
 func TestExamplePodsFile(t *testing.T) {
-	pods, list := readPodsFile("../../config/pods.example.yaml", nil, "")
+	pods, list := discovery.ReadPodsFile("../../config/pods.example.yaml", nil, "")
 	if len(list) > 0 || len(pods) != 2 {
 		t.Fatalf("the example pods file = %+v, %q, want 2 pods and no problem", pods, list)
 	}

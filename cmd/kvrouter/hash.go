@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kvrouter/kvrouter/internal/conf"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -18,8 +19,10 @@ import (
 const maxHashInput = 256 << 20
 
 func newHashCommand(s streams) *cobra.Command {
-	cfg := blockhash.DefaultConfig()
-	algo := string(cfg.Algorithm)
+	var c struct {
+		Hash blockhash.Config `yaml:"hash"`
+	}
+	c.Hash = blockhash.DefaultConfig()
 	var extra blockhash.Extra
 	cmd := &cobra.Command{
 		Use:   "hash",
@@ -34,15 +37,18 @@ settings.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	hashFlags(&algo, &cfg.Seed, &cfg.BlockSize, fs)
+	for _, f := range serveFlagTable { // serve's hash flags
+		if strings.HasPrefix(f.Path, "hash.") {
+			conf.Table{f}.Bind(fs, &c)
+		}
+	}
 	fs.StringVar(&extra.LoRA, "lora", "", "LoRA adapter name, an extra key of every block")
 	fs.StringVar(&extra.CacheSalt, "salt", "", "the request's cache_salt, an extra key of block 0")
 	// The names hash had before it shared serve's.
 	renamed(fs, "algo", "hash-algo", s.errOut)
 	renamed(fs, "seed", "hash-seed", s.errOut)
 	cmd.RunE = runE(func(cmd *cobra.Command) error {
-		cfg.Algorithm = blockhash.Algorithm(algo)
-		return hashTokens(cfg, extra, cmd.InOrStdin(), s.out, s.errOut)
+		return hashTokens(c.Hash, extra, cmd.InOrStdin(), s.out, s.errOut)
 	})
 	return cmd
 }
@@ -55,9 +61,9 @@ func hashTokens(cfg blockhash.Config, extra blockhash.Extra, stdin io.Reader, st
 	if err != nil {
 		// Each problem under the flag of its setting's key.
 		var msgs []string
-		for _, e := range leafErrors(err) {
+		for _, e := range conf.LeafErrors(err) {
 			key, rest, _ := strings.Cut(e.Error(), ":")
-			msgs = append(msgs, "--"+flagFor("hash."+key)+":"+rest)
+			msgs = append(msgs, "--"+serveFlagTable.FlagFor("hash."+key)+":"+rest)
 		}
 		return badUsage{errors.New(strings.Join(msgs, "\n"))}
 	}

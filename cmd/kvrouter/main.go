@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/kvrouter/kvrouter/internal/conf"
 )
 
 func main() {
@@ -29,7 +31,7 @@ func exitCode(err error) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
-	case errors.Is(err, errConfig):
+	case errors.Is(err, conf.ErrConfig):
 		fmt.Fprintf(os.Stderr, "kvrouter: %v\n", err)
 		return 2
 	default:

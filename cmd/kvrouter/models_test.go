@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/conf"
 	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
 	"github.com/kvrouter/kvrouter/tokenizer"
 	"github.com/kvrouter/kvrouter/tokenizer/hubtest"
@@ -39,7 +40,7 @@ func TestTokenizerProblems(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.validate("")
-	if !errors.Is(err, errConfig) {
+	if !errors.Is(err, conf.ErrConfig) {
 		t.Fatalf("validate = %v, want a configuration error", err)
 	}
 	for _, want := range []string{
@@ -270,7 +271,7 @@ func TestServeNamedTemplateMissing(t *testing.T) {
 		"serve", "--admin-addr", "127.0.0.1:0", "--grpc-addr", "", "--log-format", "json", "--hub-offline",
 		"--model", "q=" + dir, "--chat-template", "q=tool_use", "--pod", "a=127.0.0.1:1,model=q",
 	}, io.Discard, &stderr)
-	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), `tokenizers.models.q.chat_template: model "q": tokenizer: no chat template (tokenizers.models.q.chat_template (named tool_use)): the model has no chat template named "tool_use"`) {
+	if !errors.Is(err, conf.ErrConfig) || !strings.Contains(err.Error(), `tokenizers.models.q.chat_template: model "q": tokenizer: no chat template (tokenizers.models.q.chat_template (named tool_use)): the model has no chat template named "tool_use"`) {
 		t.Errorf("serve = %v, want the missing name refused at start", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/conf"
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
@@ -21,21 +22,21 @@ const watchEvery = time.Second
 // without a chat template of its own is not a fault: its chat requests are
 // routed by load, and Health says so.
 func (a *app) checkModels(s settings) error {
-	bad := &problems{}
+	bad := &conf.Problems{}
 	for _, name := range slices.Sorted(maps.Keys(s.tok.Models)) {
 		if _, err := a.tokenizers.For(name); err != nil {
-			bad.add("tokenizers.models.%s: %v", name, err)
+			bad.Add("tokenizers.models.%s: %v", name, err)
 			continue
 		}
 		a.health.Set(name, router.PartTokenizer, nil)
 		err := a.templateErr(name)
 		if s.chats[name].Named != "" && err != nil { // a name the files lack
-			bad.add("tokenizers.models.%s.chat_template: %v", name, err)
+			bad.Add("tokenizers.models.%s.chat_template: %v", name, err)
 			continue
 		}
 		a.health.Set(name, router.PartChatTemplate, err)
 	}
-	return bad.err()
+	return bad.Err()
 }
 
 // templateErr is why a model whose files are here has no chat template for

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/conf"
 )
 
 // TestAppPodsFileChanged: a pods file that breaks between validate and the
@@ -39,7 +41,7 @@ func TestAppPodsFileChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "config: 1 problem:\n  - --pods-file: " + tt.want
-		if _, err := newApp(s, slog.New(slog.DiscardHandler)); err == nil || err.Error() != want || !errors.Is(err, errConfig) {
+		if _, err := newApp(s, slog.New(slog.DiscardHandler)); err == nil || err.Error() != want || !errors.Is(err, conf.ErrConfig) {
 			t.Errorf("newApp with the pods file %q = %v, want %q", tt.file, err, want)
 		}
 		if _, err := c.validate(""); err == nil || err.Error() != want {

@@ -150,9 +150,9 @@ func TestPoolConfig(t *testing.T) {
 		{args: []string{"--kubeconfig", kubeconfig}},
 		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--pool-namespace", "llm"}, pool: "llm/qwen"},
 		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen"}, pool: "default/qwen"},
-		{args: []string{"--kubeconfig", "off", "--pool-name", "qwen"}, problem: `--pool-name: "qwen" needs Kubernetes discovery, which is off (--kubeconfig)`},
-		{args: []string{"--kubeconfig", kubeconfig, "--pool-namespace", "llm"}, problem: `--pool-namespace: "llm" without discovery.pool.name`},
-		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--namespace", "llm"}, problem: "namespaces are set with a pool"},
+		{args: []string{"--kubeconfig", "off", "--pool-name", "qwen"}, problem: `--pool-name: "qwen" needs Kubernetes discovery, which is off (kubeconfig)`},
+		{args: []string{"--kubeconfig", kubeconfig, "--pool-namespace", "llm"}, problem: `--pool-namespace: "llm" without pool.name`},
+		{args: []string{"--kubeconfig", kubeconfig, "--pool-name", "qwen", "--namespace", "llm"}, problem: "--namespace: set with a pool"},
 	} {
 		c, err := loadConfig(tt.args)
 		if err != nil {

@@ -49,9 +49,9 @@ func TestRedisSettings(t *testing.T) {
 			"--index-redis-password-file", pwFile, "--index-redis-tls-ca", "/nonexistent", "--index-redis-ttl", "30s",
 			"--index-redis-key-prefix", "{x}",
 		}, problems: []string{
-			"--index-redis-addr: 2 servers, want one unless index.redis.cluster is set",
-			"--index-redis-password-env: and index.redis.password_file are both set",
-			"--index-redis-tls-ca: given, yet index.redis.tls is off",
+			"--index-redis-addr: 2 servers, want one unless cluster is set",
+			"--index-redis-password-env: and password_file are both set",
+			"--index-redis-tls-ca: given, yet tls is off",
 			"--index-redis-key-prefix: \"{x}\", want no braces",
 			"--index-redis-ttl: 30s, want at least the speculative TTL",
 		}},

@@ -1,12 +1,5 @@
 package main
 
-import (
-	"fmt"
-	"slices"
-
-	"github.com/spf13/pflag"
-)
-
 // removedKeys are the config file's keys that no longer exist, each with
 // what replaced it: a file that sets one is refused with this advice.
 var removedKeys = map[string]string{
@@ -66,35 +59,3 @@ var removedFlagKeys = map[string]string{
 
 // removedSwitches are the removed flags that took no value.
 var removedSwitches = []string{"learn-prefill-speeds", "index-redis-local-view", "index-redis-share-load", "index-redis-share-homes"}
-
-// removedFlags defines the removed flags, hidden, so that using one is a
-// problem that says what replaced it rather than "unknown flag". A flag
-// that was a switch may still be given bare.
-func removedFlags(fs *pflag.FlagSet, problems *[]string) {
-	for name, key := range removedFlagKeys {
-		msg, gone := removedKeys[key]
-		if !gone {
-			msg = "removed: set " + key + " in the config file (--config)"
-		}
-		fs.Var(removedFlag{name: name, msg: msg, problems: problems}, name, msg)
-		_ = fs.MarkHidden(name)
-		if slices.Contains(removedSwitches, name) {
-			fs.Lookup(name).NoOptDefVal = "true"
-		}
-	}
-}
-
-// removedFlag records a problem when it is set.
-type removedFlag struct {
-	name, msg string
-	problems  *[]string
-}
-
-func (f removedFlag) String() string { return "" }
-
-func (f removedFlag) Set(string) error {
-	*f.problems = append(*f.problems, fmt.Sprintf("--%s: %s", f.name, f.msg))
-	return nil
-}
-
-func (f removedFlag) Type() string { return "removed" }

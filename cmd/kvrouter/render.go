@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/tokenizer"
 	"github.com/kvrouter/kvrouter/tokenizer/chat"
+	"github.com/kvrouter/kvrouter/tokenizer/models"
 )
 
 func newRenderCommand(s streams) *cobra.Command {
@@ -65,7 +66,7 @@ type renderer struct {
 }
 
 func (r *renderer) load(dir, template, format string) error {
-	opt, err := templateOptions("--chat-template", template)
+	opt, err := models.TemplateOptions("--chat-template", template)
 	if err != nil {
 		return fmt.Errorf("--chat-template: %w", err)
 	}

@@ -6,13 +6,15 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/conf"
 )
 
 func TestRun(t *testing.T) {
 	tests := []struct {
 		name       string
 		args       []string
-		wantErr    error // nil, errUsage or errConfig
+		wantErr    error // nil, errUsage or conf.ErrConfig
 		wantStdout string
 		wantStderr string
 	}{
@@ -29,7 +31,7 @@ func TestRun(t *testing.T) {
 		{name: "misspelled command", args: []string{"sevre"}, wantErr: errUsage, wantStderr: "Did you mean this?\n\tserve"},
 		{name: "unknown global flag", args: []string{"--bogus", "version"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --bogus\n"},
 		{name: "bad serve flag", args: []string{"serve", "--nope"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --nope\nSee 'kvrouter serve --help' for usage.\n"},
-		{name: "bad log level", args: []string{"serve", "--log-level", "loud"}, wantErr: errConfig, wantStderr: ""},
+		{name: "bad log level", args: []string{"serve", "--log-level", "loud"}, wantErr: conf.ErrConfig, wantStderr: ""},
 		{name: "stray argument", args: []string{"version", "extra"}, wantErr: errUsage, wantStderr: "kvrouter: unexpected argument \"extra\"\nSee 'kvrouter version --help' for usage.\n"},
 		{name: "tokenize needs a tokenizer", args: []string{"tokenize"}, wantErr: errUsage, wantStderr: `required flag(s) "tokenizer" not set`},
 		{name: "render needs a tokenizer", args: []string{"render"}, wantErr: errUsage, wantStderr: `required flag(s) "tokenizer" not set`},

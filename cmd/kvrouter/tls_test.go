@@ -166,7 +166,7 @@ func TestTLSModes(t *testing.T) {
 		{[]string{"--grpc-tls", "off", "--kubeconfig", kubeconfig}, false, ""},
 		{[]string{"--grpc-tls", "maybe"}, false, `--grpc-tls: "maybe", want auto, on or off`},
 		{[]string{"--grpc-tls-cert", kubeconfig, "--grpc-tls-key", kubeconfig}, false, `extproc.tls.mode: "auto" leaves TLS off`},
-		{[]string{"--grpc-tls", "on", "--grpc-tls-cert", kubeconfig}, false, "--grpc-tls-cert: without extproc.tls.key_file (--grpc-tls-key)"},
+		{[]string{"--grpc-tls", "on", "--grpc-tls-cert", kubeconfig}, false, "--grpc-tls-cert: without key_file; give both"},
 		{[]string{"--grpc-tls", "on", "--grpc-tls-client-ca", "/nope/ca.crt"}, false, "--grpc-tls-client-ca: stat /nope/ca.crt: no such file or directory"},
 	} {
 		c, err := loadConfig(tt.args)

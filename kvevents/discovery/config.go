@@ -60,7 +60,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("no kubeconfig (want a path or \"in-cluster\")"))
 	}
 	if _, err := labels.Parse(c.Selector); err != nil {
-		errs = append(errs, fmt.Errorf("selector %q: %w", c.Selector, err))
+		errs = append(errs, fmt.Errorf("selector: %q: %w", c.Selector, err))
 	}
 	for _, p := range []struct {
 		what string
@@ -73,7 +73,7 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, ns := range c.Namespaces {
 		if ns == "" || seen[ns] {
-			errs = append(errs, fmt.Errorf("namespace %q is empty or repeated", ns))
+			errs = append(errs, fmt.Errorf("namespaces: namespace %q is empty or repeated", ns))
 		}
 		seen[ns] = true
 	}
@@ -82,7 +82,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("pool %q has no namespace", c.Pool.Name))
 		}
 		if len(c.Namespaces) > 0 {
-			errs = append(errs, errors.New("namespaces are set with a pool: the pool's namespace is the one watched"))
+			errs = append(errs, errors.New("namespaces: set with a pool, whose namespace is the one watched"))
 		}
 	}
 	if c.Resync < 0 {

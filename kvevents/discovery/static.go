@@ -20,7 +20,7 @@ import (
 
 // ParseFunc turns the content of a pods file into the pods it lists,
 // reporting every problem in one error. The file's format is its caller's:
-// kvrouter's, YAML, is read in cmd/kvrouter.
+// kvrouter's, YAML, is read by PodsFileParser.
 type ParseFunc func(data []byte) ([]pod.Pod, error)
 
 // Static drives a Consumer with the pods known without Kubernetes: the

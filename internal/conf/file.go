@@ -1,4 +1,4 @@
-package main
+package conf
 
 import (
 	"bytes"
@@ -13,32 +13,35 @@ import (
 	"go.yaml.in/yaml/v4"
 )
 
-// Reading the config file: strict YAML decoding that reports every problem
-// with its file, line, column and field path, in a user's words.
+// Position is where a value is in a YAML file.
+type Position struct{ Line, Column int }
 
-// position is where a value is in a YAML file.
-type position struct{ line, column int }
+// Positions are where each field's value is in a YAML file, by yaml path
+// ("a.b", "a.list[2]").
+type Positions map[string]Position
 
-// decodeFile decodes a YAML file strictly into v and returns what was wrong
+// DecodeFile decodes a YAML file strictly into v and returns what was wrong
 // with it (an unknown field, a value of the wrong type, a syntax error, a
 // second document), each with its line, column and field path, and where
 // each field's value is. The fields without a problem are decoded all the
-// same.
-func decodeFile(path string, v any) ([]string, map[string]position) {
+// same. removed maps the paths of fields that no longer exist to what
+// replaced them, said instead of "unknown field".
+func DecodeFile(path string, v any, removed map[string]string) ([]string, Positions) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return []string{err.Error()}, nil
 	}
-	return decodeYAML(path, data, v)
+	return DecodeYAML(path, data, v, removed)
 }
 
-func decodeYAML(path string, data []byte, v any) ([]string, map[string]position) {
+// DecodeYAML is DecodeFile on data read from path.
+func DecodeYAML(path string, data []byte, v any, removed map[string]string) ([]string, Positions) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return []string{yamlProblem(path, err, nil)}, nil
+		return []string{yamlProblem(path, err, nil, nil)}, nil
 	}
-	where := map[string]position{}
-	paths := map[position]string{}
+	where := Positions{}
+	paths := map[Position]string{}
 	if len(doc.Content) == 1 {
 		walkYAML(doc.Content[0], "", where, paths)
 	}
@@ -53,11 +56,11 @@ func decodeYAML(path string, data []byte, v any) ([]string, map[string]position)
 		if errors.As(err, &le) {
 			out := make([]string, 0, len(le.Errors))
 			for _, e := range le.Errors {
-				out = append(out, yamlProblem(path, e, paths))
+				out = append(out, yamlProblem(path, e, paths, removed))
 			}
 			return out, where
 		}
-		return []string{yamlProblem(path, err, paths)}, where
+		return []string{yamlProblem(path, err, paths, removed)}, where
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -68,8 +71,8 @@ func decodeYAML(path string, data []byte, v any) ([]string, map[string]position)
 
 // walkYAML records the position of every value under n, and the path of
 // every key and value position.
-func walkYAML(n *yaml.Node, path string, where map[string]position, paths map[position]string) {
-	at := position{n.Line, n.Column}
+func walkYAML(n *yaml.Node, path string, where Positions, paths map[Position]string) {
+	at := Position{n.Line, n.Column}
 	if path != "" {
 		where[path] = at
 		paths[at] = path
@@ -82,7 +85,7 @@ func walkYAML(n *yaml.Node, path string, where map[string]position, paths map[po
 			if path != "" {
 				p = path + "." + k.Value
 			}
-			paths[position{k.Line, k.Column}] = p
+			paths[Position{k.Line, k.Column}] = p
 			walkYAML(val, p, where, paths)
 		}
 	case yaml.SequenceNode:
@@ -102,18 +105,18 @@ var (
 
 // yamlProblem says one YAML error as FILE:LINE:COLUMN: PATH: what is wrong,
 // never in Go's words.
-func yamlProblem(file string, err error, paths map[position]string) string {
-	msg, at := err.Error(), position{}
+func yamlProblem(file string, err error, paths map[Position]string, removed map[string]string) string {
+	msg, at := err.Error(), Position{}
 	var le *yaml.LoadError
 	if errors.As(err, &le) {
-		msg, at = le.Message, position{le.Mark.Line, le.Mark.Column}
+		msg, at = le.Message, Position{le.Mark.Line, le.Mark.Column}
 	}
 	for range 3 { // a field's own UnmarshalYAML error arrives wrapped
 		msg = yamlPrefix.ReplaceAllString(msg, "")
 	}
 	if m := unknownField.FindStringSubmatch(msg); m != nil {
 		msg = "unknown field"
-		if why, ok := removedKeys[paths[at]]; ok {
+		if why, ok := removed[paths[at]]; ok {
 			msg = why
 		}
 	} else if m := cannotHold.FindStringSubmatch(msg); m != nil {
@@ -124,8 +127,8 @@ func yamlProblem(file string, err error, paths map[position]string) string {
 		msg = fmt.Sprintf("%s, want %s", got, goTypeWords(m[3]))
 	}
 	where := file
-	if at.line > 0 {
-		where = fmt.Sprintf("%s:%d:%d", file, at.line, at.column)
+	if at.Line > 0 {
+		where = fmt.Sprintf("%s:%d:%d", file, at.Line, at.Column)
 	}
 	if p, ok := paths[at]; ok {
 		return where + ": " + p + ": " + msg
@@ -152,4 +155,31 @@ func goTypeWords(t string) string {
 		return "a number"
 	}
 	return "another kind of value"
+}
+
+// problemKey is the config path a problem starts with.
+var problemKey = regexp.MustCompile(`^[a-z_]+(?:\.[a-z_0-9-]+|\[\d+\])*`)
+
+// Key is the yaml path a problem starts with, "" for none.
+func Key(problem string) string { return problemKey.FindString(problem) }
+
+// Locate prefixes a problem about a field of the YAML file ps came from
+// with the file, line and column of the value (or of the nearest field
+// holding it); a problem about no field of the file is returned as it is.
+func (ps Positions) Locate(file, problem string) string {
+	for k := problemKey.FindString(problem); k != ""; k = parentPath(k) {
+		if at, ok := ps[k]; ok {
+			return fmt.Sprintf("%s:%d:%d: %s", file, at.Line, at.Column, problem)
+		}
+	}
+	return problem
+}
+
+// parentPath is the path of the field that holds path's, "" at the top.
+func parentPath(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
 }
