@@ -17,6 +17,16 @@ type Index interface {
 	ClearPod(pod kvindex.PodID) error
 }
 
+// CacheClearer is an Index told when a pod's own cache was cleared (an
+// AllBlocksCleared event, or its publisher restarted), after ClearPod:
+// unlike the clears of entries this replica cannot vouch for (a gap its
+// replay could not fill, a switch of hashes), what follows is then all the
+// pod holds. The redis index uses it to know its view of a pod is as
+// complete as any writer's (kvindex/redisindex).
+type CacheClearer interface {
+	CacheCleared(pod kvindex.PodID)
+}
+
 // applier decodes one pod's batches and applies them to the index, in
 // order. It is owned by the pod's applying goroutine.
 type applier struct {
@@ -70,6 +80,7 @@ func (a *applier) apply(b *wire.Batch) error {
 			err = a.removed(e)
 		case wire.AllBlocksCleared:
 			err = a.idx.ClearPod(a.id)
+			a.cacheCleared(err)
 			if a.rekey != nil {
 				a.rekey.reset()
 			}
@@ -183,7 +194,18 @@ func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error 
 	if err := a.idx.ClearPod(a.id); err != nil {
 		return fmt.Errorf("kvevents: clear pod %s: %w", pod, err)
 	}
+	if reason == clearRestart {
+		a.cacheCleared(nil)
+	}
 	return nil
+}
+
+// cacheCleared tells a CacheClearer index that the pod's cache was
+// cleared, once ClearPod succeeded (err nil).
+func (a *applier) cacheCleared(err error) {
+	if c, ok := a.idx.(CacheClearer); ok && err == nil {
+		c.CacheCleared(a.id)
+	}
 }
 
 // clearReason says why a pod's entries must be cleared.

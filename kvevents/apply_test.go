@@ -215,3 +215,42 @@ func TestApplyRestartVerifiesAfresh(t *testing.T) {
 		})
 	}
 }
+
+// cacheIndex is an index that records the pods it is told had their cache
+// cleared.
+type cacheIndex struct {
+	*kvindex.Index
+	cleared []kvindex.PodID
+}
+
+func (c *cacheIndex) CacheCleared(pod kvindex.PodID) { c.cleared = append(c.cleared, pod) }
+
+// TestApplyTellsCacheCleared: an AllBlocksCleared event and a restart of
+// the publisher clear the pod's cache, and the index is told so after
+// ClearPod; a gap the replay could not fill clears only the entries this
+// replica cannot vouch for, and is not.
+func TestApplyTellsCacheCleared(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(f *applyFixture) error
+		want int
+	}{
+		{"AllBlocksCleared", func(f *applyFixture) error {
+			return f.a.apply(&wire.Batch{Events: []wire.Event{{Type: wire.AllBlocksCleared}}})
+		}, 1},
+		{"restart", func(f *applyFixture) error { return f.a.clear(clearRestart, slog.New(slog.DiscardHandler), "pod-a") }, 1},
+		{"exhausted", func(f *applyFixture) error { return f.a.clear(clearExhausted, slog.New(slog.DiscardHandler), "pod-a") }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newApplyFixture(t)
+			idx := &cacheIndex{Index: f.idx}
+			f.a.idx = idx
+			if err := tc.do(f); err != nil {
+				t.Fatal(err)
+			}
+			if len(idx.cleared) != tc.want || tc.want > 0 && idx.cleared[0] != f.id {
+				t.Errorf("CacheCleared calls = %v, want %d for the pod", idx.cleared, tc.want)
+			}
+		})
+	}
+}

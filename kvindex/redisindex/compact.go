@@ -227,7 +227,7 @@ func (x *Index) compactKeys(ctx context.Context, cs []compaction) []error {
 
 // parsePodTable reads a namespace's pod table as HGETALL returns it.
 func parsePodTable(table map[string]string) podTable {
-	t := podTable{epochs: make(map[uint32]uint64, len(table)), vers: make(map[uint32]uint64, len(table))}
+	t := podTable{epochs: make(map[uint32]uint64, len(table)), bases: make(map[uint32]uint64, len(table)), vers: make(map[uint32]uint64, len(table))}
 	for name, v := range table {
 		switch name {
 		case "#next":
@@ -236,19 +236,29 @@ func parsePodTable(table map[string]string) podTable {
 			t.version, _ = parseDecimal(v, 1<<63-1)
 			continue
 		}
-		if num, ep, ver, ok := parsePodEntry(v); ok {
-			t.epochs[num], t.vers[num] = ep, ver
+		if e, ok := parsePodEntry(v); ok {
+			t.epochs[e.num], t.bases[e.num], t.vers[e.num] = e.epoch, e.base, e.version
 		}
 	}
 	return t
 }
 
 // podTable is what a compaction read of a namespace's pod table: each
-// numbered pod's epoch and the version at its last epoch change, and the
-// table's version ("#ver"; 0 when the table has none).
+// numbered pod's epoch, the base its records count from and the version at
+// its last clear, and the table's version ("#ver"; 0 when the table has
+// none).
 type podTable struct {
-	epochs, vers map[uint32]uint64
-	version      uint64
+	epochs, bases, vers map[uint32]uint64
+	version             uint64
+}
+
+// base is the epoch pod num's records count from: its entry's base, or its
+// epoch when the table gave none.
+func (t podTable) base(num uint32) uint64 {
+	if b, ok := t.bases[num]; ok {
+		return b
+	}
+	return t.epochs[num]
 }
 
 // expand returns val with each summary (kindSummary) replaced by its
@@ -334,8 +344,8 @@ func fold(val []byte, t podTable, now uint64, lives specLives) []byte {
 			// read: its records are a new holder's, kept as they are.
 			raw = append(raw, val[off:off+recordSize]...)
 			continue
-		case r.v < ep:
-			continue // an older epoch: counts for nothing
+		case r.v < t.base(r.num):
+			continue // from before the pod's last clear: counts for nothing
 		}
 		counts[k] = max(0, counts[k]+int(r.delta))
 		if s := spec[r.num]; s != nil && r.kind == uint8(kvindex.TierGPU) && r.delta > 0 {

@@ -26,7 +26,7 @@ func TestFold(t *testing.T) {
 	spec := func(num uint32, v uint64) []byte { return rec(num, kindSpec, 0, v) }
 	settle := func(num uint32, v uint64) []byte { return rec(num, kindSpec, specSettle, v) }
 	// A table of no version (one older writers kept): no summaries.
-	tab := podTable{epochs: map[uint32]uint64{1: 5, 2: 7, 4: 2000}, vers: map[uint32]uint64{}}
+	tab := podTable{epochs: map[uint32]uint64{1: 5, 2: 7, 4: 2000, 5: 8}, bases: map[uint32]uint64{5: 3}, vers: map[uint32]uint64{}}
 	lives := specLives{ttl: 100, grace: 10}
 	for _, tt := range []struct {
 		name string
@@ -37,6 +37,9 @@ func TestFold(t *testing.T) {
 		{"removed to zero", cat(rec(1, 0, 1, 5), rec(1, 0, -1, 5)), nil},
 		{"a removal of an absent block is ignored", cat(rec(1, 0, -1, 5), rec(1, 0, 1, 5)), rec(1, 0, 1, 5)},
 		{"older epochs dropped", cat(rec(1, 0, 1, 4), rec(2, 2, 1, 7)), rec(2, 2, 1, 7)},
+		// Pod 5's lease was taken over, continuing it: its records since
+		// its last clear (epoch 3) count, written again under epoch 8.
+		{"a continued pod's records since its clear kept", cat(rec(5, 0, 1, 2), rec(5, 0, 1, 3), rec(5, 0, 1, 8), rec(5, 1, 1, 4)), cat(rec(5, 0, 2, 8), rec(5, 1, 1, 8))},
 		// Read after the pod table: a new holder's records (a newer epoch,
 		// or a pod numbered since) stay as they are, in their order.
 		{"newer epochs and new pods kept", cat(rec(1, 0, 1, 6), rec(3, 0, 1, 5), rec(1, 0, 1, 5), rec(1, 0, -1, 6)), cat(rec(1, 0, 1, 5), rec(1, 0, 1, 6), rec(3, 0, 1, 5), rec(1, 0, -1, 6))},

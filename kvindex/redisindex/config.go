@@ -54,8 +54,8 @@ type Config struct {
 	// NoLocalView stops feeding events to the local view, which then only
 	// registers pods: a replica's memory no longer grows with the index,
 	// but while Redis is down it routes by load alone, and a lease it takes
-	// starts the pod empty in Redis (a clear; entries return with the pod's
-	// next events) instead of copying its view.
+	// continues the pod with its recent removals only: blocks stored while
+	// no replica wrote the pod return with its next events.
 	NoLocalView bool
 	// NoSharedLoad stops sharing the in-flight prefill: Charge publishes
 	// nothing and matches report no other replica's load.

@@ -127,8 +127,8 @@ func (x *Index) foldRecords(sc *matchScratch, val []byte, lives specLives) (bad,
 			sc.spec[c].apply(delta == specSettle, v, sc.epoch[c], lives)
 			continue
 		}
-		if v != sc.epoch[c] {
-			continue // from before the pod's current epoch: it counts for nothing
+		if v < sc.base[c] || v > sc.epoch[c] {
+			continue // from before the pod's last clear: it counts for nothing
 		}
 		if kind == uint8(kvindex.TierGPU) && delta == 1 && sc.hold(c) {
 			continue // the first record naming c, a store: held, as a summary's member is

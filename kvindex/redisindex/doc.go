@@ -61,7 +61,9 @@
 //	                       compacted (see Records)     every replica (its
 //	                                                   speculation); compactors
 //	{n}p           hash    the pod table: "<pod>" →    the take script: a lease  none
-//	                       "<num>:<epoch>:<version>";  holder's take or clear
+//	                       "<num>:<epoch>:<version>"   holder's take or clear
+//	                       and ":<base>" when it is
+//	                       not the epoch;
 //	                       "#next" → the last number
 //	                       given; "#ver" → the
 //	                       table's version
@@ -129,7 +131,8 @@
 // (specState, and count for a match):
 //
 //	record           counts when                              effect on the pod's holder
-//	real             its epoch is the pod's current one       adds delta to the tier's count,
+//	real             its epoch is from the pod's base to its  adds delta to the tier's count,
+//	                 current one (since its last clear)
 //	                                                          never below zero
 //	real GPU store   as real                                  also confirms a pending speculation
 //	                                                          (it is no longer speculative)
@@ -166,30 +169,40 @@
 //
 // # Writers, epochs and fences
 //
-// The lease says which replica writes a pod's events, the pod's epoch which
-// of its records count; the epoch is the lease's fencing token. The take
-// script gives a pod a new epoch, the larger of the old one plus one and the
-// caller's clock in ms (a pod table lost and rebuilt never repeats a number
-// and epoch), a number from "#next" when it has none, and raises "#ver" the
-// same way, recording it in the pod's entry. A clear passes the epoch it
-// writes under, and the script refuses it when the table holds another. One
-// pod, as one replica sees it:
+// The lease says which replica writes a pod's events; the pod's entry says
+// which of its records count, those from its base epoch to its current one;
+// the current epoch is the lease's fencing token. The take script gives a pod
+// a new epoch, the larger of the old one plus one and the caller's clock in
+// ms (a pod table lost and rebuilt never repeats a number and epoch), and a
+// number from "#next" when it has none. A clear also moves the base to the
+// new epoch and raises "#ver" the same way, recording it in the pod's entry;
+// a continuing take keeps both. A clear passes the epoch it writes under,
+// and the script refuses it when the table holds another. One pod, as one
+// replica sees it:
 //
 //	state     input                                      action
-//	not held  lease tick, the lease free                 take: new epoch, copy the local view
-//	                                                     under it; held
+//	not held  lease tick, the lease free, this replica   take: continue the pod (its entry
+//	          following the pod for LeaseTTL, or the     kept, the view's differences
+//	          pod without an entry                       appended: handover.go), or start it
+//	                                                     afresh (no entry, or a clear seen:
+//	                                                     the view copied); held
+//	not held  lease tick, the lease free, this replica   wait: one that heard the pod's
+//	          following the pod for less                 recent events takes it first
 //	not held  lease tick, the lease this replica's       take (after an outage, or a take that
 //	                                                     failed)
 //	not held  lease tick, another replica's lease        learn the pod's number, which this
 //	                                                     replica's speculation names it by
 //	not held  event, clear                               the local view only
 //	held      lease tick, ours, the pod's entry there    renewed for Config.LeaseTTL
-//	held      lease tick, ours but the entry gone, or    take: a new epoch (and number), copy
+//	held      lease tick, ours but the entry gone, or    take, as above
 //	          the lease had expired and was free
 //	held      lease tick, another replica's lease, or    not held
 //	          the lease script failed
 //	held      Stored, Removed                            append (number, tier, ±1, epoch) to
 //	                                                     each block's key (queued under Run)
+//	held      Stored, Removed, or a queued one sent,     not held: nothing written, counted
+//	          the lease not renewed within 2/3 of        (leases_lapsed_total); the next
+//	          LeaseTTL (a pause, a slow Redis)           tick takes it again if it can
 //	held      ClearPod, the table has the pod's epoch    new epoch: the older records count
 //	                                                     for nothing (clears_total)
 //	held      ClearPod, the table has another epoch      fenced: not held, counted
@@ -198,11 +211,24 @@
 //	any       a round trip fails                         Redis down: every pod not held
 //
 // A dead holder's lease expires and another replica takes it within LeaseTTL
-// + LeaseTTL/3, copying its own view of the pod: events the old holder had
-// not written are not lost, and nothing it wrote stale survives. A holder
-// paused past its lease still writes, but under its old epoch: its records
-// count for nothing, its next clear is fenced, and its next lease tick finds
-// the lease another's. A new epoch drops the pod's speculative records too
+// + LeaseTTL/3; a stopped one releases it, and another takes it at its next
+// tick. The new holder continues the pod: the blocks stored before it
+// started, which its view never heard of, stay as the old holder wrote them,
+// and for every block its view holds, or saw removed since the pod's events
+// may have stopped reaching Redis (LeaseTTL + LeaseTTL/3 before the last tick
+// that found them written), it reads the pod's count per tier and appends
+// the difference. It first sends its own queued events, or drops them if its
+// lease lapsed, so that none lands after it counted. What no replica still
+// running heard (a pod's events while every replica that followed it was
+// gone) is lost until the pod stores the blocks again; a removal among them
+// leaves the block seeming held until its key's TTL. When more of a pod's
+// removals came since then than a replica keeps (4,096), or the new holder
+// saw the pod cleared, it starts the pod afresh: a clear, its view copied.
+// A holder whose lease was not renewed within 2/3 of LeaseTTL writes nothing
+// more until a tick renews or takes it again, so a holder paused past its
+// lease does not write over the replica that continued the pod (only an
+// append already sent when the pause began can land late); its clears are
+// fenced by the epoch. A new epoch drops the pod's speculative records
 // (the local views keep theirs), an under-estimate for the seconds after a
 // handover. A pod no replica has numbered gets no shared speculation.
 //

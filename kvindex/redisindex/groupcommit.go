@@ -8,6 +8,8 @@ import (
 // appendReq is one caller's appends: rec to the key of every block of
 // hashes.
 type appendReq struct {
+	// ps is an event's pod; nil for other requests.
+	ps     *podState
 	tag    string
 	hashes []uint64
 	rec    []byte
@@ -145,6 +147,11 @@ func (x *Index) groupWriter(ctx context.Context) {
 		close(read)
 	}
 	commit := func(g *group) {
+		x.dropLapsed(g)
+		if len(g.batch) == 0 {
+			free <- g
+			return
+		}
 		if sent == nil {
 			x.finish(g.batch, x.appendNow(g.batch))
 			free <- g
@@ -273,4 +280,21 @@ func (x *Index) finish(batch []*appendReq, err error) {
 			x.metrics.rtEvents.Observe(now.Sub(r.queued).Seconds())
 		}
 	}
+}
+
+// dropLapsed takes out of g the events of pods whose lease may have lapsed
+// while they waited (leaseLive), and stops writing those pods: a replica
+// that continued the pod meanwhile has them from its own view.
+func (x *Index) dropLapsed(g *group) {
+	now := time.Now()
+	kept := g.batch[:0]
+	for _, r := range g.batch {
+		if r.ps != nil && !x.leaseLive(r.ps, now) {
+			x.lapsed(r.ps)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(g.batch[len(kept):])
+	g.batch = kept
 }

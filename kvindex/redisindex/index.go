@@ -77,17 +77,34 @@ type podState struct {
 	name string
 	ns   string // the base model's index namespace
 	tag  string // ns's tag
+	// since is when this replica began following the pod (mayTake).
+	since time.Time
 	// held says this replica holds the pod's lease and has copied its view
 	// into Redis: its events are written there.
 	held atomic.Bool
 	// num is the pod's number in its namespace's pod table, 0 until known:
 	// what this replica's speculative records name it by.
 	num atomic.Uint32
+	// leaseUntil is when the lease may have lapsed, by this replica's clock
+	// (unix ns): past it, the pod's events are no longer written here
+	// until a lease tick renews it (lease.go).
+	leaseUntil atomic.Int64
+	// written is the last lease tick (unix ns) that found the pod's
+	// events written: another replica held its lease, or this one renewed
+	// it; 0: never (handover.go).
+	written atomic.Int64
 	// mu serializes the pod's writes with the copy a new lease holder makes.
 	mu struct {
 		sync.Mutex
 		num   uint32 // valid while held
 		epoch uint64 // valid while held
+		// sawClear: the pod's cache was cleared since this replica began
+		// following it (CacheCleared), so its local view is as complete
+		// as any writer's.
+		sawClear bool
+		// removed are the pod's recent removals, for a take that
+		// continues the pod (handover.go).
+		removed removals
 	}
 	// load is the prefill this replica routed to the pod, not done yet;
 	// dirty: changed since the load writer last published it.
@@ -172,7 +189,7 @@ func (x *Index) AddPod(name, namespace string) kvindex.PodID {
 			delete(x.pods.byID, old)
 		}
 	}
-	x.pods.byID[id] = &podState{id: id, name: name, ns: namespace, tag: nsTag(namespace)}
+	x.pods.byID[id] = &podState{id: id, name: name, ns: namespace, tag: nsTag(namespace), since: x.now()}
 	return id
 }
 

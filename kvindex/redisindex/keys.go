@@ -136,16 +136,37 @@ func knownRecord(kind uint8, delta int8, zero bool) bool {
 	return zero && (kind < kindSpec || kind == kindSpec && (delta == 0 || delta == specSettle))
 }
 
-// parsePodEntry reads a pod table value "<num>:<epoch>:<version>" (or
-// "<num>:<epoch>", version 0): decimal digits, the number in [1, 2³²),
-// the epoch in [1, 2⁶³), the version in [0, 2⁶³).
-func parsePodEntry[B string | []byte](s B) (num uint32, epoch, version uint64, ok bool) {
-	var parts [3]uint64
+// podEntry is a pod's entry in its namespace's pod table.
+type podEntry struct {
+	num uint32
+	// epoch is the current one, which the holder writes under and its
+	// clears must name (the lease's fencing token); the pod's real records
+	// count from base to epoch: a lease taken over keeps the previous
+	// holders' records (base below epoch), a clear starts afresh (base =
+	// epoch).
+	epoch, base uint64
+	// version is the pod table's "#ver" at the pod's last clear.
+	version uint64
+}
+
+// parsePodEntry reads a pod table value "<num>:<epoch>:<version>:<base>"
+// (or "<num>:<epoch>:<version>", or "<num>:<epoch>" with version 0; base
+// then the epoch): decimal digits, the number in [1, 2³²), the epoch in
+// [1, 2⁶³), the version in [0, 2⁶³), the base in [1, epoch].
+func parsePodEntry[B string | []byte](s B) (e podEntry, ok bool) {
+	var parts [4]uint64
 	n, ok := parseFields(s, parts[:], 1<<63-1)
 	if !ok || n < 2 || parts[0] == 0 || parts[0] > 1<<32-1 || parts[1] == 0 {
-		return 0, 0, 0, false
+		return podEntry{}, false
 	}
-	return uint32(parts[0]), parts[1], parts[2], true
+	e = podEntry{num: uint32(parts[0]), epoch: parts[1], version: parts[2], base: parts[1]}
+	if n == 4 {
+		if parts[3] == 0 || parts[3] > parts[1] {
+			return podEntry{}, false
+		}
+		e.base = parts[3]
+	}
+	return e, true
 }
 
 // appendFields appends vs to buf as decimal fields separated by ':', as

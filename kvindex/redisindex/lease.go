@@ -12,13 +12,15 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
-// leaseScript takes or renews a lease: 1 renewed, 2 taken (it was free),
-// 0 held by another replica.
+// leaseScript renews a lease, or takes it when it is free and ARGV[3] is
+// 1: 1 renewed, 2 taken, 3 free (not taken), 0 held by another replica.
 const leaseScript = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
-if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
-return 0`
+if v then return 0 end
+if ARGV[3] ~= '1' then return 3 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 2`
 
 // releaseScript gives up a lease this replica holds.
 var releaseScript = redis.NewScript(`
@@ -145,8 +147,8 @@ func (x *Index) tick() {
 }
 
 // renew takes or renews every registered pod's lease in one pipeline,
-// copies the view of each pod whose lease this replica newly holds, and
-// learns the numbers of the others (what its speculation names them by).
+// takes each pod whose lease this replica newly holds (take), and learns
+// the numbers of the others (what its speculation names them by).
 func (x *Index) renew() {
 	x.pods.RLock()
 	pods := make([]*podState, 0, len(x.pods.byID))
@@ -163,8 +165,13 @@ func (x *Index) renew() {
 	leases := make([]*redis.Cmd, len(pods))
 	nums := make([]*redis.StringCmd, len(pods))
 	ttl := x.cfg.LeaseTTL.Milliseconds()
+	sent := time.Now()
+	// A lease renewed or taken now is surely this replica's for LeaseTTL
+	// from when the request was sent; a third of it is kept as a margin
+	// for the appends in flight (leaseLive).
+	until := sent.Add(x.cfg.LeaseTTL * 2 / 3).UnixNano()
 	for i, ps := range pods {
-		leases[i] = pipe.Eval(ctx, leaseScript, []string{x.leaseKey(ps.name)}, x.cfg.Replica, ttl)
+		leases[i] = pipe.Eval(ctx, leaseScript, []string{x.leaseKey(ps.name)}, x.cfg.Replica, ttl, x.mayTake(ps))
 		nums[i] = pipe.HGet(ctx, x.podsKey(ps.tag), ps.name)
 	}
 	if err := x.exec(pipe); err != nil {
@@ -175,72 +182,110 @@ func (x *Index) renew() {
 	for i, ps := range pods {
 		v, err := nums[i].Result()
 		if err == nil {
-			if num, _, _, ok := parsePodEntry(v); ok {
-				ps.num.Store(num)
+			if e, ok := parsePodEntry(v); ok {
+				ps.num.Store(e.num)
 			}
 		}
 		lost := errors.Is(err, redis.Nil) // the pod table lost the entry: evicted, or deleted
 		r, err := leases[i].Int()
+		if err == nil && r == 3 && lost {
+			// A pod no writer has numbered, or whose entry is gone: there is
+			// nothing in Redis to keep, so this replica takes it at once.
+			r, err = x.rdb.Eval(ctx, leaseScript, []string{x.leaseKey(ps.name)}, x.cfg.Replica, ttl, "1").Int()
+		}
 		switch {
 		case err != nil:
 			x.metrics.errors.WithLabelValues("lease").Inc()
 			ps.held.Store(false)
 		case r == 0:
 			ps.held.Store(false)
+			ps.written.Store(sent.UnixNano()) // another replica writes the pod
+		case r == 3:
+			ps.held.Store(false) // free, but this replica has not followed the pod long enough to take it
 		case r == 2 || !ps.held.Load() || lost:
-			// Taken now, or ours but its entries were not kept (a lost
-			// Redis, an outage, a pod table an allkeys-* policy evicted
-			// while the lease stayed): clear and copy.
+			// Taken now, or ours but not written (an outage, a paused
+			// writer), or its entry not kept (a lost Redis, a pod table an
+			// allkeys-* policy evicted while the lease stayed): take.
 			if r == 1 && lost && ps.held.Load() {
 				x.log.Warn("redisindex: the pod table lost a pod this replica writes (evicted?); numbering it again and copying its view", "pod", ps.name)
 			}
 			if x.take(ps) {
+				ps.leaseUntil.Store(until)
+				ps.written.Store(sent.UnixNano())
 				held++
 			}
 		default:
+			ps.leaseUntil.Store(until)
+			ps.written.Store(sent.UnixNano())
 			held++
 		}
 	}
 	x.metrics.leases.Set(float64(held))
 }
 
-// take makes this replica the pod's writer: a new epoch, then its local
-// view copied in. It reports whether it succeeded.
+// take makes this replica the pod's writer. When the pod has an entry and
+// this replica has not seen it cleared, it continues the pod (the previous
+// holders' records keep counting, and this replica appends what they lack
+// by its view: continueLocked); otherwise it starts the pod afresh, a new
+// epoch with its local view copied in, which is then as complete as any
+// writer's. It reports whether it succeeded.
 func (x *Index) take(ps *podState) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.held.Store(false)
-	if err := x.newEpochLocked(ps, 0); err != nil {
-		x.failed("lease", err)
-		return false
+	// The pod's events this replica queued before are written (or dropped,
+	// the lease having lapsed) before Redis is read: none lands after the
+	// take has counted it.
+	_ = x.Flush() // a failure marks Redis down; the take then fails too
+	how := "fresh"
+	e, err := x.newEpochLocked(ps, 0, !ps.mu.sawClear)
+	if err == nil && e.base < e.epoch {
+		how = "continued"
+		var ok bool
+		if ok, err = x.continueLocked(ps, e); err == nil && !ok {
+			x.log.Warn("redisindex: too many of the pod's removals since its last write to continue it; starting it afresh", "pod", ps.name)
+			how = "fresh"
+			_, err = x.newEpochLocked(ps, ps.mu.epoch, false)
+		}
 	}
-	if err := x.copyLocked(ps); err != nil {
+	if err == nil && how == "fresh" {
+		err = x.copyLocked(ps)
+	}
+	if err != nil {
 		x.failed("lease", err)
 		return false
 	}
 	ps.held.Store(true)
-	x.metrics.taken.Inc()
-	x.log.Info("redisindex: writing the pod's events", "pod", ps.name, "replica", x.cfg.Replica)
+	x.metrics.taken.WithLabelValues(how).Inc()
+	x.log.Info("redisindex: writing the pod's events", "pod", ps.name, "replica", x.cfg.Replica, "how", how)
 	return true
+}
+
+// copyEntry is a block's count in one tier, appended as one record.
+type copyEntry struct {
+	h     uint64
+	tier  kvindex.Tier
+	count int
 }
 
 // copyLocked appends the pod's local entries under its new epoch. The
 // entries are collected first: no round trip runs under the local view's
 // locks.
 func (x *Index) copyLocked(ps *podState) error {
-	type entry struct {
-		h     uint64
-		tier  kvindex.Tier
-		count int
-	}
-	var entries []entry
+	var entries []copyEntry
 	if err := x.local.Entries(ps.id, func(h uint64, tier kvindex.Tier, count int) {
-		entries = append(entries, entry{h, tier, count})
+		entries = append(entries, copyEntry{h, tier, count})
 	}); err != nil {
 		return nil // the pod was removed meanwhile
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*x.cfg.Timeout)
 	defer cancel()
+	return x.appendEntries(ctx, ps, entries)
+}
+
+// appendEntries appends one record per entry, its count the delta (at
+// most 127 either way), under the pod's epoch, copyBatch a pipeline.
+func (x *Index) appendEntries(ctx context.Context, ps *podState, entries []copyEntry) error {
 	var buf, rec []byte
 	at := time.Now().Add(x.cfg.TTL) // Redis's clock, not the injected one; PEXPIREAT: see appendRaw
 	for len(entries) > 0 {
@@ -250,7 +295,7 @@ func (x *Index) copyLocked(ps *podState) error {
 		for _, e := range chunk {
 			buf = x.blockKey(buf[:0], ps.tag, e.h)
 			key := string(buf)
-			rec = appendRecord(rec[:0], ps.mu.num, uint8(e.tier), int8(min(e.count, 127)), ps.mu.epoch)
+			rec = appendRecord(rec[:0], ps.mu.num, uint8(e.tier), int8(max(-127, min(e.count, 127))), ps.mu.epoch)
 			pipe.Append(ctx, key, string(rec))
 			if x.cfg.TTL != 0 {
 				pipe.PExpireAt(ctx, key, at)
@@ -261,6 +306,18 @@ func (x *Index) copyLocked(ps *podState) error {
 		}
 	}
 	return nil
+}
+
+// mayTake is the lease script's ARGV[3] for the pod: 1 once this replica
+// has followed the pod's events for LeaseTTL, so that when a writer stops,
+// a replica that heard the events since its last write takes the pod
+// (within LeaseTTL/3) before one started since; a pod with nothing in
+// Redis is taken at once (renew).
+func (x *Index) mayTake(ps *podState) string {
+	if x.now().Sub(ps.since) >= x.cfg.LeaseTTL {
+		return "1"
+	}
+	return "0"
 }
 
 // releaseAll gives up every lease this replica holds, so that another

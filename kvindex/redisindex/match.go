@@ -23,6 +23,7 @@ type matchScratch struct {
 	nums       []uint32 // the entries of bynum the last readTable set, to reset
 	bigNum     map[uint32]int32
 	epoch      []uint64 // by eligible candidate; 0: not in the pod table
+	base       []uint64 // by eligible candidate: the epoch its real records count from
 	ver        []uint64 // by eligible candidate: the pod table's version at its last epoch change
 	maxVer     uint64   // the largest of ver
 	memo       summaryMemo
@@ -143,6 +144,7 @@ func (x *Index) groupBlocks(sc *matchScratch, hashes []uint64) {
 func (x *Index) readTable(sc *matchScratch) bool {
 	n := len(sc.names)
 	sc.epoch = resize(sc.epoch, n)
+	sc.base = resize(sc.base, n)
 	sc.live = resize(sc.live, n)
 	sc.numOf = resize(sc.numOf, n)
 	sc.ver = resize(sc.ver, n)
@@ -163,17 +165,17 @@ func (x *Index) readTable(sc *matchScratch) bool {
 		if sp.n == spanNil {
 			continue // no writer has numbered the pod: it holds nothing
 		}
-		var num uint32
-		var ep, ver uint64
+		var e podEntry
 		ok := sp.n >= 0
 		if ok {
-			num, ep, ver, ok = parsePodEntry(sc.arena[sp.off : sp.off+sp.n])
+			e, ok = parsePodEntry(sc.arena[sp.off : sp.off+sp.n])
 		}
 		if !ok {
 			x.metrics.refused.WithLabelValues("pods").Inc()
 			continue
 		}
-		sc.epoch[i], sc.ver[i], sc.live[i], sc.numOf[i] = ep, ver, true, num
+		num, ver := e.num, e.version
+		sc.epoch[i], sc.base[i], sc.ver[i], sc.live[i], sc.numOf[i] = e.epoch, e.base, ver, true, num
 		sc.maxVer = max(sc.maxVer, ver)
 		if num < maxDirectNum {
 			if int(num) >= len(sc.bynum) {

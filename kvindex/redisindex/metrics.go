@@ -15,7 +15,9 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	localMatches prometheus.Counter
 	clears       prometheus.Counter
-	taken        prometheus.Counter
+	taken        *prometheus.CounterVec
+	continued    prometheus.Counter
+	lapsed       prometheus.Counter
 	fenced       prometheus.Counter
 	roundTrip    *prometheus.HistogramVec
 	compactions  *prometheus.CounterVec
@@ -68,15 +70,23 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		clears: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "clears_total",
-			Help: "Pods cleared in Redis (moved to new epochs) by this replica: clear events, restarts, and leases taken.",
+			Help: "Pods cleared in Redis by this replica (a new epoch its older records do not count under): clear events, restarts, and leases taken afresh.",
 		}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases_fenced_total",
 			Help: "Clears refused because another replica had taken the pod's lease meanwhile (a new epoch): this replica stopped writing the pod's events.",
 		}),
-		taken: prometheus.NewCounter(prometheus.CounterOpts{
+		taken: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "leases_taken_total",
-			Help: "Writer leases this replica took, or re-took after Redis lost them, copying its view of the pod.",
+			Help: "Writer leases this replica took, by how: continued (the previous holders' records kept, what they lacked by this replica's view appended) or fresh (a pod never numbered, or one this replica saw cleared: its view copied in).",
+		}, []string{"how"}),
+		continued: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "lease_corrections_total",
+			Help: "Records a continuing take appended: a block's count in a tier that differed between Redis and this replica's view (events the previous holder had not written).",
+		}),
+		lapsed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leases_lapsed_total",
+			Help: "Times this replica stopped writing a pod's events because its lease was not renewed in time (a pause, or a slow Redis); the next lease tick takes it again if it can.",
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
@@ -104,7 +114,10 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.queued, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.fenced, m.roundTrip, m.compactions, m.homeEntries, m.homesBehind} {
+	for _, how := range []string{"continued", "fresh"} {
+		m.taken.WithLabelValues(how)
+	}
+	for _, c := range []prometheus.Collector{m.up, m.unbounded, m.queued, m.leases, m.errors, m.refused, m.localMatches, m.clears, m.taken, m.continued, m.lapsed, m.fenced, m.roundTrip, m.compactions, m.homeEntries, m.homesBehind} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("redisindex: %w", err)
 		}

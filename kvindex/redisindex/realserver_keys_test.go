@@ -102,7 +102,7 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 			// b takes p1 over and copies its view: still no TTL.
 			must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[3:4]))
 			must(t, a.rdb.Del(ctx, "test:lease:{p1}").Err())
-			b.tick()
+			b.seasoned().tick()
 			if !b.pod(b.pods["p1"]).held.Load() {
 				t.Fatal("b did not take p1's free lease")
 			}
@@ -247,7 +247,7 @@ func TestStaleWriterFenced(t *testing.T) {
 		t.Fatal("b does not hold p1's lease")
 	}
 	must(t, b.rdb.Del(context.Background(), b.leaseKey("p1")).Err()) // b's lease expired
-	a.tick()                                                         // a takes p1: a new epoch
+	a.seasoned().tick()                                              // a takes p1: a new epoch
 	if !a.pod(a.pods["p1"]).held.Load() {
 		t.Fatal("a did not take p1's lease")
 	}

@@ -34,15 +34,27 @@ func (x *Index) write(pod kvindex.PodID, tier kvindex.Tier, hashes []uint64, del
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if err := local(pod, tier, hashes); err != nil || !ps.held.Load() || len(hashes) == 0 {
+	if err := local(pod, tier, hashes); err != nil || len(hashes) == 0 {
 		return err
 	}
+	now := time.Now()
+	if delta < 0 {
+		ps.mu.removed.add(tier, hashes, now.UnixNano()) // for a take that continues the pod
+	}
+	if !ps.held.Load() {
+		return nil
+	}
+	if !x.leaseLive(ps, now) {
+		x.lapsed(ps)
+		return nil
+	}
 	req := &appendReq{
+		ps:     ps,
 		tag:    ps.tag,
 		hashes: hashes,
 		rec:    appendRecord(nil, ps.mu.num, uint8(tier), delta, ps.mu.epoch),
 		op:     "events",
-		queued: time.Now(),
+		queued: now,
 	}
 	if !x.queueEvent(req) {
 		// A failure marks Redis down: the local view has the event, and
@@ -80,4 +92,15 @@ func (x *Index) checkOnly(pod kvindex.PodID, tier kvindex.Tier, _ []uint64) erro
 		return fmt.Errorf("%w: %d", kvindex.ErrUnknownPod, pod)
 	}
 	return nil
+}
+
+// lapsed stops writing the pod's events: its lease, not renewed in time
+// (this replica paused, or Redis slow), may be another's by now. The next
+// lease tick takes it again, continuing the pod, if it is still free or
+// this replica's.
+func (x *Index) lapsed(ps *podState) {
+	if ps.held.Swap(false) {
+		x.metrics.lapsed.Inc()
+		x.log.Warn("redisindex: the pod's lease was not renewed in time; its events are no longer written here until the next lease tick", "pod", ps.name)
+	}
 }
