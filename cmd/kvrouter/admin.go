@@ -119,7 +119,7 @@ type podReport struct {
 	PrefillSpeed   float64 `json:"prefill_tokens_per_second"`
 	PrefillLearned float64 `json:"prefill_learned_seconds"`
 	// HomedTokens is the footprints of the prefixes this replica homes on
-	// the pod; HomeFill what they may fill (routing.home_fill of its KV
+	// the pod; HomeFill what they may fill (the router's Tuning.HomeFill of its KV
 	// cache; 0 while unknown or with homes off).
 	HomedTokens int64 `json:"homed_tokens"`
 	HomeFill    int64 `json:"home_fill_tokens"`

@@ -40,7 +40,7 @@ import (
 // the whole table instead of the stream's homes: the state a new replica,
 // or one that fell behind the stream, starts from, the other replicas'
 // requests in flight, and the fields past their until, which it deletes
-// (a prefix no replica routed home for routing.home_idle; a field another
+// (a prefix no replica routed home for the router's HomeIdle; a field another
 // replica rewrote between that read and the delete is lost until that
 // prefix's next request home rewrites it). A replica that falls behind
 // the stream by more than it keeps counts the prompts it missed only

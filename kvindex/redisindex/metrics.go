@@ -90,7 +90,7 @@ func newMetrics(x *Index, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "round_trip_seconds",
-			Help:    "Time of a Redis round trip, by operation (match, events, load, homes: a write and read of the shared homes, every index.redis.home_sync and each lease tick); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
+			Help:    "Time of a Redis round trip, by operation (match, events, load, homes: a write and read of the shared homes, every 250 ms and each lease tick); for events, from the batch's arrival to its records in Redis, its wait in the queue included.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"op"}),
 	}
