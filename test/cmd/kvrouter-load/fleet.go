@@ -169,6 +169,18 @@ func (k *kvr) eachMetricLine(fn func(line string)) bool {
 	return true
 }
 
+// liveHeap is kvrouter's live heap in bytes: a collection forced through
+// /debug/pprof/heap?gc=1, then its heap in use (-1 when it cannot be read).
+func (k *kvr) liveHeap() int {
+	resp, err := http.Get("http://" + k.admin + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return -1
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return int(k.metric("go_memstats_heap_alloc_bytes"))
+}
+
 // metric sums every series of an untyped/counter/gauge metric in kvrouter's
 // /metrics (-1 when it cannot be read).
 func (k *kvr) metric(name string) float64 {
