@@ -30,8 +30,9 @@ type Router interface {
 	Refused(id, path, model string, e *router.Error)
 }
 
-// The gRPC health services Envoy and Kubernetes probe.
-var healthServices = []string{"", "liveness", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
+// The gRPC health services Envoy and Kubernetes probe; inference-extension
+// is what the Endpoint Picker charts' probes ask for with one replica.
+var healthServices = []string{"", "liveness", "readiness", "inference-extension", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
 
 // Server is kvrouter's Envoy external processor.
 type Server struct {

@@ -319,7 +319,7 @@ func TestClientAbortAndHealth(t *testing.T) {
 	hc := healthpb.NewHealthClient(h.conn)
 	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
-		for _, svc := range []string{"readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		for _, svc := range []string{"readiness", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor"} { // inference-extension: the picker charts' probes
 			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 			if err != nil || r.GetStatus() != want {
 				t.Fatalf("health %q = %v, %v, want %v", svc, r.GetStatus(), err, want)

@@ -10,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/certs"
 	"github.com/kvrouter/kvrouter/internal/conf"
+	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -53,8 +54,13 @@ type config struct {
 	templateFlags, formatFlags []string
 	flagsSet                   []string
 	flagProblems               []string
-	// hubToken is the hub token read from the environment (never logged).
-	hubToken string
+	// hubToken is the hub token read from the environment (never logged);
+	// kubeconfigEnv is $KUBECONFIG.
+	hubToken, kubeconfigEnv string
+	// picker is the Endpoint Picker's flags (internal/epp); pickerNotes
+	// say which of those given change nothing, and why.
+	picker      *epp.Flags
+	pickerNotes []string
 }
 
 // listenConfig is where the servers listen; an empty address turns a
@@ -161,7 +167,7 @@ var serveFlagTable = conf.Table{
 	{Name: "log-format", Path: "log.format", Help: "log format: json, text, or auto (text on a terminal, JSON otherwise)"},
 	{Name: "drain-delay", Path: "shutdown.drain_delay", Help: "on SIGTERM, how long to report not-ready before stopping, so load balancers stop sending work"},
 	{Name: "shutdown-timeout", Path: "shutdown.timeout", Help: "how long in-flight work may take to finish once stopping"},
-	{Name: "kubeconfig", Path: "discovery.kubeconfig", Help: "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else off"},
+	{Name: "kubeconfig", Path: "discovery.kubeconfig", Help: "discover vLLM pods in Kubernetes with this kubeconfig file, \"in-cluster\" or \"off\"; default: $KUBECONFIG, else in-cluster when KUBERNETES_SERVICE_HOST is set, else off"},
 	{Name: "namespace", Path: "discovery.namespaces", Help: "a namespace to discover pods in (repeatable); default: all"},
 	{Name: "selector", Path: "discovery.selector", Help: "the label selector of the vLLM pods to discover"},
 	{Name: "pool-name", Path: "discovery.pool.name", Help: "serve the ready pods of this InferencePool (inference.networking.k8s.io/v1) on its target ports, instead of --selector"},
@@ -221,6 +227,7 @@ func loadConfig(args []string) (config, error) {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	serveFlags(&c, fs)
+	c.picker = epp.Register(fs)
 	lenientFlags(fs, &c.flagProblems)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -237,8 +244,11 @@ func loadConfig(args []string) (config, error) {
 // file or a value are reported by validate with every other problem.
 func configOver(c config, fs *pflag.FlagSet) config {
 	fs.Visit(func(f *pflag.Flag) { c.flagsSet = append(c.flagsSet, f.Name) })
+	if c.file == "" && c.picker != nil {
+		c.file = c.picker.ConfigFile() // the picker's --config-file, when it is kvrouter's
+	}
 	if c.file == "" {
-		return c
+		return c.overPicker()
 	}
 	fc := defaultConfig()
 	fc.fileProblems, fc.positions = conf.DecodeFile(c.file, &fc, removedKeys)
@@ -255,6 +265,16 @@ func configOver(c config, fs *pflag.FlagSet) config {
 		}
 		_ = over.Set(f.Name, v.String()) // a value that parsed once parses again; a bad one left the default
 	})
-	fc.file, fc.flagsSet, fc.flagProblems = c.file, c.flagsSet, c.flagProblems
-	return fc
+	fc.file, fc.flagsSet, fc.flagProblems, fc.picker = c.file, c.flagsSet, c.flagProblems, c.picker
+	return fc.overPicker()
+}
+
+// overPicker sets what the Endpoint Picker's flags given on the command
+// line say, over the file and kvrouter's own flags (epp.Flags.Apply).
+func (c config) overPicker() config {
+	if c.picker != nil {
+		notes, problems := c.picker.Apply(&c, c.given)
+		c.pickerNotes, c.flagProblems = notes, append(c.flagProblems, problems...)
+	}
+	return c
 }

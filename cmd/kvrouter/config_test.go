@@ -107,7 +107,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond,
 			Static: []pod.Entry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
 		},
-		Discovery: discovery.Settings{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x"},
+		Discovery: discovery.Settings{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x", ServingPort: 8000},
 		file:      file,
 	}
 	tests := []struct {
@@ -132,7 +132,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := loadConfig(tt.args)
-			got.positions, got.flagsSet = nil, nil // where values came from: TestConfigProblems
+			got.positions, got.flagsSet, got.picker = nil, nil, nil // where values came from: TestConfigProblems
 			want := fromFile
 			want.Pods.Static = slices.Clone(fromFile.Pods.Static)
 			tt.want(&want)

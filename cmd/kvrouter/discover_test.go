@@ -22,16 +22,17 @@ import (
 )
 
 func TestResolveKubeconfig(t *testing.T) {
-	tests := []struct{ flag, host, want string }{
-		{"", "", ""},
-		{"", "10.0.0.1", discovery.InCluster},
-		{"off", "10.0.0.1", ""},
-		{"/k.yaml", "", "/k.yaml"},
-		{"in-cluster", "", discovery.InCluster},
+	tests := []struct{ flag, env, host, want string }{
+		{"", "", "", ""},
+		{"", "", "10.0.0.1", discovery.InCluster},
+		{"off", "/e.yaml", "10.0.0.1", ""},
+		{"/k.yaml", "/e.yaml", "", "/k.yaml"},
+		{"in-cluster", "", "", discovery.InCluster},
+		{"", "/e.yaml:/f.yaml", "10.0.0.1", "/e.yaml:/f.yaml"}, // $KUBECONFIG, as kubectl reads it
 	}
 	for _, tt := range tests {
-		if got := discovery.Kubeconfig(tt.flag, tt.host); got != tt.want {
-			t.Errorf("discovery.Kubeconfig(%q, %q) = %q, want %q", tt.flag, tt.host, got, tt.want)
+		if got := discovery.Kubeconfig(tt.flag, tt.env, tt.host); got != tt.want {
+			t.Errorf("discovery.Kubeconfig(%q, %q, %q) = %q, want %q", tt.flag, tt.env, tt.host, got, tt.want)
 		}
 	}
 }

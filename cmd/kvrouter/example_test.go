@@ -22,7 +22,7 @@ func TestExampleConfig(t *testing.T) {
 	if _, err := c.validate(""); err != nil {
 		t.Fatalf("the example config: %v", err)
 	}
-	c.file, c.positions, c.flagsSet = "", nil, nil
+	c.file, c.positions, c.flagsSet, c.picker = "", nil, nil, nil
 	if len(c.Tokenizers.Models) == 0 {
 		c.Tokenizers.Models = nil
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/kvrouter/kvrouter/internal/conf"
-	"github.com/kvrouter/kvrouter/tokenizer/models"
 )
 
 // given reports whether the config file or a flag on the command line set
@@ -18,9 +17,10 @@ func (c config) given(path string) bool {
 }
 
 // applyEnv reads the hub's environment variables into the tokenizers
-// section (models.Settings.ApplyEnv), and the hub token.
+// section (models.Settings.ApplyEnv), the hub token, and $KUBECONFIG.
 func (c *config) applyEnv(getenv func(string) string) {
 	c.hubToken = c.Tokenizers.ApplyEnv(getenv, func(key string) bool { return c.given("tokenizers." + key) })
+	c.kubeconfigEnv = getenv("KUBECONFIG")
 }
 
 // tokenizerProblems adds the tokenizers section's problems, each naming the
@@ -41,23 +41,5 @@ func (c config) tokenizerProblems(p *conf.Problems, err error) {
 			}
 		}
 		p.Add("%s", problem)
-	}
-}
-
-// applyModelFlag sets a field of tokenizers.models from each NAME=VALUE of
-// a repeated flag.
-func (c *config) applyModelFlag(p *conf.Problems, flag string, values []string, set func(*models.Model, string)) {
-	for _, f := range values {
-		name, v, ok := strings.Cut(f, "=")
-		if !ok || name == "" || v == "" {
-			p.Add("%s: %q: want NAME=VALUE", flag, f)
-			continue
-		}
-		if c.Tokenizers.Models == nil {
-			c.Tokenizers.Models = map[string]models.Model{}
-		}
-		m := c.Tokenizers.Models[name]
-		set(&m, v)
-		c.Tokenizers.Models[name] = m
 	}
 }

@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func runWith(ctx context.Context, args []string, s streams) error {
 	root := newRootCommand(s)
-	root.SetArgs(args)
+	root.SetArgs(pickerArgs(args))
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return nil
@@ -53,6 +53,25 @@ func runWith(ctx context.Context, args []string, s streams) error {
 	}
 	fmt.Fprintf(s.errOut, "kvrouter: %s\nSee '%s --help' for usage.\n", flagError(err), path)
 	return fmt.Errorf("%w: %w", errUsage, err)
+}
+
+// pickerArgs runs serve when the first argument is a flag (but for the
+// root's own --help and --version): the charts that deploy an Endpoint
+// Picker set its container's arguments only, so kvrouter's image, put in
+// the picker's place, runs `kvrouter --pool-name R ...`.
+func pickerArgs(args []string) []string {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
+		return args
+	}
+	switch args[0] {
+	case "-h", "--help", "--version":
+		return args
+	case "-v":
+		if len(args) == 1 {
+			return args // the version; the picker's -v takes a level
+		}
+	}
+	return append([]string{"serve"}, args...)
 }
 
 // runFailed wraps what a command's run returned, to tell it apart from

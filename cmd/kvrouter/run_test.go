@@ -32,6 +32,10 @@ func TestRun(t *testing.T) {
 		{name: "unknown global flag", args: []string{"--bogus", "version"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --bogus\n"},
 		{name: "bad serve flag", args: []string{"serve", "--nope"}, wantErr: errUsage, wantStderr: "kvrouter: unknown flag: --nope\nSee 'kvrouter serve --help' for usage.\n"},
 		{name: "bad log level", args: []string{"serve", "--log-level", "loud"}, wantErr: conf.ErrConfig, wantStderr: ""},
+		// The Endpoint Picker charts set the container's arguments only: a
+		// first argument that is a flag runs serve (its problem is serve's).
+		{name: "the picker's arguments run serve", args: []string{"--pool-name", "qwen", "--kubeconfig", "off", "--zap-encoder", "json", "--v", "1"}, wantErr: conf.ErrConfig, wantStderr: ""},
+		{name: "-v alone is the version", args: []string{"-v"}, wantStdout: "kvrouter dev ("},
 		{name: "stray argument", args: []string{"version", "extra"}, wantErr: errUsage, wantStderr: "kvrouter: unexpected argument \"extra\"\nSee 'kvrouter version --help' for usage.\n"},
 		{name: "tokenize needs a tokenizer", args: []string{"tokenize"}, wantErr: errUsage, wantStderr: `required flag(s) "tokenizer" not set`},
 		{name: "render needs a tokenizer", args: []string{"render"}, wantErr: errUsage, wantStderr: `required flag(s) "tokenizer" not set`},

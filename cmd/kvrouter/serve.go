@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 )
@@ -30,6 +31,7 @@ the pods' /metrics scraper. Settings come from the defaults, then the
 		Args: noArgs,
 	}
 	serveFlags(&c, cmd.Flags())
+	c.picker = epp.Register(cmd.Flags())
 	var flagProblems []string
 	lenientFlags(cmd.Flags(), &flagProblems)
 	cmd.RunE = runE(func(cmd *cobra.Command) error {
@@ -47,6 +49,9 @@ func serve(ctx context.Context, c config, stderr io.Writer) error {
 		return err
 	}
 	logger := newLogger(stderr, s.level, s.Log.Format)
+	for _, note := range c.pickerNotes {
+		logger.Info("kvrouter: an Endpoint Picker flag", "note", note)
+	}
 	a, err := newApp(s, logger)
 	if err != nil {
 		return err

@@ -19,7 +19,6 @@ import (
 	"github.com/kvrouter/kvrouter/router"
 	"github.com/kvrouter/kvrouter/tokenizer"
 	"github.com/kvrouter/kvrouter/tokenizer/chat"
-	"github.com/kvrouter/kvrouter/tokenizer/models"
 )
 
 // settings is a validated config turned into the configurations of the
@@ -95,7 +94,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 			p.Add("pods.file: %s", l)
 		}
 	}
-	s.disc, err = c.Discovery.Resolve(serviceHost, c.Pods.DefaultModel)
+	s.disc, err = c.Discovery.Resolve(c.kubeconfigEnv, serviceHost, c.Pods.DefaultModel)
 	p.AddErr("discovery", err)
 	s.certs, err = c.ExtProc.TLS.Resolve(s.disc.Kubeconfig != "")
 	p.AddErr("extproc.tls", err)
@@ -170,19 +169,9 @@ func (c *config) applyListFlags(p *conf.Problems) {
 			c.Pods.Static = append(c.Pods.Static, e)
 		}
 	}
-	if c.modelFlags != nil {
-		c.Tokenizers.Models = map[string]models.Model{}
-		for _, f := range c.modelFlags {
-			name, spec, ok := strings.Cut(f, "=")
-			if !ok || name == "" || spec == "" {
-				p.Add("--model: model %q: want NAME=DIR, NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL", f)
-				continue
-			}
-			c.Tokenizers.Models[name] = models.Parse(spec)
-		}
+	for _, err := range c.Tokenizers.ApplyFlags(c.modelFlags, c.templateFlags, c.formatFlags) {
+		p.Add("%v", err)
 	}
-	c.applyModelFlag(p, "--chat-template", c.templateFlags, func(m *models.Model, v string) { m.ChatTemplate = v })
-	c.applyModelFlag(p, "--chat-template-content-format", c.formatFlags, func(m *models.Model, v string) { m.ContentFormat = v })
 }
 
 func (c config) checkListen(p *conf.Problems) {

@@ -43,6 +43,15 @@ func (t Table) Bind(fs *pflag.FlagSet, root any) {
 	}
 }
 
+// Set sets the field of *root (a pointer to the configuration struct) at
+// path from value as a flag bound to it would read it; a value of the
+// wrong form is an error.
+func Set(root any, path, value string) error {
+	fs := pflag.NewFlagSet("set", pflag.ContinueOnError)
+	Table{{Name: "x", Path: path}}.Bind(fs, root)
+	return fs.Set("x", value)
+}
+
 // FlagFor is the flag that sets the field at path; "" for none.
 func (t Table) FlagFor(path string) string {
 	for _, f := range t {

@@ -6,6 +6,7 @@ package kube
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,9 +38,13 @@ func NewConfig(kubeconfig string) (*rest.Config, error) {
 		rc  *rest.Config
 		err error
 	)
-	if kubeconfig == InCluster {
+	switch files := filepath.SplitList(kubeconfig); {
+	case kubeconfig == InCluster:
 		rc, err = rest.InClusterConfig()
-	} else {
+	case len(files) > 1: // $KUBECONFIG's list, merged as kubectl merges it
+		rules := &clientcmd.ClientConfigLoadingRules{Precedence: files}
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	default:
 		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	if err != nil {

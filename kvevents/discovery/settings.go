@@ -15,6 +15,9 @@ type Settings struct {
 	Kubeconfig string   `yaml:"kubeconfig"`
 	Namespaces []string `yaml:"namespaces"` // empty: all
 	Selector   string   `yaml:"selector"`   // the label selector of the vLLM pods
+	// ServingPort is the OpenAI server port of pods that name none (by the
+	// kvrouter.io/port annotation or a container port named "http").
+	ServingPort int `yaml:"serving_port"`
 	// Pool names the InferencePool to serve instead of the selector.
 	Pool struct {
 		Name      string `yaml:"name"`
@@ -24,7 +27,10 @@ type Settings struct {
 
 // DefaultSettings is DefaultConfig's selector, the kubeconfig chosen by
 // where kvrouter runs.
-func DefaultSettings() Settings { return Settings{Selector: DefaultConfig().Selector} }
+func DefaultSettings() Settings {
+	d := DefaultConfig()
+	return Settings{Selector: d.Selector, ServingPort: d.ServingPort}
+}
 
 // Off as the kubeconfig turns discovery off.
 const Off = "off"
@@ -33,15 +39,18 @@ const Off = "off"
 // in-cluster pod.
 var ServiceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// Kubeconfig applies the kubeconfig's default: in-cluster when the process
-// runs in a Kubernetes pod (serviceHost is KUBERNETES_SERVICE_HOST), else
-// off. It returns "" for off.
-func Kubeconfig(setting, serviceHost string) string {
+// Kubeconfig applies the kubeconfig's default as kubectl does: $KUBECONFIG
+// (env; a list of files is merged), else in-cluster when the process runs
+// in a Kubernetes pod (serviceHost is KUBERNETES_SERVICE_HOST), else off.
+// It returns "" for off.
+func Kubeconfig(setting, env, serviceHost string) string {
 	switch {
 	case setting == Off:
 		return ""
 	case setting != "":
 		return setting
+	case env != "":
+		return env
 	case serviceHost != "":
 		return InCluster
 	}
@@ -50,13 +59,17 @@ func Kubeconfig(setting, serviceHost string) string {
 
 // Resolve checks s, every problem at once, each starting with its key, and
 // returns discovery's Config for pods that name no model of their own to
-// serve defaultModel. Its Kubeconfig is "" when discovery is off; it is
-// then checked no further.
-func (s Settings) Resolve(serviceHost, defaultModel string) (Config, error) {
+// serve defaultModel; env and serviceHost are $KUBECONFIG and
+// $KUBERNETES_SERVICE_HOST (Kubeconfig). Its Kubeconfig is "" when
+// discovery is off; it is then checked no further.
+func (s Settings) Resolve(env, serviceHost, defaultModel string) (Config, error) {
 	var errs []error
 	cfg := DefaultConfig()
-	cfg.Kubeconfig = Kubeconfig(s.Kubeconfig, serviceHost)
-	cfg.Namespaces, cfg.DefaultModel, cfg.Selector = s.Namespaces, defaultModel, s.Selector
+	cfg.Kubeconfig = Kubeconfig(s.Kubeconfig, env, serviceHost)
+	cfg.Namespaces, cfg.DefaultModel, cfg.Selector, cfg.ServingPort = s.Namespaces, defaultModel, s.Selector, s.ServingPort
+	if s.ServingPort < 1 || s.ServingPort > 65535 {
+		errs = append(errs, fmt.Errorf("serving_port: %d, want a port in [1, 65535]", s.ServingPort))
+	}
 	for i, ns := range s.Namespaces {
 		if ns == "" {
 			errs = append(errs, fmt.Errorf("namespaces[%d]: empty", i))

@@ -116,6 +116,49 @@ func Parse(spec string) Model {
 	return Model{Dir: spec}
 }
 
+// ApplyFlags sets the models from repeated flags: each --model NAME=SPEC
+// (SPEC as Parse reads it) replaces the file's models when any is given;
+// each --chat-template and --chat-template-content-format NAME=VALUE sets
+// that field of the model's entry. It returns a problem per value of no
+// such form, each naming its flag.
+func (s *Settings) ApplyFlags(model, template, format []string) []error {
+	var errs []error
+	if model != nil {
+		s.Models = map[string]Model{}
+		for _, f := range model {
+			name, spec, ok := strings.Cut(f, "=")
+			if !ok || name == "" || spec == "" {
+				errs = append(errs, fmt.Errorf("--model: model %q: want NAME=DIR, NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL", f))
+				continue
+			}
+			s.Models[name] = Parse(spec)
+		}
+	}
+	for _, fl := range []struct {
+		flag   string
+		values []string
+		set    func(*Model, string)
+	}{
+		{"--chat-template", template, func(m *Model, v string) { m.ChatTemplate = v }},
+		{"--chat-template-content-format", format, func(m *Model, v string) { m.ContentFormat = v }},
+	} {
+		for _, f := range fl.values {
+			name, v, ok := strings.Cut(f, "=")
+			if !ok || name == "" || v == "" {
+				errs = append(errs, fmt.Errorf("%s: %q: want NAME=VALUE", fl.flag, f))
+				continue
+			}
+			if s.Models == nil {
+				s.Models = map[string]Model{}
+			}
+			m := s.Models[name]
+			fl.set(&m, v)
+			s.Models[name] = m
+		}
+	}
+	return errs
+}
+
 // ApplyEnv reads what the hub's own client reads from the environment: the
 // endpoint (HF_ENDPOINT) and offline mode (HF_HUB_OFFLINE) when the config
 // does not set them (given says which keys it set: "hub.endpoint",

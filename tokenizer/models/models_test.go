@@ -92,3 +92,18 @@ func TestApplyEnv(t *testing.T) {
 		t.Errorf("after ApplyEnv: %+v, token %q; want the endpoint, offline as the config said, the XDG cache", s, token)
 	}
 }
+
+func TestApplyFlags(t *testing.T) {
+	s := Settings{Models: map[string]Model{"file": {Dir: "/f"}}}
+	errs := s.ApplyFlags([]string{"a=/a", "b=hub:Org/B@v1", "bad"}, []string{"a=t.jinja", "=x"}, []string{"b=openai"})
+	if s.Models["file"] != (Model{}) || s.Models["a"] != (Model{Dir: "/a", ChatTemplate: "t.jinja"}) || s.Models["b"] != (Model{Repo: "Org/B", Revision: "v1", ContentFormat: "openai"}) {
+		t.Errorf("models = %+v, want the flags' in place of the file's", s.Models)
+	}
+	if len(errs) != 2 || !strings.HasPrefix(errs[0].Error(), "--model: model \"bad\"") || !strings.HasPrefix(errs[1].Error(), "--chat-template: \"=x\"") {
+		t.Errorf("problems = %v, want --model's and --chat-template's", errs)
+	}
+	s = Settings{Models: map[string]Model{"file": {Dir: "/f"}}}
+	if errs := s.ApplyFlags(nil, []string{"file=t"}, nil); errs != nil || s.Models["file"] != (Model{Dir: "/f", ChatTemplate: "t"}) {
+		t.Errorf("no --model: %+v, %v; want the file's model given the template", s.Models, errs)
+	}
+}

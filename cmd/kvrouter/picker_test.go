@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPickerArgs: kvrouter started with the arguments GIE's inferencepool
+// chart gives the Endpoint Picker serves the pool, logs as the chart asks,
+// opens the plaintext health port the chart's probes ask (9003), and says
+// which flags change nothing.
+func TestPickerArgs(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plugins := filepath.Join(t.TempDir(), "default-plugins.yaml")
+	if err := os.WriteFile(plugins, []byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig([]string{
+		"--pool-name", "qwen", "--pool-namespace", "llm", "--pool-group", "inference.networking.k8s.io",
+		"--zap-encoder", "json", "--config-file", plugins, "--v", "1", "--tracing=false", "--kubeconfig", kubeconfig,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.validate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.disc.Pool.Name != "qwen" || s.disc.Pool.Namespace != "llm" || s.Log.Format != "json" || s.Log.Level != "info" || s.Listen.GRPCHealth != ":9003" || s.Listen.GRPC != ":9002" || c.file != "" {
+		t.Errorf("pool %+v, log %+v, listen %+v, config file %q; want the pool, JSON at info, health on :9003, no config file", s.disc.Pool, s.Log, s.Listen, c.file)
+	}
+	if len(c.pickerNotes) != 2 || !strings.HasPrefix(strings.Join(c.pickerNotes, "\n"), "--") {
+		t.Errorf("notes %q, want --tracing's and --config-file's", c.pickerNotes)
+	}
+	// kvrouter's own health address wins over the picker's default.
+	c, err = loadConfig([]string{"--pool-name", "qwen", "--zap-encoder", "json", "--grpc-health-addr", ":7003", "--kubeconfig", kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen.GRPCHealth != ":7003" {
+		t.Errorf("health address %q, want --grpc-health-addr's", c.Listen.GRPCHealth)
+	}
+	// A value the picker's flag cannot give is a problem under its name.
+	c, err = loadConfig([]string{"--pool-name", "qwen", "--grpc-port", "70000", "--kubeconfig", kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.validate(""); err == nil || !strings.Contains(err.Error(), "--grpc-port: 70000") {
+		t.Errorf("validate = %v, want the --grpc-port problem", err)
+	}
+}
