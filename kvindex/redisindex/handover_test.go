@@ -14,6 +14,30 @@ import (
 	"github.com/kvrouter/kvrouter/kvindex"
 )
 
+// twoReplicas is replicas a and b over one server, with 600 ms leases, a
+// the writer of both pods, both having heard p1 store blocks[:n].
+func twoReplicas(t *testing.T, n int) (srv *redisserver.Server, a, b *replicaIndex) {
+	t.Helper()
+	srv = redisserver.New(t)
+	a, b = newReplica(t, srv.Addr, "a", shortLease), newReplica(t, srv.Addr, "b", shortLease)
+	a.tick()
+	for _, r := range []*replicaIndex{a, b} {
+		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:n]))
+	}
+	return srv, a, b
+}
+
+func shortLease(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
+
+// waitTakes ticks r until it writes pod's events.
+func waitTakes(t *testing.T, r *replicaIndex, pod string) {
+	t.Helper()
+	waitFor(t, r.cfg.Replica+" takes "+pod, 10*time.Second, func() bool {
+		r.tick()
+		return r.pod(r.pods[pod]).held.Load()
+	})
+}
+
 // TestLeaseContinuedByALateReplica: a replica started after a pod's blocks
 // were stored (its view knows none of them) takes the pod's lease when its
 // writer dies or stops, and the pod keeps every block Redis had; what the
@@ -24,11 +48,10 @@ func TestLeaseContinuedByALateReplica(t *testing.T) {
 	for _, stop := range []string{"killed", "stopped"} {
 		t.Run(stop, func(t *testing.T) {
 			srv := redisserver.New(t)
-			short := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
-			a := newReplica(t, srv.Addr, "a", short)
+			a := newReplica(t, srv.Addr, "a", shortLease)
 			a.tick()
 			must(t, a.Stored(a.pods["p1"], kvindex.TierGPU, blocks[:4]))
-			b := newReplica(t, srv.Addr, "b", short) // started after the blocks: its view is empty
+			b := newReplica(t, srv.Addr, "b", shortLease) // started after the blocks: its view is empty
 			b.tick()
 			if got := b.match(blocks)["p1"].Blocks; got != 4 {
 				t.Fatalf("before the handover: b matches %d blocks on p1, want 4", got)
@@ -47,14 +70,11 @@ func TestLeaseContinuedByALateReplica(t *testing.T) {
 			// the old ones; only b hears it.
 			must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, gap[1:]))
 			must(t, b.Removed(b.pods["p1"], kvindex.TierGPU, blocks[3:4]))
-			waitFor(t, "b takes p1", 10*time.Second, func() bool {
-				b.tick()
-				return b.pod(b.pods["p1"]).held.Load()
-			})
+			waitTakes(t, b, "p1")
 			if got := testutil.ToFloat64(b.metrics.taken.WithLabelValues("continued")); got < 1 {
 				t.Errorf("leases taken continued = %v, want p1's", got)
 			}
-			fresh := newReplica(t, srv.Addr, "fresh", short) // reads Redis alone
+			fresh := newReplica(t, srv.Addr, "fresh", shortLease) // reads Redis alone
 			for name, r := range map[string]*replicaIndex{"b": b, "fresh": fresh} {
 				if got := r.match(blocks)["p1"].Blocks; got != 3 {
 					t.Errorf("%s: after the handover p1 matches %d blocks, want the 3 stored before b started and not evicted", name, got)
@@ -79,21 +99,12 @@ func TestLeaseContinuedByALateReplica(t *testing.T) {
 // replay could not fill) does not make the view complete: the take then
 // continues the pod.
 func TestLeaseTakenFreshAfterAClear(t *testing.T) {
-	srv := redisserver.New(t)
-	short := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
-	a, b := newReplica(t, srv.Addr, "a", short), newReplica(t, srv.Addr, "b", short)
-	a.tick()
-	for _, r := range []*replicaIndex{a, b} {
-		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:4]))
-	}
+	srv, a, b := twoReplicas(t, 4)
 	// a dies; p1 restarts (a clear) and stores one block; only b hears it.
 	must(t, b.ClearPod(b.pods["p1"]))
 	b.CacheCleared(b.pods["p1"])
 	must(t, b.Stored(b.pods["p1"], kvindex.TierGPU, blocks[:1]))
-	waitFor(t, "b takes p1", 10*time.Second, func() bool {
-		b.tick()
-		return b.pod(b.pods["p1"]).held.Load()
-	})
+	waitTakes(t, b, "p1")
 	if got := testutil.ToFloat64(b.metrics.taken.WithLabelValues("fresh")); got < 1 {
 		t.Errorf("leases taken fresh = %v, want p1's", got)
 	}
@@ -101,12 +112,9 @@ func TestLeaseTakenFreshAfterAClear(t *testing.T) {
 		t.Errorf("after the take: p1 matches %d blocks, want the 1 stored since the clear", got)
 	}
 
-	c := newReplica(t, srv.Addr, "c", short).seasoned()
+	c := newReplica(t, srv.Addr, "c", shortLease).seasoned()
 	must(t, c.ClearPod(c.pods["p2"])) // entries only: c's view of p2 is incomplete
-	waitFor(t, "c takes p2", 10*time.Second, func() bool {
-		c.tick()
-		return c.pod(c.pods["p2"]).held.Load()
-	})
+	waitTakes(t, c, "p2")
 	v, err := c.rdb.HGet(context.Background(), c.podsKey(nsTag("m")), "p2").Result()
 	must(t, err)
 	if e, ok := parsePodEntry(v); !ok || e.base == e.epoch {
@@ -120,17 +128,8 @@ func TestLeaseTakenFreshAfterAClear(t *testing.T) {
 // the old holder's epoch counting); its next lease tick finds the lease
 // another's.
 func TestPausedWriterStopsWriting(t *testing.T) {
-	srv := redisserver.New(t)
-	short := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
-	a, b := newReplica(t, srv.Addr, "a", short), newReplica(t, srv.Addr, "b", short)
-	a.tick()
-	for _, r := range []*replicaIndex{a, b} {
-		must(t, r.Stored(r.pods["p1"], kvindex.TierGPU, blocks[:2]))
-	}
-	waitFor(t, "b takes p1", 10*time.Second, func() bool { // a is paused: no tick
-		b.tick()
-		return b.pod(b.pods["p1"]).held.Load()
-	})
+	_, a, b := twoReplicas(t, 2)
+	waitTakes(t, b, "p1") // a is paused: no tick
 	// a wakes up and applies p1's next events before its lease tick: the
 	// store twice, as a and b both hear it.
 	for _, r := range []*replicaIndex{a, b} {
@@ -182,14 +181,13 @@ func TestParsePodEntry(t *testing.T) {
 // takes, each new holder started the pods afresh with its own view.)
 func TestRollingRestart(t *testing.T) {
 	srv := redisserver.New(t)
-	short := func(c *Config) { c.LeaseTTL = 600 * time.Millisecond }
 	type running struct {
 		r    *replicaIndex
 		stop context.CancelFunc
 		done chan struct{}
 	}
 	start := func(name string) *running {
-		r := newReplica(t, srv.Addr, name, short)
+		r := newReplica(t, srv.Addr, name, shortLease)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r.Run(ctx) }()
@@ -249,7 +247,7 @@ func TestRollingRestart(t *testing.T) {
 		lapsed += testutil.ToFloat64(x.r.metrics.lapsed)
 	}
 	t.Logf("leases lapsed: %v", lapsed)
-	check := newReplica(t, srv.Addr, "check", short) // reads Redis alone
+	check := newReplica(t, srv.Addr, "check", shortLease) // reads Redis alone
 	waitFor(t, "the live replicas hold every lease", 10*time.Second, func() bool {
 		n := 0
 		for _, x := range live {
