@@ -54,3 +54,19 @@ func TestPickerArgs(t *testing.T) {
 		t.Errorf("validate = %v, want the --grpc-port problem", err)
 	}
 }
+
+// TestPickerArgsJoined: GIE's chart renders a flags-map entry
+// `secure-serving: false` as `--secure-serving` `"false"`; kvrouter reads
+// it as the entry meant.
+func TestPickerArgsJoined(t *testing.T) {
+	got := pickerArgs([]string{"--pool-name", "p", "--secure-serving", "false", "--v", "1", "--tracing=false", "--health-checking", "true"})
+	want := []string{"serve", "--pool-name", "p", "--secure-serving=false", "--v", "1", "--tracing=false", "--health-checking=true"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("pickerArgs = %q, want %q", got, want)
+	}
+	for _, args := range [][]string{{"serve", "--x", "false"}, {"--help"}, {"-v"}} {
+		if got := pickerArgs(args); strings.Join(got, " ") != strings.Join(args, " ") {
+			t.Errorf("pickerArgs(%q) = %q, want them as they are", args, got)
+		}
+	}
+}

@@ -58,7 +58,8 @@ func runWith(ctx context.Context, args []string, s streams) error {
 // pickerArgs runs serve when the first argument is a flag (but for the
 // root's own --help and --version): the charts that deploy an Endpoint
 // Picker set its container's arguments only, so kvrouter's image, put in
-// the picker's place, runs `kvrouter --pool-name R ...`.
+// the picker's place, runs `kvrouter --pool-name R ...`. A flag followed by
+// a lone true or false is given that value.
 func pickerArgs(args []string) []string {
 	if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
 		return args
@@ -71,7 +72,20 @@ func pickerArgs(args []string) []string {
 			return args // the version; the picker's -v takes a level
 		}
 	}
-	return append([]string{"serve"}, args...)
+	// GIE's chart renders each entry of its flags map as two arguments,
+	// `--secure-serving` `false`, which would read as the bare switch (true)
+	// and a stray argument: they are joined, as the entry meant.
+	out := []string{"serve"}
+	for i := 0; i < len(args); i++ {
+		if next := i + 1; next < len(args) && strings.HasPrefix(args[i], "--") && !strings.Contains(args[i], "=") &&
+			(args[next] == "true" || args[next] == "false") {
+			out = append(out, args[i]+"="+args[next])
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 // runFailed wraps what a command's run returned, to tell it apart from
