@@ -2,7 +2,6 @@ package redisindex
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"time"
 
@@ -143,25 +142,12 @@ func (x *Index) continueLocked(ps *podState, e podEntry) (bool, error) {
 }
 
 // podCounts folds a block key's value for the pod of entry e, as a match
-// counts it: its real records from e.base to e.epoch, each tier's count
-// never below zero, and each summary naming it, while its version allows,
-// as a GPU store.
+// counts it: its summaries expanded (expand, as a compaction reads them),
+// then its real records from e.base to e.epoch, each tier's count never
+// below zero.
 func podCounts(val []byte, e podEntry) (counts [kvindex.NumTiers]int) {
+	val = expand(val, podTable{epochs: map[uint32]uint64{e.num: e.epoch}, vers: map[uint32]uint64{e.num: e.version}})
 	for off := 0; off+recordSize <= len(val); off += recordSize {
-		hdr := binary.LittleEndian.Uint64(val[off:])
-		if uint8(hdr>>32) == kindSummary && hdr>>40 == 0 {
-			end := off + recordSize*(1+int(uint32(hdr)))
-			v := binary.LittleEndian.Uint64(val[off+8:])
-			if end > len(val) || !summaryMembers(val[off+recordSize:end], func(num uint32) {
-				if num == e.num && e.version <= v {
-					counts[kvindex.TierGPU]++
-				}
-			}) {
-				break
-			}
-			off = end - recordSize
-			continue
-		}
 		r, ok := decodeRecord(val[off:])
 		if !ok || r.kind == kindSpec || r.num != e.num || r.v < e.base || r.v > e.epoch {
 			continue

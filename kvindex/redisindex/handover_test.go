@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -280,4 +281,28 @@ func (r *replicaIndex) seasoned() *replicaIndex {
 		ps.since = ps.since.Add(-r.cfg.LeaseTTL)
 	}
 	return r
+}
+
+// TestPodCounts: a pod's count per tier in a block's value, as a match
+// counts it: a summary naming it is a GPU store while its version allows,
+// its real records count from its base to its epoch.
+func TestPodCounts(t *testing.T) {
+	rec := func(num uint32, tier kvindex.Tier, delta int8, v uint64) []byte {
+		return appendRecord(nil, num, uint8(tier), delta, v)
+	}
+	val := slices.Concat(summaryOf(100, []uint32{1, 3}), rec(1, kvindex.TierCPU, 1, 4), rec(1, kvindex.TierGPU, 1, 5),
+		rec(3, kvindex.TierGPU, -1, 9), rec(1, kvindex.TierCPU, 1, 2), rec(1, kvindex.TierGPU, -1, 6))
+	for _, tc := range []struct {
+		e    podEntry
+		want [kvindex.NumTiers]int
+	}{
+		{podEntry{num: 1, epoch: 5, base: 4, version: 50}, [kvindex.NumTiers]int{2, 1}},  // the summary, a store; CPU from epoch 4
+		{podEntry{num: 1, epoch: 6, base: 5, version: 50}, [kvindex.NumTiers]int{1, 0}},  // up to epoch 6: the removal; CPU before the base
+		{podEntry{num: 1, epoch: 5, base: 2, version: 150}, [kvindex.NumTiers]int{1, 2}}, // cleared since the summary: not its member
+		{podEntry{num: 2, epoch: 5, base: 1, version: 0}, [kvindex.NumTiers]int{}},
+	} {
+		if got := podCounts(val, tc.e); got != tc.want {
+			t.Errorf("podCounts(%+v) = %v, want %v", tc.e, got, tc.want)
+		}
+	}
 }
