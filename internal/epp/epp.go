@@ -25,7 +25,8 @@ import (
 // Flags are the picker's flags as defined on a flag set, their values once
 // it is parsed.
 type Flags struct {
-	fs *pflag.FlagSet
+	fs    *pflag.FlagSet
+	names map[string]bool // the picker's own, which Register defined
 
 	grpcPort, healthPort, metricsPort, verbosity        int
 	secure, pprof, metricsAuth                          bool
@@ -35,53 +36,49 @@ type Flags struct {
 	refresh, staleness, drain                           time.Duration
 }
 
-// ignored are the picker's flags that change nothing in kvrouter, with
-// why: what a user reads in the start log.
-var ignored = map[string]string{
-	"ha-enable-leader-election":                       "kvrouter's replicas are active-active: each routes every request it gets, and every replica is ready",
-	"tracing":                                         "kvrouter emits no OpenTelemetry traces",
-	"health-checking":                                 "kvrouter's ext_proc port always serves gRPC health",
-	"enable-cert-reload":                              "kvrouter reloads its certificate files whenever they change",
-	"config-text":                                     "kvrouter's routing policy is not a plugins configuration; give kvrouter's own with --config",
-	"zap-devel":                                       "kvrouter's logs are JSON or text, by --log-format",
-	"zap-stacktrace-level":                            "kvrouter's logs carry no stack traces",
-	"zap-time-encoding":                               "kvrouter's logs carry RFC 3339 times",
-	"refresh-prometheus-metrics-interval":             "kvrouter computes its metrics when they are scraped",
-	"disable-endpoint-subset-filter":                  "kvrouter always honors x-gateway-destination-endpoint-subset",
-	"model-server-metrics-scheme":                     "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port",
-	"model-server-metrics-path":                       "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port",
-	"model-server-metrics-port":                       "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port",
-	"model-server-metrics-https-insecure-skip-verify": "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port",
-	"total-queued-requests-metric":                    "kvrouter reads vLLM's metrics by their own names",
-	"total-running-requests-metric":                   "kvrouter reads vLLM's metrics by their own names",
-	"kv-cache-usage-percentage-metric":                "kvrouter reads vLLM's metrics by their own names",
-	"lora-info-metric":                                "kvrouter reads vLLM's metrics by their own names",
-	"cache-info-metric":                               "kvrouter reads vLLM's metrics by their own names",
-	"grpc-max-recv-msg-size":                          "kvrouter bounds a request's body by --max-body-bytes",
-	"grpc-max-send-msg-size":                          "kvrouter bounds a request's body by --max-body-bytes",
-	"emit-endpoint-scores":                            "kvrouter reports its scores on POST /v1/score and in its routing headers",
-	"enable-grpc-stream-metrics":                      "kvrouter always counts its ext_proc streams",
-	"tls-min-version":                                 "kvrouter's ext_proc TLS is at least TLS 1.2",
-	"tls-cipher-suites":                               "kvrouter's ext_proc TLS uses Go's default cipher suites",
-	"metrics-client-ca-file":                          "kvrouter guards /metrics with Kubernetes tokens (--admin-auth)",
-	"metrics-cert-dir":                                "kvrouter serves /metrics in plaintext on its admin port",
-	"allow-experimental-plugins":                      "kvrouter's routing policy has no plugins",
-}
-
-// ignoredStrings are the ignored flags that take a value; the others are
-// switches.
-var ignoredStrings = map[string]bool{
-	"config-text": true, "zap-stacktrace-level": true, "zap-time-encoding": true, "refresh-prometheus-metrics-interval": true,
-	"model-server-metrics-scheme": true, "model-server-metrics-path": true, "model-server-metrics-port": true,
-	"total-queued-requests-metric": true, "total-running-requests-metric": true, "kv-cache-usage-percentage-metric": true,
-	"lora-info-metric": true, "cache-info-metric": true, "grpc-max-recv-msg-size": true, "grpc-max-send-msg-size": true,
-	"tls-min-version": true, "tls-cipher-suites": true, "metrics-client-ca-file": true, "metrics-cert-dir": true,
+// ignored are the picker's flags that change nothing in kvrouter: whether
+// each takes a value (else it is a switch), and why it changes nothing,
+// what a user reads in the start log.
+var ignored = map[string]struct {
+	value bool
+	why   string
+}{
+	"ha-enable-leader-election":                       {false, "kvrouter's replicas are active-active: each routes every request it gets, and every replica is ready"},
+	"tracing":                                         {false, "kvrouter emits no OpenTelemetry traces"},
+	"health-checking":                                 {false, "kvrouter's ext_proc port always serves gRPC health"},
+	"enable-cert-reload":                              {false, "kvrouter reloads its certificate files whenever they change"},
+	"config-text":                                     {true, "kvrouter's routing policy is not a plugins configuration; give kvrouter's own with --config"},
+	"zap-devel":                                       {false, "kvrouter's logs are JSON or text, by --log-format"},
+	"zap-stacktrace-level":                            {true, "kvrouter's logs carry no stack traces"},
+	"zap-time-encoding":                               {true, "kvrouter's logs carry RFC 3339 times"},
+	"refresh-prometheus-metrics-interval":             {true, "kvrouter computes its metrics when they are scraped"},
+	"disable-endpoint-subset-filter":                  {false, "kvrouter always honors x-gateway-destination-endpoint-subset"},
+	"model-server-metrics-scheme":                     {true, "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port"},
+	"model-server-metrics-path":                       {true, "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port"},
+	"model-server-metrics-port":                       {true, "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port"},
+	"model-server-metrics-https-insecure-skip-verify": {false, "kvrouter reads each pod's vLLM /metrics over HTTP on its serving port"},
+	"total-queued-requests-metric":                    {true, "kvrouter reads vLLM's metrics by their own names"},
+	"total-running-requests-metric":                   {true, "kvrouter reads vLLM's metrics by their own names"},
+	"kv-cache-usage-percentage-metric":                {true, "kvrouter reads vLLM's metrics by their own names"},
+	"lora-info-metric":                                {true, "kvrouter reads vLLM's metrics by their own names"},
+	"cache-info-metric":                               {true, "kvrouter reads vLLM's metrics by their own names"},
+	"grpc-max-recv-msg-size":                          {true, "kvrouter bounds a request's body by --max-body-bytes"},
+	"grpc-max-send-msg-size":                          {true, "kvrouter bounds a request's body by --max-body-bytes"},
+	"emit-endpoint-scores":                            {false, "kvrouter reports its scores on POST /v1/score and in its routing headers"},
+	"enable-grpc-stream-metrics":                      {false, "kvrouter always counts its ext_proc streams"},
+	"tls-min-version":                                 {true, "kvrouter's ext_proc TLS is at least TLS 1.2"},
+	"tls-cipher-suites":                               {true, "kvrouter's ext_proc TLS uses Go's default cipher suites"},
+	"metrics-client-ca-file":                          {true, "kvrouter guards /metrics with Kubernetes tokens (--admin-auth)"},
+	"metrics-cert-dir":                                {true, "kvrouter serves /metrics in plaintext on its admin port"},
+	"allow-experimental-plugins":                      {false, "kvrouter's routing policy has no plugins"},
 }
 
 // Register defines the picker's flags on fs, hidden, but for
 // --pool-name and --pool-namespace, which kvrouter has as its own.
 func Register(fs *pflag.FlagSet) *Flags {
 	f := &Flags{fs: fs}
+	kvrouters := map[string]bool{}
+	fs.VisitAll(func(fl *pflag.Flag) { kvrouters[fl.Name] = true })
 	fs.IntVar(&f.grpcPort, "grpc-port", 9002, "the picker's ext_proc port: --grpc-addr :PORT")
 	fs.IntVar(&f.healthPort, "grpc-health-port", 9003, "the picker's gRPC health port: --grpc-health-addr :PORT")
 	fs.IntVar(&f.metricsPort, "metrics-port", 9090, "the picker's metrics port: --admin-addr :PORT")
@@ -99,41 +96,28 @@ func Register(fs *pflag.FlagSet) *Flags {
 	fs.StringVar(&f.zapLevel, "zap-log-level", "", "log level, debug, info or error: --log-level")
 	fs.StringVar(&f.zapEncoder, "zap-encoder", "", "log encoding, json or console: --log-format")
 	fs.StringVar(&f.configFile, "config-file", "", "kvrouter's config file (--config); a plugins configuration is ignored")
-	for name := range ignored {
-		if ignoredStrings[name] {
-			fs.String(name, "", ignored[name])
+	for name, ig := range ignored {
+		if ig.value {
+			fs.String(name, "", ig.why)
 		} else {
-			fs.Bool(name, false, ignored[name])
+			fs.Bool(name, false, ig.why)
 		}
 	}
+	f.names = map[string]bool{}
 	fs.VisitAll(func(fl *pflag.Flag) {
-		if isPickers(fl.Name) {
+		if !kvrouters[fl.Name] {
+			f.names[fl.Name] = true
 			_ = fs.MarkHidden(fl.Name)
 		}
 	})
 	return f
 }
 
-// isPickers says whether name is one of the picker's flags Register
-// defines.
-func isPickers(name string) bool {
-	if _, ok := ignored[name]; ok {
-		return true
-	}
-	switch name {
-	case "grpc-port", "grpc-health-port", "metrics-port", "secure-serving", "cert-path", "pool-group", "endpoint-selector",
-		"endpoint-target-ports", "refresh-metrics-interval", "metrics-staleness-threshold", "drain-timeout", "enable-pprof",
-		"metrics-endpoint-auth", "v", "zap-log-level", "zap-encoder", "config-file":
-		return true
-	}
-	return false
-}
-
 // Given says whether any of the picker's own flags was given: kvrouter
 // then runs as the picker's drop-in (see Defaults).
 func (f *Flags) Given() bool {
 	given := false
-	f.fs.Visit(func(fl *pflag.Flag) { given = given || isPickers(fl.Name) })
+	f.fs.Visit(func(fl *pflag.Flag) { given = given || f.names[fl.Name] })
 	return given
 }
 
@@ -233,9 +217,9 @@ func (f *Flags) Map() (settings []Setting, notes, problems []string) {
 			problems = append(problems, fmt.Sprintf("--zap-encoder: %q, want json or console", f.zapEncoder))
 		}
 	}
-	for name, why := range ignored {
+	for name, ig := range ignored {
 		if given(name) {
-			notes = append(notes, "--"+name+": accepted, and changes nothing: "+why)
+			notes = append(notes, "--"+name+": accepted, and changes nothing: "+ig.why)
 		}
 	}
 	if given("config-file") && f.configFile != "" && !IsKVRouterConfig(f.configFile) {
