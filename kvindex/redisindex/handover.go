@@ -132,7 +132,7 @@ func (x *Index) continueLocked(ps *podState, e podEntry) (bool, error) {
 			has := podCounts(val, e)
 			for tier, n := range want[h] {
 				if d := n - has[tier]; d != 0 {
-					fixes = append(fixes, copyEntry{h, kvindex.Tier(tier), max(-127, min(d, 127))})
+					fixes = append(fixes, copyEntry{h, kvindex.Tier(tier), d}) // appendEntries bounds d
 				}
 			}
 		}

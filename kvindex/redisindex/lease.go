@@ -209,8 +209,7 @@ func (x *Index) renew() {
 			if r == 1 && lost && ps.held.Load() {
 				x.log.Warn("redisindex: the pod table lost a pod this replica writes (evicted?); numbering it again and copying its view", "pod", ps.name)
 			}
-			if x.take(ps) {
-				ps.leaseUntil.Store(until)
+			if x.take(ps, until) {
 				ps.written.Store(sent.UnixNano())
 				held++
 			}
@@ -228,8 +227,9 @@ func (x *Index) renew() {
 // holders' records keep counting, and this replica appends what they lack
 // by its view: continueLocked); otherwise it starts the pod afresh, a new
 // epoch with its local view copied in, which is then as complete as any
-// writer's. It reports whether it succeeded.
-func (x *Index) take(ps *podState) bool {
+// writer's. until is when the lease may lapse (leaseLive). It reports
+// whether it succeeded.
+func (x *Index) take(ps *podState, until int64) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.held.Store(false)
@@ -255,6 +255,7 @@ func (x *Index) take(ps *podState) bool {
 		x.failed("lease", err)
 		return false
 	}
+	ps.leaseUntil.Store(until) // before held: an event waiting on ps.mu must find the lease live
 	ps.held.Store(true)
 	x.metrics.taken.WithLabelValues(how).Inc()
 	x.log.Info("redisindex: writing the pod's events", "pod", ps.name, "replica", x.cfg.Replica, "how", how)
