@@ -57,6 +57,7 @@ type scrapeState struct {
 	busy     atomic.Bool
 	failures atomic.Int32 // consecutive
 	retryAt  atomic.Int64 // unix nanoseconds; 0: scrape in its slot
+	warned   atomic.Int64 // unix nanoseconds of the last WARN of a failing run
 	// speed learns the pod's prefill speed; only the goroutine of the
 	// pod's running scrape (its own, or its server's rank 0's) uses it.
 	speed SpeedEstimator
@@ -170,7 +171,13 @@ func (s *Scraper) scrapePhase(ctx context.Context, phase int, now time.Time) {
 				return
 			}
 			s.fail.Inc()
-			if s.logger.Enabled(ctx, slog.LevelDebug) {
+			// The first failure of a run is a WARN (at most one a minute a
+			// pod); the pod is then priced on its last figures, and
+			// metrics_failing_pods counts it.
+			if st.failures.Load() == 1 && end.Sub(time.Unix(0, st.warned.Load())) >= time.Minute {
+				st.warned.Store(end.UnixNano())
+				s.logger.Warn("metrics scrapes of the pod failing; routing on its last figures", "pod", m.Pod.Name, "error", err)
+			} else if s.logger.Enabled(ctx, slog.LevelDebug) {
 				s.logger.Debug("metrics scrape failed", "pod", m.Pod.Name, "error", err, "failures", st.failures.Load())
 			}
 		})
@@ -250,7 +257,16 @@ func (s *Scraper) scrape(ctx context.Context, m *Member, st *scrapeState, ranks 
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("fleet: GET %s/metrics: %s", m.Endpoint, resp.Status)
 	}
-	all, engines := ParseVLLMEngines(io.LimitReader(resp.Body, 8<<20))
+	body := &io.LimitedReader{R: resp.Body, N: maxMetricsBytes + 1}
+	all, engines, err := ParseVLLMEngines(body)
+	if err != nil {
+		// A body cut short (a reset, a proxy that gave up) parses as a
+		// plausible page missing its last figures: none of it is kept.
+		return fmt.Errorf("fleet: GET %s/metrics: %w", m.Endpoint, err)
+	}
+	if body.N == 0 {
+		return fmt.Errorf("fleet: GET %s/metrics: larger than %d bytes", m.Endpoint, maxMetricsBytes)
+	}
 	now := time.Now()
 	if len(ranks) == 0 {
 		all.store(m.Load, &st.speed, now)
@@ -298,9 +314,12 @@ type Queue struct {
 // across labels (one per model or engine). Names of older releases
 // (vllm:gpu_cache_usage_perc) are accepted.
 func ParseVLLMMetrics(r io.Reader) Queue {
-	all, _ := ParseVLLMEngines(r)
+	all, _, _ := ParseVLLMEngines(r)
 	return all
 }
+
+// maxMetricsBytes bounds a /metrics page: vLLM's are tens of KiB.
+const maxMetricsBytes = 8 << 20
 
 // Engines are the figures of a server's engines (data-parallel ranks) by
 // their engine label, and those of its series without one.
@@ -338,8 +357,9 @@ func (q Queue) merge(o Queue) Queue {
 
 // ParseVLLMEngines reads vLLM's Prometheus text exposition in one pass:
 // the figures of the whole server (as ParseVLLMMetrics) and of each
-// engine.
-func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
+// engine. The error is r's (other than io.EOF), or a line over 1 MiB: the
+// figures are then those of the part read.
+func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines, err error) {
 	none := Queue{Waiting: -1, Running: -1, KVUsage: -1, KVTokens: -1}
 	all, engines.unlabeled = none, none
 	sc := bufio.NewScanner(r)
@@ -402,7 +422,7 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines) {
 		}
 		engines.byLabel[engine] = q.merge(one)
 	}
-	return all, engines
+	return all, engines, sc.Err()
 }
 
 // cacheConfig is vLLM's info series of its KV cache's configuration.

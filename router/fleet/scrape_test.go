@@ -96,7 +96,10 @@ func TestParseVLLMEngines(t *testing.T) {
 		{`vllm:num_requests_waiting{model_name="a\",engine=\"1",engine="0"} 4` + "\n", "0", Queue{Waiting: 4, Running: -1, KVUsage: -1, KVTokens: -1}},
 	}
 	for _, tt := range tests {
-		all, engines := ParseVLLMEngines(strings.NewReader(tt.in))
+		all, engines, err := ParseVLLMEngines(strings.NewReader(tt.in))
+		if err != nil {
+			t.Fatal(err)
+		}
 		got := all
 		if tt.engine != "" {
 			got = engines.Of(tt.engine)
@@ -446,6 +449,46 @@ func TestScraperStampsFreshness(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(s.blind); got != 2 {
 			t.Errorf("metrics_blind_pods with one pod never scraped and one stale = %g, want 2", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// cutReader gives its text, then fails as a connection reset mid-body does.
+type cutReader struct{ r io.Reader }
+
+func (c cutReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// TestScraperRefusesCutPage: a /metrics body cut short (found by the wire
+// fault tests: a proxy that closed the connection after 300 bytes) ends
+// in a figure of fewer digits than the pod sent, which parsed as whole;
+// now the scrape fails and nothing of it is kept.
+func TestScraperRefusesCutPage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pods := &fakePods{fn: func(req *http.Request) (*http.Response, error) {
+			body := "vllm:num_requests_running 3\nvllm:num_requests_waiting 1" // of 12
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(cutReader{strings.NewReader(body)}), Request: req}, nil
+		}}
+		fleet, s := scrapeFleet(t, 1, pods)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if l := fleet.Load("p0"); l.Waiting.Load() != 0 || l.Running.Load() != 0 {
+			t.Errorf("load after cut pages = waiting %d running %d, want 0 and 0 (nothing kept)", l.Waiting.Load(), l.Running.Load())
+		}
+		if got := testutil.ToFloat64(s.failing); got != 1 {
+			t.Errorf("metrics_failing_pods while the pod's pages are cut = %g, want 1", got)
 		}
 		cancel()
 		if err := <-done; err != nil {
