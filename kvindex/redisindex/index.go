@@ -33,6 +33,10 @@ type Index struct {
 	up      atomic.Bool
 	// downSince is the unix ms Redis was last marked down; 0 when up.
 	downSince atomic.Int64
+	// downWarned is the unix ms of the last WARN that Redis went down;
+	// downsUnwarned counts the times it went down since, logged at DEBUG.
+	downWarned    atomic.Int64
+	downsUnwarned atomic.Int64
 	// unbounded: block keys have no TTL and checkBound did not find
 	// Redis's maxmemory and policy bounding them.
 	unbounded atomic.Bool
@@ -238,13 +242,35 @@ func (x *Index) failed(op string, err error) {
 		if x.raw != nil {
 			x.raw.drop()
 		}
-		x.log.Warn("redisindex: Redis unreachable; routing on the local view", "op", op, "error", err)
+		x.warnDown(op, err)
 		x.pods.RLock()
 		for _, ps := range x.pods.byID {
 			ps.held.Store(false) // re-taken, and re-copied, once Redis is back
 		}
 		x.pods.RUnlock()
 	}
+}
+
+// downWarnEvery spaces the WARNs of a Redis that keeps going down: a slow
+// or dripping path answers a ping, then fails the next larger round trip,
+// every PingInterval.
+const downWarnEvery = time.Minute
+
+// warnDown logs that Redis went down: a WARN, unless one was logged within
+// downWarnEvery (then DEBUG, and the next WARN says how many times since).
+func (x *Index) warnDown(op string, err error) {
+	now := x.now().UnixMilli()
+	if last := x.downWarned.Load(); last != 0 && now-last < downWarnEvery.Milliseconds() {
+		x.downsUnwarned.Add(1)
+		x.log.Debug("redisindex: Redis unreachable again; routing on the local view", "op", op, "error", err)
+		return
+	}
+	x.downWarned.Store(now)
+	args := []any{"op", op, "error", err}
+	if n := x.downsUnwarned.Swap(0); n > 0 {
+		args = append(args, "down_again_since_last_warning", n)
+	}
+	x.log.Warn("redisindex: Redis unreachable; routing on the local view", args...)
 }
 
 // replied reports whether err is an error Redis replied, not a failed

@@ -138,7 +138,11 @@ func (x *Index) tick() {
 		x.up.Store(true)
 		x.downSince.Store(0)
 		x.metrics.up.Set(1)
-		x.log.Info("redisindex: Redis reachable again; matching through it")
+		if x.downsUnwarned.Load() > 0 { // a flap: its going down was at DEBUG too
+			x.log.Debug("redisindex: Redis reachable again; matching through it")
+		} else {
+			x.log.Info("redisindex: Redis reachable again; matching through it")
+		}
 		x.checkBound() // a restarted server may run another configuration
 	}
 	x.renew()
