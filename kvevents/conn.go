@@ -31,14 +31,30 @@ func (st *stream) endpoint(port int) string {
 func (st *stream) run(ctx context.Context) {
 	bo := backoff{min: st.cfg.BackoffMin, max: st.cfg.BackoffMax}
 	clock := st.cfg.clock()
+	var warned time.Time // the last WARN of a lost or refused stream
 	for {
 		connected, err := st.session(ctx)
 		st.state.setConnected(false)
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			st.log.Warn("kvevents: subscription failed", "pod", st.pod.Name, "rank", st.rank, "err", err)
+		// One WARN a minute at most: a pod whose event port stays shut, or
+		// a path that keeps dropping, is a gauge (connected 0) and a
+		// counter (reconnects_total), not a line every backoff.
+		if connected || err != nil {
+			msg, args := "kvevents: lost the pod's events; reconnecting", []any{"pod", st.pod.Name, "rank", st.rank}
+			if !connected {
+				msg = "kvevents: subscription failed"
+			}
+			if err != nil {
+				args = append(args, "err", err)
+			}
+			if now := time.Now(); now.Sub(warned) >= time.Minute {
+				warned = now
+				st.log.Warn(msg, args...)
+			} else {
+				st.log.Debug(msg, args...)
+			}
 		}
 		st.m.reconnects.Inc()
 		if connected {
