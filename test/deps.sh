@@ -13,12 +13,15 @@
 #   - the npm oracle packages of test/oracle (npm ci, keyed on its lock file);
 #   - golangci-lint at the pinned version, under the Go path;
 #   - kube-apiserver for the discovery tests (test/kube-apiserver.sh: built once
-#     per machine, ~4 min and ~2.3 GB the first time, cached under the Go cache).
-# Usage: test/deps.sh [system|oracle|lint|kube]...   (default: all four)
+#     per machine, ~4 min and ~2.3 GB the first time, cached under the Go cache);
+#   - toxiproxy-server for the fault tests (github.com/Shopify/toxiproxy/v2 at
+#     the pinned version, ~15 s once per machine, cached under the Go cache).
+# Usage: test/deps.sh [system|oracle|lint|kube|toxiproxy]...   (default: all five)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:?set by the Makefile}
+TOXIPROXY_VERSION=v2.5.0 # internal/fixture/toxiproxy.Version
 
 APT_PACKAGES=(gcc libc6-dev make git pkg-config libzmq3-dev python3 python3-cbor2
   python3-xxhash python3-zmq python3-msgpack python3-jinja2 etcd-server redis-server ca-certificates)
@@ -107,12 +110,26 @@ kube() {
   test/kube-apiserver.sh >/dev/null
 }
 
+toxiproxy() {
+  local dir bin
+  dir="$(go env GOCACHE)/kvrouter-toxiproxy/$TOXIPROXY_VERSION"
+  bin="$dir/toxiproxy-server"
+  [ -x "$bin" ] && return 0
+  log "building toxiproxy-server $TOXIPROXY_VERSION into $dir"
+  local tmp
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" GOFLAGS=-mod=mod go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+  mkdir -p "$dir"
+  mv "$tmp/server" "$bin"
+  rmdir "$tmp"
+}
+
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube)
+[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube toxiproxy)
 for s in "${steps[@]}"; do
   case "$s" in
     system) system && valkey ;;
-    oracle|lint|kube) "$s" ;;
-    *) log "unknown step $s (want system, oracle, lint or kube)"; exit 2 ;;
+    oracle|lint|kube|toxiproxy) "$s" ;;
+    *) log "unknown step $s (want system, oracle, lint, kube or toxiproxy)"; exit 2 ;;
   esac
 done

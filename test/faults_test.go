@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/toxiproxy"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex"
@@ -223,18 +224,24 @@ func TestFaultReplayExhausted(t *testing.T) {
 // subscriber reconnects, replays what it missed, and the index again holds
 // exactly the pod's cache; the other pod never stopped being followed.
 func TestFaultEventPortBlocked(t *testing.T) {
-	proxies := map[int]*tcpProxy{}
+	tp := toxiproxy.New(t)
+	proxies := map[int]*toxiproxy.Proxy{}
 	f := startFleetWith(t, fleetOptions{pods: 2, events: fastEvents, ports: func(i int, pub *vllmpub.Publisher) (int, int) {
-		p := newTCPProxy(t, "127.0.0.1:"+fmt.Sprint(port(t, pub.Endpoint())))
+		p, err := tp.Proxy(fmt.Sprintf("events-%d", i), "127.0.0.1:"+fmt.Sprint(port(t, pub.Endpoint())))
+		if err != nil {
+			t.Fatal(err)
+		}
 		proxies[i] = p
-		return p.port(), port(t, pub.ReplayEndpoint())
+		return p.Port(), port(t, pub.ReplayEndpoint())
 	}})
 	sim := f.sims["sim-0"]
 	f.post(t, "sim-0", prompt("tides", "Why two a day?"))
 	f.awaitExact(t, "sim-0", sim.Cached)
 	f.awaitMetric(t, "connected", "sim-0", 1, "rank", "0")
 
-	proxies[0].block(t)
+	if err := proxies[0].SetEnabled(false); err != nil { // its connections closed, new ones refused
+		t.Fatal(err)
+	}
 	if !poll(func() bool { return metric(t, f.reg, "connected", "sim-0", "rank", "0") == 0 }) {
 		t.Fatal("the subscriber of sim-0 still reports connected after its event port was cut off")
 	}
@@ -246,7 +253,9 @@ func TestFaultEventPortBlocked(t *testing.T) {
 	f.awaitExact(t, "sim-1", f.sims["sim-1"].Cached)
 	f.awaitMetric(t, "reconnects_total", "sim-0", reconnects+1) // refused while blocked
 
-	proxies[0].restore(t)
+	if err := proxies[0].SetEnabled(true); err != nil {
+		t.Fatal(err)
+	}
 	f.awaitMetric(t, "connected", "sim-0", 1, "rank", "0")
 	f.awaitExact(t, "sim-0", sim.Cached)
 	if got := metric(t, f.reg, "clears_total", "sim-0", "reason", "restart"); got != 0 {

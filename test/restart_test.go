@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,9 +40,36 @@ type kvrouterProcess struct {
 	cmd         *exec.Cmd
 	admin, grpc string
 	envoy       *envoyclient.Client
+	// proxy is the OpenAI proxy's address, when --http-addr turns it on.
+	proxy string
 	// token is the bearer token sent to the debug endpoints: kvrouter
 	// asks the API server about it when it discovers pods in Kubernetes.
 	token string
+	// warns holds the lines it logged at WARN and above.
+	warns *lineLog
+}
+
+// lineLog keeps the lines written to it, and copies them to stderr.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for line := range strings.SplitSeq(strings.TrimRight(string(b), "\n"), "\n") {
+		l.lines = append(l.lines, line)
+	}
+	return os.Stderr.Write(b)
+}
+
+// since returns the lines logged after the first n, and how many there are
+// in all.
+func (l *lineLog) since(n int) ([]string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines[min(n, len(l.lines)):]), len(l.lines)
 }
 
 // startKVRouter runs `kvrouter serve` with args on free loopback ports and
@@ -60,13 +88,18 @@ func startKVRouter(t *testing.T, bin string, args ...string) *kvrouterProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &kvrouterProcess{cmd: cmd}
+	p := &kvrouterProcess{cmd: cmd, warns: &lineLog{}}
 	t.Cleanup(p.kill)
-	urls, err := kvlog.Listening(logs, os.Stderr, "admin server", "ext_proc gRPC server")
+	names := []string{"admin server", "ext_proc gRPC server"}
+	if slices.Contains(args, "--http-addr") {
+		names = append(names, "OpenAI proxy")
+	}
+	urls, err := kvlog.Listening(logs, p.warns, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.admin, p.grpc = strings.TrimPrefix(urls["admin server"], "http://"), urls["ext_proc gRPC server"]
+	p.proxy = strings.TrimPrefix(urls["OpenAI proxy"], "http://")
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}))) //nolint:gosec // a self-signed certificate, as gateways accept it
 	if err != nil {
 		t.Fatal(err)
