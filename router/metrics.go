@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		queueExits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "queue_exits_total",
-			Help: "Requests that waited in kvrouter's queue, by how the wait ended: released (a pod had room, or the queue closed), expired (routing.queue_max_wait), canceled (the client went away).",
+			Help: "Requests that waited in kvrouter's queue, by how the wait ended: released (a pod had room, or the queue closed), expired (routing.queue_max_wait), canceled (the client went away), drained (routed at once as kvrouter began to stop).",
 		}, []string{"result"}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "queue_wait_seconds",

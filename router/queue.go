@@ -35,6 +35,8 @@ type requestQueue struct {
 	reserved map[kvindex.PodID]int
 	// gates is each namespace's gate.
 	gates map[string]*queueGate
+	// draining is set by Drain: no request is held any more.
+	draining atomic.Bool
 	// releasing is true while a goroutine releases tickets (release);
 	// again asks it to look once more, for a call that came meanwhile.
 	releasing, again bool
@@ -71,8 +73,9 @@ type Ticket struct {
 	spent time.Duration // the decision's time before it was held
 	ready chan struct{}
 	// Under the queue's lock:
-	state ticketState
-	pod   kvindex.PodID // the pod it was released to; anyPod: routed as usual
+	state   ticketState
+	pod     kvindex.PodID // the pod it was released to; anyPod: routed as usual
+	drained bool          // released by Drain
 }
 
 type ticketState uint8
@@ -90,7 +93,7 @@ const anyPod = kvindex.InvalidPod
 // scratch sc (which the ticket then owns), when the router holds it; nil
 // when it routes now.
 func (r *Router) enqueue(req Request, ev evaluation, sc *scratch, start time.Time) *Ticket {
-	if r.cfg.QueuePrefillsPerPod <= 0 || ev.ns == "" || disaggregated(sc.members) {
+	if r.cfg.QueuePrefillsPerPod <= 0 || ev.ns == "" || disaggregated(sc.members) || r.queue.draining.Load() {
 		return nil
 	}
 	q := &r.queue
@@ -111,6 +114,21 @@ func (r *Router) enqueue(req Request, ev evaluation, sc *scratch, start time.Tim
 	q.mu.Unlock()
 	r.release()
 	return t
+}
+
+// Drain stops the queue for good: every request it holds is released, to
+// be routed at once as if its wait had expired, and no later request is
+// held. kvrouter calls it when it starts to stop (SIGTERM), so that no
+// request waits past the servers' shutdown and is lost.
+func (r *Router) Drain() {
+	q := &r.queue
+	q.draining.Store(true)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.waiting) > 0 {
+		q.waiting[0].drained = true
+		q.hand(0, anyPod)
+	}
 }
 
 // gate updates and reports the gate of namespace ns, whose candidates are
@@ -360,7 +378,11 @@ func (t *Ticket) Finish() (*Decision, error) {
 	q.mu.Lock()
 	pod := t.pod
 	if t.state == ticketReleased {
-		r.metrics.queueExits.WithLabelValues("released").Inc()
+		exit := "released"
+		if t.drained {
+			exit = "drained"
+		}
+		r.metrics.queueExits.WithLabelValues(exit).Inc()
 		if pod != anyPod {
 			if q.reserved[pod]--; q.reserved[pod] <= 0 {
 				delete(q.reserved, pod)

@@ -295,3 +295,37 @@ func TestQueueMatchesWithoutItsLock(t *testing.T) {
 		t.Fatalf("after the release: ready warm %v, cold %v, other %v; want the prompt a caches only", ready(warm), ready(cold), ready(other))
 	}
 }
+
+// TestDrainRoutesHeldRequests: once kvrouter starts to stop, every request
+// it holds is routed at once (none waits out routing.queue_max_wait past
+// the servers' shutdown), and no later request is held.
+func TestDrainRoutesHeldRequests(t *testing.T) {
+	tr := newTestRouter(t)
+	holdFleet(t, tr)
+	var held []*Ticket
+	for i := range 3 {
+		if d, tk := tr.begin(fmt.Sprintf("prompt %d that neither pod has cached, 48 tokens", i)); d != nil || tk == nil {
+			t.Fatalf("Begin past the caches = %+v, %v; want a ticket", d, tk)
+		} else {
+			held = append(held, tk)
+		}
+	}
+	tr.Drain()
+	for i, tk := range held {
+		if !ready(tk) {
+			t.Fatalf("held request %d not released by Drain", i)
+		}
+		if d, err := tk.Finish(); err != nil || d.Pod == "" {
+			t.Fatalf("held request %d after Drain = %+v, %v; want routed", i, d, err)
+		}
+	}
+	if d, tk := tr.begin("a prompt after the drain began, 48 tokens long"); d == nil || tk != nil {
+		t.Fatalf("Begin after Drain = %+v, %v; want a decision at once", d, tk)
+	}
+	if n := testutil.ToFloat64(tr.metrics.queueExits.WithLabelValues("drained")); n != 3 {
+		t.Errorf("queue_exits_total{drained} = %v, want 3", n)
+	}
+	if n := tr.queue.n.Load(); n != 0 {
+		t.Errorf("%d requests still held", n)
+	}
+}

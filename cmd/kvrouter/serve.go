@@ -157,6 +157,9 @@ func (a *app) serve(ctx context.Context, s settings) error {
 		if ctx.Err() == nil {
 			return nil // a part failed: no drain
 		}
+		// Requests kvrouter holds are routed now, and no more are held: a
+		// held request must not wait past the servers' shutdown.
+		a.router.Drain()
 		drain := time.Duration(s.Shutdown.DrainDelay)
 		a.logger.Info("draining", "drain_delay", drain.String())
 		if drain > 0 {
