@@ -47,6 +47,10 @@ type Authorizer struct {
 
 	mu    sync.Mutex
 	cache map[key]answer
+	// warned is when the last WARN of a failed review was logged; unwarned
+	// counts the failures since, logged at DEBUG. Under mu.
+	warned   time.Time
+	unwarned int
 }
 
 type key struct {
@@ -130,7 +134,7 @@ func (a *Authorizer) review(ctx context.Context, token string, k key) string {
 	defer cancel()
 	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
-		a.logger.Warn("kubeauth: TokenReview failed", "path", k.path, "error", err)
+		a.failed("kubeauth: TokenReview failed", "path", k.path, "error", err)
 		return Failed
 	}
 	if !tr.Status.Authenticated {
@@ -146,7 +150,7 @@ func (a *Authorizer) review(ctx context.Context, token string, k key) string {
 		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: k.path, Verb: k.verb},
 	}}, metav1.CreateOptions{})
 	if err != nil {
-		a.logger.Warn("kubeauth: SubjectAccessReview failed", "path", k.path, "user", u.Username, "error", err)
+		a.failed("kubeauth: SubjectAccessReview failed", "path", k.path, "user", u.Username, "error", err)
 		return Failed
 	}
 	if !sar.Status.Allowed {
@@ -154,6 +158,31 @@ func (a *Authorizer) review(ctx context.Context, token string, k key) string {
 		return Forbidden
 	}
 	return Allowed
+}
+
+// failed logs a review the API server did not answer: a WARN, at most one
+// a minute (with the number of failures since the last), the others at
+// DEBUG. A scraper polling /metrics through an outage is one line a
+// minute, and admin_auth_total{result="error"} counts every one.
+func (a *Authorizer) failed(msg string, args ...any) {
+	now := a.now()
+	a.mu.Lock()
+	warn := now.Sub(a.warned) >= time.Minute
+	n := a.unwarned
+	if warn {
+		a.warned, a.unwarned = now, 0
+	} else {
+		a.unwarned++
+	}
+	a.mu.Unlock()
+	if !warn {
+		a.logger.Debug(msg, args...)
+		return
+	}
+	if n > 0 {
+		args = append(args, "failed_since_last_warning", n)
+	}
+	a.logger.Warn(msg, args...)
 }
 
 // remember caches an answer, dropping expired ones when the cache is full
