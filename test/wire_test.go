@@ -37,17 +37,25 @@ type wireRig struct {
 	http   map[string]*toxiproxy.Proxy // by pod
 	events map[string]*toxiproxy.Proxy
 	replay map[string]*toxiproxy.Proxy
-	redis  *toxiproxy.Proxy
-	real   map[string]string // a pod's proxied address → its own
+	redis  []*toxiproxy.Proxy // one per server: a standalone one, or each node of a cluster
+	real   map[string]string  // a pod's proxied address → its own
 	load   *workload
 	base   float64 // a counter's value when a case started
 }
 
-func startWireRig(t *testing.T) *wireRig {
+// startWireRig starts the rig with a standalone redis-server, or with a
+// Redis Cluster of three masters, each announcing its proxy's port so that
+// the cluster's redirections go through the proxies too.
+func startWireRig(t *testing.T, cluster bool) *wireRig {
 	t.Helper()
 	tp := toxiproxy.New(t)
 	bin := buildKVRouter(t)
-	srv := redisserver.New(t)
+	var servers []*redisserver.Server
+	if cluster {
+		servers = redisserver.NewCluster(t, 3)
+	} else {
+		servers = []*redisserver.Server{redisserver.New(t)}
+	}
 	f := startFleetWith(t, fleetOptions{pods: 2}) // the pods; its router is the model the process is checked against
 	r := &wireRig{f: f, http: map[string]*toxiproxy.Proxy{}, events: map[string]*toxiproxy.Proxy{}, replay: map[string]*toxiproxy.Proxy{}, real: map[string]string{}}
 	proxy := func(name, upstream string) *toxiproxy.Proxy {
@@ -57,10 +65,20 @@ func startWireRig(t *testing.T) *wireRig {
 		}
 		return p
 	}
-	r.redis = proxy("redis", srv.Addr)
+	var addrs []string
+	for i, srv := range servers {
+		p := proxy(fmt.Sprintf("redis-%d", i), srv.Addr)
+		if cluster {
+			srv.Announce(t, p.Port())
+		}
+		r.redis, addrs = append(r.redis, p), append(addrs, p.Addr)
+	}
 	args := []string{
-		"--model", "qwen3=" + qwen3Dir(t), "--index-backend", "redis", "--index-redis-addr", r.redis.Addr,
+		"--model", "qwen3=" + qwen3Dir(t), "--index-backend", "redis", "--index-redis-addr", strings.Join(addrs, ","),
 		"--http-addr", "127.0.0.1:0", "--drain-delay", "0s",
+	}
+	if cluster {
+		args = append(args, "--index-redis-cluster")
 	}
 	for _, name := range []string{"sim-0", "sim-1"} {
 		sim := f.sims[name]
@@ -168,12 +186,17 @@ func (w *workload) mark() {
 func (w *workload) results() (failures []string, decisions int, p99 time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	l := slices.Clone(w.latencies)
-	slices.Sort(l)
-	if len(l) > 0 {
-		p99 = l[min(len(l)-1, len(l)*99/100)]
+	return slices.Clone(w.failures), len(w.latencies), p99Of(w.latencies)
+}
+
+// p99Of is the 99th percentile of l (0 for none).
+func p99Of(l []time.Duration) time.Duration {
+	if len(l) == 0 {
+		return 0
 	}
-	return slices.Clone(w.failures), len(l), p99
+	l = slices.Clone(l)
+	slices.Sort(l)
+	return l[min(len(l)-1, len(l)*99/100)]
 }
 
 // pause waits for the requests in flight and holds the next ones until
@@ -351,7 +374,7 @@ func wireFaults() []wireFault {
 	}
 	redis := func(name string, toxics ...toxiproxy.Toxic) wireFault {
 		return wireFault{
-			name: "redis/" + name, proxies: func(r *wireRig) []*toxiproxy.Proxy { return []*toxiproxy.Proxy{r.redis} }, toxics: toxics,
+			name: "redis/" + name, proxies: func(r *wireRig) []*toxiproxy.Proxy { return r.redis }, toxics: toxics,
 			visible: redisDown, shows: "kvrouter_index_redis_up 0 and redis on /readyz", recovered: redisUp,
 		}
 	}
@@ -414,12 +437,28 @@ func wireFaults() []wireFault {
 // for it; once the toxics are gone it recovers by itself and its index
 // equals the pods' caches.
 func TestWireFaults(t *testing.T) {
-	r := startWireRig(t)
+	runWireFaults(t, startWireRig(t, false), wireFaults())
+}
+
+// TestWireFaultsRedisCluster runs the Redis cases against a Redis Cluster
+// of three masters, each node behind its own proxy and every node faulted
+// at once.
+func TestWireFaultsRedisCluster(t *testing.T) {
+	var cases []wireFault
+	for _, c := range wireFaults() {
+		if strings.HasPrefix(c.name, "redis/") {
+			cases = append(cases, c)
+		}
+	}
+	runWireFaults(t, startWireRig(t, true), cases)
+}
+
+func runWireFaults(t *testing.T, r *wireRig, cases []wireFault) {
 	if !poll(func() bool { return r.load.sent.Load() >= 20 }) {
 		t.Fatal("the workload never got going")
 	}
 	r.awaitExact(t)
-	for _, c := range wireFaults() {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, warnMark := r.kv.warns.since(1 << 30)
 			r.load.mark()
