@@ -11,7 +11,7 @@ LDFLAGS               := -s -w -X main.version=$(VERSION)
 IMAGE                 ?= kvrouter:$(VERSION)
 export GOLANGCI_LINT_VERSION
 
-.PHONY: help run test test-go fuzz-short fuzz test-e2e bench bench-e2e soak load sim lint fmt vet build image deps
+.PHONY: help run test test-go fuzz-short fuzz test-e2e bench bench-e2e soak soak-ha load sim lint fmt vet build image deps
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ bench-e2e: deps build ## decisions at rising rates: 500/8k/32k/100k-token chats,
 
 soak: deps build ## 10 minutes: 100 pods churning their caches + 50 requests/s; index exact, RSS bounded, no growth, no errors
 	$(GO) run ./test/cmd/kvrouter-load -soak $${SOAK:-10m} -pods 100 -rates 50
+
+soak-ha: deps build ## 30 minutes: 2 replicas sharing Redis, 60 pods churning behind toxiproxy, 50 requests/s, a toxic a minute, one replica restarted
+	$(GO) run ./test/cmd/kvrouter-load -soak-ha $${SOAK:-30m} -pods 60 -rates 50
 
 sim: ## fleet simulator (module test/sim): every routing policy on the Mooncake traces and the llm-d workloads; report and PNG/SVG plots in results/sim
 	traces=$$(realpath -m "$${TRACES:-testdata/traces}") && cd test/sim && $(GO) run ./cmd/fleetsim -traces "$$traces" -out $(CURDIR)/results/sim

@@ -39,6 +39,7 @@ type kvr struct {
 	pubDone   chan error
 	published int // filler blocks published so far
 	sent      int // batches published so far
+	pods      int // pods whose events it follows
 }
 
 // start runs kvrouter serve with two models and n static pods. Nothing
@@ -46,16 +47,8 @@ type kvr struct {
 // from publishers in this process.
 func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error) {
 	pctx, cancel := context.WithCancel(ctx)
-	k := &kvr{cancel: cancel, pubDone: make(chan error, n)}
-	args := []string{
-		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json",
-		"--model", "qwen3=" + o.oracle + "/tokenizer-qwen3/models",
-		"--model", "llama3=" + o.oracle + "/tokenizer-llama3_1/models",
-	}
-	if o.tls {
-		args = append(args, "--grpc-tls", "on")
-	}
-	args = append(args, extra...)
+	k := &kvr{cancel: cancel, pubDone: make(chan error, n), pods: n}
+	var args []string
 	for i := range n {
 		cfg := vllmpub.DefaultConfig()
 		cfg.Endpoint, cfg.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
@@ -70,21 +63,37 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 		args = append(args, "--pod", fmt.Sprintf("pod-%d=127.0.0.1:%d,model=qwen3,events=%s,replay=%s",
 			i, 20000+i, portOf(p.Endpoint()), portOf(p.ReplayEndpoint())))
 	}
+	if err := k.launch(ctx, o, append(args, extra...)); err != nil {
+		k.stop()
+		return nil, err
+	}
+	return k, nil
+}
+
+// launch runs kvrouter serve with two models and args, and waits until it
+// is ready with its k.pods pods' events connected.
+func (k *kvr) launch(ctx context.Context, o options, args []string) error {
+	args = append([]string{
+		"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json",
+		"--model", "qwen3=" + o.oracle + "/tokenizer-qwen3/models",
+		"--model", "llama3=" + o.oracle + "/tokenizer-llama3_1/models",
+	}, args...)
+	if o.tls {
+		args = append(args, "--grpc-tls", "on")
+	}
 	k.cmd = exec.Command(o.kvrouter, args...)
 	out, err := k.cmd.StderrPipe()
 	if err != nil {
-		k.stop()
-		return nil, err
+		k.cmd = nil
+		return err
 	}
 	if err := k.cmd.Start(); err != nil {
 		k.cmd = nil
-		k.stop()
-		return nil, fmt.Errorf("start %s (make build): %w", o.kvrouter, err)
+		return fmt.Errorf("start %s (make build): %w", o.kvrouter, err)
 	}
 	urls, err := kvlog.Listening(out, os.Stderr, "admin server", "ext_proc gRPC server")
 	if err != nil {
-		k.stop()
-		return nil, err
+		return err
 	}
 	grpcAddr := urls["ext_proc gRPC server"]
 	k.admin = strings.TrimPrefix(urls["admin server"], "http://")
@@ -93,17 +102,13 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // see above
 	}
 	if k.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(creds)); err != nil {
-		k.stop()
-		return nil, err
+		return err
 	}
 	k.client = envoyclient.New(k.conn)
-	if err := k.waitReady(ctx); err != nil {
-		k.stop()
-		return nil, err
-	}
-	return k, nil
+	return k.waitReady(ctx)
 }
 
+// stop stops kvrouter (SIGTERM, and waits) and the publishers it owns.
 func (k *kvr) stop() {
 	if k.conn != nil {
 		_ = k.conn.Close()
@@ -111,6 +116,9 @@ func (k *kvr) stop() {
 	if k.cmd != nil {
 		_ = k.cmd.Process.Signal(syscall.SIGTERM)
 		_ = k.cmd.Wait()
+	}
+	if k.cancel == nil {
+		return
 	}
 	k.cancel()
 	for range k.pubs {
@@ -126,7 +134,7 @@ func portOf(endpoint string) string { return endpoint[strings.LastIndexByte(endp
 func (k *kvr) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if k.get("/readyz") == nil && k.metric("kvrouter_kvevents_connected") == float64(len(k.pubs)) {
+		if k.get("/readyz") == nil && k.metric("kvrouter_kvevents_connected") == float64(k.pods) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -56,6 +56,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&so.cacheBlocks, "soak-cache", 20000, "soak: blocks each pod's cache holds before it evicts")
 	fs.IntVar(&so.maxEntries, "soak-index", 3000000, "soak: kvrouter's --max-index-entries")
 	fs.DurationVar(&so.sample, "soak-sample", 10*time.Second, "soak: how often RSS and goroutines are sampled")
+	var ho haOptions
+	fs.DurationVar(&ho.d, "soak-ha", 0, "soak two replicas sharing Redis instead: -pods pods behind toxiproxy, a toxic on one dependency every -soak-ha-cycle, the second replica restarted midway")
+	fs.DurationVar(&ho.cycle, "soak-ha-cycle", time.Minute, "soak-ha: how often a toxic goes on (for 20 s)")
+	fs.Float64Var(&ho.batchesPerSec, "soak-ha-batches", 2, "soak-ha: event batches per second per pod")
+	fs.IntVar(&ho.cacheBlocks, "soak-ha-cache", 2000, "soak-ha: blocks each pod's cache holds before it evicts")
+	fs.IntVar(&ho.bufferSteps, "soak-ha-replay", 200, "soak-ha: batches each pod keeps for replay (fewer than a run sends, so older blocks live only in Redis)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,6 +79,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.kind != "chat" && o.kind != "completion" {
 		return fmt.Errorf("-kind %q: want chat or completion", o.kind)
+	}
+	if ho.d > 0 {
+		if len(o.pods) != 1 || len(o.rates) != 1 || o.rates[0] <= 0 || ho.cycle <= 20*time.Second {
+			return errors.New("-soak-ha takes one -pods count, one non-zero rate in -rates and a -soak-ha-cycle over 20s")
+		}
+		ho.sample = so.sample
+		return soakHA(ctx, o, ho, stdout)
 	}
 	if so.d > 0 {
 		if len(o.pods) != 1 || len(o.rates) > 1 || (len(o.rates) == 1 && o.rates[0] == 0) {

@@ -63,7 +63,8 @@ func soak(ctx context.Context, o options, so soakOptions, stdout io.Writer) erro
 	errs := make(chan error, n+1)
 	for i := range n {
 		wg.Go(func() {
-			if err := k.churn(soakCtx, i, caches[i], so, &mu); err != nil && soakCtx.Err() == nil {
+			sent := func() { mu.Lock(); k.sent++; mu.Unlock() }
+			if err := churn(soakCtx, k.pubs[i], uint64(i), caches[i], so, sent); err != nil && soakCtx.Err() == nil {
 				errs <- fmt.Errorf("pod-%d: %w", i, err)
 				cancel()
 			}
@@ -137,9 +138,10 @@ func soak(ctx context.Context, o options, so soakOptions, stdout io.Writer) erro
 	return errors.Join(problems...)
 }
 
-// churn publishes pod i's batches at so.batchesPerSec until ctx is done.
-func (k *kvr) churn(ctx context.Context, i int, c *podCache, so soakOptions, mu *sync.Mutex) error {
-	rng := rand.New(rand.NewPCG(uint64(i), 7))
+// churn publishes a pod's batches on pub at so.batchesPerSec until ctx is
+// done, its chains drawn from seed, and calls sent after each.
+func churn(ctx context.Context, pub *vllmpub.Publisher, seed uint64, c *podCache, so soakOptions, sent func()) error {
+	rng := rand.New(rand.NewPCG(seed, 7))
 	interval := time.Duration(float64(time.Second) / so.batchesPerSec)
 	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval))))
 	for {
@@ -165,15 +167,13 @@ func (k *kvr) churn(ctx context.Context, i int, c *podCache, so soakOptions, mu 
 		if err != nil {
 			return err
 		}
-		if err := k.pubs[i].Publish(ctx, payload); err != nil {
+		if err := pub.Publish(ctx, payload); err != nil {
 			if ctx.Err() != nil {
 				return nil // the soak is over; this batch was not sent
 			}
 			return err
 		}
-		mu.Lock()
-		k.sent++
-		mu.Unlock()
+		sent()
 	}
 }
 
