@@ -13,10 +13,12 @@ func (r *Router) resolve(snap *fleet.Snapshot, model string, named bool, subset 
 	var t *fleet.Target
 	if named {
 		if t = snap.Target(model); t == nil {
+			e := notFound("model %q is served by no pod", model)
 			if r.fleet.Known(model) {
-				return nil, unavailable("no ready pod serves model %q: its pods are gone", model)
+				e = unavailable("no ready pod serves model %q: its pods are gone", model)
 			}
-			return nil, notFound("model %q is served by no pod", model)
+			e.noPod = model != ""
+			return nil, e
 		}
 	}
 	r.candidates(snap, t, subset, now, sc)
@@ -24,7 +26,9 @@ func (r *Router) resolve(snap *fleet.Snapshot, model string, named bool, subset 
 		if model == "" {
 			return t, unavailable("no ready pod to route to")
 		}
-		return t, unavailable("no ready pod serves model %q", model)
+		e := unavailable("no ready pod serves model %q", model)
+		e.noPod = subset == nil // a subset hint that excludes every pod is not a lack of capacity
+		return t, e
 	}
 	return t, nil
 }

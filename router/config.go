@@ -41,6 +41,12 @@ type Config struct {
 	// as if nothing were queued. In BUFFERED body mode the proxy's ext_proc
 	// message_timeout must exceed it. Default 30s.
 	QueueMaxWait time.Duration `yaml:"queue_max_wait"`
+	// ScaleFromZeroWait, when above 0, has a request for a model with no
+	// ready pod wait up to this long for one (a pool scaling up from
+	// zero) instead of being refused at once (capacity.go). The model must
+	// be one a pod ever served or one with a configured tokenizer. 0: off,
+	// the default; 60s suits a pool that scales from zero.
+	ScaleFromZeroWait time.Duration `yaml:"scale_from_zero_wait"`
 	// SaturationWaiting and SaturationKV say when a pod is saturated: this
 	// many requests waiting in its queue, or its KV cache this full (0 to
 	// 1). When every candidate is, a request whose objective's priority is
@@ -125,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueuePrefillsPerPod > 0 && c.QueueMaxWait <= 0 {
 		bad("queue_max_wait", c.QueueMaxWait, "> 0 while the queue is on")
+	}
+	if c.ScaleFromZeroWait < 0 {
+		bad("scale_from_zero_wait", c.ScaleFromZeroWait, ">= 0 (0: off)")
 	}
 	if c.SaturationWaiting < 0 {
 		bad("saturation_waiting", c.SaturationWaiting, ">= 0")

@@ -19,6 +19,9 @@ type Error struct {
 	// RetryAfter, when set, is said in a Retry-After header (a shed
 	// request's 429).
 	RetryAfter time.Duration
+	// noPod marks a request for a named model no ready pod serves: with
+	// Config.ScaleFromZeroWait, it waits for one (capacity.go).
+	noPod bool
 }
 
 func (e *Error) Error() string {

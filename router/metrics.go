@@ -21,6 +21,10 @@ type metrics struct {
 	queued     prometheus.Gauge
 	queueExits *prometheus.CounterVec
 	queueWait  prometheus.Histogram
+	// Waits for capacity (capacity.go), and the requests waiting by model
+	// (there and in the queue).
+	capacityWaits *prometheus.CounterVec
+	waiting       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -76,7 +80,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
-	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.queued, m.queueExits, m.queueWait); err != nil {
+	m.capacityWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "kvrouter", Subsystem: "router", Name: "capacity_waits_total",
+		Help: "Requests for a model with no ready pod that waited for one (routing.scale_from_zero_wait), by how the wait ended: routed (a pod became ready), timeout (refused as before, 503 or 404), canceled (the client went away).",
+	}, []string{"result"})
+	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "kvrouter", Subsystem: "router", Name: "waiting_requests",
+		Help: "Requests waiting for capacity, by model: for a ready pod (routing.scale_from_zero_wait) and in kvrouter's queue. The signal to scale a model's pods on.",
+	}, []string{"model"})
+	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.queued, m.queueExits, m.queueWait, m.capacityWaits, m.waiting); err != nil {
 		return nil, err
 	}
 	return m, nil

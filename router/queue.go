@@ -111,6 +111,7 @@ func (r *Router) enqueue(req Request, ev evaluation, sc *scratch, start time.Tim
 	q.n.Add(1)
 	q.gates[ev.ns].held += int64(ev.tokens)
 	r.metrics.queued.Inc()
+	r.metrics.waiting.WithLabelValues(ev.model).Inc()
 	q.mu.Unlock()
 	r.release()
 	return t
@@ -318,6 +319,7 @@ func (q *requestQueue) remove(i int) {
 	q.n.Add(-1)
 	q.gates[t.ev.ns].held -= int64(t.ev.tokens)
 	t.r.metrics.queued.Dec()
+	t.r.metrics.waiting.WithLabelValues(t.ev.model).Dec()
 }
 
 // leave takes t out of the queue if it is still there, as state, and

@@ -188,17 +188,39 @@ type scratch struct {
 // refuses gives an *Error. While the router holds requests (queue.go) it
 // waits until a pod has room, ctx is done (its error is returned) or
 // Config.QueueMaxWait has passed.
+//
+// A request for a model with no ready pod waits for one first, up to
+// Config.ScaleFromZeroWait (capacity.go).
 func (r *Router) Route(ctx context.Context, req Request) (*Decision, error) {
-	d, t, err := r.Begin(req)
+	d, t, err := r.begin(req, true)
+	var w capacityWait
+	if errors.As(err, &w) {
+		if !r.awaitCapacity(ctx, w.model, req.Subset) && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		d, t, err = r.begin(req, false)
+	}
 	if t == nil {
 		return d, err
 	}
 	return t.wait(ctx)
 }
 
-// Begin is Route without the wait: it gives the decision, or the Ticket of
+// Begin is Route without the waits: it gives the decision, or the Ticket of
 // a request the router holds (Ticket.Ready, Ticket.Finish), or the error.
 func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
+	return r.begin(req, false)
+}
+
+// capacityWait is begin's answer for a request that is to wait for a
+// ready pod of its model before it is routed or refused.
+type capacityWait struct{ model string }
+
+func (capacityWait) Error() string { return "router: waiting for a ready pod" }
+
+// begin is Begin; with mayWait, a request that waitsForCapacity gets a
+// capacityWait instead of its refusal.
+func (r *Router) begin(req Request, mayWait bool) (*Decision, *Ticket, error) {
 	start := time.Now()
 	sc, _ := r.scratch.Get().(*scratch)
 	if sc == nil {
@@ -207,6 +229,9 @@ func (r *Router) Begin(req Request) (*Decision, *Ticket, error) {
 	ev, err := r.evaluate(req, sc)
 	if err != nil {
 		r.putScratch(sc)
+		if mayWait && r.waitsForCapacity(AsError(err), ev.model) {
+			return nil, nil, capacityWait{ev.model}
+		}
 		r.refuse(req, ev.model, err)
 		return nil, nil, err
 	}

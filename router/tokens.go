@@ -24,6 +24,11 @@ type RegistryTokenizers struct {
 	Health *Health
 }
 
+// Configured reports whether the model's tokenizer is configured (a
+// directory, a hub repository or an alias): a model kvrouter is set up to
+// route though no pod may serve it yet.
+func (t RegistryTokenizers) Configured(model string) bool { return t.Registry.Configured(model) }
+
 // AppendTokens implements Tokenizers. It looks the model's tokenizer up
 // once, and for a chat request renders the template Chats holds for the
 // model and encodes the prompt with that tokenizer, through the model's

@@ -261,6 +261,15 @@ func (r *Registry) PrefixStats() PrefixStats {
 // PrefixCacheBytes is the budget of each model's prefix cache (0: none).
 func (r *Registry) PrefixCacheBytes() int64 { return r.cfg.PrefixCacheBytes }
 
+// Configured reports whether model is named in the configuration: a
+// tokenizer directory, a hub repository or an alias.
+func (r *Registry) Configured(model string) bool {
+	_, dir := r.cfg.Models[model]
+	_, repo := r.cfg.Repos[model]
+	_, alias := r.cfg.Aliases[model]
+	return dir || repo || alias
+}
+
 // Base returns the name model's files are found under: model itself, or
 // the base model an alias in Config names.
 func (r *Registry) Base(model string) (string, error) { return r.cfg.base(model) }

@@ -37,6 +37,8 @@ type Fleet struct {
 	// copied on write: a model whose pods are all gone is unavailable (503),
 	// one never known is not found (404).
 	known atomic.Pointer[map[string]bool]
+	// changed is closed and replaced at each change (Changed).
+	changed atomic.Pointer[chan struct{}]
 }
 
 // Snapshot is the fleet at one moment. It is never modified.
@@ -300,7 +302,21 @@ func New(index Index) *Fleet {
 	f := &Fleet{index: index}
 	f.snap.Store(&Snapshot{pods: map[string]*Member{}, models: map[string]*Target{}})
 	f.known.Store(&map[string]bool{})
+	ch := make(chan struct{})
+	f.changed.Store(&ch)
 	return f
+}
+
+// Changed is closed at the fleet's next change (a pod added, changed or
+// removed): a waiter reads it, then the snapshot, then waits on it.
+func (f *Fleet) Changed() <-chan struct{} { return *f.changed.Load() }
+
+// publish stores next as the fleet's snapshot and wakes Changed's
+// waiters. Called with f.mu.
+func (f *Fleet) publish(next *Snapshot) {
+	f.snap.Store(next)
+	ch := make(chan struct{})
+	close(*f.changed.Swap(&ch))
 }
 
 // Known reports whether any pod ever served model, though none may now.
@@ -327,7 +343,7 @@ func (f *Fleet) Upsert(p pod.Pod) {
 	m.ID = f.index.AddPod(p.Name, p.Model)
 	pods[p.Name] = m
 	next := buildSnapshot(pods)
-	f.snap.Store(next)
+	f.publish(next)
 	known := *f.known.Load()
 	for name := range next.models {
 		if !known[name] {
@@ -356,7 +372,7 @@ func (f *Fleet) Remove(name string) {
 			pods[n] = m
 		}
 	}
-	f.snap.Store(buildSnapshot(pods))
+	f.publish(buildSnapshot(pods))
 }
 
 // Load returns the named pod's load, or nil for an unknown pod.
