@@ -2,6 +2,7 @@ package test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,6 +73,10 @@ func TestE2EAPIServerRestart(t *testing.T) {
 	// listens already) must not report ready.
 	if router.ready(t) {
 		t.Fatal("kvrouter ready before its pod informer ever synced")
+	}
+	// It says why: the API server's error.
+	if !poll(func() bool { return strings.Contains(router.readyz(t), "; the API server: ") }) {
+		t.Errorf("/readyz while the API server is down = %q, want it to give the API server's error", router.readyz(t))
 	}
 	api.Start(t)
 	if _, err := api.Admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvrouter"}}, metav1.CreateOptions{}); err != nil {

@@ -224,6 +224,16 @@ func (a *app) build(s settings) error {
 	return nil
 }
 
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // readyWhenSynced reports ready once discovery has listed the pods, or
 // returns when ctx is done first.
 func (a *app) readyWhenSynced(ctx context.Context) {
@@ -295,6 +305,11 @@ func (a *app) readiness() (bool, string) {
 		}
 	}
 	if why := a.notReady.Load(); why != nil {
+		if a.pods != nil && !isClosed(a.pods.Synced()) {
+			if e := a.pods.ListError(); e != "" {
+				detail = "; the API server: " + e + detail
+			}
+		}
 		return false, "not ready: " + *why + detail
 	}
 	switch n := len(a.fleet.Snapshot().Members()); n {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/pod"
 
@@ -37,7 +39,11 @@ type Discovery struct {
 	log      *slog.Logger
 	metrics  *metrics
 	synced   chan struct{} // closed once every informer synced
-	pool     poolState
+	// listErr is the last error of a pod or pool list or watch, and
+	// listWarned when it was last logged at WARN (watchError).
+	listErr    atomic.Pointer[string]
+	listWarned atomic.Int64
+	pool       poolState
 	// objectives are the pool's InferenceObjectives (pool mode).
 	objectives objectives
 
@@ -88,6 +94,61 @@ func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, re
 // consumer has been told about them.
 func (d *Discovery) Synced() <-chan struct{} { return d.synced }
 
+// ListError is the last error listing or watching the pods (or the pool)
+// from the API server, "" when none: what keeps a discovery that never
+// synced from it.
+func (d *Discovery) ListError() string {
+	if e := d.listErr.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// watchError records a failed list or watch for ListError and logs it,
+// then leaves it to client-go's own handling.
+func (d *Discovery) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	d.listFailed(err)
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+}
+
+// listFailed records err for ListError and logs it: a WARN at most once a
+// minute (the informers retry with backoff).
+func (d *Discovery) listFailed(err error) {
+	msg := err.Error()
+	d.listErr.Store(&msg)
+	now := time.Now().UnixNano()
+	if last := d.listWarned.Load(); now-last >= int64(time.Minute) && d.listWarned.CompareAndSwap(last, now) {
+		d.log.Warn("discovery: the Kubernetes API server cannot be read; not ready until it can, retrying", "error", err)
+	}
+}
+
+// probeUntilSynced asks the API server for one pod of namespace every
+// probeEvery until the informers synced, and records the error for
+// ListError (client-go's streaming lists back off without reporting it).
+func (d *Discovery) probeUntilSynced(ctx context.Context, namespace string) {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.synced:
+			d.listErr.Store(nil)
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeEvery)
+		_, err := d.client.CoreV1().Pods(namespace).List(pctx, metav1.ListOptions{Limit: 1})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			d.listFailed(err)
+		}
+	}
+}
+
+// probeEvery is how often probeUntilSynced asks.
+const probeEvery = 2 * time.Second
+
 // Run watches the pods until ctx is done and returns once the informers
 // have stopped.
 func (d *Discovery) Run(ctx context.Context) error {
@@ -109,8 +170,12 @@ func (d *Discovery) Run(ctx context.Context) error {
 			return fmt.Errorf("discovery: namespace %q: %w", ns, err)
 		}
 		synced = append(synced, reg.HasSynced)
+		if err := inf.SetWatchErrorHandlerWithContext(d.watchError); err != nil {
+			return fmt.Errorf("discovery: namespace %q: %w", ns, err)
+		}
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
+	wg.Go(func() { d.probeUntilSynced(ctx, namespaces[0]) })
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {
 		d.log.Info("pod informers synced", "namespaces", len(namespaces), "pods", d.known())
 		d.metrics.synced.Set(1)

@@ -94,6 +94,9 @@ func (d *Discovery) runPool(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("discovery: pods of pool %s: %w", ref, err)
 	}
+	if err := podInf.SetWatchErrorHandlerWithContext(d.watchError); err != nil {
+		return fmt.Errorf("discovery: pods of pool %s: %w", ref, err)
+	}
 	poolInf := dynamicinformer.NewFilteredDynamicInformer(d.dyn, PoolResource, ref.Namespace, d.cfg.Resync, cache.Indexers{},
 		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
@@ -114,6 +117,7 @@ func (d *Discovery) runPool(ctx context.Context) error {
 	wg.Go(func() { podInf.RunWithContext(ctx) })
 	wg.Go(func() { poolInf.Informer().RunWithContext(ctx) })
 	wg.Go(func() { d.runObjectives(ctx) })
+	wg.Go(func() { d.probeUntilSynced(ctx, ref.Namespace) })
 	if cache.WaitForCacheSync(ctx.Done(), podReg.HasSynced, poolReg.HasSynced) {
 		d.pool.Lock()
 		if d.pool.spec == nil {
@@ -132,7 +136,7 @@ func (d *Discovery) runPool(ctx context.Context) error {
 // or of permission, and leaves other errors to client-go.
 func (d *Discovery) poolWatchError(ctx context.Context, r *cache.Reflector, err error) {
 	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
-		cache.DefaultWatchErrorHandler(ctx, r, err)
+		d.watchError(ctx, r, err)
 		return
 	}
 	why := fmt.Sprintf("InferencePool %s cannot be read: %v", d.cfg.Pool, err)
