@@ -72,6 +72,15 @@ func (l *lineLog) since(n int) ([]string, int) {
 	return slices.Clone(l.lines[min(n, len(l.lines)):]), len(l.lines)
 }
 
+// faultWarns returns the WARN lines logged after the first n, less the
+// decisions' own log lines: a decision slower than 50 ms is logged at WARN
+// as it is routed, one line a request, which is the request's log, not a
+// fault's.
+func (l *lineLog) faultWarns(n int) []string {
+	lines, _ := l.since(n)
+	return slices.DeleteFunc(lines, func(line string) bool { return strings.Contains(line, `"msg":"routed"`) })
+}
+
 // startKVRouter runs `kvrouter serve` with args on free loopback ports and
 // waits until it says where it listens.
 func startKVRouter(t *testing.T, bin string, args ...string) *kvrouterProcess {

@@ -164,7 +164,7 @@ func TestWireFaultsAPIServer(t *testing.T) {
 			fails, lats, slowest := failures, latencies, slowestAdmin
 			mu.Unlock()
 			p99 := p99Of(lats)
-			warns, _ := kv.warns.since(warnMark)
+			warns := kv.warns.faultWarns(warnMark)
 			t.Logf("%d decisions, p99 %v; slowest admin request %v; %d WARN lines", len(lats), p99, slowest, len(warns))
 			for _, f := range fails {
 				t.Errorf("failed: %s", f)

@@ -109,7 +109,7 @@ func TestWireFaultsHub(t *testing.T) {
 			}
 			stop()
 			done.Wait()
-			warns, _ := kv.warns.since(0)
+			warns := kv.warns.faultWarns(0)
 			t.Logf("%d decisions, p99 %v, %d WARN lines", len(lats), p99Of(lats), len(warns))
 			for _, f := range failures {
 				t.Errorf("failed: %s", f)

@@ -120,11 +120,12 @@ func (r *wireRig) startWorkload(t *testing.T) *workload {
 	loop := func(path string, send func(int) error) {
 		done.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
-				if path == "proxy" && w.direct.Load() {
+				w.gate.RLock()
+				if path == "proxy" && w.direct.Load() { // read under the gate: see setDirect
+					w.gate.RUnlock()
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
-				w.gate.RLock()
 				err := send(i)
 				w.gate.RUnlock()
 				if err != nil && ctx.Err() == nil {
@@ -197,6 +198,14 @@ func p99Of(l []time.Duration) time.Duration {
 	l = slices.Clone(l)
 	slices.Sort(l)
 	return l[min(len(l)-1, len(l)*99/100)]
+}
+
+// setDirect turns the proxy front end's requests off (or on again) once
+// those in flight are done, so that none is on the wire a case cuts.
+func (w *workload) setDirect(on bool) {
+	w.pause()
+	w.direct.Store(on)
+	w.resume()
 }
 
 // pause waits for the requests in flight and holds the next ones until
@@ -464,8 +473,8 @@ func runWireFaults(t *testing.T, r *wireRig, cases []wireFault) {
 			r.load.mark()
 			sent := r.load.sent.Load()
 			proxies := c.proxies(r)
-			r.load.direct.Store(c.podWire)
-			defer r.load.direct.Store(false)
+			r.load.setDirect(c.podWire)
+			defer r.load.setDirect(false)
 			for _, p := range proxies {
 				for _, x := range c.toxics {
 					if err := p.Add(x); err != nil {
@@ -491,7 +500,7 @@ func runWireFaults(t *testing.T, r *wireRig, cases []wireFault) {
 			}
 			r.awaitExact(t)
 			failures, decisions, p99 := r.load.results()
-			warns, _ := r.kv.warns.since(warnMark)
+			warns := r.kv.warns.faultWarns(warnMark)
 			t.Logf("%d requests, %d decisions by ext_proc, p99 %v, %d WARN lines", r.load.sent.Load()-sent, decisions, p99, len(warns))
 			for _, f := range failures {
 				t.Errorf("failed: %s", f)
