@@ -195,7 +195,7 @@ func TestGIEOverlay(t *testing.T) {
 
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"inference.networking.x-k8s.io"}, Resources: []string{"inferenceobjectives"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"llm-d.ai", "inference.networking.x-k8s.io"}, Resources: []string{"inferenceobjectives"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	if r := o.roles["kvrouter-gie"]; r == nil || !reflect.DeepEqual(r.Rules, want) {
 		t.Errorf("Role kvrouter-gie = %+v, want exactly reading pools and objectives", r)

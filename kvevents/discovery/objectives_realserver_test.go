@@ -17,7 +17,9 @@ import (
 // namespace on a real kube-apiserver with the Gateway API Inference
 // Extension's CRD, as the manifests' ServiceAccount with the GIE overlay's
 // Role: those naming the pool give their priorities (none: 0), those
-// naming another pool are left out, and edits and deletions are told.
+// naming another pool are left out, and edits and deletions are told; in
+// llm-d's group (llm-d.ai/v1alpha2) as in GIE's, llm-d's winning a name
+// both use.
 func TestRealAPIServerObjectives(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -29,6 +31,7 @@ func TestRealAPIServerObjectives(t *testing.T) {
 	applyGIERBAC(t, api.Admin)
 	api.InstallInferencePoolCRD(t, testNamespace)
 	objs := api.InstallInferenceObjectiveCRD(t, testNamespace)
+	llmd := api.InstallLLMDObjectiveCRD(t, testNamespace)
 
 	cfg := testConfig()
 	cfg.Kubeconfig, cfg.DefaultModel = api.Kubeconfig(t, token), "m"
@@ -49,15 +52,18 @@ func TestRealAPIServerObjectives(t *testing.T) {
 		}
 	}()
 
-	objective := func(name, pool string, priority *int) *unstructured.Unstructured {
+	objectiveIn := func(apiVersion, name, pool string, priority *int) *unstructured.Unstructured {
 		spec := map[string]any{"poolRef": map[string]any{"name": pool}}
 		if priority != nil {
 			spec["priority"] = int64(*priority)
 		}
 		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferenceObjective",
+			"apiVersion": apiVersion, "kind": "InferenceObjective",
 			"metadata": map[string]any{"name": name, "namespace": testNamespace}, "spec": spec,
 		}}
+	}
+	objective := func(name, pool string, priority *int) *unstructured.Unstructured {
+		return objectiveIn("inference.networking.x-k8s.io/v1alpha2", name, pool, priority)
 	}
 	want := func(w map[string]int) {
 		t.Helper()
@@ -104,4 +110,17 @@ func TestRealAPIServerObjectives(t *testing.T) {
 		t.Fatal(fmt.Errorf("move elsewhere to llm: %w", err))
 	}
 	want(map[string]int{"batch": -5, "elsewhere": 3})
+
+	// llm-d's group too, its objective winning over GIE's of the same name.
+	seven, two := -7, 2
+	for _, o := range []*unstructured.Unstructured{objectiveIn("llm-d.ai/v1alpha2", "batch", "llm", &seven), objectiveIn("llm-d.ai/v1alpha2", "fresh", "llm", &two)} {
+		if _, err := llmd.Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(map[string]int{"batch": -7, "elsewhere": 3, "fresh": 2})
+	if err := llmd.Delete(ctx, "batch", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want(map[string]int{"batch": -5, "elsewhere": 3, "fresh": 2})
 }
