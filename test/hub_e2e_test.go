@@ -30,19 +30,7 @@ const hubModel = "Qwen/Qwen3-0.6B"
 // on the pod that stored it.
 func TestE2EHubDownload(t *testing.T) {
 	dir := qwen3Dir(t)
-	files := map[string][]byte{}
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[name] = b
-	}
-	hub := hubtest.New(t, "hub-secret", map[string]map[string][]byte{hubModel: files})
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("hub-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hub, tokenFile := qwen3Hub(t)
 	cache := t.TempDir()
 	bin := buildKVRouter(t)
 	f := startFleetWith(t, fleetOptions{pods: 2, model: hubModel})
@@ -126,6 +114,26 @@ func TestE2EHubDownload(t *testing.T) {
 	if ref, _ := os.ReadFile(filepath.Join(repo, "refs", "main")); string(ref) != hubtest.Commit {
 		t.Errorf("refs/main = %q, want %s", ref, hubtest.Commit)
 	}
+}
+
+// qwen3Hub is a local test hub serving Qwen3's tokenizer as hubModel to
+// the token "hub-secret", and a file holding that token.
+func qwen3Hub(t *testing.T) (*hubtest.Hub, string) {
+	t.Helper()
+	dir := qwen3Dir(t)
+	files := map[string][]byte{}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("hub-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return hubtest.New(t, "hub-secret", map[string]map[string][]byte{hubModel: files}), tokenFile
 }
 
 // score returns what POST /v1/score says of body: the decision's reason

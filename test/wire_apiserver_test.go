@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/kubeapi"
 	"github.com/kvrouter/kvrouter/internal/fixture/toxiproxy"
 )
@@ -66,31 +65,14 @@ func TestWireFaultsAPIServer(t *testing.T) {
 	// The workload: decisions through ext_proc (nothing listens on the
 	// pods' port: decisions only), and admin requests each on a path never
 	// asked, so each needs the API server's reviews.
+	var loop decisionLoop
 	var mu sync.Mutex
-	var failures []string
-	var latencies []time.Duration
 	var slowestAdmin time.Duration
 	ctx, stop := context.WithCancel(context.Background())
 	var done sync.WaitGroup
 	t.Cleanup(func() { stop(); done.Wait() })
 	done.Go(func() {
-		for i := 0; ctx.Err() == nil; i++ {
-			start := time.Now()
-			res, err := kv.envoy.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: []byte(prompt(restartTopics[i%len(restartTopics)], fmt.Sprint(i))), Chunks: []int{100}})
-			d := time.Since(start)
-			mu.Lock()
-			switch {
-			case ctx.Err() != nil:
-			case err != nil:
-				failures = append(failures, err.Error())
-			case res.Status != 200:
-				failures = append(failures, fmt.Sprintf("routing = %d %s", res.Status, res.Details))
-			default:
-				latencies = append(latencies, d)
-			}
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-		}
+		loop.run(ctx, kv, func(i int) string { return prompt(restartTopics[i%len(restartTopics)], fmt.Sprint(i)) })
 	})
 	admin := func(i int) int {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/wire-%d", kv.admin, i), nil)
@@ -102,11 +84,11 @@ func TestWireFaultsAPIServer(t *testing.T) {
 		resp, err := http.DefaultClient.Do(req)
 		d := time.Since(start)
 		mu.Lock()
-		defer mu.Unlock()
 		slowestAdmin = max(slowestAdmin, d)
+		mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
-				failures = append(failures, "admin: "+err.Error())
+				loop.fail("admin: " + err.Error())
 			}
 			return 0
 		}
@@ -116,9 +98,7 @@ func TestWireFaultsAPIServer(t *testing.T) {
 	done.Go(func() {
 		for i := 0; ctx.Err() == nil; i++ {
 			if code := admin(i); code != http.StatusNotFound && code != http.StatusServiceUnavailable && code != 0 {
-				mu.Lock()
-				failures = append(failures, fmt.Sprintf("admin request answered %d, want 404 (allowed, no such profile) or 503", code))
-				mu.Unlock()
+				loop.fail(fmt.Sprintf("admin request answered %d, want 404 (allowed, no such profile) or 503", code))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -135,8 +115,9 @@ func TestWireFaultsAPIServer(t *testing.T) {
 	for n, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, warnMark := kv.warns.since(1 << 30)
+			loop.take()
 			mu.Lock()
-			failures, latencies, slowestAdmin = nil, nil, 0
+			slowestAdmin = 0
 			mu.Unlock()
 			errors0 := kv.sum(t, "kvrouter_admin_auth_total", "result=error")
 			for _, x := range c.toxics {
@@ -160,8 +141,9 @@ func TestWireFaultsAPIServer(t *testing.T) {
 			if !pollFor(30*time.Second, func() bool { return admin(1_000_000+n) == http.StatusNotFound }) {
 				t.Error("admin requests still not allowed 30 s after the fault")
 			}
+			fails, lats := loop.take()
 			mu.Lock()
-			fails, lats, slowest := failures, latencies, slowestAdmin
+			slowest := slowestAdmin
 			mu.Unlock()
 			p99 := p99Of(lats)
 			warns := kv.warns.faultWarns(warnMark)

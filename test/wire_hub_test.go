@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/toxiproxy"
-	"github.com/kvrouter/kvrouter/tokenizer/hubtest"
 )
 
 // TestWireFaultsHub: the kvrouter binary downloads its pods' tokenizer
@@ -23,16 +19,7 @@ import (
 // bounded by --hub-timeout. Once the wire heals the download is retried by
 // itself and the model is tokenized exactly.
 func TestWireFaultsHub(t *testing.T) {
-	dir := qwen3Dir(t)
-	files := map[string][]byte{}
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[name] = b
-	}
-	hub := hubtest.New(t, "hub-secret", map[string]map[string][]byte{hubModel: files})
+	hub, tokenFile := qwen3Hub(t)
 	u, err := url.Parse(hub.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +27,6 @@ func TestWireFaultsHub(t *testing.T) {
 	tp := toxiproxy.New(t)
 	proxy, err := tp.Proxy("hub", u.Host)
 	if err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("hub-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := buildKVRouter(t)
@@ -73,29 +56,10 @@ func TestWireFaultsHub(t *testing.T) {
 					port(t, sim.Publisher().Endpoint()), port(t, sim.Publisher().ReplayEndpoint())))
 			}
 			kv := startKVRouter(t, bin, args...)
-			var mu sync.Mutex
-			var failures []string
-			var lats []time.Duration
+			var loop decisionLoop
 			ctx, stop := context.WithCancel(context.Background())
 			var done sync.WaitGroup
-			done.Go(func() {
-				for ctx.Err() == nil {
-					start := time.Now()
-					res, err := kv.envoy.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: []byte(body), Chunks: []int{100}})
-					mu.Lock()
-					switch {
-					case ctx.Err() != nil:
-					case err != nil:
-						failures = append(failures, err.Error())
-					case res.Status != 200:
-						failures = append(failures, fmt.Sprintf("routing = %d %s", res.Status, res.Details))
-					default:
-						lats = append(lats, time.Since(start))
-					}
-					mu.Unlock()
-					time.Sleep(20 * time.Millisecond)
-				}
-			})
+			done.Go(func() { loop.run(ctx, kv, func(int) string { return body }) })
 			shown := pollFor(30*time.Second, func() bool { return kv.ready(t) && strings.Contains(kv.readyz(t), hubModel+" tokenizer") })
 			time.Sleep(4 * time.Second) // past one download's bound
 			if err := proxy.Clear(); err != nil {
@@ -109,6 +73,7 @@ func TestWireFaultsHub(t *testing.T) {
 			}
 			stop()
 			done.Wait()
+			failures, lats := loop.take()
 			warns := kv.warns.faultWarns(0)
 			t.Logf("%d decisions, p99 %v, %d WARN lines", len(lats), p99Of(lats), len(warns))
 			for _, f := range failures {

@@ -190,6 +190,49 @@ func (w *workload) results() (failures []string, decisions int, p99 time.Duratio
 	return slices.Clone(w.failures), len(w.latencies), p99Of(w.latencies)
 }
 
+// decisionLoop sends body(i) through kv's ext_proc every 20 ms until ctx
+// is done, and records each failure and each decision's latency.
+type decisionLoop struct {
+	mu        sync.Mutex
+	failures  []string
+	latencies []time.Duration
+}
+
+func (l *decisionLoop) run(ctx context.Context, kv *kvrouterProcess, body func(int) string) {
+	for i := 0; ctx.Err() == nil; i++ {
+		start := time.Now()
+		res, err := kv.envoy.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: []byte(body(i)), Chunks: []int{100}})
+		d := time.Since(start)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			l.fail(err.Error())
+		case res.Status != 200:
+			l.fail(fmt.Sprintf("routing = %d %s", res.Status, res.Details))
+		default:
+			l.mu.Lock()
+			l.latencies = append(l.latencies, d)
+			l.mu.Unlock()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (l *decisionLoop) fail(msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures = append(l.failures, msg)
+}
+
+// take returns the failures and latencies recorded since the last take.
+func (l *decisionLoop) take() (failures []string, latencies []time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	failures, latencies = l.failures, l.latencies
+	l.failures, l.latencies = nil, nil
+	return failures, latencies
+}
+
 // p99Of is the 99th percentile of l (0 for none).
 func p99Of(l []time.Duration) time.Duration {
 	if len(l) == 0 {
