@@ -209,10 +209,12 @@ func soakHA(ctx context.Context, o options, ho haOptions, stdout io.Writer) erro
 // of their sockets and for Redis.
 func newHAFleet(ctx context.Context, tp *toxiproxy.Server, n int, redisAddr string, ho haOptions) (*haFleet, error) {
 	h := &haFleet{}
+	var errs []error
 	proxy := func(name, upstream string) *toxiproxy.Proxy {
 		p, perr := tp.Proxy(name, upstream)
 		if perr != nil {
-			panic(perr) // a toxiproxy that refuses a proxy on loopback: nothing to soak
+			errs = append(errs, perr)
+			return &toxiproxy.Proxy{}
 		}
 		return p
 	}
@@ -241,7 +243,7 @@ func newHAFleet(ctx context.Context, tp *toxiproxy.Server, n int, redisAddr stri
 		h.metrics, h.events, h.replay = append(h.metrics, m), append(h.events, e), append(h.replay, r)
 		h.args = append(h.args, "--pod", fmt.Sprintf("%s=%s,model=qwen3,events=%d,replay=%d", name, m.Addr, e.Port(), r.Port()))
 	}
-	return h, nil
+	return h, errors.Join(errs...)
 }
 
 // startRedis runs a private redis-server without persistence.
