@@ -64,12 +64,18 @@ func (l *lineLog) Write(b []byte) (int, error) {
 	return os.Stderr.Write(b)
 }
 
-// since returns the lines logged after the first n, and how many there are
-// in all.
-func (l *lineLog) since(n int) ([]string, int) {
+// since returns the lines logged after the first n.
+func (l *lineLog) since(n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.lines[min(n, len(l.lines)):]), len(l.lines)
+	return slices.Clone(l.lines[min(n, len(l.lines)):])
+}
+
+// count is how many lines were logged so far.
+func (l *lineLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
 }
 
 // faultWarns returns the WARN lines logged after the first n, less the
@@ -77,8 +83,7 @@ func (l *lineLog) since(n int) ([]string, int) {
 // as it is routed, one line a request, which is the request's log, not a
 // fault's.
 func (l *lineLog) faultWarns(n int) []string {
-	lines, _ := l.since(n)
-	return slices.DeleteFunc(lines, func(line string) bool { return strings.Contains(line, `"msg":"routed"`) })
+	return slices.DeleteFunc(l.since(n), func(line string) bool { return strings.Contains(line, `"msg":"routed"`) })
 }
 
 // startKVRouter runs `kvrouter serve` with args on free loopback ports and

@@ -512,7 +512,7 @@ func runWireFaults(t *testing.T, r *wireRig, cases []wireFault) {
 	r.awaitExact(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, warnMark := r.kv.warns.since(1 << 30)
+			warnMark := r.kv.warns.count()
 			r.load.mark()
 			sent := r.load.sent.Load()
 			proxies := c.proxies(r)

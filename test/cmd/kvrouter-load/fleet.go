@@ -50,10 +50,7 @@ func start(ctx context.Context, o options, n int, extra ...string) (*kvr, error)
 	k := &kvr{cancel: cancel, pubDone: make(chan error, n), pods: n}
 	var args []string
 	for i := range n {
-		cfg := vllmpub.DefaultConfig()
-		cfg.Endpoint, cfg.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		cfg.PollInterval = 25 * time.Millisecond
-		p, err := vllmpub.New(cfg)
+		p, err := vllmpub.New(publisherConfig())
 		if err != nil {
 			k.stop()
 			return nil, err
@@ -126,6 +123,15 @@ func (k *kvr) stop() {
 			fmt.Fprintln(os.Stderr, "kvrouter-load: publisher:", err)
 		}
 	}
+}
+
+// publisherConfig is a pod's publisher on free loopback ports, answering
+// replays quickly.
+func publisherConfig() vllmpub.Config {
+	cfg := vllmpub.DefaultConfig()
+	cfg.Endpoint, cfg.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
+	cfg.PollInterval = 25 * time.Millisecond
+	return cfg
 }
 
 func portOf(endpoint string) string { return endpoint[strings.LastIndexByte(endpoint, ':')+1:] }

@@ -236,9 +236,8 @@ func newHAFleet(ctx context.Context, tp *toxiproxy.Server, n int, redisAddr stri
 	h.args = []string{"--index-backend", "redis", "--index-redis-addr", h.redis.Addr, "--drain-delay", "0s"}
 	page := []byte("vllm:num_requests_waiting 0\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.5\n")
 	for i := range n {
-		cfg := vllmpub.DefaultConfig()
-		cfg.Endpoint, cfg.ReplayEndpoint = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"
-		cfg.PollInterval, cfg.BufferSteps = 25*time.Millisecond, ho.bufferSteps
+		cfg := publisherConfig()
+		cfg.BufferSteps = ho.bufferSteps
 		p, err := vllmpub.New(cfg)
 		if err != nil {
 			return nil, err
