@@ -27,10 +27,10 @@ func load(t *testing.T) *bootstrapv3.Bootstrap {
 	return loadBytes(t, Bootstrap)
 }
 
-// TestKubernetesBootstrap: the Kubernetes variant (manifests/envoy.yaml) is
+// TestKubernetesBootstrap: the Kubernetes variant (manifests/charts/kvrouter/files/envoy.yaml) is
 // a valid bootstrap too, and speaks TLS with HTTP/2 to kvrouter.
 func TestKubernetesBootstrap(t *testing.T) {
-	data, err := os.ReadFile("../manifests/envoy.yaml")
+	data, err := os.ReadFile("../manifests/charts/kvrouter/files/envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestKubernetesBootstrap(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("manifests/envoy.yaml has no kvrouter cluster")
+	t.Fatal("the Kubernetes envoy.yaml has no kvrouter cluster")
 }
 
 func loadBytes(t *testing.T, data []byte) *bootstrapv3.Bootstrap {

@@ -15,13 +15,19 @@
 #   - kube-apiserver for the discovery tests (test/kube-apiserver.sh: built once
 #     per machine, ~4 min and ~2.3 GB the first time, cached under the Go cache);
 #   - toxiproxy-server for the fault tests (github.com/Shopify/toxiproxy/v2 at
-#     the pinned version, ~15 s once per machine, cached under the Go cache).
-# Usage: test/deps.sh [system|oracle|lint|kube|toxiproxy]...   (default: all five)
+#     the pinned version, ~15 s once per machine, cached under the Go cache);
+#   - helm for the chart tests (helm.sh/helm/v4 at the pinned version, ~2 min
+#     once per machine, cached under the Go cache), and the modules whose CRDs
+#     the chart's objects are checked against (prometheus-operator, KEDA).
+# Usage: test/deps.sh [system|oracle|lint|kube|toxiproxy|helm]...   (default: all six)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:?set by the Makefile}
 TOXIPROXY_VERSION=v2.5.0 # internal/fixture/toxiproxy.Version
+HELM_VERSION=v4.3.2      # internal/fixture/helm.Version
+# internal/fixture/helm.CRDModules: test-only modules, outside go.mod.
+CRD_MODULES=(github.com/prometheus-operator/prometheus-operator@v0.85.0 github.com/kedacore/keda/v2@v2.21.0)
 
 APT_PACKAGES=(gcc libc6-dev make git pkg-config libzmq3-dev python3 python3-cbor2
   python3-xxhash python3-zmq python3-msgpack python3-jinja2 etcd-server redis-server ca-certificates)
@@ -124,12 +130,29 @@ toxiproxy() {
   rmdir "$tmp"
 }
 
+helm() {
+  local dir bin m
+  for m in "${CRD_MODULES[@]}"; do
+    GOFLAGS=-mod=mod go mod download "$m"
+  done
+  dir="$(go env GOCACHE)/kvrouter-helm/$HELM_VERSION"
+  bin="$dir/helm"
+  [ -x "$bin" ] && return 0
+  log "building helm $HELM_VERSION into $dir (about 2 minutes, once per machine)"
+  local tmp
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" GOFLAGS=-mod=mod go install -ldflags "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  mkdir -p "$dir"
+  mv "$tmp/helm" "$bin"
+  rmdir "$tmp"
+}
+
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube toxiproxy)
+[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube toxiproxy helm)
 for s in "${steps[@]}"; do
   case "$s" in
     system) system && valkey ;;
-    oracle|lint|kube|toxiproxy) "$s" ;;
-    *) log "unknown step $s (want system, oracle, lint, kube or toxiproxy)"; exit 2 ;;
+    oracle|lint|kube|toxiproxy|helm) "$s" ;;
+    *) log "unknown step $s (want system, oracle, lint, kube, toxiproxy or helm)"; exit 2 ;;
   esac
 done

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -45,42 +46,80 @@ func TestManifestsConfig(t *testing.T) {
 
 func manifestsSettings(t *testing.T, dir string) settings {
 	t.Helper()
+	_, s, templates := deploymentSettings(t, kustomizeDocs(t, dir))
+	if s.Shutdown.DrainDelay <= 0 || s.Tokenizers.HFCache != "/hf-cache" || s.disc.Kubeconfig == "" {
+		t.Errorf("the manifests' kvrouter configuration = %+v, want a drain delay, the /hf-cache tokenizers and discovery", s.config)
+	}
+	if len(templates) == 0 {
+		t.Errorf("the manifests give no model a chat template from a ConfigMap")
+	}
+	return s
+}
+
+// kustomizeDocs builds the kustomization in dir: its objects' YAML.
+func kustomizeDocs(t *testing.T, dir string) [][]byte {
+	t.Helper()
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build: %v", err)
 	}
-	var d *appsv1.Deployment
-	maps := map[string]*corev1.ConfigMap{}
+	var docs [][]byte
 	for _, r := range res.Resources() {
 		y, err := r.AsYAML()
 		if err != nil {
 			t.Fatal(err)
 		}
+		docs = append(docs, y)
+	}
+	return docs
+}
+
+// deploymentSettings runs the configuration of the kvrouter Deployment
+// among docs (Kubernetes objects in YAML) through serve's own loading: its
+// args (with $(VAR) from its ConfigMaps) and the config file its --config
+// names, read from the ConfigMap mounted there, load and validate. It
+// returns the loaded config, the settings, and the chat templates the
+// config names, by model, as the temporary files they were written to.
+func deploymentSettings(t *testing.T, docs [][]byte) (config, settings, map[string]string) {
+	t.Helper()
+	var d *appsv1.Deployment
+	cms := map[string]*corev1.ConfigMap{}
+	for _, y := range docs {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		}
+		if err := sigsyaml.Unmarshal(y, &meta); err != nil {
+			t.Fatal(err)
+		}
+		var err error
 		switch {
-		case r.GetKind() == "Deployment" && r.GetName() == "kvrouter":
+		case meta.Kind == "Deployment" && meta.Metadata.Labels["app.kubernetes.io/name"] == "kvrouter":
 			d = new(appsv1.Deployment)
 			err = sigsyaml.UnmarshalStrict(y, d)
-		case r.GetKind() == "ConfigMap":
+		case meta.Kind == "ConfigMap":
 			cm := new(corev1.ConfigMap)
 			err = sigsyaml.UnmarshalStrict(y, cm)
-			maps[cm.Name] = cm
+			cms[cm.Name] = cm
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	if d == nil {
-		t.Fatal("no kvrouter Deployment in the kustomization")
+		t.Fatal("no kvrouter Deployment")
 	}
 	c := d.Spec.Template.Spec.Containers[0]
-	args := expandArgs(t, c, maps)
+	args := expandArgs(t, c, cms)
 	if len(args) == 0 || args[0] != "serve" {
 		t.Fatalf("kvrouter args = %q, want serve first", args)
 	}
 	found := false
 	for i, a := range args {
 		if path, ok := strings.CutPrefix(a, "--config="); ok {
-			args[i] = "--config=" + mountedFile(t, d.Spec.Template.Spec, c, maps, path)
+			args[i] = "--config=" + mountedFile(t, d.Spec.Template.Spec, c, cms, path)
 			found = true
 		}
 	}
@@ -91,31 +130,65 @@ func manifestsSettings(t *testing.T, dir string) settings {
 	if err != nil {
 		t.Fatalf("serve %q: %v", args[1:], err)
 	}
+	loaded := cfg
 	// The chat templates the config names are files of mounted ConfigMaps.
 	templates := map[string]string{}
-	for name, m := range cfg.Tokenizers.Models {
+	models := maps.Clone(cfg.Tokenizers.Models)
+	for name, m := range models {
 		if strings.HasPrefix(m.ChatTemplate, "/") {
-			file := mountedFile(t, d.Spec.Template.Spec, c, maps, m.ChatTemplate)
+			file := mountedFile(t, d.Spec.Template.Spec, c, cms, m.ChatTemplate)
 			m.ChatTemplate, templates[name] = file, file
-			cfg.Tokenizers.Models[name] = m
+			models[name] = m
+		}
+	}
+	cfg.Tokenizers.Models = models
+	// Files of mounted Secrets: present, with stand-in content.
+	for _, f := range []*string{&cfg.ExtProc.TLS.CertFile, &cfg.ExtProc.TLS.KeyFile, &cfg.Index.Redis.PasswordFile} {
+		if *f != "" {
+			*f = secretFile(t, d.Spec.Template.Spec, c, *f)
 		}
 	}
 	s, err := cfg.validate("10.0.0.1") // in a pod: discovery in-cluster
 	if err != nil {
-		t.Fatalf("the manifests' kvrouter configuration: %v", err)
-	}
-	if s.Shutdown.DrainDelay <= 0 || s.Tokenizers.HFCache != "/hf-cache" || s.disc.Kubeconfig == "" {
-		t.Errorf("the manifests' kvrouter configuration = %+v, want a drain delay, the /hf-cache tokenizers and discovery", s.config)
+		t.Fatalf("the kvrouter configuration: %v", err)
 	}
 	for name, file := range templates {
 		if o := s.chats[name]; o.Template == "" || !strings.Contains(o.Source, file) {
 			t.Errorf("model %s's chat options = %+v, want the template mounted at %s", name, o, file)
 		}
 	}
-	if len(templates) == 0 {
-		t.Errorf("the manifests give no model a chat template from a ConfigMap")
+	return loaded, s, templates
+}
+
+// secretFile checks that a Secret volume mounted in c provides path and
+// returns a temporary file that stands in for it.
+func secretFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, path string) string {
+	t.Helper()
+	dir, key := filepath.Split(path)
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			provided := len(v.Secret.Items) == 0 // every key of the Secret
+			for _, it := range v.Secret.Items {
+				provided = provided || it.Path == key
+			}
+			if !provided {
+				t.Fatalf("Secret volume %s mounted at %s does not provide %s", v.Name, dir, key)
+			}
+			file := filepath.Join(t.TempDir(), key)
+			if err := os.WriteFile(file, []byte("stand-in"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return file
+		}
 	}
-	return s
+	t.Fatalf("no Secret volume is mounted at %s", dir)
+	return ""
 }
 
 var varRef = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
