@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,17 +66,6 @@ func documentedValues(t *testing.T) string {
 	return file
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestGIEChart renders GIE v1.5.0's inferencepool chart with kvrouter's image
 // and the values docs/operations.md gives ("In place of the picker"), creates
 // the InferencePool it renders on a real kube-apiserver with a ready pod the
@@ -91,7 +79,7 @@ func TestGIEChart(t *testing.T) {
 	}
 	// The test's own ports, through the chart's flags map as a user would
 	// set them: the machine runs other tests.
-	grpcPort, healthPort, metricsPort := freePort(t), freePort(t), freePort(t)
+	grpcPort, healthPort, metricsPort := kubeapi.FreePort(t), kubeapi.FreePort(t), kubeapi.FreePort(t)
 	docs := helm.Template(t, gieChart(t), "qwen", "llm", "-f", documentedValues(t),
 		"--set", "inferenceExtension.flags.hub-offline=true", // no hub here: tokenizers are missing, requests routed by load
 		"--set", "inferenceExtension.flags.grpc-port="+strconv.Itoa(grpcPort),
@@ -162,20 +150,7 @@ func TestGIEChart(t *testing.T) {
 	if _, err := pools.Create(ctx, &unstructured.Unstructured{Object: pool}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the chart's InferencePool: %v", err)
 	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: "llm", Labels: map[string]string{"app": "vllm"}},
-		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
-	}
-	p, err := api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.255.255.9"
-	p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err = api.Admin.CoreV1().Pods("llm").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	readyPod(t, api, "llm", "vllm-0", "10.255.255.9", map[string]string{"app": "vllm"})
 
 	t.Setenv("KUBECONFIG", api.Kubeconfig(t, kubeapi.AdminToken))
 	runCtx, cancel := context.WithCancel(ctx)

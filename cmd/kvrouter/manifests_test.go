@@ -160,37 +160,6 @@ func deploymentSettings(t *testing.T, docs [][]byte) (config, settings, map[stri
 	return loaded, s, templates
 }
 
-// secretFile checks that a Secret volume mounted in c provides path and
-// returns a temporary file that stands in for it.
-func secretFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, path string) string {
-	t.Helper()
-	dir, key := filepath.Split(path)
-	for _, m := range c.VolumeMounts {
-		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
-			continue
-		}
-		for _, v := range spec.Volumes {
-			if v.Name != m.Name || v.Secret == nil {
-				continue
-			}
-			provided := len(v.Secret.Items) == 0 // every key of the Secret
-			for _, it := range v.Secret.Items {
-				provided = provided || it.Path == key
-			}
-			if !provided {
-				t.Fatalf("Secret volume %s mounted at %s does not provide %s", v.Name, dir, key)
-			}
-			file := filepath.Join(t.TempDir(), key)
-			if err := os.WriteFile(file, []byte("stand-in"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return file
-		}
-	}
-	t.Fatalf("no Secret volume is mounted at %s", dir)
-	return ""
-}
-
 var varRef = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
 
 // expandArgs substitutes $(VAR) in c's args as the kubelet does, from its
@@ -227,9 +196,9 @@ func expandArgs(t *testing.T, c corev1.Container, maps map[string]*corev1.Config
 	return out
 }
 
-// mountedFile finds the ConfigMap key mounted at path in c and writes it to
-// a temporary file, returning that file's path.
-func mountedFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, maps map[string]*corev1.ConfigMap, path string) string {
+// mountedVolume returns the volume mounted in c at path's directory, and
+// path's file name there.
+func mountedVolume(t *testing.T, spec corev1.PodSpec, c corev1.Container, path string) (corev1.Volume, string) {
 	t.Helper()
 	dir, key := filepath.Split(path)
 	for _, m := range c.VolumeMounts {
@@ -237,24 +206,59 @@ func mountedFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, maps map
 			continue
 		}
 		for _, v := range spec.Volumes {
-			if v.Name != m.Name || v.ConfigMap == nil {
-				continue
+			if v.Name == m.Name {
+				return v, key
 			}
-			cm := maps[v.ConfigMap.Name]
-			if cm == nil {
-				t.Fatalf("volume %s: ConfigMap %s does not exist", v.Name, v.ConfigMap.Name)
-			}
-			data, ok := cm.Data[key]
-			if !ok {
-				t.Fatalf("ConfigMap %s has no key %s for %s", cm.Name, key, path)
-			}
-			file := filepath.Join(t.TempDir(), key)
-			if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return file
 		}
+		t.Fatalf("volume %s mounted at %s does not exist", m.Name, dir)
 	}
-	t.Fatalf("no ConfigMap volume is mounted at %s", dir)
-	return ""
+	t.Fatalf("no volume is mounted at %s", dir)
+	return corev1.Volume{}, ""
+}
+
+// tempFile writes data to a temporary file named name and returns its path.
+func tempFile(t *testing.T, name, data string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// mountedFile finds the ConfigMap key mounted at path in c and writes it to
+// a temporary file, returning that file's path.
+func mountedFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, maps map[string]*corev1.ConfigMap, path string) string {
+	t.Helper()
+	v, key := mountedVolume(t, spec, c, path)
+	if v.ConfigMap == nil {
+		t.Fatalf("volume %s at %s is not a ConfigMap", v.Name, path)
+	}
+	cm := maps[v.ConfigMap.Name]
+	if cm == nil {
+		t.Fatalf("volume %s: ConfigMap %s does not exist", v.Name, v.ConfigMap.Name)
+	}
+	data, ok := cm.Data[key]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s for %s", cm.Name, key, path)
+	}
+	return tempFile(t, key, data)
+}
+
+// secretFile checks that a Secret volume mounted in c provides path and
+// returns a temporary file that stands in for it.
+func secretFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, path string) string {
+	t.Helper()
+	v, key := mountedVolume(t, spec, c, path)
+	if v.Secret == nil {
+		t.Fatalf("volume %s at %s is not a Secret", v.Name, path)
+	}
+	provided := len(v.Secret.Items) == 0 // every key of the Secret
+	for _, it := range v.Secret.Items {
+		provided = provided || it.Path == key
+	}
+	if !provided {
+		t.Fatalf("Secret volume %s does not provide %s", v.Name, path)
+	}
+	return tempFile(t, key, "stand-in")
 }

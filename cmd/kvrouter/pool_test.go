@@ -69,20 +69,7 @@ func TestServePool(t *testing.T) {
 
 	readyz(http.StatusServiceUnavailable, "not ready: InferencePool llm/qwen not found: no pod is served")
 
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: "llm", Labels: map[string]string{"app": "vllm"}},
-		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
-	}
-	p, err = api.Admin.CoreV1().Pods("llm").Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.255.255.7"
-	p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err = api.Admin.CoreV1().Pods("llm").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	readyPod(t, api, "llm", "vllm-0", "10.255.255.7", map[string]string{"app": "vllm"})
 	var pool map[string]any
 	if err := yaml.Unmarshal([]byte(`
 apiVersion: inference.networking.k8s.io/v1
@@ -122,6 +109,25 @@ spec:
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serve after cancel = %v, want nil", err)
+	}
+}
+
+// readyPod creates a running, ready pod with labels and ip in namespace.
+func readyPod(t *testing.T, api *kubeapi.Server, namespace, name, ip string, labels map[string]string) {
+	t.Helper()
+	pods := api.Admin.CoreV1().Pods(namespace)
+	p, err := pods.Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase, p.Status.PodIP = corev1.PodRunning, ip
+	p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err = pods.UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
