@@ -26,7 +26,7 @@ test: deps vet lint test-go fuzz-short ## everything CI checks: deps, vet, lint,
 	@echo "make test: all checks passed"
 
 test-go:
-	KVROUTER_REQUIRE_APISERVER=1 KVROUTER_REQUIRE_TOXIPROXY=1 KVROUTER_REQUIRE_HELM=1 $(GO) test -race -count=1 ./...
+	KVROUTER_REQUIRE_APISERVER=1 KVROUTER_REQUIRE_TOXIPROXY=1 KVROUTER_REQUIRE_HELM=1 KVROUTER_REQUIRE_PROMETHEUS=1 $(GO) test -race -count=1 ./...
 	KVROUTER_REDIS_SERVER=valkey-server $(GO) test -race -count=1 ./kvindex/redisindex/
 	cd test/sim && $(GO) test -race -count=1 ./...
 
@@ -79,8 +79,8 @@ build: ## build bin/kvrouter (cgo: needs libzmq)
 image: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-deps: ## install system packages, npm oracles, golangci-lint, kube-apiserver, toxiproxy-server and helm (no-op when present)
-	test/deps.sh system oracle lint kube toxiproxy helm
+deps: ## install system packages, npm oracles, golangci-lint, kube-apiserver, toxiproxy-server, helm and Prometheus (no-op when present)
+	test/deps.sh system oracle lint kube toxiproxy helm prometheus
 
 deps-lint:
 	test/deps.sh lint

@@ -118,7 +118,8 @@ func builtin(t *testing.T, objs []chartObject) {
 // TestChartShapes lints and renders every shape of the chart, decodes the
 // objects strictly, and creates each with a server-side dry run and strict
 // field validation on a real kube-apiserver that has the CRDs of GIE, the
-// Gateway API, llm-d's objectives, prometheus-operator and KEDA: the API
+// Gateway API, llm-d's objectives, prometheus-operator (ServiceMonitor,
+// PrometheusRule) and KEDA: the API
 // server checks every object against its schema and validation rules.
 func TestChartShapes(t *testing.T) {
 	shapes := chartShapes(t)
@@ -152,6 +153,10 @@ func TestChartShapes(t *testing.T) {
 		{
 			helm.CRDModules.PrometheusOperator, "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
 			schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"},
+		},
+		{
+			helm.CRDModules.PrometheusOperator, "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+			schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"},
 		},
 		{
 			helm.CRDModules.KEDA, "config/crd/bases/keda.sh_scaledobjects.yaml",
@@ -192,7 +197,7 @@ func TestChartShapes(t *testing.T) {
 			kinds[gvk.Kind] = true
 		}
 	}
-	for _, k := range []string{"InferencePool", "InferenceObjective", "HTTPRoute", "ServiceMonitor", "ScaledObject", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget"} {
+	for _, k := range []string{"InferencePool", "InferenceObjective", "HTTPRoute", "ServiceMonitor", "PrometheusRule", "ScaledObject", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget"} {
 		if !kinds[k] {
 			t.Errorf("no shape renders a %s: the dry run checks none", k)
 		}

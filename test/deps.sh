@@ -18,8 +18,11 @@
 #     the pinned version, ~15 s once per machine, cached under the Go cache);
 #   - helm for the chart tests (helm.sh/helm/v4 at the pinned version, ~2 min
 #     once per machine, cached under the Go cache), and the modules whose CRDs
-#     the chart's objects are checked against (prometheus-operator, KEDA).
-# Usage: test/deps.sh [system|oracle|lint|kube|toxiproxy|helm]...   (default: all six)
+#     the chart's objects are checked against (prometheus-operator, KEDA);
+#   - Prometheus and promtool for the alert and dashboard tests: Debian's
+#     prometheus package unpacked under /usr/local/lib/kvrouter-prometheus,
+#     not installed (installing it would start a daemon on :9090).
+# Usage: test/deps.sh [system|oracle|lint|kube|toxiproxy|helm|prometheus]...   (default: all seven)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -147,12 +150,29 @@ helm() {
   rmdir "$tmp"
 }
 
+prometheus() {
+  local dir=/usr/local/lib/kvrouter-prometheus # internal/fixture/prometheus.Dir
+  [ -x "$dir/usr/bin/promtool" ] && [ -x "$dir/usr/bin/prometheus" ] && return 0
+  log "unpacking Debian's prometheus package under $dir (not installed: no daemon)"
+  local tmp
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"
+  if ! (cd "$tmp" && as_root apt-get download -qq prometheus) 2>/dev/null; then
+    as_root apt-get update -qq
+    (cd "$tmp" && as_root apt-get download -qq prometheus)
+  fi
+  as_root rm -rf "$dir"
+  as_root dpkg-deb -x "$tmp"/prometheus_*.deb "$dir"
+  as_root rm -rf "$tmp"
+  "$dir/usr/bin/promtool" --version >/dev/null
+}
+
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube toxiproxy helm)
+[ ${#steps[@]} -eq 0 ] && steps=(system oracle lint kube toxiproxy helm prometheus)
 for s in "${steps[@]}"; do
   case "$s" in
     system) system && valkey ;;
-    oracle|lint|kube|toxiproxy|helm) "$s" ;;
-    *) log "unknown step $s (want system, oracle, lint, kube, toxiproxy or helm)"; exit 2 ;;
+    oracle|lint|kube|toxiproxy|helm|prometheus) "$s" ;;
+    *) log "unknown step $s (want system, oracle, lint, kube, toxiproxy, helm or prometheus)"; exit 2 ;;
   esac
 done

@@ -33,8 +33,8 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 // kvrouterMetrics returns the name of every kvrouter_* metric a serving
-// kvrouter registers, Kubernetes discovery and the redis index backend
-// included (building it connects nowhere).
+// kvrouter registers, Kubernetes discovery of an InferencePool and the redis
+// index backend included (building it connects nowhere).
 func kvrouterMetrics(t *testing.T) []string {
 	t.Helper()
 	kubeconfig := writeFile(t, "kubeconfig", `apiVersion: v1
@@ -44,7 +44,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 users: [{name: u, user: {token: t}}]
 `)
-	c, err := loadConfig([]string{"--kubeconfig", kubeconfig, "--index-backend", "redis", "--index-redis-addr", "127.0.0.1:1"})
+	c, err := loadConfig([]string{"--kubeconfig", kubeconfig, "--pool-name", "p", "--index-backend", "redis", "--index-redis-addr", "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

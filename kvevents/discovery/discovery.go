@@ -81,7 +81,7 @@ func newDiscovery(cfg Config, client kubernetes.Interface, consumer Consumer, re
 	if err != nil {
 		return nil, fmt.Errorf("discovery: selector %q: %w", cfg.Selector, err)
 	}
-	met, err := newMetrics(reg)
+	met, err := newMetrics(reg, cfg.Pool.Name != "")
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,9 @@ type metrics struct {
 	pool    prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics registers pool_found only when a pool is served (pooled), so
+// that an alert on it needs nothing else to tell the modes apart.
+func newMetrics(reg prometheus.Registerer, pooled bool) (*metrics, error) {
 	m := &metrics{
 		pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "kvrouter", Subsystem: "discovery", Name: "pods",
@@ -30,13 +32,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		pool: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "kvrouter", Subsystem: "discovery", Name: "pool_found",
-			Help: "With --pool-name: 1 while the InferencePool exists, 0 while it is missing or unreadable (no pod is served). 0 without a pool.",
+			Help: "With --pool-name only: 1 while the InferencePool exists, 0 while it is missing or unreadable (no pod is served).",
 		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.pods, m.synced, m.ignored, m.pool} {
+	cs := []prometheus.Collector{m.pods, m.synced, m.ignored}
+	if pooled {
+		cs = append(cs, m.pool)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("discovery: register metrics: %w", err)
 		}
