@@ -296,7 +296,7 @@ func TestLearnedSpeedPricesEachPod(t *testing.T) {
 				}
 				d.Done()
 			}
-			if err := testutil.CollectAndCompare(speedCollector{tr.Router}, strings.NewReader(fmt.Sprintf(`
+			if err := testutil.CollectAndCompare(podCollector{tr.Router}, strings.NewReader(fmt.Sprintf(`
 # HELP kvrouter_router_pod_prefill_tokens_per_second %s
 # TYPE kvrouter_router_pod_prefill_tokens_per_second gauge
 kvrouter_router_pod_prefill_tokens_per_second{pod="a"} 10000

@@ -2,6 +2,7 @@ package router
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -10,8 +11,9 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
 	duration  prometheus.Histogram
-	matched   prometheus.Counter
-	total     prometheus.Counter
+	stages    [5]prometheus.Observer // parse, tokenize, hash, match, score
+	matched   *prometheus.CounterVec // by model
+	total     *prometheus.CounterVec // by model
 	moved     prometheus.Counter
 	shed      *prometheus.CounterVec
 	// unknownObjectives counts requests naming an objective not known.
@@ -42,14 +44,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to parse, tokenize, hash, match and score one request.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}),
-		matched: prometheus.NewCounter(prometheus.CounterOpts{
+		matched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "cached_blocks_total",
-			Help: "Prompt blocks cached on the chosen pods.",
-		}),
-		total: prometheus.NewCounter(prometheus.CounterOpts{
+			Help: "Prompt blocks cached on the chosen pods, by model.",
+		}, []string{"model"}),
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "prompt_blocks_total",
-			Help: "Full prompt blocks of routed requests.",
-		}),
+			Help: "Full prompt blocks of routed requests, by model.",
+		}, []string{"model"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "shed_total",
 			Help: "Requests shed with 429 (objective priority below zero, every candidate pod saturated), by objective.",
@@ -88,7 +90,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Namespace: "kvrouter", Subsystem: "router", Name: "waiting_requests",
 		Help: "Requests waiting for capacity, by model: for a ready pod (routing.scale_from_zero_wait) and in kvrouter's queue. The signal to scale a model's pods on.",
 	}, []string{"model"})
-	if err := register(reg, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.queued, m.queueExits, m.queueWait, m.capacityWaits, m.waiting); err != nil {
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "kvrouter", Subsystem: "router", Name: "stage_duration_seconds",
+		Help:    "Time of each stage of a decision: parse (the body, the candidates), tokenize (rendering chats too), hash, match (the index), score.",
+		Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16),
+	}, []string{"stage"})
+	for i, stage := range []string{"parse", "tokenize", "hash", "match", "score"} {
+		m.stages[i] = stages.WithLabelValues(stage)
+	}
+	// Every series the dashboard and the alerts read exists from the
+	// start, at zero until something happens.
+	for _, r := range Reasons {
+		m.decisions.WithLabelValues(string(r))
+	}
+	for _, status := range []string{"400", "404", "413", "429", "503", "internal"} {
+		m.refusals.WithLabelValues(status)
+	}
+	for _, result := range []string{"released", "expired", "canceled", "drained"} {
+		m.queueExits.WithLabelValues(result)
+	}
+	for _, result := range []string{"routed", "timeout", "canceled"} {
+		m.capacityWaits.WithLabelValues(result)
+	}
+	if err := register(reg, stages, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.queued, m.queueExits, m.queueWait, m.capacityWaits, m.waiting); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -110,8 +134,13 @@ func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 func (m *metrics) decided(d *Decision) {
 	m.decisions.WithLabelValues(string(d.Reason)).Inc()
 	m.duration.Observe(d.Elapsed.Seconds())
-	m.matched.Add(float64(d.Matched))
-	m.total.Add(float64(d.Total))
+	for i, t := range [...]time.Duration{d.Stages.Parse, d.Stages.Tokenize, d.Stages.Hash, d.Stages.Match, d.Stages.Score} {
+		m.stages[i].Observe(t.Seconds())
+	}
+	if d.Model != "" {
+		m.matched.WithLabelValues(d.Model).Add(float64(d.Matched))
+		m.total.WithLabelValues(d.Model).Add(float64(d.Total))
+	}
 }
 
 func (m *metrics) refused(err error) {
@@ -173,24 +202,46 @@ func (c prefixCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.entries, int64(s.Entries))
 }
 
-// speedCollector reports the prefill speed each pod is priced at.
-type speedCollector struct{ r *Router }
+// podCollector reports, per pod, the load kvrouter routes on: the figures
+// of its last metrics scrape, what kvrouter routed there and has not seen
+// finish, and the prefill speed it is priced at.
+type podCollector struct{ r *Router }
 
 var (
 	speedDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_tokens_per_second",
 		"The prefill speed each pod is priced at, in tokens per second at no context: learned from its vLLM metrics, or routing.prefill_tokens_per_second.", []string{"pod"}, nil)
 	speedEvidenceDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_learned_seconds",
 		"The seconds of each pod's prefill its learned speed rests on (faded with age; the configured speed counts as 0.5).", []string{"pod"}, nil)
+	podWaitingDesc = prometheus.NewDesc("kvrouter_router_pod_waiting_requests",
+		"Requests waiting in each pod's own queue (vllm:num_requests_waiting), as last scraped.", []string{"pod"}, nil)
+	podRunningDesc = prometheus.NewDesc("kvrouter_router_pod_running_requests",
+		"Requests each pod runs (vllm:num_requests_running), as last scraped.", []string{"pod"}, nil)
+	podKVUsageDesc = prometheus.NewDesc("kvrouter_router_pod_kv_usage_ratio",
+		"The share of each pod's KV cache in use (vllm:kv_cache_usage_perc), as last scraped.", []string{"pod"}, nil)
+	podInFlightDesc = prometheus.NewDesc("kvrouter_router_pod_inflight_requests",
+		"Requests kvrouter routed to each pod that have not finished.", []string{"pod"}, nil)
+	podPrefillDesc = prometheus.NewDesc("kvrouter_router_pod_prefill_tokens",
+		"Prefill kvrouter routed to each pod and has not seen done: uncached prompt tokens, weighed by their context.", []string{"pod"}, nil)
 )
 
-func (speedCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- speedDesc
-	ch <- speedEvidenceDesc
+func (podCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{speedDesc, speedEvidenceDesc, podWaitingDesc, podRunningDesc, podKVUsageDesc, podInFlightDesc, podPrefillDesc} {
+		ch <- d
+	}
 }
 
-func (c speedCollector) Collect(ch chan<- prometheus.Metric) {
+func (c podCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.r.fleet.Snapshot().Members() {
-		ch <- prometheus.MustNewConstMetric(speedDesc, prometheus.GaugeValue, 1/c.r.PrefillSecondsPerToken(m.Load), m.Pod.Name)
-		ch <- prometheus.MustNewConstMetric(speedEvidenceDesc, prometheus.GaugeValue, c.r.LearnedSeconds(m.Load), m.Pod.Name)
+		name, l := m.Pod.Name, m.Load
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
+		}
+		gauge(speedDesc, 1/c.r.PrefillSecondsPerToken(l))
+		gauge(speedEvidenceDesc, c.r.LearnedSeconds(l))
+		gauge(podWaitingDesc, float64(l.Waiting.Load()))
+		gauge(podRunningDesc, float64(l.Running.Load()))
+		gauge(podKVUsageDesc, float64(l.KVUsagePermille.Load())/1000)
+		gauge(podInFlightDesc, float64(l.InFlight.Load()))
+		gauge(podPrefillDesc, float64(l.PrefillTokens.Load()))
 	}
 }

@@ -62,6 +62,12 @@ const (
 	ReasonTooLong        Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
 )
 
+// Reasons are every Reason, in the order above.
+var Reasons = []Reason{
+	ReasonPrefix, ReasonLoad, ReasonPlacement, ReasonNoTokenizer, ReasonTokenizerPending, ReasonNoChatTemplate,
+	ReasonTokenizeError, ReasonOtherPath, ReasonTooLong,
+}
+
 // Index is the part of the block index the router reads and writes: a
 // *kvindex.Index (the memory backend) or a *redisindex.Index (shared by
 // replicas through Redis).
@@ -146,7 +152,7 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	if l, ok := index.(speculationLives); ok {
 		r.refresh = min(l.SpeculativeTTL()/4, l.SpeculativeGrace()/2)
 	}
-	if err := register(reg, speedCollector{r}); err != nil {
+	if err := register(reg, podCollector{r}); err != nil {
 		return nil, err
 	}
 	if cfg.Homes {
