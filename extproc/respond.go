@@ -49,8 +49,9 @@ func routingHeaders(d *router.Decision) []string {
 
 // destination is the common response that sends the request to d's pod:
 // the destination header (with the routing headers, the data-parallel rank
-// when d chose one, and the prefill pod's header when one computes the
-// prompt) and a cleared route cache.
+// when d chose one, the prefill pod's header when one computes the prompt,
+// and with tracing on the traceparent naming kvrouter's span) and a
+// cleared route cache.
 func destination(d *router.Decision) *extprocv3.CommonResponse {
 	kv := append([]string{headerDestination, endpoints(d)}, routingHeaders(d)...)
 	if rank, ok := d.RankHeader(); ok {
@@ -58,6 +59,12 @@ func destination(d *router.Decision) *extprocv3.CommonResponse {
 	}
 	if name, value, ok := d.PrefillHeader(); ok {
 		kv = append(kv, name, value)
+	}
+	if parent, state := d.TraceHeaders(); parent != "" {
+		kv = append(kv, "traceparent", parent)
+		if state != "" {
+			kv = append(kv, "tracestate", state)
+		}
 	}
 	return &extprocv3.CommonResponse{HeaderMutation: setHeaders(kv...), ClearRouteCache: true}
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -27,6 +30,9 @@ type stream struct {
 	answered bool    // the request path is answered: the destination is sent
 	decision *router.Decision
 	chunk    chunkMessage // re-sends body pieces
+	// trace is the request's W3C trace context headers (traceparent,
+	// tracestate), when it carries them.
+	trace propagation.MapCarrier
 }
 
 func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
@@ -95,6 +101,11 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 			st.req.Objective = headerValue(hv)
 		case "content-length":
 			st.hint = bodyHint(headerValue(hv), st.srv.cfg.MaxBodyBytes)
+		case "traceparent", "tracestate":
+			if st.trace == nil {
+				st.trace = propagation.MapCarrier{}
+			}
+			st.trace[strings.ToLower(hv.GetKey())] = headerValue(hv)
 		}
 	}
 	st.req.Subset = st.subsetHint(md)
@@ -210,6 +221,9 @@ func (st *stream) requestTrailers(ctx context.Context) (bool, error) {
 func (st *stream) finish(ctx context.Context, trailers bool) (bool, error) {
 	st.answered = true
 	st.req.Body = st.body
+	if st.trace != nil {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, st.trace)
+	}
 	d, err := st.srv.router.Route(ctx, st.req)
 	if err != nil {
 		e := router.AsError(err)

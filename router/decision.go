@@ -50,6 +50,11 @@ type Decision struct {
 	hop       *prefillHop
 	prefilled atomic.Bool
 	done      atomic.Bool
+	// started is when the decision's evaluation began; traceparent and
+	// tracestate, the W3C trace context of its span for the pod's request
+	// ("" with tracing off).
+	started                 time.Time
+	traceparent, tracestate string
 }
 
 // alternate is a fallback pod: what moving the decision to it takes.

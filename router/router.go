@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kvrouter/kvrouter/internal/tracing"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 	"github.com/kvrouter/kvrouter/replica"
@@ -197,11 +200,28 @@ type scratch struct {
 //
 // A request for a model with no ready pod waits for one first, up to
 // Config.ScaleFromZeroWait (capacity.go).
+//
+// With tracing on (ctx carrying the caller's span, if any), the request's
+// span is a child of it (trace.go).
 func (r *Router) Route(ctx context.Context, req Request) (*Decision, error) {
+	if !tracing.On() {
+		return r.route(ctx, req, nil)
+	}
+	parent := trace.SpanContextFromContext(ctx)
+	ctx, span := startRoute(ctx)
+	d, err := r.route(ctx, req, span)
+	endRoute(ctx, parent, span, req, d, err)
+	return d, err
+}
+
+// route is Route; span is the request's, nil with tracing off.
+func (r *Router) route(ctx context.Context, req Request, span trace.Span) (*Decision, error) {
 	d, t, err := r.begin(req, true)
-	var w capacityWait
-	if errors.As(err, &w) {
-		if !r.awaitCapacity(ctx, w.model, req.Subset) && ctx.Err() != nil {
+	if w, ok := err.(capacityWait); ok { //nolint:errorlint // begin returns it unwrapped; errors.As would allocate
+		end := stage(ctx, span, "kvrouter.capacity_wait")
+		ok := r.awaitCapacity(ctx, w.model, req.Subset)
+		end()
+		if !ok && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		d, t, err = r.begin(req, false)
@@ -209,6 +229,8 @@ func (r *Router) Route(ctx context.Context, req Request) (*Decision, error) {
 	if t == nil {
 		return d, err
 	}
+	end := stage(ctx, span, "kvrouter.queue_wait")
+	defer end()
 	return t.wait(ctx)
 }
 
@@ -266,6 +288,7 @@ func (r *Router) decide(req Request, ev evaluation, sc *scratch, ok func(int) bo
 	allowed := destinations(sc, pd, ok)
 	i, placed := r.pickPod(ev, sc, pd, allowed)
 	d := r.newDecision(req, ev, sc, i, placed)
+	d.started = start
 	if pd {
 		r.addPrefillHop(d, i, sc) // pd.go
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/conf"
 	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/internal/tracing"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -39,6 +40,7 @@ type config struct {
 	// name in x-gateway-inference-objective, without Kubernetes.
 	Objectives []router.Objective `yaml:"objectives"`
 	Discovery  discovery.Settings `yaml:"discovery"` // --kubeconfig, --namespace, --selector, --pool-*
+	Tracing    tracing.Settings   `yaml:"tracing"`
 
 	// file is --config, fileProblems what was wrong in it and positions
 	// where each of its fields is; podFlags and modelFlags are the raw --pod

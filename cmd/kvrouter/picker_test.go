@@ -34,8 +34,8 @@ func TestPickerArgs(t *testing.T) {
 	if s.disc.Pool.Name != "qwen" || s.disc.Pool.Namespace != "llm" || s.Log.Format != "json" || s.Log.Level != "info" || s.Listen.GRPCHealth != ":9003" || s.Listen.GRPC != ":9002" || c.file != "" {
 		t.Errorf("pool %+v, log %+v, listen %+v, config file %q; want the pool, JSON at info, health on :9003, no config file", s.disc.Pool, s.Log, s.Listen, c.file)
 	}
-	if len(c.pickerNotes) != 2 || !strings.HasPrefix(strings.Join(c.pickerNotes, "\n"), "--") {
-		t.Errorf("notes %q, want --tracing's and --config-file's", c.pickerNotes)
+	if len(c.pickerNotes) != 1 || !strings.HasPrefix(c.pickerNotes[0], "--config-file:") || c.Tracing.Enabled {
+		t.Errorf("notes %q, tracing %v; want --config-file's note, tracing off as --tracing=false says", c.pickerNotes, c.Tracing.Enabled)
 	}
 	// kvrouter's own health address wins over the picker's default.
 	c, err = loadConfig([]string{"--pool-name", "qwen", "--zap-encoder", "json", "--grpc-health-addr", ":7003", "--kubeconfig", kubeconfig})

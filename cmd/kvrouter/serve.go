@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/epp"
+	"github.com/kvrouter/kvrouter/internal/tracing"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 )
@@ -52,6 +53,20 @@ func serve(ctx context.Context, c config, stderr io.Writer) error {
 	for _, note := range c.pickerNotes {
 		logger.Info("kvrouter: an Endpoint Picker flag", "note", note)
 	}
+	stopTracing, err := tracing.Start(ctx, s.Tracing, version)
+	if err != nil {
+		return err
+	}
+	if s.Tracing.Enabled {
+		logger.Info("tracing: exporting spans over OTLP", "to", tracing.Describe())
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flush); err != nil {
+			logger.Warn("tracing: spans not all exported at stop", "error", err)
+		}
+	}()
 	a, err := newApp(s, logger)
 	if err != nil {
 		return err

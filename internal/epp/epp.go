@@ -29,7 +29,7 @@ type Flags struct {
 	names map[string]bool // the picker's own, which Register defined
 
 	grpcPort, healthPort, metricsPort, verbosity        int
-	secure, pprof, metricsAuth                          bool
+	secure, pprof, metricsAuth, tracing                 bool
 	poolGroup, certPath, selector, zapEncoder, zapLevel string
 	configFile                                          string
 	targetPorts                                         []int
@@ -44,7 +44,6 @@ var ignored = map[string]struct {
 	why   string
 }{
 	"ha-enable-leader-election":                       {false, "kvrouter's replicas are active-active: each routes every request it gets, and every replica is ready"},
-	"tracing":                                         {false, "kvrouter emits no OpenTelemetry traces"},
 	"health-checking":                                 {false, "kvrouter's ext_proc port always serves gRPC health"},
 	"enable-cert-reload":                              {false, "kvrouter reloads its certificate files whenever they change"},
 	"config-text":                                     {true, "kvrouter's routing policy is not a plugins configuration; give kvrouter's own with --config"},
@@ -92,6 +91,7 @@ func Register(fs *pflag.FlagSet) *Flags {
 	fs.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "how long in-flight work may take once stopping: --shutdown-timeout")
 	fs.BoolVar(&f.pprof, "enable-pprof", true, "serve /debug/pprof/: --admin-debug")
 	fs.BoolVar(&f.metricsAuth, "metrics-endpoint-auth", true, "guard /metrics with Kubernetes tokens: --admin-auth")
+	fs.BoolVar(&f.tracing, "tracing", false, "export OpenTelemetry spans as the OTEL_* environment says: tracing.enabled")
 	fs.IntVarP(&f.verbosity, "v", "v", 2, "log verbosity, 4 and more for debug: --log-level")
 	fs.StringVar(&f.zapLevel, "zap-log-level", "", "log level, debug, info or error: --log-level")
 	fs.StringVar(&f.zapEncoder, "zap-encoder", "", "log encoding, json or console: --log-format")
@@ -193,6 +193,9 @@ func (f *Flags) Map() (settings []Setting, notes, problems []string) {
 	}
 	if given("enable-pprof") {
 		set("enable-pprof", "admin.debug", strconv.FormatBool(f.pprof))
+	}
+	if given("tracing") {
+		set("tracing", "tracing.enabled", strconv.FormatBool(f.tracing))
 	}
 	if given("metrics-endpoint-auth") {
 		set("metrics-endpoint-auth", "admin.auth", map[bool]string{true: "auto", false: "none"}[f.metricsAuth])

@@ -29,8 +29,8 @@ func parse(t *testing.T, args ...string) *Flags {
 
 // TestGIEChartArgs: the arguments GIE v1.5.0's inferencepool chart passes
 // by default (config/charts/epplib/templates/_deployment.yaml), with two
-// replicas, and with metrics auth off, parse; the log settings map to
-// kvrouter's, and the rest is said to change nothing.
+// replicas, and with metrics auth off, parse; the log and tracing settings
+// map to kvrouter's, and the rest is said to change nothing.
 func TestGIEChartArgs(t *testing.T) {
 	plugins := filepath.Join(t.TempDir(), "default-plugins.yaml")
 	if err := os.WriteFile(plugins, []byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins: []\n"), 0o600); err != nil {
@@ -41,6 +41,7 @@ func TestGIEChartArgs(t *testing.T) {
 		"--metrics-endpoint-auth=false")
 	settings, notes, problems := f.Map()
 	want := []Setting{
+		{"tracing", "tracing.enabled", "false"},
 		{"metrics-endpoint-auth", "admin.auth", "none"},
 		{"v", "log.level", "info"},
 		{"zap-encoder", "log.format", "json"},
@@ -48,7 +49,7 @@ func TestGIEChartArgs(t *testing.T) {
 	if !slices.Equal(settings, want) || problems != nil {
 		t.Errorf("Map() = %v, problems %v; want %v and none", settings, problems, want)
 	}
-	for _, flag := range []string{"--ha-enable-leader-election:", "--tracing:", "--config-file:"} {
+	for _, flag := range []string{"--ha-enable-leader-election:", "--config-file:"} {
 		if !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, flag) }) {
 			t.Errorf("notes %q say nothing of %s", notes, flag)
 		}

@@ -13,6 +13,9 @@ import (
 	"net/http/httputil"
 	"strconv"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/kvrouter/kvrouter/router"
 )
 
@@ -46,6 +49,12 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 			}
 			if name, value, ok := d.PrefillHeader(); ok {
 				pr.Out.Header.Set(name, value)
+			}
+			if parent, state := d.TraceHeaders(); parent != "" {
+				pr.Out.Header.Set("Traceparent", parent)
+				if state != "" {
+					pr.Out.Header.Set("Tracestate", state)
+				}
 			}
 		},
 		Transport:     transport,
@@ -90,7 +99,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := requestID(req)
-	d, err := p.router.Route(req.Context(), router.Request{ID: id, Path: req.URL.Path, Body: body, Objective: req.Header.Get(router.HeaderObjective)})
+	ctx := req.Context()
+	if req.Header.Get("Traceparent") != "" {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	d, err := p.router.Route(ctx, router.Request{ID: id, Path: req.URL.Path, Body: body, Objective: req.Header.Get(router.HeaderObjective)})
 	if err != nil {
 		e := router.AsError(err)
 		if e == nil {
