@@ -1,9 +1,17 @@
 package kvevents
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kvrouter/kvrouter/internal/tracing"
 
 	"github.com/kvrouter/kvrouter/kvevents/wire"
 
@@ -37,11 +45,17 @@ type applier struct {
 	rekey  *rekeyer // nil: rekeying off
 	groups *groups
 	m      *podMetrics
+	pod    string    // the pod's name, for spans
+	traced time.Time // when a batch was last traced
 }
 
-func newApplier(idx Index, id kvindex.PodID, v *verifier, rk *rekeyer, g *groups, m *podMetrics) *applier {
-	return &applier{idx: idx, id: id, dec: wire.NewDecoder(), verify: v, rekey: rk, groups: g, m: m}
+func newApplier(idx Index, id kvindex.PodID, pod string, v *verifier, rk *rekeyer, g *groups, m *podMetrics) *applier {
+	return &applier{idx: idx, id: id, pod: pod, dec: wire.NewDecoder(), verify: v, rekey: rk, groups: g, m: m}
 }
+
+// traceEvery is how often a pod's event batches are traced: one span a
+// second per pod, whatever the rate of batches.
+const traceEvery = time.Second
 
 // applyPayload decodes and applies one batch.
 func (a *applier) applyPayload(payload []byte) error {
@@ -56,8 +70,24 @@ func (a *applier) applyPayload(payload []byte) error {
 	}
 	err = a.apply(b)
 	a.m.batches.Inc()
-	a.m.applySeconds.Observe(time.Since(start).Seconds())
+	end := time.Now()
+	a.m.applySeconds.Observe(end.Sub(start).Seconds())
+	if tracing.On() && end.Sub(a.traced) >= traceEvery {
+		a.traced = end
+		a.trace(start, end, len(b.Events), err)
+	}
 	return err
+}
+
+// trace records one batch's decoding and application as a root span
+// kvrouter.events.batch.
+func (a *applier) trace(start, end time.Time, events int, err error) {
+	_, span := otel.Tracer("github.com/kvrouter/kvrouter/kvevents").Start(context.Background(), "kvrouter.events.batch",
+		trace.WithTimestamp(start), trace.WithAttributes(attribute.String("kvrouter.pod", a.pod), attribute.Int("kvrouter.events", events)))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End(trace.WithTimestamp(end))
 }
 
 // apply applies the events of b in order, those of KV-cache groups the

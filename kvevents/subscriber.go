@@ -43,7 +43,7 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 	}
 	g := newGroups(log, pod.Name)
 	g.onChange = func(gs []Group) { s.groups.Store(&gs) }
-	s.applier = newApplier(idx, id, v, rk, g, m)
+	s.applier = newApplier(idx, id, pod.Name, v, rk, g, m)
 	for r := range max(pod.DPSize, 1) {
 		state := m.rank(r)
 		s.ranks = append(s.ranks, state)

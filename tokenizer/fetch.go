@@ -6,6 +6,11 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrPending is returned for a model whose tokenizer files are being
@@ -166,7 +171,8 @@ func (r *Registry) load(name string) (*Tokenizer, error) {
 
 // Fetch returns the directory of a model's tokenizer files, downloading
 // them into the cache first when they are missing and downloads are on.
-// Concurrent calls for a model share one download.
+// Concurrent calls for a model share one download, traced as a span
+// kvrouter.tokenizer.download when tracing is on.
 func (r *Registry) Fetch(ctx context.Context, model string) (string, error) {
 	name, err := r.cfg.base(model)
 	if err != nil {
@@ -181,7 +187,15 @@ func (r *Registry) Fetch(ctx context.Context, model string) (string, error) {
 			return dir, nil
 		}
 		r.downloads.Add(1)
-		return r.download(ctx, name, r.cfg.repo(name))
+		repo := r.cfg.repo(name)
+		ctx, span := otel.Tracer("github.com/kvrouter/kvrouter/tokenizer").Start(ctx, "kvrouter.tokenizer.download",
+			trace.WithAttributes(attribute.String("kvrouter.model", name), attribute.String("kvrouter.hub_repository", repo.String())))
+		defer span.End()
+		dir, err := r.download(ctx, name, repo)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return dir, err
 	})
 	if err != nil {
 		return "", err
