@@ -140,6 +140,7 @@ func (m *metrics) decided(d *Decision) {
 	if d.Model != "" {
 		m.matched.WithLabelValues(d.Model).Add(float64(d.Matched))
 		m.total.WithLabelValues(d.Model).Add(float64(d.Total))
+		m.waiting.WithLabelValues(d.Model) // the model's scaling signal exists, at zero, from its first request
 	}
 }
 

@@ -51,6 +51,9 @@ func (r *Router) SetObjectives(o Objectives) {
 	c := make(Objectives, len(o))
 	for k, v := range o {
 		c[k] = v
+		if v < 0 {
+			r.metrics.shed.WithLabelValues(k) // a sheddable objective's count exists, at zero, before its first shed
+		}
 	}
 	r.objectives.Store(&c)
 }

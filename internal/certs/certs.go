@@ -328,7 +328,7 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		expiry: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "kvrouter", Subsystem: "tls", Name: "certificate_expiry_timestamp_seconds",
 			Help: "When the ext_proc server's current TLS certificate expires, in Unix seconds.",
@@ -338,6 +338,10 @@ func newMetrics() *metrics {
 			Help: "Certificate changes: reloaded (files changed), renewed (self-signed), error (kept the last good one).",
 		}, []string{"result"}),
 	}
+	for _, result := range []string{"reloaded", "renewed", "error"} {
+		m.reloads.WithLabelValues(result) // at zero from the start
+	}
+	return m
 }
 
 // addHosts puts each host in the certificate as an IP or a DNS name.

@@ -38,6 +38,9 @@ func newMetrics(reg prometheus.Registerer, pooled bool) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
+	for _, state := range []string{"ready", "not_ready"} {
+		m.pods.WithLabelValues(state) // at zero until the first pod
+	}
 	cs := []prometheus.Collector{m.pods, m.synced, m.ignored}
 	if pooled {
 		cs = append(cs, m.pool)
@@ -78,6 +81,9 @@ func newStaticMetrics(reg prometheus.Registerer) (*staticMetrics, error) {
 			Namespace: "kvrouter", Subsystem: "podsfile", Name: "pods",
 			Help: "Pods known without Kubernetes: static ones and those of the pods file.",
 		}),
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(result) // at zero from the start
 	}
 	if reg == nil {
 		return m, nil
