@@ -278,6 +278,7 @@ func (x *Index) finish(batch []*appendReq, err error) {
 			}
 		case !r.queued.IsZero():
 			x.metrics.rtEvents.Observe(now.Sub(r.queued).Seconds())
+			x.rt.trace(opEvents, r.queued, now, nil)
 		}
 	}
 }

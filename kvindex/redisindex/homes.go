@@ -136,7 +136,9 @@ func (x *Index) syncHomes(full bool) {
 	written, homesOut, tailsOut := x.writeHomes(ctx, pipe, hs, f)
 	streams, tables := x.queueHomeReads(ctx, pipe, hs, f, written, full)
 	start := time.Now()
-	if err := x.exec(pipe); err != nil {
+	err := x.exec(pipe)
+	x.rt.trace(opHomes, start, time.Now(), err)
+	if err != nil {
 		x.failed("homes", err)
 		return
 	}

@@ -20,6 +20,7 @@ import (
 // Index is the block index shared through Redis, over a local
 // kvindex.Index. Its methods are safe for concurrent use.
 type Index struct {
+	rt    roundTrips // the round trips traced
 	cfg   Config
 	local *kvindex.Index
 	spec  kvindex.Config // the local view's speculative TTL and grace

@@ -121,7 +121,9 @@ func (x *Index) publish(pods []*podState) {
 		pipe.PExpireAt(ctx, key, at)
 	}
 	start := time.Now()
-	if err := x.exec(pipe); err != nil {
+	err := x.exec(pipe)
+	x.rt.trace(opLoad, start, time.Now(), err)
+	if err != nil {
 		x.failed("load", err)
 		return
 	}

@@ -107,6 +107,7 @@ func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvinde
 	}
 	if err := read(sc, tag, hashes); err != nil {
 		x.failed("match", err)
+		x.rt.trace(opMatch, start, time.Now(), err)
 		x.metrics.localMatches.Inc()
 		return x.local.Match(namespace, hashes, candidates, out), peers
 	}
@@ -116,7 +117,9 @@ func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvinde
 	if sc.withLoad {
 		x.readLoad(sc, peers)
 	}
-	x.metrics.rtMatch.Observe(time.Since(start).Seconds())
+	end := time.Now()
+	x.metrics.rtMatch.Observe(end.Sub(start).Seconds())
+	x.rt.trace(opMatch, start, end, nil)
 	return out, peers
 }
 
