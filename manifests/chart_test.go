@@ -140,7 +140,7 @@ func TestChartShapes(t *testing.T) {
 	api.Start(t)
 	ctx := t.Context()
 	for _, ns := range []string{"team-a", "team-b"} {
-		createNamespace(t, api, ns)
+		api.CreateNamespace(t, ns)
 	}
 	api.InstallInferencePoolCRD(t, "default")
 	api.InstallInferenceObjectiveCRD(t, "default")
@@ -173,7 +173,7 @@ func TestChartShapes(t *testing.T) {
 	dyn := api.Dynamic(t)
 	kinds := map[string]bool{}
 	for name, objs := range rendered {
-		createNamespace(t, api, "shape-"+name)
+		api.CreateNamespace(t, "shape-"+name)
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
 			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -201,13 +201,6 @@ func TestChartShapes(t *testing.T) {
 		if !kinds[k] {
 			t.Errorf("no shape renders a %s: the dry run checks none", k)
 		}
-	}
-}
-
-func createNamespace(t *testing.T, api *kubeapi.Server, name string) {
-	t.Helper()
-	if _, err := api.Admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -39,9 +38,7 @@ func TestPrometheusE2E(t *testing.T) {
 	api := kubeapi.New(t, kubeapi.Options{})
 	api.Start(t)
 	ctx := t.Context()
-	if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	api.CreateNamespace(t, "llm")
 	create := func(res interface {
 		Create(context.Context, *unstructured.Unstructured, metav1.CreateOptions, ...string) (*unstructured.Unstructured, error)
 	}, y string,
