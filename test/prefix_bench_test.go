@@ -40,9 +40,63 @@ func conversation(id, turns int) []byte {
 }
 
 // BenchmarkConversation routes the next turn of a chat conversation of
-// about 100k and 8k tokens: "warm", the previous turn (the same
+// about 8k and 100k tokens right after its previous turn (the same
 // conversation without its last answer and question, about 500 tokens
-// fewer) having just been routed; "cold", a conversation never seen (see
+// fewer) was routed, through two routers in one process: one without
+// prefix caches, one with them, alternately and in alternating order. It
+// fails unless every measured turn of the cached router reused the
+// previous turn's ids. Reported: each router's median decision and
+// tokenize stage, and the ratio of the decisions (on/off).
+func BenchmarkConversation(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		turns int
+	}{{"tokens=8k", 25}, {"tokens=100k", 315}} {
+		b.Run(bc.name, func(b *testing.B) {
+			off := newBenchRigPrefix(b, "unused", 0)
+			on := newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
+			route := func(rig *benchRig, body []byte) *router.Decision {
+				d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
+				if err != nil || d.Reason == router.ReasonTokenizeError {
+					b.Fatalf("Route = %+v, %v", d, err)
+				}
+				d.Done()
+				return d
+			}
+			var offT, onT, offTok, onTok []time.Duration
+			measure := func(rig *benchRig, body []byte, total, tok *[]time.Duration) {
+				d := route(rig, body)
+				*total, *tok = append(*total, d.Elapsed), append(*tok, d.Stages.Tokenize)
+			}
+			for i := 0; b.Loop(); i++ {
+				prev, next := conversation(i, bc.turns-2), conversation(i, bc.turns)
+				route(off, prev)
+				route(on, prev)
+				hits := on.tokens.PrefixStats().Hits
+				if i%2 == 0 {
+					measure(off, next, &offT, &offTok)
+					measure(on, next, &onT, &onTok)
+				} else {
+					measure(on, next, &onT, &onTok)
+					measure(off, next, &offT, &offTok)
+				}
+				if on.tokens.PrefixStats().Hits != hits+1 {
+					b.Fatalf("turn %d did not reuse the previous turn's ids", i)
+				}
+			}
+			p50 := func(ds []time.Duration) float64 {
+				slices.Sort(ds)
+				return float64(ds[len(ds)/2].Nanoseconds()) / 1e6
+			}
+			b.ReportMetric(p50(offT), "off-p50-ms")
+			b.ReportMetric(p50(onT), "on-p50-ms")
+			b.ReportMetric(p50(onT)/p50(offT), "on/off")
+			b.ReportMetric(p50(offTok), "off-tokenize-p50-ms")
+			b.ReportMetric(p50(onTok), "on-tokenize-p50-ms")
+		})
+	}
+}
+
 // BenchmarkColdTurn is the price of the prefix cache on a conversation it
 // has never seen, in the state of a production process: two routers in
 // one process, one without prefix caches and one whose cache is filled with
