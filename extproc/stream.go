@@ -92,7 +92,7 @@ func headerValue(h *corev3.HeaderValue) string {
 
 func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, md *corev3.Metadata) (bool, error) {
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		switch strings.ToLower(hv.GetKey()) {
+		switch key := strings.ToLower(hv.GetKey()); key {
 		case ":path":
 			st.req.Path = headerValue(hv)
 		case "x-request-id":
@@ -105,7 +105,7 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 			if st.trace == nil {
 				st.trace = propagation.MapCarrier{}
 			}
-			st.trace[strings.ToLower(hv.GetKey())] = headerValue(hv)
+			st.trace[key] = headerValue(hv)
 		}
 	}
 	st.req.Subset = st.subsetHint(md)

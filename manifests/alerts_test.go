@@ -20,31 +20,6 @@ const (
 	runbookPrefix  = "https://github.com/kvrouter/kvrouter/blob/main/docs/operations.md#"
 )
 
-// ruleFile is a Prometheus rule file, as far as the checks read it.
-type ruleFile struct {
-	Groups []struct {
-		Name  string `json:"name"`
-		Rules []struct {
-			Alert       string            `json:"alert"`
-			Expr        string            `json:"expr"`
-			For         string            `json:"for,omitempty"`
-			Labels      map[string]string `json:"labels"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"rules"`
-	} `json:"groups"`
-}
-
-func readYAML(t *testing.T, file string, into any) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sigsyaml.UnmarshalStrict(b, into); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-}
-
 // docAnchors returns the anchors of a Markdown file's headings, as GitHub
 // makes them.
 func docAnchors(t *testing.T, file string) []string {
@@ -74,8 +49,7 @@ func TestAlertRules(t *testing.T) {
 	if out, err := prometheus.Promtool(t, "test", "rules", alertsTestFile); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
-	var rules ruleFile
-	readYAML(t, alertsFile, &rules)
+	rules := prometheus.Rules(t, alertsFile)
 	var tests struct {
 		Tests []struct {
 			Name string `json:"name"`
@@ -88,33 +62,28 @@ func TestAlertRules(t *testing.T) {
 	if err := sigsyaml.Unmarshal(b, &tests); err != nil {
 		t.Fatal(err)
 	}
+	scenarios := map[string]bool{}
+	for _, c := range tests.Tests {
+		scenarios[c.Name] = true
+	}
 	anchors := docAnchors(t, "../docs/operations.md")
-	n := 0
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			n++
-			if !slices.Contains([]string{"critical", "warning", "info"}, r.Labels["severity"]) {
-				t.Errorf("%s: severity %q, want critical, warning or info", r.Alert, r.Labels["severity"])
-			}
-			anchor, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookPrefix)
-			if !ok || anchor != strings.ToLower(r.Alert) || !slices.Contains(anchors, anchor) {
-				t.Errorf("%s: runbook_url %q, want %s%s, a section of docs/operations.md", r.Alert, r.Annotations["runbook_url"], runbookPrefix, strings.ToLower(r.Alert))
-			}
-			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
-				t.Errorf("%s: no summary or description", r.Alert)
-			}
-			if !slices.ContainsFunc(tests.Tests, func(c struct {
-				Name string `json:"name"`
-			},
-			) bool {
-				return c.Name == r.Alert+" fires"
-			}) {
-				t.Errorf("%s: no unit test %q in %s", r.Alert, r.Alert+" fires", alertsTestFile)
-			}
+	for _, r := range rules {
+		if !slices.Contains([]string{"critical", "warning", "info"}, r.Labels["severity"]) {
+			t.Errorf("%s: severity %q, want critical, warning or info", r.Alert, r.Labels["severity"])
+		}
+		anchor, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookPrefix)
+		if !ok || anchor != strings.ToLower(r.Alert) || !slices.Contains(anchors, anchor) {
+			t.Errorf("%s: runbook_url %q, want %s%s, a section of docs/operations.md", r.Alert, r.Annotations["runbook_url"], runbookPrefix, strings.ToLower(r.Alert))
+		}
+		if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+			t.Errorf("%s: no summary or description", r.Alert)
+		}
+		if !scenarios[r.Alert+" fires"] {
+			t.Errorf("%s: no unit test %q in %s", r.Alert, r.Alert+" fires", alertsTestFile)
 		}
 	}
-	if n < 15 {
-		t.Errorf("%d alerts, want the runbook's", n)
+	if len(rules) < 15 {
+		t.Errorf("%d alerts, want the runbook's", len(rules))
 	}
 }
 

@@ -55,23 +55,15 @@ func BenchmarkConversation(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			off := newBenchRigPrefix(b, "unused", 0)
 			on := newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
-			route := func(rig *benchRig, body []byte) *router.Decision {
-				d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
-				if err != nil || d.Reason == router.ReasonTokenizeError {
-					b.Fatalf("Route = %+v, %v", d, err)
-				}
-				d.Done()
-				return d
-			}
 			var offT, onT, offTok, onTok []time.Duration
 			measure := func(rig *benchRig, body []byte, total, tok *[]time.Duration) {
-				d := route(rig, body)
+				d := routeChat(b, rig, body)
 				*total, *tok = append(*total, d.Elapsed), append(*tok, d.Stages.Tokenize)
 			}
 			for i := 0; b.Loop(); i++ {
 				prev, next := conversation(i, bc.turns-2), conversation(i, bc.turns)
-				route(off, prev)
-				route(on, prev)
+				routeChat(b, off, prev)
+				routeChat(b, on, prev)
 				hits := on.tokens.PrefixStats().Hits
 				if i%2 == 0 {
 					measure(off, next, &offT, &offTok)
@@ -84,15 +76,11 @@ func BenchmarkConversation(b *testing.B) {
 					b.Fatalf("turn %d did not reuse the previous turn's ids", i)
 				}
 			}
-			p50 := func(ds []time.Duration) float64 {
-				slices.Sort(ds)
-				return float64(ds[len(ds)/2].Nanoseconds()) / 1e6
-			}
-			b.ReportMetric(p50(offT), "off-p50-ms")
-			b.ReportMetric(p50(onT), "on-p50-ms")
-			b.ReportMetric(p50(onT)/p50(offT), "on/off")
-			b.ReportMetric(p50(offTok), "off-tokenize-p50-ms")
-			b.ReportMetric(p50(onTok), "on-tokenize-p50-ms")
+			b.ReportMetric(medianMS(offT), "off-p50-ms")
+			b.ReportMetric(medianMS(onT), "on-p50-ms")
+			b.ReportMetric(medianMS(onT)/medianMS(offT), "on/off")
+			b.ReportMetric(medianMS(offTok), "off-tokenize-p50-ms")
+			b.ReportMetric(medianMS(onTok), "on-tokenize-p50-ms")
 		})
 	}
 }
@@ -115,14 +103,7 @@ func BenchmarkColdTurn(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			off := newBenchRigPrefix(b, "unused", 0)
 			on := newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
-			route := func(rig *benchRig, body []byte) time.Duration {
-				d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
-				if err != nil || d.Reason == router.ReasonTokenizeError {
-					b.Fatalf("Route = %+v, %v", d, err)
-				}
-				d.Done()
-				return d.Elapsed
-			}
+			route := func(rig *benchRig, body []byte) time.Duration { return routeChat(b, rig, body).Elapsed }
 			i := 1 << 20 // the filling conversations' ids are below
 			// Both routers route the filling conversations, so that their
 			// indexes (speculated blocks) are alike too.
@@ -153,16 +134,29 @@ func BenchmarkColdTurn(b *testing.B) {
 			case after.Hits != full.Hits:
 				b.Fatalf("new conversations reused cached ids (%d hits): not cold", after.Hits-full.Hits)
 			}
-			p50 := func(ds []time.Duration) float64 {
-				slices.Sort(ds)
-				return float64(ds[len(ds)/2].Nanoseconds()) / 1e6
-			}
-			b.ReportMetric(p50(offT), "off-p50-ms")
-			b.ReportMetric(p50(onT), "on-p50-ms")
-			b.ReportMetric(p50(onT)/p50(offT), "on/off")
+			b.ReportMetric(medianMS(offT), "off-p50-ms")
+			b.ReportMetric(medianMS(onT), "on-p50-ms")
+			b.ReportMetric(medianMS(onT)/medianMS(offT), "on/off")
 			b.ReportMetric(gcBoth*1e3, "gc-ms/op")
 		})
 	}
+}
+
+// routeChat routes a chat body through rig's router, failing the benchmark
+// on an error or a prompt not tokenized, and ends the decision.
+func routeChat(b *testing.B, rig *benchRig, body []byte) *router.Decision {
+	d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
+	if err != nil || d.Reason == router.ReasonTokenizeError {
+		b.Fatalf("Route = %+v, %v", d, err)
+	}
+	d.Done()
+	return d
+}
+
+// medianMS is the median of ds in milliseconds; it sorts ds.
+func medianMS(ds []time.Duration) float64 {
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2].Nanoseconds()) / 1e6
 }
 
 // gcSeconds is the CPU time the collector has used in this process so far.

@@ -157,23 +157,9 @@ var selector = regexp.MustCompile(`kvrouter_[a-z_]+(\{[^}]*\})?`)
 // alertSelectors are the series selectors of each shipped alert.
 func alertSelectors(t *testing.T) map[string][]string {
 	t.Helper()
-	b, err := os.ReadFile(monitoringFiles + "alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules struct {
-		Groups []struct {
-			Rules []struct{ Alert, Expr string }
-		}
-	}
-	if err := sigsyaml.Unmarshal(b, &rules); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]string{}
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			out[r.Alert] = selector.FindAllString(r.Expr, -1)
-		}
+	for _, r := range prometheus.Rules(t, monitoringFiles+"alerts.yaml") {
+		out[r.Alert] = selector.FindAllString(r.Expr, -1)
 	}
 	if len(out) < 15 {
 		t.Fatalf("%d alerts", len(out))
