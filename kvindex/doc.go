@@ -20,6 +20,11 @@
 // serve (Index.AddPod): vLLM's hashes do not include the model, so a match
 // only ever counts pods of the request's model.
 //
+// A hybrid model's pods (sliding-window or Mamba layers beside full
+// attention) hold each KV-cache group's blocks under keys of their own
+// (GroupKey), and their layout (Index.SetGroups) has Match report the
+// prefix every group serves, as vLLM's coordinator finds it (groups.go).
+//
 // The index is split into shards by hash. In a shard every block hash has a
 // node in an open-addressing table, and the node's holders sit side by side
 // in a power-of-two vector, so a match reads one short run of memory per

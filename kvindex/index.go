@@ -44,6 +44,9 @@ type Index struct {
 		byName map[string]PodID
 		info   []podInfo // by pod index
 		free   []uint32  // indexes of removed pods whose entries are gone, oldest first
+		// layouts interns the pods' layouts, so that pods of one model
+		// share theirs and a match looks each spec's blocks up once.
+		layouts map[string]*layout
 	}
 }
 
@@ -52,6 +55,7 @@ type podInfo struct {
 	namespace string
 	gen       uint32
 	live      bool
+	layout    *layout // nil: priced by full attention alone
 }
 
 // New returns an empty index. reg receives its metrics; nil registers none.

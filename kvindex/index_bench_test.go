@@ -57,6 +57,50 @@ func BenchmarkMatch512(b *testing.B) {
 	}
 }
 
+// BenchmarkMatch512Groups matches 512 blocks over 8 pods of a one-group
+// model and of a two-group one (full attention and a 128-token sliding
+// window, 16-token blocks): every pod holds the 512 blocks in its
+// full-attention group; in its sliding-window group, half the pods hold the
+// last 200 blocks and half hold them with a hole 3 blocks from the end, so
+// that their hit ends 3 blocks short (the 8 blocks before the hole).
+func BenchmarkMatch512Groups(b *testing.B) {
+	const pods = 8
+	for _, groups := range []int{1, 2} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			x := mustNew(b, DefaultConfig(), nil)
+			rng := rand.New(rand.NewPCG(1, 2))
+			hs := randomHashes(rng, 512)
+			cands := make([]PodID, pods)
+			for i := range cands {
+				cands[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
+				mustStore(b, x, cands[i], TierGPU, hs...)
+				mustStore(b, x, cands[i], TierGPU, randomHashes(rng, 4096)...)
+				if groups == 1 {
+					continue
+				}
+				if err := x.SetGroups(cands[i], 16, []Group{{Index: 0, Kind: GroupFull}, {Index: 1, Kind: GroupSlidingWindow, Window: 128}}); err != nil {
+					b.Fatal(err)
+				}
+				for j := 512 - 200; j < 512; j++ {
+					if i%2 == 1 && j == 512-3 {
+						continue
+					}
+					mustStore(b, x, cands[i], TierGPU, GroupKey(hs[j], 1))
+				}
+			}
+			out := make([]PodMatch, 0, pods)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				out = x.Match("m", hs, cands, out)
+			}
+			if want := 512 - 3*(groups-1); out[0].Blocks != 512 || out[1].Blocks != want {
+				b.Fatalf("Match = %+v, want 512 and %d blocks", out[:2], want)
+			}
+		})
+	}
+}
+
 // BenchmarkStored16 applies one 16-block BlockStored event to an index in
 // steady state: full (each new entry evicts the least recently stored one),
 // or re-storing blocks the pod already holds.

@@ -20,6 +20,12 @@ type PodMatch struct {
 type matchScratch struct {
 	slot []int32     // by pod index: candidate + 1, 0 = not a candidate
 	c    []candState // by candidate
+	// For a match with candidates of hybrid layouts: their layouts (nil for
+	// the others), their blocks off the GPU, and the pricer's memory.
+	layout []*layout
+	spots  []Spot
+	hybrid bool
+	pricer pricer
 }
 
 // candState is one candidate's progress through the blocks.
@@ -44,12 +50,34 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []PodID, out
 	}
 	eligible := x.markCandidates(sc, namespace, candidates)
 	best := 0
+	out = out[:0]
 	if eligible > 0 {
 		mask, all := x.rlockShards(hashes)
+		if sc.hybrid {
+			x.runlockShards(mask, all)
+			mask, all = x.rlockAll()
+		}
 		best = x.matchBlocks(sc, hashes)
+		out = sc.report(candidates, out)
+		if sc.hybrid {
+			x.spotsOf(sc, hashes, out)
+			x.price(sc, hashes, out)
+			best = 0
+			for _, m := range out {
+				best = max(best, m.Blocks)
+			}
+		}
 		x.runlockShards(mask, all)
+	} else {
+		out = sc.report(candidates, out)
 	}
-	out = out[:0]
+	x.scratch.Put(sc)
+	x.metrics.matched(len(hashes), best, time.Since(start))
+	return out
+}
+
+// report appends each candidate's match to out and unmarks it.
+func (sc *matchScratch) report(candidates []PodID, out []PodMatch) []PodMatch {
 	for i, c := range candidates {
 		m := PodMatch{Pod: c}
 		if st := &sc.c[i]; st.pos > 0 {
@@ -63,8 +91,6 @@ func (x *Index) Match(namespace string, hashes []uint64, candidates []PodID, out
 			sc.slot[i] = 0
 		}
 	}
-	x.scratch.Put(sc)
-	x.metrics.matched(len(hashes), best, time.Since(start))
 	return out
 }
 
@@ -81,14 +107,25 @@ func (x *Index) markCandidates(sc *matchScratch, namespace string, candidates []
 	}
 	sc.c = sc.c[:len(candidates)]
 	clear(sc.c)
+	sc.hybrid, sc.spots = false, sc.spots[:0]
 	eligible := 0
 	for i, c := range candidates {
 		if x.checkPodLocked(c) != nil || sc.slot[c.index()] != 0 {
 			continue
 		}
-		if x.pods.info[c.index()].namespace == namespace {
+		if p := &x.pods.info[c.index()]; p.namespace == namespace {
 			sc.slot[c.index()] = int32(i + 1)
 			eligible++
+			sc.hybrid = sc.hybrid || p.layout != nil
+		}
+	}
+	if sc.hybrid {
+		sc.layout = resize(sc.layout, len(candidates))
+		for i, c := range candidates {
+			sc.layout[i] = nil
+			if int(c.index()) < len(sc.slot) && sc.slot[c.index()] == int32(i+1) {
+				sc.layout[i] = x.pods.info[c.index()].layout
+			}
 		}
 	}
 	return eligible
@@ -184,6 +221,14 @@ func (x *Index) rlockShards(hashes []uint64) (mask uint64, all bool) {
 		}
 	}
 	return mask, false
+}
+
+// rlockAll read-locks every shard, for runlockShards(0, true).
+func (x *Index) rlockAll() (mask uint64, all bool) {
+	for _, s := range x.shards {
+		s.mu.RLock()
+	}
+	return 0, true
 }
 
 func (x *Index) runlockShards(mask uint64, all bool) {

@@ -159,6 +159,9 @@ func (sc *matchScratch) advance(b int, now uint64) (ended int) {
 			case uint8(kvindex.TierGPU):
 			default:
 				sc.tally[c][t]++
+				if sc.hybrid {
+					sc.spot(c, b, t)
+				}
 			}
 		}
 		sc.alive[w] = a &^ ends
@@ -170,6 +173,14 @@ func (sc *matchScratch) advance(b int, now uint64) (ended int) {
 		}
 	}
 	return ended
+}
+
+// spot records candidate c's block b tallied off the GPU, in tier t.
+func (sc *matchScratch) spot(c int32, b int, t uint8) {
+	if t == kindSpec {
+		t = kvindex.SpotSpeculative
+	}
+	sc.spots = append(sc.spots, kvindex.Spot{Cand: int32(sc.cand[c]), Block: int32(b), Tier: t})
 }
 
 // report writes each candidate's run to out: its length, its blocks held

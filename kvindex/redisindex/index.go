@@ -41,6 +41,8 @@ type Index struct {
 	// unbounded: block keys have no TTL and checkBound did not find
 	// Redis's maxmemory and policy bounding them.
 	unbounded atomic.Bool
+	// noViewWarned: SetGroups warned that hybrid pods go unpriced.
+	noViewWarned atomic.Bool
 	// compact queues block keys grown long for Run's compactor.
 	compact chan compaction
 	// readQueued remembers the keys matches queued for compaction, for

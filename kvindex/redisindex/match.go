@@ -54,6 +54,11 @@ type matchScratch struct {
 	keys      []string // the go-redis path's keys of one group
 	cmds      []*redis.SliceCmd
 	buf       []byte
+	// hybrid: a candidate has KV-cache groups besides full attention (in
+	// the local view); spots are then the blocks count tallied off the
+	// GPU, for kvindex.Index.PriceGroups.
+	hybrid bool
+	spots  []kvindex.Spot
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -111,8 +116,12 @@ func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvinde
 		x.metrics.localMatches.Inc()
 		return x.local.Match(namespace, hashes, candidates, out), peers
 	}
+	sc.hybrid, sc.spots = !x.cfg.NoLocalView && x.local.HasGroups(candidates), sc.spots[:0]
 	if x.readTable(sc) {
 		x.count(sc, hashes, out)
+		if sc.hybrid {
+			x.local.PriceGroups(hashes, out, sc.spots)
+		}
 	}
 	if sc.withLoad {
 		x.readLoad(sc, peers)

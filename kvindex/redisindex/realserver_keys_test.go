@@ -333,19 +333,23 @@ func TestMatchAgreesWithLocalView(t *testing.T) {
 	srv := redisserver.New(t)
 	for _, idle := range []int{0, 64} {
 		t.Run(map[int]string{0: "six", 64: "wide"}[idle], func(t *testing.T) {
-			matchAgreesWithLocalView(t, srv.Addr, idle, time.Hour, false)
+			matchAgreesWithLocalView(t, srv.Addr, idle, time.Hour, false, false)
 		})
 	}
+	// Pods of a hybrid model, full attention and a sliding window: matches
+	// through Redis are priced by the groups of the local view, their
+	// tiers counted again from the blocks Redis tallied off the GPU.
+	t.Run("hybrid", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, time.Hour, false, true) })
 	// No TTL: appends without PEXPIREAT, copies without TTLs.
-	t.Run("no-ttl", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, 0, false) })
+	t.Run("no-ttl", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, 0, false, false) })
 	// With Run running: events queued, not waited for, and written by the
 	// group writer two pipelines at a time, a clear's new epoch reaching
 	// Redis before the events queued ahead of it; the compactor at work
 	// too. Flushed before each comparison.
-	t.Run("run", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, time.Hour, true) })
+	t.Run("run", func(t *testing.T) { matchAgreesWithLocalView(t, srv.Addr, 0, time.Hour, true, false) })
 }
 
-func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Duration, run bool) {
+func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Duration, run, hybrid bool) {
 	// One clock for both, so that a speculative entry lapses for both at
 	// once, moved 10 ms at each operation: the 2 s grace of a settled
 	// entry runs out within the run, and a pod's clear (its epoch, the
@@ -358,7 +362,7 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 	must(t, err)
 	cfg := DefaultConfig()
 	cfg.Addrs, cfg.Now, cfg.TTL = []string{addr}, clock, ttl
-	cfg.Prefix = fmt.Sprintf("agree%d-%v-%v:", idle, ttl, run)
+	cfg.Prefix = fmt.Sprintf("agree%d-%v-%v-%v:", idle, ttl, run, hybrid)
 	x, err := New(cfg, local, kcfg, slog.New(slog.DiscardHandler), nil)
 	must(t, err)
 	t.Cleanup(func() { _ = x.close() })
@@ -378,6 +382,11 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 		all = append(all, x.AddPod(fmt.Sprintf("idle-%d", i), "m"))
 	}
 	all = append(all, ids[2:]...)
+	if hybrid { // half the pods: 16-token blocks, a 32-token window
+		for _, id := range ids[:3] {
+			must(t, x.SetGroups(id, 16, []kvindex.Group{{Index: 0, Kind: kvindex.GroupFull}, {Index: 1, Kind: kvindex.GroupSlidingWindow, Window: 32}}))
+		}
+	}
 	x.tick() // every lease
 	rng := rand.New(rand.NewPCG(7, 11))
 	chains := make([][]uint64, 8) // prompts sharing prefixes: chain i continues chain i/2's first blocks
@@ -398,6 +407,17 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 		from := rng.IntN(len(ch))
 		part := ch[from:min(len(ch), from+1+rng.IntN(4))]
 		tier := kvindex.Tier(rng.IntN(kvindex.NumTiers))
+		if hybrid && rng.IntN(2) == 0 { // the window's group
+			keys := make([]uint64, len(part))
+			for i, h := range part {
+				keys[i] = kvindex.GroupKey(h, 1)
+			}
+			if rng.IntN(3) == 0 {
+				must(t, x.Removed(pod, kvindex.TierGPU, keys))
+			} else {
+				must(t, x.Stored(pod, kvindex.TierGPU, keys))
+			}
+		}
 		switch k := rng.IntN(20); {
 		case k < 9:
 			must(t, x.Stored(pod, tier, ch[:1+rng.IntN(len(ch))]))
