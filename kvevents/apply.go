@@ -35,6 +35,13 @@ type CacheClearer interface {
 	CacheCleared(pod kvindex.PodID)
 }
 
+// GroupIndex is an Index told each pod's KV-cache groups, so that it
+// prices a hybrid model's pods by the prefix every group serves
+// (kvindex.Index.SetGroups).
+type GroupIndex interface {
+	SetGroups(pod kvindex.PodID, blockSize int, groups []kvindex.Group) error
+}
+
 // applier decodes one pod's batches and applies them to the index, in
 // order. It is owned by the pod's applying goroutine.
 type applier struct {
@@ -47,6 +54,10 @@ type applier struct {
 	m      *podMetrics
 	pod    string    // the pod's name, for spans
 	traced time.Time // when a batch was last traced
+	// The layout last given to the index (GroupIndex): the groups'
+	// version, and whether the pod was rekeyed.
+	layoutVersion uint64
+	layoutRekeyed bool
 }
 
 func newApplier(idx Index, id kvindex.PodID, pod string, v *verifier, rk *rekeyer, g *groups, m *podMetrics) *applier {
@@ -95,20 +106,25 @@ func (a *applier) trace(start, end time.Time, events int, err error) {
 func (a *applier) apply(b *wire.Batch) error {
 	for i := range b.Events {
 		e := &b.Events[i]
-		if ok, skip := a.groups.admit(e); !ok {
-			a.m.groupSkipped[skip].Inc()
-			continue
+		h, skip := a.groups.admit(e)
+		if h == holdKeyed && a.rekeyed() {
+			h = holdNone // its hashes are the pod's, its full-attention blocks kvrouter's
 		}
 		var err error
-		switch e.Type {
-		case wire.BlockStored:
+		switch {
+		case h == holdNone:
+			a.m.groupSkipped[skip].Inc()
+			continue
+		case h == holdKeyed:
+			err = a.keyed(e)
+		case e.Type == wire.BlockStored:
 			if (len(e.Tokens) > 0 || e.BlockSize > 0) && !e.TokensMatch() {
 				a.m.tokenMismatch.Inc()
 			}
 			err = a.stored(e)
-		case wire.BlockRemoved:
+		case e.Type == wire.BlockRemoved:
 			err = a.removed(e)
-		case wire.AllBlocksCleared:
+		case e.Type == wire.AllBlocksCleared:
 			err = a.idx.ClearPod(a.id)
 			a.cacheCleared(err)
 			if a.rekey != nil {
@@ -120,6 +136,41 @@ func (a *applier) apply(b *wire.Batch) error {
 			return fmt.Errorf("kvevents: apply %v: %w", e.Type, err)
 		}
 		a.m.events[e.Type].Inc()
+	}
+	return a.syncLayout()
+}
+
+func (a *applier) rekeyed() bool { return a.rekey != nil && a.rekey.active }
+
+// keyed applies a stored or removed event of a group held under
+// kvindex.GroupKey: its blocks are not verified (their token ids need not
+// be the blocks'), and their hashes are the pod's own.
+func (a *applier) keyed(e *wire.Event) error {
+	keys := make([]uint64, len(e.Hashes))
+	for i, h := range e.Hashes {
+		keys[i] = kvindex.GroupKey(h, e.GroupIdx)
+	}
+	if e.Type == wire.BlockStored {
+		return a.idx.Stored(a.id, e.Tier(), keys)
+	}
+	return a.idx.Removed(a.id, e.Tier(), keys)
+}
+
+// syncLayout gives the index the pod's layout when its groups, or its
+// rekeying, changed: none while the pod is rekeyed.
+func (a *applier) syncLayout() error {
+	gi, ok := a.idx.(GroupIndex)
+	rekeyed := a.rekeyed()
+	if !ok || (a.groups.version == a.layoutVersion && rekeyed == a.layoutRekeyed) {
+		return nil
+	}
+	var layout []kvindex.Group
+	if !rekeyed {
+		layout = a.groups.layout()
+	}
+	a.layoutVersion, a.layoutRekeyed = a.groups.version, rekeyed
+	if err := gi.SetGroups(a.id, max(a.groups.blockSize, 1), layout); err != nil {
+		return fmt.Errorf("kvevents: KV-cache groups: %w", err)
 	}
 	return nil
 }
@@ -227,7 +278,7 @@ func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error 
 	if reason == clearRestart {
 		a.cacheCleared(nil)
 	}
-	return nil
+	return a.syncLayout()
 }
 
 // cacheCleared tells a CacheClearer index that the pod's cache was

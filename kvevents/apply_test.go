@@ -50,7 +50,7 @@ func newApplyFixture(t testing.TB) *applyFixture {
 	}
 	f := &applyFixture{idx: idx, id: idx.AddPod("pod-a", "model"), m: m.forPod("pod-a"), log: &bytes.Buffer{}}
 	log := slog.New(slog.NewTextHandler(f.log, nil))
-	f.a = newApplier(idx, f.id, "pod-a", newVerifier(&cfg, h, "pod-a", log, f.m), newRekeyer(&cfg, h, "pod-a", log, f.m), newGroups(log, "pod-a"), f.m)
+	f.a = newApplier(idx, f.id, "pod-a", newVerifier(&cfg, h, "pod-a", log, f.m), newRekeyer(&cfg, h, "pod-a", log, f.m), newGroups(log, "pod-a", 16), f.m)
 	return f
 }
 

@@ -34,11 +34,14 @@
 // BlockStored and BlockRemoved to kvindex Stored and Removed in the tier of
 // their medium, AllBlocksCleared to ClearPod, and counts BlockStored events
 // whose token_ids do not hold block_size tokens per hash (applied by hash
-// all the same). Of a model's KV-cache groups it applies only those that
+// all the same). Of a model's KV-cache groups it applies those that
 // reuse a prefix as full attention does (full_attention, mla_attention,
-// sink_full_attention, or events naming no kind; groups.go cites vLLM's
-// managers): it learns each group's kind from its BlockStored events, and
-// applies a BlockRemoved only when its group_idx names such a group. The
+// sink_full_attention, or events naming no kind) under the block hashes,
+// and sliding-window and Mamba groups under kvindex.GroupKey of the hash
+// and the group's index, unverified; groups.go cites vLLM's managers. It
+// learns each group's kind from its BlockStored events, applies a
+// BlockRemoved to the group its group_idx names, and gives the index the
+// pod's layout of groups (GroupIndex), by which a match is priced. The
 // other groups' events, and removals in a group not yet named, are
 // counted by kind and change nothing.
 //

@@ -1,10 +1,12 @@
 package kvevents
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
 
 	"github.com/kvrouter/kvrouter/kvevents/wire"
+	"github.com/kvrouter/kvrouter/kvindex"
 )
 
 // A model whose layers use several kinds of attention has one KV-cache
@@ -16,10 +18,10 @@ import (
 // sliding-window group frees blocks as soon as they leave its window, so
 // one group's removals must never touch another group's entries.
 //
-// The index holds the groups whose blocks a later request reuses from the
-// start of its prompt, block after block, the way the index matches them.
-// In vLLM's vllm/v1/core/single_type_kv_cache_manager.py (spec_manager_map
-// on its main branch, November 2026):
+// The index holds the groups whose blocks a later request can reuse, each
+// the way vLLM's manager of its kind reuses them. In vLLM's
+// vllm/v1/core/single_type_kv_cache_manager.py (spec_manager_map on its
+// main branch, November 2026):
 //
 //	kind                     manager                    a cached prefix is
 //	full_attention           FullAttentionManager       every block from the first
@@ -30,16 +32,49 @@ import (
 //	mamba                    MambaManager               one state at the hit point
 //	cross_attention          CrossAttentionManager      never cached
 //
-// Events without a kind come from releases before it, whose models have
-// one group: they are indexed too. Pricing the other groups (how much of
-// a full-attention hit a hybrid model can use) is the router's business;
-// the index keeps them out so that their events cannot corrupt it.
-var prefixKinds = map[string]bool{
-	"":                    true,
-	"full_attention":      true,
-	"mla_attention":       true,
-	"sink_full_attention": true,
+// The full-attention kinds, and events without a kind (releases before
+// it, whose models have one group), are held under the block hashes
+// themselves, as the one group of most models. Sliding-window and Mamba
+// groups are held under kvindex.GroupKey of the hash and the group's index,
+// and the pod's layout (kvindex.Index.SetGroups) has the index price each
+// match by the prefix every group serves (kvindex/groups.go). A group the
+// index cannot price refuses the pod's layout, loudly (a WARN, the
+// group's refused reason in /debug/pods, its events counted as skipped):
+// a chunked-local group (the events do not carry its chunk size), a kind
+// kvrouter does not know, a group whose blocks are not kvrouter's block
+// size (vLLM's hash_block_size below a group's block size); the pod is
+// then priced by its full-attention blocks alone. So is a pod whose own
+// hashes failed verification: its full-attention blocks are rekeyed from
+// their token ids, which the other groups' events do not carry in full.
+// Cross-attention and encoder-only groups never serve a cached prefix:
+// their events are skipped.
+var groupKinds = map[string]groupKind{
+	"":                        {hold: holdRaw, kind: kvindex.GroupFull},
+	"full_attention":          {hold: holdRaw, kind: kvindex.GroupFull},
+	"mla_attention":           {hold: holdRaw, kind: kvindex.GroupFull},
+	"sink_full_attention":     {hold: holdRaw, kind: kvindex.GroupFull},
+	"sliding_window":          {hold: holdKeyed, kind: kvindex.GroupSlidingWindow},
+	"sliding_window_mla":      {hold: holdKeyed, kind: kvindex.GroupSlidingWindow},
+	"mamba":                   {hold: holdKeyed, kind: kvindex.GroupMamba},
+	"chunked_local_attention": {refused: "its chunk size is not in the events"},
+	"cross_attention":         {},
+	"encoder_only_attention":  {},
 }
+
+type groupKind struct {
+	hold    hold
+	kind    kvindex.GroupKind
+	refused string // why the kind's groups cannot be priced
+}
+
+// hold is how the index holds a group's blocks.
+type hold uint8
+
+const (
+	holdNone  hold = iota // not at all
+	holdRaw               // under the block hashes
+	holdKeyed             // under kvindex.GroupKey(hash, group index)
+)
 
 // skipLabels are the kind label values of skipped events: the kinds vLLM
 // reports that the index does not hold, then "other" (a kind kvrouter does
@@ -75,8 +110,21 @@ type Group struct {
 	Kind string `json:"kind"`
 	// SlidingWindow is the window of a sliding-window group, in tokens.
 	SlidingWindow int `json:"sliding_window,omitempty"`
+	// BlockSize is the group's block_size, 0 when its events send none.
+	BlockSize int `json:"block_size,omitempty"`
 	// Indexed is true when the group's blocks are in the index.
 	Indexed bool `json:"indexed"`
+	// Refused says why the index cannot price the group, and so prices
+	// the pod by its full-attention blocks alone; "" when it can.
+	Refused string `json:"refused,omitempty"`
+}
+
+// hold is how the index holds the group's blocks.
+func (gr Group) hold() hold {
+	if !gr.Indexed {
+		return holdNone
+	}
+	return groupKinds[gr.Kind].hold
 }
 
 // groups is what one pod's events taught about its KV-cache groups. It is
@@ -86,55 +134,102 @@ type groups struct {
 	onChange func([]Group)
 	log      *slog.Logger
 	pod      string
+	// blockSize is kvrouter's block size, 0 when it has no hasher: a
+	// keyed group's blocks must be of that size.
+	blockSize int
+	// version counts the changes of byIndex, for the applier's layout.
+	version uint64
 }
 
-func newGroups(log *slog.Logger, pod string) *groups {
-	return &groups{byIndex: map[int]Group{}, log: log, pod: pod}
+func newGroups(log *slog.Logger, pod string, blockSize int) *groups {
+	return &groups{byIndex: map[int]Group{}, log: log, pod: pod, blockSize: blockSize}
 }
 
-// admit reports whether e's blocks go to the index. A BlockStored is judged
-// by its own kind, and teaches its group's kind; a BlockRemoved by the kind
-// its group was taught, and not at all (skip is skipUnseen) before that.
-// When admit is false, skip is the skipLabels index to count it under.
-func (g *groups) admit(e *wire.Event) (ok bool, skip int) {
+// admit reports how e's blocks go to the index (not at all: holdNone) and
+// the skipLabels index of its group's kind. A BlockStored is judged by its
+// own kind, and teaches its group's kind; a BlockRemoved by the kind its
+// group was taught, and not at all (skipUnseen) before that.
+func (g *groups) admit(e *wire.Event) (h hold, skip int) {
 	switch e.Type {
 	case wire.BlockStored:
-		g.learn(e)
-		if prefixKinds[e.SpecKind] {
-			return true, 0
-		}
-		return false, skipLabel(e.SpecKind)
+		gr := g.learn(e)
+		return gr.hold(), skipLabel(gr.Kind)
 	case wire.BlockRemoved:
 		gr, known := g.byIndex[e.GroupIdx]
-		switch {
-		case !known:
-			return false, skipUnseen
-		case gr.Indexed:
-			return true, 0
-		default:
-			return false, skipLabel(gr.Kind)
+		if !known {
+			return holdNone, skipUnseen
 		}
+		return gr.hold(), skipLabel(gr.Kind)
 	default:
-		return true, 0 // AllBlocksCleared: every group
+		return holdRaw, 0 // AllBlocksCleared: every group
 	}
 }
 
-// learn records the group of a BlockStored event.
-func (g *groups) learn(e *wire.Event) {
-	gr := Group{Index: e.GroupIdx, Kind: e.SpecKind, SlidingWindow: e.SlidingWindow, Indexed: prefixKinds[e.SpecKind]}
+// judge is the Group a BlockStored event describes, and whether and how
+// its blocks are held.
+func (g *groups) judge(e *wire.Event) Group {
+	k, known := groupKinds[e.SpecKind]
+	gr := Group{Index: e.GroupIdx, Kind: e.SpecKind, SlidingWindow: e.SlidingWindow, BlockSize: e.BlockSize}
+	switch {
+	case !known:
+		gr.Refused = "kvrouter does not know this kind"
+	case k.refused != "":
+		gr.Refused = k.refused
+	case k.hold != holdKeyed:
+	case g.blockSize == 0:
+		gr.Refused = "kvrouter's block size is not known (no hasher)"
+	case e.BlockSize != 0 && e.BlockSize != g.blockSize:
+		gr.Refused = fmt.Sprintf("its blocks hold %d tokens, kvrouter's %d", e.BlockSize, g.blockSize)
+	case k.kind == kvindex.GroupSlidingWindow && e.SlidingWindow < 1:
+		gr.Refused = "its events carry no sliding window"
+	}
+	gr.Indexed = k.hold != holdNone && gr.Refused == ""
+	return gr
+}
+
+// learn records the group of a BlockStored event and returns it.
+func (g *groups) learn(e *wire.Event) Group {
+	gr := g.judge(e)
 	old, known := g.byIndex[e.GroupIdx]
 	if known && old == gr {
-		return
+		return gr
 	}
 	if !known && len(g.byIndex) >= maxGroups {
-		return
+		return gr
 	}
-	if known {
+	if known && old.Kind != gr.Kind {
 		g.log.Warn("kvevents: a KV-cache group changed kind", "pod", g.pod, "group", gr.Index,
 			"kind", old.Kind, "new_kind", gr.Kind)
 	}
+	if gr.Refused != "" && (!known || old.Refused != gr.Refused) {
+		g.log.Warn("kvevents: a KV-cache group cannot be priced: the pod is priced by its full-attention blocks alone",
+			"pod", g.pod, "group", gr.Index, "kind", gr.Kind, "reason", gr.Refused)
+	}
 	g.byIndex[e.GroupIdx] = gr
 	g.publish()
+	return gr
+}
+
+// layout is the pod's groups as the index prices them: nil when a group
+// is refused, or when every group is held as full attention.
+func (g *groups) layout() []kvindex.Group {
+	var out []kvindex.Group
+	keyed := false
+	for _, gr := range g.byIndex {
+		switch {
+		case gr.Refused != "":
+			return nil
+		case !gr.Indexed:
+			continue
+		}
+		k := groupKinds[gr.Kind]
+		keyed = keyed || k.hold == holdKeyed
+		out = append(out, kvindex.Group{Index: gr.Index, Kind: k.kind, Window: gr.SlidingWindow})
+	}
+	if !keyed {
+		return nil
+	}
+	return out
 }
 
 // reset forgets every group: a restarted publisher may serve another
@@ -148,6 +243,7 @@ func (g *groups) reset() {
 }
 
 func (g *groups) publish() {
+	g.version++
 	if g.onChange == nil {
 		return
 	}

@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.reconnects = counter("reconnects_total", "Connections lost or refused, each followed by a backoff.")
 	m.tokenMismatch = counter("token_mismatch_total", "BlockStored events whose token_ids length is not block_size times the number of hashes.")
 	m.ignored = counter("ignored_events_total", "Events of unknown types.")
-	m.groupSkipped = counter("group_skipped_events_total", "BlockStored and BlockRemoved events of KV-cache groups the index does not hold, by the group's kind (sliding_window, mamba, ...; other: a kind kvrouter does not know; unseen: a removal in a group no BlockStored has named yet).", "kind")
+	m.groupSkipped = counter("group_skipped_events_total", "BlockStored and BlockRemoved events of KV-cache groups the index does not hold, by the group's kind (a refused group's, cross_attention, ...; other: a kind kvrouter does not know; unseen: a removal in a group no BlockStored has named yet).", "kind")
 	m.hashChecks = counter("hash_checks_total", "Hash chain checks of BlockStored events, by result (ok, mismatch).", "result")
 	m.rekeyFailed = counter("rekey_failed_blocks_total", "Blocks of a rekeyed pod not stored under kvrouter's hash, or whose removal did not resolve, by reason (no_tokens, block_size, extra_keys, parent_missing, removal_unknown).", "reason")
 	m.rekeyEvicted = counter("rekey_evicted_total", "Blocks of a rekeyed pod that fell out of its bounded map from the pod's hashes to kvrouter's.")

@@ -41,7 +41,11 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 	if rk != nil {
 		rk.onChange = s.rekeyed.Store
 	}
-	g := newGroups(log, pod.Name)
+	bs := 0
+	if hasher != nil {
+		bs = hasher.BlockSize()
+	}
+	g := newGroups(log, pod.Name, bs)
 	g.onChange = func(gs []Group) { s.groups.Store(&gs) }
 	s.applier = newApplier(idx, id, pod.Name, v, rk, g, m)
 	for r := range max(pod.DPSize, 1) {

@@ -87,8 +87,9 @@ type podReport struct {
 	Verification string                `json:"hash_verification"`
 	IndexKeys    string                `json:"index_keys"` // pod: its own hashes; rekeyed: kvrouter's of its token ids
 	// Groups are the pod's KV-cache groups its events have named (index,
-	// kind, window) and whether the index holds each: a model with
-	// sliding-window or Mamba layers matches on its full-attention group.
+	// kind, window, block size), whether the index holds each, and why it
+	// cannot price one: a hybrid model's matches are the prefix every
+	// group serves.
 	Groups []kvevents.Group `json:"kv_cache_groups"`
 	// Tokenization is how the model's requests are routed: exact, or by
 	// load and why (a missing tokenizer or chat template).
