@@ -71,16 +71,25 @@ func TestE2EKVCacheGroups(t *testing.T) {
 	}
 }
 
-// TestE2ESlidingWindowPriced: two pods of a model with full-attention and
-// sliding-window layers (a 32-token window: a hit needs the two blocks
-// before its end). sim-0 prefilled a long document, sim-1 its first 60
-// words. A question on the document's first 140 words finds 140 words of
-// full-attention blocks on sim-0, but sim-0's window group kept only the
-// document's last blocks: vLLM would reuse nothing there. sim-1 can reuse
-// its 60 words. The report says so, and the question goes to sim-1.
-func TestE2ESlidingWindowPriced(t *testing.T) {
-	window := []vllmsim.Group{{Kind: "full_attention"}, {Kind: "sliding_window", SlidingWindow: 32}}
-	f := startFleetWith(t, fleetOptions{pods: 2, sim: func(_ int, c *vllmsim.Config) { c.Groups = window }})
+// TestE2EHybridPriced: two pods of a hybrid model, full attention beside a
+// 32-token sliding window (a hit needs the two blocks before its end), or
+// beside Mamba layers (a hit needs a state saved at its end; the pods save
+// one at each prompt's last block). sim-0 prefilled a long document, sim-1
+// its first 60 words. A question on the document's first 140 words finds
+// 140 words of full-attention blocks on sim-0, but sim-0's other group
+// kept only the document's end: vLLM would reuse nothing there. sim-1 can
+// reuse its 60 words. The report says so, and the question goes to sim-1.
+func TestE2EHybridPriced(t *testing.T) {
+	for name, other := range map[string]vllmsim.Group{
+		"window": {Kind: "sliding_window", SlidingWindow: 32},
+		"mamba":  {Kind: "mamba"},
+	} {
+		t.Run(name, func(t *testing.T) { hybridPriced(t, []vllmsim.Group{{Kind: "full_attention"}, other}) })
+	}
+}
+
+func hybridPriced(t *testing.T, groups []vllmsim.Group) {
+	f := startFleetWith(t, fleetOptions{pods: 2, sim: func(_ int, c *vllmsim.Config) { c.Groups = groups }})
 	words := make([]string, 200)
 	for i := range words {
 		words[i] = fmt.Sprintf("clause%d", i)
@@ -108,7 +117,7 @@ func TestE2ESlidingWindowPriced(t *testing.T) {
 		t.Fatalf("sim-1 matched %d blocks, want its %d", scores["sim-1"].Matched, len(short.Blocks))
 	}
 	if scores["sim-0"].Matched != 0 {
-		t.Errorf("sim-0 matched %d blocks, want none: its window holds only the document's end", scores["sim-0"].Matched)
+		t.Errorf("sim-0 matched %d blocks, want none: its %s group holds only the document's end", scores["sim-0"].Matched, groups[1].Kind)
 	}
 	// Its full-attention group does hold the question's first blocks, more
 	// than sim-1 can reuse: priced by full attention alone, sim-0 would win.
