@@ -214,14 +214,6 @@ func (r *hybridRig) check(hashes []uint64, where string) {
 	}
 }
 
-func chain(rng *rand.Rand, n int) []uint64 {
-	hs := make([]uint64, n)
-	for i := range hs {
-		hs[i] = rng.Uint64()
-	}
-	return hs
-}
-
 // TestHybridAgainstVLLM runs random stores and removals in every group of a
 // full + sliding-window, a full + Mamba, and a three-spec model, and holds
 // each pod's match to the model's hit after every step.
@@ -242,8 +234,8 @@ func TestHybridAgainstVLLM(t *testing.T) {
 			for seed := range uint64(40) {
 				rng := rand.New(rand.NewPCG(seed, 55))
 				r := newHybridRig(t, 3, groups...)
-				prompts := [][]uint64{chain(rng, 24)}
-				prompts = append(prompts, append(slices.Clone(prompts[0][:10]), chain(rng, 14)...))
+				prompts := [][]uint64{randomHashes(rng, 24)}
+				prompts = append(prompts, append(slices.Clone(prompts[0][:10]), randomHashes(rng, 14)...))
 				for step := range 60 {
 					hs := prompts[rng.IntN(len(prompts))]
 					pod, g := rng.IntN(3), rng.IntN(len(groups))
@@ -271,7 +263,7 @@ func TestHybridAgainstVLLM(t *testing.T) {
 // nothing.
 func TestHybridTiersAndSpeculation(t *testing.T) {
 	x := mustNew(t, Config{MaxEntries: 1 << 12, Shards: 4, SpeculativeTTL: time.Minute}, nil)
-	hs := chain(rand.New(rand.NewPCG(1, 1)), 10)
+	hs := randomHashes(rand.New(rand.NewPCG(1, 1)), 10)
 	layout := []Group{{Index: 0, Kind: GroupFull}, {Index: 1, Kind: GroupSlidingWindow, Window: 9}} // 2 blocks of 4 tokens
 	var pods []PodID
 	for i := range 3 {

@@ -31,19 +31,25 @@ func randomHashes(rng *rand.Rand, n int) []uint64 {
 	return hs
 }
 
+// matchFleet returns an index of pods that each hold the 512 blocks of hs,
+// and 4,096 unrelated ones so that the index is not trivially small.
+func matchFleet(b *testing.B, pods int) (x *Index, hs []uint64, cands []PodID) {
+	x = mustNew(b, DefaultConfig(), nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	hs = randomHashes(rng, 512)
+	cands = make([]PodID, pods)
+	for i := range cands {
+		cands[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
+		mustStore(b, x, cands[i], TierGPU, hs...)
+		mustStore(b, x, cands[i], TierGPU, randomHashes(rng, 4096)...)
+	}
+	return x, hs, cands
+}
+
 func BenchmarkMatch512(b *testing.B) {
 	for _, pods := range []int{8, 64} {
 		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
-			x := mustNew(b, DefaultConfig(), nil)
-			rng := rand.New(rand.NewPCG(1, 2))
-			hs := randomHashes(rng, 512)
-			cands := make([]PodID, pods)
-			for i := range cands {
-				cands[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
-				mustStore(b, x, cands[i], TierGPU, hs...)
-				// Unrelated entries, so the index is not trivially small.
-				mustStore(b, x, cands[i], TierGPU, randomHashes(rng, 4096)...)
-			}
+			x, hs, cands := matchFleet(b, pods)
 			out := make([]PodMatch, 0, pods)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -67,16 +73,10 @@ func BenchmarkMatch512Groups(b *testing.B) {
 	const pods = 8
 	for _, groups := range []int{1, 2} {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			x := mustNew(b, DefaultConfig(), nil)
-			rng := rand.New(rand.NewPCG(1, 2))
-			hs := randomHashes(rng, 512)
-			cands := make([]PodID, pods)
+			x, hs, cands := matchFleet(b, pods)
 			for i := range cands {
-				cands[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
-				mustStore(b, x, cands[i], TierGPU, hs...)
-				mustStore(b, x, cands[i], TierGPU, randomHashes(rng, 4096)...)
 				if groups == 1 {
-					continue
+					break
 				}
 				if err := x.SetGroups(cands[i], 16, []Group{{Index: 0, Kind: GroupFull}, {Index: 1, Kind: GroupSlidingWindow, Window: 128}}); err != nil {
 					b.Fatal(err)
