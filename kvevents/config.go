@@ -19,6 +19,13 @@ type Config struct {
 	// ReplayPort is the pods' replay ROUTER port when a Pod does not say; DP
 	// rank k serves replay on ReplayPort + k. Default 5558.
 	ReplayPort int
+	// Sources says which pods are asked where they publish, GET
+	// /kv_event_sources on their API server (sources.go): SourcesAuto (the
+	// default) those whose event and replay ports nothing configured,
+	// SourcesAlways every pod, SourcesOff none. A pod that serves no such
+	// route, or does not answer, is followed on its configured or default
+	// ports.
+	Sources string
 	// QueueSize bounds the batches waiting between a pod's sockets and the
 	// index. A full queue drops the newest live batch (counted) and the gap is
 	// then filled by replay. Default 4096.
@@ -83,6 +90,7 @@ const maxBatchWindow = 100 * time.Millisecond
 // blockhash.DefaultConfig for verification.
 func DefaultConfig() Config {
 	return Config{
+		Sources:           SourcesAuto,
 		EventPort:         5557,
 		ReplayPort:        5558,
 		QueueSize:         4096,
@@ -113,6 +121,11 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s = %d, want > 0", name, v))
 		}
+	}
+	switch c.Sources {
+	case SourcesAuto, SourcesAlways, SourcesOff:
+	default:
+		errs = append(errs, fmt.Errorf("event sources %q, want auto, always or off", c.Sources))
 	}
 	port("event port", c.EventPort)
 	port("replay port", c.ReplayPort)

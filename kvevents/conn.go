@@ -20,8 +20,18 @@ var monitorSeq atomic.Uint64
 // connection events are seen under load.
 const maxDrain = 4096
 
+// endpoint is the pod's address at port.
 func (st *stream) endpoint(port int) string {
-	return "tcp://" + net.JoinHostPort(st.pod.IP, strconv.Itoa(port+st.rank))
+	return "tcp://" + net.JoinHostPort(st.pod.IP, strconv.Itoa(port))
+}
+
+// port is the stream's rank's port: the pod's configured one, or the
+// default, + the rank (vLLM's numbering: rank k publishes on port + k).
+func (st *stream) port(configured, def int) int {
+	if configured > 0 {
+		return configured + st.rank
+	}
+	return def + st.pod.DPRank + st.rank
 }
 
 // run connects, follows the rank until the connection is lost, waits a
@@ -71,6 +81,9 @@ func (st *stream) run(ctx context.Context) {
 // session holds one connection: it returns when the connection is refused
 // or lost (connected says whether it was ever up) or ctx is done.
 func (st *stream) session(ctx context.Context) (connected bool, err error) {
+	if err := st.locate(ctx); err != nil {
+		return false, err
+	}
 	sub, mon, err := st.dial()
 	if err != nil {
 		return false, err
@@ -179,7 +192,7 @@ func (st *stream) dial() (sub, mon *zmq.Socket, err error) {
 	addr := fmt.Sprintf("inproc://kvevents-monitor-%d", monitorSeq.Add(1))
 	errs := []error{
 		sub.SetLinger(0), sub.SetReconnectIvl(-1), sub.SetRcvhwm(100000),
-		sub.SetSubscribe(st.cfg.Topic),
+		sub.SetSubscribe(st.src.Topic),
 		sub.Monitor(addr, zmq.EVENT_HANDSHAKE_SUCCEEDED|zmq.EVENT_DISCONNECTED|zmq.EVENT_CLOSED|
 			zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL|zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL),
 	}
@@ -194,19 +207,12 @@ func (st *stream) dial() (sub, mon *zmq.Socket, err error) {
 		err = errors.Join(mon.SetLinger(0), mon.Connect(addr))
 	}
 	if err == nil {
-		err = sub.Connect(st.endpoint(st.portOr(st.pod.EventPort, st.cfg.EventPort)))
+		err = sub.Connect(st.src.Endpoint)
 	}
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("kvevents: connect: %w", err), closeMonitored(sub, mon))
 	}
 	return sub, mon, nil
-}
-
-func (*stream) portOr(p, def int) int {
-	if p > 0 {
-		return p
-	}
-	return def
 }
 
 // onMonitor reads the pending monitor events: up when the handshake with
@@ -249,6 +255,10 @@ func closeSockets(socks ...*zmq.Socket) error {
 // alike, so a replay faster than the network loses its middle.
 var errReplayHole = errors.New("kvevents: replay replies missing")
 
+// errNoReplay is a replay of a rank whose pod announced no replay
+// endpoint.
+var errNoReplay = errors.New("kvevents: the pod serves no replay")
+
 // replayRetries bounds the new requests after a replay with holes.
 const replayRetries = 3
 
@@ -268,6 +278,9 @@ func (st *stream) replayFrom(ctx context.Context, from uint64) bool {
 	}
 	if errors.Is(err, errConnLost) {
 		return false // the session ends; the next connection replays again
+	}
+	if errors.Is(err, errNoReplay) {
+		return false // batches lost are a gap the pod cannot fill
 	}
 	if err == nil {
 		st.m.replayOK.Inc()
@@ -293,8 +306,10 @@ func (st *stream) doReplay(ctx context.Context, from uint64) (err error) {
 	// No receive limit: the ROUTER drops replies a full pipe cannot take
 	// (the end marker among them), and a replay holds at most the pod's
 	// buffer_steps batches.
-	if err := errors.Join(dealer.SetLinger(0), dealer.SetRcvhwm(0),
-		dealer.Connect(st.endpoint(st.portOr(st.pod.ReplayPort, st.cfg.ReplayPort)))); err != nil {
+	if st.src.Replay == "" {
+		return errNoReplay
+	}
+	if err := errors.Join(dealer.SetLinger(0), dealer.SetRcvhwm(0), dealer.Connect(st.src.Replay)); err != nil {
 		return fmt.Errorf("kvevents: connect DEALER: %w", err)
 	}
 	var start [8]byte

@@ -13,8 +13,15 @@
 // events.
 //
 // A Manager follows the pods it is told about (Ensure, Remove) with one
-// Subscriber each. A subscriber has one stream per DP rank, which connects a
-// SUB socket and tracks the rank's sequence: a gap is filled by asking the
+// Subscriber each. A subscriber has one stream per DP rank. At each
+// (re)connection the stream finds where its rank publishes: a pod with no
+// event ports configured (every pod, with Config.Sources "always") is
+// asked GET /kv_event_sources on its API server, which answers each rank's
+// endpoints as bound (ephemeral ports too; sources.go); a pod that serves
+// no such route, or does not answer, is followed on its configured or
+// default ports, and an answer kvrouter cannot use follows nothing for
+// that pod. The stream connects a SUB socket and tracks the rank's
+// sequence: a gap is filled by asking the
 // replay ROUTER through a DEALER ([b"", start_seq], answered by [b"", seq,
 // payload] or [b"", topic, seq, payload] frames and an end marker of seq
 // -1); a gap older than the replay buffer clears the pod's entries. Every

@@ -68,6 +68,8 @@ type RankStatus struct {
 	Rank      int   `json:"rank"`
 	Connected bool  `json:"connected"`
 	LastSeq   int64 `json:"last_seq"` // -1 until a batch was applied
+	// Source is where the rank publishes, as last looked up; nil before.
+	Source *Source `json:"source,omitempty"`
 }
 
 // NewManager returns a Manager writing to idx and registering its metrics

@@ -18,6 +18,7 @@ type metrics struct {
 	oversize, reconnects, tokenMismatch, ignored      *prometheus.CounterVec
 	events, replays, clears, hashChecks               *prometheus.CounterVec
 	rekeyFailed, rekeyEvicted, groupSkipped           *prometheus.CounterVec
+	sources                                           *prometheus.CounterVec
 	connected, lastSeq, verification, rekeyed         *prometheus.GaugeVec
 	applySeconds                                      prometheus.Histogram
 	perPod                                            []*prometheus.MetricVec
@@ -52,6 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.tokenMismatch = counter("token_mismatch_total", "BlockStored events whose token_ids length is not block_size times the number of hashes.")
 	m.ignored = counter("ignored_events_total", "Events of unknown types.")
 	m.groupSkipped = counter("group_skipped_events_total", "BlockStored and BlockRemoved events of KV-cache groups the index does not hold, by the group's kind (a refused group's, cross_attention, ...; other: a kind kvrouter does not know; unseen: a removal in a group no BlockStored has named yet).", "kind")
+	m.sources = counter("event_sources_total", "Times a rank's event endpoints were looked up, by result: discovered (the pod's /kv_event_sources answer), absent (the pod serves no such route: configured or default ports), failed (no answer: configured or default ports), refused (an answer kvrouter cannot use: nothing followed), ports (not asked).", "result")
 	m.hashChecks = counter("hash_checks_total", "Hash chain checks of BlockStored events, by result (ok, mismatch).", "result")
 	m.rekeyFailed = counter("rekey_failed_blocks_total", "Blocks of a rekeyed pod not stored under kvrouter's hash, or whose removal did not resolve, by reason (no_tokens, block_size, extra_keys, parent_missing, removal_unknown).", "reason")
 	m.rekeyEvicted = counter("rekey_evicted_total", "Blocks of a rekeyed pod that fell out of its bounded map from the pod's hashes to kvrouter's.")
@@ -72,6 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.batches, m.events, m.decodeErrors, m.gaps, m.replays, m.restarts, m.clears, m.queueDrops,
 		m.oversize, m.reconnects, m.tokenMismatch, m.ignored, m.hashChecks, m.connected, m.lastSeq,
 		m.verification, m.rekeyFailed, m.rekeyEvicted, m.rekeyed, m.applySeconds, m.groupSkipped,
+		m.sources,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -100,6 +103,7 @@ type podMetrics struct {
 	checkOK, checkMismatch                            prometheus.Counter
 	rekeyFailed                                       [numRekeyReasons]prometheus.Counter
 	groupSkipped                                      [len(skipLabels)]prometheus.Counter
+	sources                                           [numSourceResults]prometheus.Counter
 	rekeyEvicted                                      prometheus.Counter
 	verification, rekeyed                             prometheus.Gauge
 	applySeconds                                      prometheus.Histogram
@@ -138,6 +142,9 @@ func (m *metrics) forPod(pod string) *podMetrics {
 	for k := range p.groupSkipped {
 		p.groupSkipped[k] = m.groupSkipped.WithLabelValues(pod, skipLabels[k])
 	}
+	for r := range p.sources {
+		p.sources[r] = m.sources.WithLabelValues(pod, sourceResults[r])
+	}
 	p.rekeyed = m.rekeyed.WithLabelValues(pod)
 	return p
 }
@@ -157,6 +164,7 @@ type rankState struct {
 	connected, lastSeq prometheus.Gauge
 	up                 atomic.Bool
 	seq                atomic.Int64 // -1 until a batch was applied
+	source             atomic.Pointer[Source]
 }
 
 func (r *rankState) setConnected(up bool) {

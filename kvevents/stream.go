@@ -33,6 +33,7 @@ type stream struct {
 	log   *slog.Logger
 	m     *podMetrics
 	state *rankState
+	src   Source // where the rank publishes, found at each session's start
 
 	next         uint64 // the sequence number expected next
 	started      bool   // next is meaningful: a batch was taken, or a replay from 0 completed

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"testing"
 	"time"
 
@@ -137,9 +136,18 @@ func TestDataParallelRanks(t *testing.T) {
 		}
 	}
 	st := f.mgr.Status()
-	want := []RankStatus{{Rank: 0, Connected: true, LastSeq: 1}, {Rank: 1, Connected: true, LastSeq: 3}}
-	if len(st) != 1 || !slices.Equal(st[0].Ranks, want) {
-		t.Errorf("Status() = %+v, want pod-a with ranks %+v", st, want)
+	if len(st) != 1 || len(st[0].Ranks) != 2 {
+		t.Fatalf("Status() = %+v, want pod-a with two ranks", st)
+	}
+	for k, r := range st[0].Ranks {
+		want := RankStatus{Rank: k, Connected: true, LastSeq: []int64{1, 3}[k]}
+		src := Source{From: "ports", Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ev+k), Replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp+k), Topic: f.mgr.cfg.Topic}
+		if r.Source == nil || *r.Source != src {
+			t.Errorf("rank %d's source = %+v, want %+v", k, r.Source, src)
+		}
+		if r.Source = nil; r != want {
+			t.Errorf("rank %d = %+v, want %+v", k, r, want)
+		}
 	}
 }
 

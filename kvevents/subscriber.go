@@ -64,7 +64,7 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 func (s *Subscriber) Ranks() []RankStatus {
 	out := make([]RankStatus, len(s.ranks))
 	for i, r := range s.ranks {
-		out[i] = RankStatus{Rank: r.rank, Connected: r.up.Load(), LastSeq: r.seq.Load()}
+		out[i] = RankStatus{Rank: r.rank, Connected: r.up.Load(), LastSeq: r.seq.Load(), Source: r.source.Load()}
 	}
 	return out
 }

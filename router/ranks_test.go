@@ -21,7 +21,7 @@ func TestRouteDPRanks(t *testing.T) {
 		{Name: "f", IP: "10.0.0.6", Port: 8000, Model: "dp", DPSize: 4, Ready: true},
 		{Name: "g", IP: "10.0.0.7", Port: 8000, Model: "dp", Ready: true},
 	} {
-		for _, c := range pod.Ranks(p, 5557, 5558) {
+		for _, c := range pod.Ranks(p) {
 			tr.fleet.Upsert(c)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
+	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	kvpod "github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/router"
@@ -21,9 +22,18 @@ import (
 // conversation goes to the rank that holds the earlier turns: kvrouter's
 // x-data-parallel-rank names it, the pod serves the request on that rank
 // (its reply says which), and the rank's cache answers for the shared
-// prefix.
+// prefix. Each rank's events are followed on the ports configured, or,
+// with none configured, where the pod's GET /kv_event_sources says its
+// publishers bound any free port.
 func TestE2EDataParallelRanks(t *testing.T) {
-	f := startFleetWith(t, fleetOptions{pods: 2, dpSize: 4})
+	t.Run("ports", func(t *testing.T) { dataParallelRanks(t, fleetOptions{pods: 2, dpSize: 4}) })
+	t.Run("announced", func(t *testing.T) {
+		dataParallelRanks(t, fleetOptions{pods: 2, dpSize: 4, ports: func(int, *vllmpub.Publisher) (int, int) { return 0, 0 }})
+	})
+}
+
+func dataParallelRanks(t *testing.T, o fleetOptions) {
+	f := startFleetWith(t, o)
 	ranks := map[string]bool{}
 	// The first turns are new prefixes on idle ranks, which tie: kvrouter
 	// picks among the 8 at random, so four conversations all landed on one
@@ -70,6 +80,15 @@ func TestE2EDataParallelRanks(t *testing.T) {
 	}
 	if len(ranks) < 2 {
 		t.Errorf("%d new conversations all went to %v: want the load spread over ranks", conversations, ranks)
+	}
+	want := "ports"
+	if o.ports != nil {
+		want = "kv_event_sources"
+	}
+	for _, st := range f.events.Status() {
+		if src := st.Ranks[0].Source; src == nil || src.From != want || src.Refused != "" {
+			t.Errorf("%s followed from %+v, want from %s", st.Name, src, want)
+		}
 	}
 }
 

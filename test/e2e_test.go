@@ -150,7 +150,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		}
 		// As serve's pod sink does: one candidate per rank; each rank's
 		// publisher here binds any free port.
-		for k, c := range kvpod.Ranks(rp, 0, 0) {
+		for k, c := range kvpod.Ranks(rp) {
 			c.EventPort, c.ReplayPort = port(t, pod.RankPublisher(k).Endpoint()), port(t, pod.RankPublisher(k).ReplayEndpoint())
 			if o.ports != nil {
 				c.EventPort, c.ReplayPort = o.ports(i, pod.RankPublisher(k))

@@ -86,8 +86,8 @@ func TestDebugPodsMetricsState(t *testing.T) {
 // TestDebugPodsTopology: /debug/pods names a candidate's data-parallel
 // rank and a pod's prefill/decode role, and only where there is one.
 func TestDebugPodsTopology(t *testing.T) {
-	a, s := testApp(t, defaultConfig())
-	sink := newFleetSink(a.fleet, a.events, s.events, a.logger)
+	a, _ := testApp(t, defaultConfig())
+	sink := newFleetSink(a.fleet, a.events, a.logger)
 	sink.Upsert(pod.Pod{Name: "dp", IP: "10.0.0.1", Port: 8000, Model: "m", DPSize: 2, Ready: true})
 	sink.Upsert(pod.Pod{Name: "p", IP: "10.0.0.2", Port: 8000, Model: "m", Role: pod.RolePrefill, Ready: true})
 	sink.Upsert(pod.Pod{Name: "plain", IP: "10.0.0.3", Port: 8000, Model: "m", Ready: true})

@@ -105,7 +105,7 @@ func newAppOn(s settings, logger *slog.Logger, reg registry) (*app, error) {
 	if err := a.build(s); err != nil {
 		return nil, err
 	}
-	sink := newFleetSink(a.fleet, a.events, s.events, a.logger)
+	sink := newFleetSink(a.fleet, a.events, a.logger)
 	if s.disc.Kubeconfig != "" {
 		discovery.RouteClientLogs(a.logger)
 		d, err := discovery.New(s.disc, sink, a.reg, a.logger)

@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/internal/tracing"
+	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -120,6 +121,7 @@ type podsConfig struct {
 	FileInterval time.Duration `yaml:"file_interval"` // --pods-file-interval
 	// MetricsInterval is how often each ready pod's vLLM /metrics is read.
 	MetricsInterval time.Duration `yaml:"metrics_interval"` // --pods-metrics-interval
+	EventSources    string        `yaml:"event_sources"`    // --pods-event-sources: auto, always, off
 }
 
 // defaultConfig is serve's configuration when nothing is said: vLLM's own
@@ -135,7 +137,7 @@ func defaultConfig() config {
 		Tokenizers: tokenizerDefaults(),
 		Routing:    router.DefaultConfig(),
 		ExtProc:    extprocConfig{Config: extproc.DefaultConfig(), TLS: certs.DefaultSettings()},
-		Pods:       podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond},
+		Pods:       podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond, EventSources: kvevents.SourcesAuto},
 		Discovery:  discovery.DefaultSettings(),
 	}
 }
@@ -177,6 +179,7 @@ var serveFlagTable = conf.Table{
 	{Name: "pods-file", Path: "pods.file", Help: "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes"},
 	{Name: "pods-file-interval", Path: "pods.file_interval", Help: "how often the pods file is checked for changes"},
 	{Name: "pods-metrics-interval", Path: "pods.metrics_interval", Help: "how often each ready pod's vLLM /metrics is read for its queue and KV use"},
+	{Name: "pods-event-sources", Path: "pods.event_sources", Help: "which pods are asked GET /kv_event_sources for their KV-event endpoints: auto (those with no event ports configured), always, off"},
 	{Name: "hf-cache", Path: "tokenizers.hf_cache", Help: "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub"},
 	{Name: "hub-endpoint", Path: "tokenizers.hub.endpoint", Help: "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given"},
 	{Name: "hub-token-env", Path: "tokenizers.hub.token_env", Help: "the environment variable holding the hub token"},

@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/certs"
 	"github.com/kvrouter/kvrouter/internal/conf"
 	"github.com/kvrouter/kvrouter/internal/pod"
+	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvevents/discovery"
 	"github.com/kvrouter/kvrouter/kvindex"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -104,7 +105,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			TLS: certs.Settings{Mode: "auto", ReloadInterval: 10 * time.Second},
 		},
 		Pods: podsConfig{
-			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond,
+			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond, EventSources: kvevents.SourcesAuto,
 			Static: []pod.Entry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
 		},
 		Discovery: discovery.Settings{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x", ServingPort: 8000},

@@ -17,23 +17,21 @@ import (
 // data-parallel ranks behind one API port enters both as one candidate per
 // rank (pod.Ranks), each followed on its own event ports.
 type fleetSink struct {
-	fleet                 *fleet.Fleet
-	events                *kvevents.Manager
-	log                   *slog.Logger
-	eventPort, replayPort int // the subscriber's defaults, for pod.Ranks
+	fleet  *fleet.Fleet
+	events *kvevents.Manager
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	ranks map[string][]string // a pod's name → its candidates' names
 }
 
-// newFleetSink returns the sink of fleet and events; cfg is the event
-// manager's configuration (its default ports number the ranks).
-func newFleetSink(f *fleet.Fleet, events *kvevents.Manager, cfg kvevents.Config, log *slog.Logger) *fleetSink {
-	return &fleetSink{fleet: f, events: events, log: log, eventPort: cfg.EventPort, replayPort: cfg.ReplayPort, ranks: map[string][]string{}}
+// newFleetSink returns the sink of fleet and events.
+func newFleetSink(f *fleet.Fleet, events *kvevents.Manager, log *slog.Logger) *fleetSink {
+	return &fleetSink{fleet: f, events: events, log: log, ranks: map[string][]string{}}
 }
 
 func (s *fleetSink) Upsert(p pod.Pod) {
-	cands := pod.Ranks(p, s.eventPort, s.replayPort)
+	cands := pod.Ranks(p)
 	names := make([]string, len(cands))
 	for i, c := range cands {
 		names[i] = c.Name

@@ -51,7 +51,7 @@ func testSink(t *testing.T) (*fleetSink, *fleet.Fleet) {
 		t.Fatal(err)
 	}
 	fl := fleet.New(idx)
-	return newFleetSink(fl, events, kvevents.DefaultConfig(), log), fl
+	return newFleetSink(fl, events, log), fl
 }
 
 // TestFleetSink checks that discovery's reports reach the fleet: routed
@@ -85,7 +85,7 @@ func TestFleetSink(t *testing.T) {
 // that fewer ranks, or the pod's removal, take the others out.
 func TestFleetSinkRanks(t *testing.T) {
 	s, fleet := testSink(t)
-	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", DPSize: 3, Ready: true}
+	p := pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", EventPort: 5557, DPSize: 3, Ready: true}
 	steps := []struct {
 		name string
 		do   func()
@@ -93,7 +93,7 @@ func TestFleetSinkRanks(t *testing.T) {
 	}{
 		{"three ranks", func() { s.Upsert(p) }, "llm/a 10.0.0.1:8000 rank 0/3 events 5557;llm/a:rank-1 10.0.0.1:8000 rank 1/3 events 5558;llm/a:rank-2 10.0.0.1:8000 rank 2/3 events 5559"},
 		{"two ranks", func() { q := p; q.DPSize = 2; s.Upsert(q) }, "llm/a 10.0.0.1:8000 rank 0/2 events 5557;llm/a:rank-1 10.0.0.1:8000 rank 1/2 events 5558"},
-		{"one rank", func() { q := p; q.DPSize = 1; s.Upsert(q) }, "llm/a 10.0.0.1:8000 rank 0/0 events 0"},
+		{"one rank", func() { q := p; q.DPSize = 1; s.Upsert(q) }, "llm/a 10.0.0.1:8000 rank 0/0 events 5557"},
 		{"three again", func() { s.Upsert(p) }, "llm/a 10.0.0.1:8000 rank 0/3 events 5557;llm/a:rank-1 10.0.0.1:8000 rank 1/3 events 5558;llm/a:rank-2 10.0.0.1:8000 rank 2/3 events 5559"},
 		{"removed", func() { s.Remove("llm/a") }, ""},
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmsim"
 	"github.com/kvrouter/kvrouter/internal/pod"
-	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -44,7 +43,7 @@ func TestDebugPodsRekeyed(t *testing.T) {
 	go func() { done <- sim.Run(ctx) }()
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(srv.Close)
-	sink := newFleetSink(a.fleet, a.events, kvevents.DefaultConfig(), a.logger)
+	sink := newFleetSink(a.fleet, a.events, a.logger)
 	sink.Upsert(pod.Pod{
 		Name: "sim", IP: "127.0.0.1", Port: 8000, Model: "m", Ready: true,
 		EventPort: endpointPort(t, sim.Publisher().Endpoint()), ReplayPort: endpointPort(t, sim.Publisher().ReplayEndpoint()),

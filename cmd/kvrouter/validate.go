@@ -116,7 +116,10 @@ func (c config) validate(serviceHost string) (settings, error) {
 	}
 	s.hash = c.Hash
 	s.events = kvevents.DefaultConfig()
-	s.events.Hash = s.hash
+	s.events.Hash, s.events.Sources = s.hash, c.Pods.EventSources
+	if c.Pods.EventSources != kvevents.SourcesAuto && c.Pods.EventSources != kvevents.SourcesAlways && c.Pods.EventSources != kvevents.SourcesOff {
+		p.Add("pods.event_sources: %q, want auto, always or off", c.Pods.EventSources)
+	}
 	for i := located; i < len(p.List); i++ {
 		p.List[i] = c.locate(p.List[i])
 	}

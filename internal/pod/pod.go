@@ -96,29 +96,31 @@ func RankName(name string, k int) string {
 // data-parallel rank, else one candidate per rank (DPSize ranks behind one
 // API port, vLLM's --data-parallel-size), named by RankName, each with its
 // own KV-event ports (vLLM's numbering: rank k publishes on the event and
-// replay ports + k; a port of 0 is first resolved to eventPort or
-// replayPort, the subscriber's defaults), DPSize 0 and DPRank k of
+// replay ports + k; a port of 0 stays 0, for the subscriber to find: it
+// asks the pod, or takes its default + k), DPSize 0 and DPRank k of
 // DPRanks. Each rank then has its own index entries, speculation and load,
 // and requests to it name its rank.
-func Ranks(p Pod, eventPort, replayPort int) []Pod {
+func Ranks(p Pod) []Pod {
 	if p.DPSize <= 1 {
 		return []Pod{p}
-	}
-	if p.EventPort == 0 {
-		p.EventPort = eventPort
-	}
-	if p.ReplayPort == 0 {
-		p.ReplayPort = replayPort
 	}
 	out := make([]Pod, p.DPSize)
 	for k := range out {
 		c := p
 		c.Name = RankName(p.Name, k)
-		c.EventPort, c.ReplayPort = p.EventPort+k, p.ReplayPort+k
+		c.EventPort, c.ReplayPort = plus(p.EventPort, k), plus(p.ReplayPort, k)
 		c.DPSize, c.DPRank, c.DPRanks = 0, k, p.DPSize
 		out[k] = c
 	}
 	return out
+}
+
+// plus is port + k, or 0 when port is 0.
+func plus(port, k int) int {
+	if port == 0 {
+		return 0
+	}
+	return port + k
 }
 
 // Validate reports every problem of p at once.

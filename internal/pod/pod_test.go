@@ -41,21 +41,21 @@ func TestEqualAndEndpoint(t *testing.T) {
 }
 
 // TestRanks checks the expansion of a data-parallel pod into one candidate
-// per rank: names, event ports (defaults resolved first), the rank fields,
-// and a one-rank pod left alone.
+// per rank: names, event ports (a port of 0 left for the subscriber), the
+// rank fields, and a one-rank pod left alone.
 func TestRanks(t *testing.T) {
 	one := Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, DPSize: 1}
-	if got := Ranks(one, 5557, 5558); len(got) != 1 || !got[0].Equal(one) {
+	if got := Ranks(one); len(got) != 1 || !got[0].Equal(one) {
 		t.Errorf("Ranks(one rank) = %+v, want the pod itself", got)
 	}
 	dp := Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "m", ReplayPort: 7000, DPSize: 3, Ready: true}
-	got := Ranks(dp, 5557, 5558)
+	got := Ranks(dp)
 	if len(got) != 3 {
 		t.Fatalf("Ranks(DP 3) = %d candidates, want 3", len(got))
 	}
 	for k, c := range got {
 		want := dp
-		want.Name, want.EventPort, want.ReplayPort = RankName("llm/a", k), 5557+k, 7000+k
+		want.Name, want.EventPort, want.ReplayPort = RankName("llm/a", k), 0, 7000+k
 		want.DPSize, want.DPRank, want.DPRanks = 0, k, 3
 		if !c.Equal(want) {
 			t.Errorf("rank %d = %+v, want %+v", k, c, want)

@@ -158,7 +158,7 @@ func TestProxyDPRank(t *testing.T) {
 	tr, front, _ := startProxy(t)
 	c := tr.fleet.Pods()[2]
 	c.DPSize = 2
-	for _, r := range pod.Ranks(c, 5557, 5558) {
+	for _, r := range pod.Ranks(c) {
 		tr.fleet.Upsert(r)
 	}
 	tr.store("c:rank-1", prompt)

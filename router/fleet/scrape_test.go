@@ -160,7 +160,7 @@ func TestScraperRanksShareOneScrape(t *testing.T) {
 	defer srv.Close()
 	server := podAt(t, "a", strings.TrimPrefix(srv.URL, "http://"))
 	server.DPSize = 3
-	for _, r := range pod.Ranks(server, 5557, 5558) {
+	for _, r := range pod.Ranks(server) {
 		fleet.Upsert(r)
 	}
 	s, err := NewScraper(fleet, nil, 10*time.Millisecond, DefaultStaleAfter, slog.New(slog.DiscardHandler), nil)

@@ -62,7 +62,7 @@ func TestScraperLearnsEachRank(t *testing.T) {
 		fleet := New(index)
 		server := podAt(t, "a", "10.1.0.9:8000")
 		server.DPSize = 2
-		for _, r := range pod.Ranks(server, 5557, 5558) {
+		for _, r := range pod.Ranks(server) {
 			fleet.Upsert(r)
 		}
 		pods := &fakePods{byHost: map[string]int{}, starts: map[time.Time]int{}, fn: func(req *http.Request) (*http.Response, error) {
