@@ -24,7 +24,9 @@ type Config struct {
 	DefaultModel string
 	// ServingPort is the OpenAI server port of pods that name none.
 	ServingPort int
-	// EventPort and ReplayPort are the KV event ports of pods that name none.
+	// EventPort and ReplayPort are the KV event ports of pods that name
+	// none; 0 leaves them to the subscriber, which asks the pod
+	// (/kv_event_sources) or takes vLLM's defaults.
 	EventPort, ReplayPort int
 	// Resync replays every pod to the consumer this often; 0: never.
 	Resync time.Duration
@@ -42,14 +44,13 @@ type PoolRef struct {
 func (r PoolRef) String() string { return r.Namespace + "/" + r.Name }
 
 // DefaultConfig returns the defaults: every namespace, the pods labeled
-// kvrouter.io/pool=default, vLLM's ports.
+// kvrouter.io/pool=default, vLLM's serving port, event ports left to the
+// subscriber.
 func DefaultConfig() Config {
 	return Config{
 		Kubeconfig:  InCluster,
 		Selector:    "kvrouter.io/pool=default",
 		ServingPort: 8000,
-		EventPort:   5557,
-		ReplayPort:  5558,
 	}
 }
 
@@ -65,7 +66,7 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		what string
 		port int
-	}{{"serving port", c.ServingPort}, {"event port", c.EventPort}, {"replay port", c.ReplayPort}} {
+	}{{"serving port", c.ServingPort}, {"event port", max(c.EventPort, 1)}, {"replay port", max(c.ReplayPort, 1)}} {
 		if p.port <= 0 || p.port > 65535 {
 			errs = append(errs, fmt.Errorf("%s %d is not in [1, 65535]", p.what, p.port))
 		}

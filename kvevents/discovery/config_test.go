@@ -10,7 +10,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 	c := DefaultConfig()
-	c.Kubeconfig, c.Selector, c.EventPort, c.Namespaces, c.Resync = "", "a in (", 0, []string{"x", "x", ""}, -1
+	c.Kubeconfig, c.Selector, c.EventPort, c.Namespaces, c.Resync = "", "a in (", 70000, []string{"x", "x", ""}, -1
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil, want every problem")

@@ -34,7 +34,7 @@
 //	kvrouter.io/lora-adapters       LoRA adapter names, comma-separated
 //	kvrouter.io/port                the OpenAI server port (also /metrics); else the
 //	                                container port named "http", else Config.ServingPort (8000)
-//	kvrouter.io/events-port         KV events PUB port (default 5557)
+//	kvrouter.io/events-port         KV events PUB port (default: asked of the pod, else 5557)
 //	kvrouter.io/replay-port         KV events replay ROUTER port (default 5558)
 //	kvrouter.io/dp-size             data-parallel size (rank k publishes on the ports + k;
 //	                                each rank is a routing candidate of its own)

