@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,8 +131,9 @@ func answerFor(pubs ...*pub) string {
 }
 
 // TestSourcesFollowed: a pod of two data-parallel ranks publishing on
-// ephemeral ports, configured with no ports at all, is followed where its
-// /kv_event_sources says; restarted onto new ports, it is followed there.
+// ephemeral ports, configured with no ports at all, is followed rank by
+// rank (as serve follows one, pod.Ranks) where its /kv_event_sources says;
+// restarted onto new ports, it is followed there.
 func TestSourcesFollowed(t *testing.T) {
 	checkGoroutines(t)
 	fake := newFakeSources(t)
@@ -140,28 +142,38 @@ func TestSourcesFollowed(t *testing.T) {
 	r0.publish(t, 1)
 	r1.publish(t, 2)
 	f := newFleet(t, testConfig())
-	if err := f.mgr.Ensure(fake.pod(t, "pod-a", 2)); err != nil {
-		t.Fatal(err)
+	ranks := pod.Ranks(fake.pod(t, "pod-a", 2))
+	for _, c := range ranks {
+		if err := f.mgr.Ensure(c); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f.waitHashes("pod-a", 1, 2)
+	f.waitHashes(ranks[0].Name, 1)
+	f.waitHashes(ranks[1].Name, 2)
 
-	// A restart: new processes on new ports, numbering from 0 again.
-	r0.stop()
-	r1.stop()
+	// A restart: new processes on new ports, numbering from 0 again. They
+	// bind (and the answer names them) before the old ones let go, so that
+	// no new publisher takes an old one's port.
 	n0, n1 := startPub(t, 0, 0, 100), startPub(t, 0, 0, 100)
 	fake.set(http.StatusOK, answerFor(n0, n1))
+	r0.stop()
+	r1.stop()
 	n0.publish(t, 10)
 	n1.publish(t, 11)
-	f.waitHashes("pod-a", 10, 11)
+	f.waitHashes(ranks[0].Name, 10)
+	f.waitHashes(ranks[1].Name, 11)
 	st := f.mgr.Status()
+	slices.SortFunc(st, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	for k, p := range []*pub{n0, n1} {
 		want := Source{From: "kv_event_sources", Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.eventPort), Replay: fmt.Sprintf("tcp://127.0.0.1:%d", p.replayPort)}
-		if got := st[0].Ranks[k].Source; got == nil || *got != want {
+		if got := st[k].Ranks[0].Source; got == nil || *got != want {
 			t.Errorf("rank %d's source = %+v, want %+v", k, got, want)
 		}
 	}
-	if got := f.counter(f.mgr.metrics.sources, "pod-a", "discovered"); got < 4 {
-		t.Errorf("event_sources_total{result=discovered} = %v, want two ranks asked twice at least", got)
+	for _, c := range ranks {
+		if got := f.counter(f.mgr.metrics.sources, c.Name, "discovered"); got < 2 {
+			t.Errorf("event_sources_total{%s, discovered} = %v, want asked twice at least", c.Name, got)
+		}
 	}
 }
 
