@@ -54,6 +54,9 @@ type applier struct {
 	m      *podMetrics
 	pod    string    // the pod's name, for spans
 	traced time.Time // when a batch was last traced
+	// foreign: the pod's engine names blocks by ids of its own (SGLang,
+	// TensorRT-LLM), so its blocks are always rekeyed, never verified.
+	foreign bool
 	// The layout last given to the index (GroupIndex): the groups'
 	// version, and whether the pod was rekeyed.
 	layoutVersion uint64
@@ -178,9 +181,11 @@ func (a *applier) syncLayout() error {
 // stored applies a BlockStored event after verifying it: under the pod's
 // own hashes, or kvrouter's when the pod is rekeyed.
 func (a *applier) stored(e *wire.Event) error {
-	a.verify.observe(e)
-	if err := a.followVerification(); err != nil {
-		return err
+	if !a.foreign {
+		a.verify.observe(e)
+		if err := a.followVerification(); err != nil {
+			return err
+		}
 	}
 	if keys, ok := a.keys(e, true); ok {
 		return a.idx.Stored(a.id, e.Tier(), keys)
@@ -202,7 +207,10 @@ func (a *applier) removed(e *wire.Event) error {
 // the rekeyer maps them to (which it records or forgets); ok is false when
 // none remain to apply.
 func (a *applier) keys(e *wire.Event, stored bool) (keys []uint64, ok bool) {
-	if a.rekey == nil || a.verify.state == Verified {
+	if a.foreign && a.rekey == nil {
+		return nil, false // never the engine's own ids: see newSubscriber
+	}
+	if a.rekey == nil || (!a.foreign && a.verify.state == Verified) {
 		return e.Hashes, true
 	}
 	if stored {
@@ -262,7 +270,7 @@ func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error 
 		a.m.clearRestart.Inc()
 		a.verify.reset()
 		a.groups.reset()
-		if a.rekey != nil {
+		if a.rekey != nil && !a.foreign {
 			a.rekey.setActive(false)
 		}
 	case clearExhausted:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -26,6 +27,11 @@ type Config struct {
 	// route, or does not answer, is followed on its configured or default
 	// ports.
 	Sources string
+	// DefaultEngine is the engine of pods that name none (pod.Pod.Engine):
+	// "" or "vllm", "sglang", "trtllm". The blocks of SGLang and
+	// TensorRT-LLM pods are indexed under kvrouter's hashes of their token
+	// ids (their own ids are not vLLM's), which needs rekeying on.
+	DefaultEngine string
 	// QueueSize bounds the batches waiting between a pod's sockets and the
 	// index. A full queue drops the newest live batch (counted) and the gap is
 	// then filled by replay. Default 4096.
@@ -126,6 +132,9 @@ func (c Config) Validate() error {
 	case SourcesAuto, SourcesAlways, SourcesOff:
 	default:
 		errs = append(errs, fmt.Errorf("event sources %q, want auto, always or off", c.Sources))
+	}
+	if _, err := pod.ParseEngine(c.DefaultEngine); err != nil {
+		errs = append(errs, fmt.Errorf("default %w", err))
 	}
 	port("event port", c.EventPort)
 	port("replay port", c.ReplayPort)

@@ -52,6 +52,11 @@
 // other groups' events, and removals in a group not yet named, are
 // counted by kind and change nothing.
 //
+// Pods of SGLang and TensorRT-LLM (pod.Pod.Engine, Config.DefaultEngine)
+// publish batches of the same shapes but name blocks by ids of their own:
+// their blocks are always rekeyed (below) and never verified, a block of a
+// multiple of kvrouter's block size cut into kvrouter's blocks.
+//
 // It also verifies the pods' hash configuration: it recomputes, from the
 // events' own token ids, LoRA names and extra keys, the hashes of chains that
 // start at the root, continue a chain it verified, or come with their

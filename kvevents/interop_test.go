@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
 
@@ -334,5 +335,40 @@ func TestInteropRandomRootRekeyed(t *testing.T) {
 	}
 	if got := f.counter(f.mgr.metrics.rekeyFailed, "pod-a", "block_size"); got == 0 {
 		t.Error("rekey failures block_size = 0, want the synthetic blocks of size 4 counted")
+	}
+}
+
+// TestInteropEngines follows publisher.py playing SGLang (16-token pages,
+// one event per page, tagged arrays and maps, signed ids of its own) and
+// TensorRT-LLM (32-token blocks as maps): the index ends each round with
+// exactly kvrouter's hashes of the live blocks' token ids, a 32-token
+// block being two of kvrouter's; SGLang's page of one token is refused and
+// counted.
+func TestInteropEngines(t *testing.T) {
+	for _, engine := range []string{pod.EngineSGLang, pod.EngineTRTLLM} {
+		t.Run(engine, func(t *testing.T) {
+			checkGoroutines(t)
+			py := startPyPublisher(t, "--engine", engine, "--seed", "42")
+			want := py.round(t)
+			cfg := testConfig()
+			cfg.RekeyBlocks = DefaultConfig().RekeyBlocks
+			cfg.Hash = blockhash.Config{Algorithm: blockhash.SHA256, Seed: "42", BlockSize: 16}
+			cfg.DefaultEngine = engine
+			f := newFleet(t, cfg)
+			py.follow(f)
+			f.waitHashes("pod-a", want...) // round 0, by replay
+			py.send(t, "next")
+			f.waitHashes("pod-a", py.round(t)...) // round 1, live, after AllBlocksCleared
+			if st := f.mgr.Status(); len(st) != 1 || st[0].Engine != engine || !st[0].Rekeyed || st[0].Verification != VerifyUnknown {
+				t.Errorf("Status() = %+v, want %s, rekeyed, not verified", st, engine)
+			}
+			wantRefused := 0.0
+			if engine == pod.EngineSGLang {
+				wantRefused = 2 // a page of one token per round
+			}
+			if got := f.counter(f.mgr.metrics.rekeyFailed, "pod-a", "block_size"); got != wantRefused {
+				t.Errorf("rekey failures block_size = %v, want %v", got, wantRefused)
+			}
+		})
 	}
 }

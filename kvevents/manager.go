@@ -54,6 +54,7 @@ type runningPod struct {
 // PodStatus is one followed pod's state.
 type PodStatus struct {
 	Name         string
+	Engine       string // vllm, sglang or trtllm
 	Verification Verification
 	// Rekeyed is true while the pod's index entries are kvrouter's own
 	// hashes of its events' token ids (its own failed verification).
@@ -132,7 +133,7 @@ func (m *Manager) Status() []PodStatus {
 	defer m.mu.Unlock()
 	out := make([]PodStatus, 0, len(m.mu.running))
 	for name, r := range m.mu.running {
-		out = append(out, PodStatus{Name: name, Verification: r.sub.Verification(), Rekeyed: r.sub.Rekeyed(), Ranks: r.sub.Ranks(), Groups: r.sub.Groups()})
+		out = append(out, PodStatus{Name: name, Engine: r.sub.engine, Verification: r.sub.Verification(), Rekeyed: r.sub.Rekeyed(), Ranks: r.sub.Ranks(), Groups: r.sub.Groups()})
 	}
 	slices.SortFunc(out, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out

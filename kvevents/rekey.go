@@ -48,6 +48,9 @@ type rekeyer struct {
 	log      *slog.Logger
 	m        *podMetrics
 	onChange func(active bool) // nil: nobody listens
+	// sizeWarned: a block size that is no multiple of kvrouter's was
+	// logged.
+	sizeWarned bool
 }
 
 // rekeyedBlock is one block of the map: kvrouter's digest and the tiers the
@@ -56,6 +59,10 @@ type rekeyedBlock struct {
 	d     blockhash.Digest
 	tiers uint8  // bit t: stored in kvindex.Tier t
 	seq   uint64 // the insertion whose ring slot keeps it
+	// more are kvrouter's hashes of the blocks before d's within the
+	// pod's block, when it holds several of kvrouter's (an engine's
+	// 32-token block is two 16-token blocks); nil when one.
+	more []uint64
 }
 
 // ringSlot names the entry of one insertion.
@@ -75,14 +82,17 @@ func newRekeyer(cfg *Config, h *blockhash.Hasher, pod string, log *slog.Logger, 
 
 // stored records the blocks of e it can rehash and returns their kvrouter
 // hashes, in order: all of e's blocks, or those before the first that cannot
-// be rehashed (counted while active).
+// be rehashed (counted while active). A block of a multiple of kvrouter's
+// block size is that many of kvrouter's blocks.
 func (r *rekeyer) stored(e *wire.Event) []uint64 {
 	r.keys = r.keys[:0]
+	bs := r.h.BlockSize()
 	switch {
 	case !e.TokensMatch():
 		r.fail(rekeyNoTokens, len(e.Hashes))
 		return nil
-	case e.BlockSize != r.h.BlockSize():
+	case e.BlockSize%bs != 0:
+		r.refuseSize(e.BlockSize)
 		r.fail(rekeyBlockSize, len(e.Hashes))
 		return nil
 	}
@@ -94,21 +104,42 @@ func (r *rekeyer) stored(e *wire.Event) []uint64 {
 			return nil
 		}
 		parent, first = b.d, false
-		r.insert(e.Parent, b.d, 0) // a parent in use stays in the map
+		r.insert(e.Parent, b.d, 0, b.more) // a parent in use stays in the map
 	}
 	tier := uint8(1) << e.Tier()
-	bs := e.BlockSize
+	k := e.BlockSize / bs
 	for i, hash := range e.Hashes {
 		extra, ok := blockExtra(e, i, first && i == 0)
 		if !ok {
 			r.fail(rekeyExtraKeys, len(e.Hashes)-i)
 			break
 		}
-		parent = r.h.Block(parent, first && i == 0, e.Tokens[i*bs:(i+1)*bs], extra)
-		r.insert(hash, parent, tier)
-		r.keys = append(r.keys, parent.Value())
+		var more []uint64
+		for j := range k {
+			if j > 0 {
+				extra.CacheSalt = "" // the salt is the chain's first block's
+			}
+			at := (i*k + j) * bs
+			parent = r.h.Block(parent, first && i == 0 && j == 0, e.Tokens[at:at+bs], extra)
+			r.keys = append(r.keys, parent.Value())
+			if j < k-1 {
+				more = append(more, parent.Value())
+			}
+		}
+		r.insert(hash, parent, tier, more)
 	}
 	return r.keys
+}
+
+// refuseSize logs, once, that the pod's blocks of size tokens cannot be
+// cut into kvrouter's.
+func (r *rekeyer) refuseSize(size int) {
+	if r.sizeWarned || !r.active {
+		return
+	}
+	r.sizeWarned = true
+	r.log.Warn("kvevents: the pod's blocks are no multiple of kvrouter's block size: they cannot be indexed (set the engine's page or block size to a multiple of hash.block_size)",
+		"pod", r.pod, "block_size", size, "kvrouter_block_size", r.h.BlockSize())
 }
 
 // removed returns kvrouter's hashes of the blocks of e the map knows in e's
@@ -123,7 +154,7 @@ func (r *rekeyer) removed(e *wire.Event) []uint64 {
 			unknown++
 			continue
 		}
-		r.keys = append(r.keys, b.d.Value())
+		r.keys = append(append(r.keys, b.more...), b.d.Value())
 		if b.tiers &^= tier; b.tiers == 0 {
 			delete(r.blocks, hash)
 		} else {
@@ -134,10 +165,10 @@ func (r *rekeyer) removed(e *wire.Event) []uint64 {
 	return r.keys
 }
 
-// insert maps the pod's hash to d in the tiers of tier (adding to those it
-// has), as the newest entry; the entry of the oldest insertion leaves the
-// map if it is still there.
-func (r *rekeyer) insert(hash uint64, d blockhash.Digest, tier uint8) {
+// insert maps the pod's hash to d (after more) in the tiers of tier
+// (adding to those it has), as the newest entry; the entry of the oldest
+// insertion leaves the map if it is still there.
+func (r *rekeyer) insert(hash uint64, d blockhash.Digest, tier uint8, more []uint64) {
 	tiers := r.blocks[hash].tiers | tier
 	old := r.ring[r.next]
 	if b, ok := r.blocks[old.hash]; ok && b.seq == old.seq && old.seq != 0 && old.hash != hash {
@@ -147,7 +178,7 @@ func (r *rekeyer) insert(hash uint64, d blockhash.Digest, tier uint8) {
 		}
 	}
 	r.seq++
-	r.blocks[hash] = rekeyedBlock{d: d, tiers: tiers, seq: r.seq}
+	r.blocks[hash] = rekeyedBlock{d: d, tiers: tiers, seq: r.seq, more: more}
 	r.ring[r.next] = ringSlot{hash: hash, seq: r.seq}
 	r.next = (r.next + 1) % len(r.ring)
 }
@@ -165,7 +196,7 @@ func (r *rekeyer) byTier() [kvindex.NumTiers][]uint64 {
 	for _, b := range r.blocks {
 		for t := range kvindex.NumTiers {
 			if b.tiers&(1<<t) != 0 {
-				out[t] = append(out[t], b.d.Value())
+				out[t] = append(append(out[t], b.more...), b.d.Value())
 			}
 		}
 	}
@@ -179,6 +210,17 @@ func (r *rekeyer) reset() {
 		clear(r.ring)
 	}
 	r.next = 0
+}
+
+// follow keys the pod's blocks by kvrouter's hashes from the start, for
+// an engine whose block ids are its own (SGLang, TensorRT-LLM).
+func (r *rekeyer) follow(engine string) {
+	r.active = true
+	r.m.rekeyed.Set(1)
+	r.log.Info("kvevents: indexing the engine's blocks under kvrouter's hashes of their token ids", "pod", r.pod, "engine", engine)
+	if r.onChange != nil {
+		r.onChange(true)
+	}
 }
 
 // setActive records whether the pod's entries are kvrouter's hashes and

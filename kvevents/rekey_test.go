@@ -156,7 +156,8 @@ func TestRekeyTiers(t *testing.T) {
 
 // TestRekeyUnresolved counts what cannot be rekeyed and stores none of it:
 // a parent the map never saw, extra keys the event does not spell out,
-// events without token ids or of another block size.
+// events without token ids or of a block size that is no multiple of
+// kvrouter's.
 func TestRekeyUnresolved(t *testing.T) {
 	f, _ := mismatchFixture(t)
 	before := f.idx.PodEntries(f.id)
@@ -169,7 +170,7 @@ func TestRekeyUnresolved(t *testing.T) {
 		stored(orphan, &orphanParent, u32s(7000, 32), 16),
 		withMM,
 		stored([]uint64{1, 2}, nil, nil, 0),
-		stored([]uint64{3}, nil, u32s(0, 32), 32),
+		stored([]uint64{3}, nil, u32s(0, 24), 24),
 	)
 	for reason, want := range map[int]float64{rekeyParentMissing: 2, rekeyExtraKeys: 2, rekeyNoTokens: 2, rekeyBlockSize: 1} {
 		if got := testutil.ToFloat64(f.m.rekeyFailed[reason]); got != want {

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -26,6 +27,7 @@ type Subscriber struct {
 	state   atomic.Uint32 // Verification, for Status
 	rekeyed atomic.Bool   // the pod's entries are kvrouter's hashes, for Status
 	groups  atomic.Pointer[[]Group]
+	engine  string // the pod's engine, its default resolved
 }
 
 // newSubscriber returns a subscriber that applies pod's events to idx under
@@ -48,6 +50,16 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 	g := newGroups(log, pod.Name, bs)
 	g.onChange = func(gs []Group) { s.groups.Store(&gs) }
 	s.applier = newApplier(idx, id, pod.Name, v, rk, g, m)
+	s.engine = engineOf(pod, cfg.DefaultEngine)
+	if s.engine != vllm {
+		s.applier.foreign = true
+		if rk != nil {
+			rk.follow(s.engine)
+		} else {
+			log.Warn("kvevents: the pod's engine names blocks by ids of its own, and rekeying is off (no hash configuration, or RekeyBlocks 0): its events are not indexed",
+				"pod", pod.Name, "engine", s.engine)
+		}
+	}
 	for r := range max(pod.DPSize, 1) {
 		state := m.rank(r)
 		s.ranks = append(s.ranks, state)
@@ -57,6 +69,14 @@ func newSubscriber(cfg Config, pod pod.Pod, idx Index, id kvindex.PodID, hasher 
 		})
 	}
 	return s
+}
+
+// vllm is the engine whose block hashes are kvrouter's.
+const vllm = pod.EngineVLLM
+
+// engineOf is p's engine, def when it names none, vLLM when neither does.
+func engineOf(p pod.Pod, def string) string {
+	return cmp.Or(p.Engine, def, vllm)
 }
 
 // Ranks returns the connection state and last applied sequence number of

@@ -85,6 +85,9 @@ type fleetOptions struct {
 	sim func(i int, c *vllmsim.Config)
 	// role is pod i's prefill/decode role; nil: none.
 	role func(i int) kvpod.Role
+	// engine is the engine every pod plays (vllmsim.Config.Engine) and
+	// is followed as; "": vLLM.
+	engine string
 }
 
 func startFleet(t *testing.T) *fleet {
@@ -130,7 +133,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		simCfg := vllmsim.Config{Name: name, Model: model, LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize}
+		simCfg := vllmsim.Config{Name: name, Model: model, LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize, Engine: o.engine}
 		if o.sim != nil {
 			o.sim(i, &simCfg)
 		}
@@ -144,7 +147,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name], f.sims[name] = addr, pod
 		rp := readyPod(t, name, addr, model)
-		rp.LoRAs, rp.DPSize = []string{"alice"}, o.dpSize
+		rp.LoRAs, rp.DPSize, rp.Engine = []string{"alice"}, o.dpSize, o.engine
 		if o.role != nil {
 			rp.Role = o.role(i)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -78,6 +79,7 @@ type podReport struct {
 	Address      string                `json:"address"`
 	Ready        bool                  `json:"ready"`
 	Model        string                `json:"model"`
+	Engine       string                `json:"engine"` // vllm, sglang or trtllm
 	Aliases      []string              `json:"aliases,omitempty"`
 	LoRAs        []string              `json:"loras,omitempty"`
 	Role         string                `json:"role,omitempty"`    // prefill or decode; none: both
@@ -139,7 +141,7 @@ func (a *app) debugPods(w http.ResponseWriter, _ *http.Request) {
 			Name: p.Name, Address: p.Endpoint(), Ready: p.Ready, Model: p.Model, Aliases: p.Aliases, LoRAs: p.LoRAs,
 			Events: st.Ranks, Verification: st.Verification.String(), IndexKeys: "pod", Tokenization: tokenization(parts, p.Model),
 		}
-		r.Role = string(p.Role)
+		r.Role, r.Engine = string(p.Role), cmp.Or(st.Engine, p.Engine, a.defaultEngine)
 		if p.DPRanks > 0 {
 			r.DPRank = &p.DPRank
 		}

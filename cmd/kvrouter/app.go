@@ -86,8 +86,10 @@ type app struct {
 	// models are the models the configuration names, watched from the
 	// start.
 	models []string
-	// staleAfter is routing.stale_metrics_after, for /debug/pods.
-	staleAfter time.Duration
+	// staleAfter is routing.stale_metrics_after, for /debug/pods;
+	// defaultEngine is pods.default_engine.
+	staleAfter    time.Duration
+	defaultEngine string
 }
 
 // newApp builds every part from validated settings. A tokenizer or pods
@@ -217,10 +219,11 @@ func (a *app) build(s settings) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	a.proxy = proxy.New(a.router, int64(s.ext.MaxBodyBytes), nil, a.logger)
-	a.staleAfter = s.router.StaleMetricsAfter
+	a.staleAfter, a.defaultEngine = s.router.StaleMetricsAfter, s.events.DefaultEngine
 	if a.scraper, err = fleet.NewScraper(a.fleet, nil, time.Duration(s.Pods.MetricsInterval), a.staleAfter, a.logger, a.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	a.scraper.DefaultEngine = a.defaultEngine
 	return nil
 }
 

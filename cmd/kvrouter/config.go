@@ -122,6 +122,7 @@ type podsConfig struct {
 	// MetricsInterval is how often each ready pod's vLLM /metrics is read.
 	MetricsInterval time.Duration `yaml:"metrics_interval"` // --pods-metrics-interval
 	EventSources    string        `yaml:"event_sources"`    // --pods-event-sources: auto, always, off
+	DefaultEngine   string        `yaml:"default_engine"`   // --default-engine: vllm, sglang, trtllm
 }
 
 // defaultConfig is serve's configuration when nothing is said: vLLM's own
@@ -137,7 +138,7 @@ func defaultConfig() config {
 		Tokenizers: tokenizerDefaults(),
 		Routing:    router.DefaultConfig(),
 		ExtProc:    extprocConfig{Config: extproc.DefaultConfig(), TLS: certs.DefaultSettings()},
-		Pods:       podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond, EventSources: kvevents.SourcesAuto},
+		Pods:       podsConfig{FileInterval: time.Second, MetricsInterval: 100 * time.Millisecond, EventSources: kvevents.SourcesAuto, DefaultEngine: pod.EngineVLLM},
 		Discovery:  discovery.DefaultSettings(),
 	}
 }
@@ -179,6 +180,7 @@ var serveFlagTable = conf.Table{
 	{Name: "pods-file", Path: "pods.file", Help: "a YAML file listing vLLM pods without Kubernetes, reloaded when it changes"},
 	{Name: "pods-file-interval", Path: "pods.file_interval", Help: "how often the pods file is checked for changes"},
 	{Name: "pods-metrics-interval", Path: "pods.metrics_interval", Help: "how often each ready pod's vLLM /metrics is read for its queue and KV use"},
+	{Name: "default-engine", Path: "pods.default_engine", Help: "the engine of pods that name none: vllm, sglang or trtllm (their KV events and metrics)"},
 	{Name: "pods-event-sources", Path: "pods.event_sources", Help: "which pods are asked GET /kv_event_sources for their KV-event endpoints: auto (those with no event ports configured), always, off"},
 	{Name: "hf-cache", Path: "tokenizers.hf_cache", Help: "the Hugging Face hub cache directory tokenizers are found in and downloaded to (shared with the pods'); default: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub"},
 	{Name: "hub-endpoint", Path: "tokenizers.hub.endpoint", Help: "the hub (or mirror) tokenizers missing from --hf-cache are downloaded from; $HF_ENDPOINT when not given"},
@@ -218,7 +220,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
 	serveFlagTable.Bind(fs, c)
-	fs.Var(conf.NewList(&c.podFlags), "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both)")
+	fs.Var(conf.NewList(&c.podFlags), "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R][,engine=E] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both; engine: vllm, sglang or trtllm)")
 	fs.Var(conf.NewList(&c.modelFlags), "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL (repeatable); other models are the hub repository of their own name")
 	fs.Var(conf.NewList(&c.templateFlags), "chat-template", "a model's chat template, as the pods' --chat-template: NAME=FILE, NAME=TEXT or NAME=TEMPLATE-NAME (repeatable)")
 	fs.Var(conf.NewList(&c.formatFlags), "chat-template-content-format", "a model's message content format, as the pods' --chat-template-content-format: NAME=auto, NAME=string or NAME=openai (repeatable)")

@@ -105,7 +105,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			TLS: certs.Settings{Mode: "auto", ReloadInterval: 10 * time.Second},
 		},
 		Pods: podsConfig{
-			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond, EventSources: kvevents.SourcesAuto,
+			DefaultModel: "dm", File: "/pods.yaml", FileInterval: 2 * time.Second, MetricsInterval: 250 * time.Millisecond, EventSources: kvevents.SourcesAuto, DefaultEngine: pod.EngineVLLM,
 			Static: []pod.Entry{{Name: "a", Address: "10.0.0.1:80", Model: "m", Aliases: []string{"x"}, LoRAs: []string{"l"}, EventPort: 7, ReplayPort: 8, DPSize: 2}},
 		},
 		Discovery: discovery.Settings{Kubeconfig: "off", Namespaces: []string{"n1", "n2"}, Selector: "app=x", ServingPort: 8000},

@@ -116,7 +116,10 @@ func (c config) validate(serviceHost string) (settings, error) {
 	}
 	s.hash = c.Hash
 	s.events = kvevents.DefaultConfig()
-	s.events.Hash, s.events.Sources = s.hash, c.Pods.EventSources
+	s.events.Hash, s.events.Sources, s.events.DefaultEngine = s.hash, c.Pods.EventSources, c.Pods.DefaultEngine
+	if _, err := pod.ParseEngine(c.Pods.DefaultEngine); err != nil {
+		p.Add("pods.default_engine: %v", err)
+	}
 	if c.Pods.EventSources != kvevents.SourcesAuto && c.Pods.EventSources != kvevents.SourcesAlways && c.Pods.EventSources != kvevents.SourcesOff {
 		p.Add("pods.event_sources: %q, want auto, always or off", c.Pods.EventSources)
 	}

@@ -21,6 +21,7 @@ type Entry struct {
 	ReplayPort int      `yaml:"replay_port"` // KV events replay port; 0: 5558
 	DPSize     int      `yaml:"dp_size"`     // data-parallel size; 0: 1
 	Role       string   `yaml:"role"`        // prefill, decode or both (default)
+	Engine     string   `yaml:"engine"`      // vllm, sglang or trtllm; default pods.default_engine
 }
 
 // Pod checks e and returns it as a ready pod, and its problems.
@@ -63,6 +64,9 @@ func (e Entry) Pod(defaultModel string) (Pod, []string) {
 	if p.Role, err = ParseRole(e.Role); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if p.Engine, err = ParseEngine(e.Engine); err != nil {
+		errs = append(errs, err.Error())
+	}
 	return p, errs
 }
 
@@ -89,13 +93,13 @@ func FromEntries(where string, entries []Entry, defaultModel string) ([]Pod, []s
 	return out, problems
 }
 
-// ParseFlag reads a --pod flag: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R].
+// ParseFlag reads a --pod flag: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R][,engine=E].
 func ParseFlag(s string) (Entry, error) {
 	var p Entry
 	parts := strings.Split(s, ",")
 	name, addr, ok := strings.Cut(parts[0], "=")
 	if !ok || name == "" {
-		return p, fmt.Errorf("pod %q: want name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R]", s)
+		return p, fmt.Errorf("pod %q: want name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R][,engine=E]", s)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || net.ParseIP(host) == nil {
@@ -118,6 +122,8 @@ func ParseFlag(s string) (Entry, error) {
 			var r Role
 			r, err = ParseRole(v)
 			p.Role = string(r)
+		case "engine":
+			p.Engine, err = ParseEngine(v)
 		case "dp":
 			if p.DPSize, err = strconv.Atoi(v); err != nil || p.DPSize < 1 || p.DPSize > MaxDPSize {
 				err = fmt.Errorf("dp %q is not in [1, %d]", v, MaxDPSize)

@@ -45,8 +45,28 @@ type Pod struct {
 	// whose prompt a prefill pod computed; RoleBoth ("") serves whole
 	// requests, and may be a decode destination too.
 	Role Role
+	// Engine is the inference engine serving it: EngineVLLM, EngineSGLang
+	// or EngineTRTLLM; "" is the configured default (pods.default_engine).
+	Engine string
 	// Ready is true while the pod may be routed to.
 	Ready bool
+}
+
+// The engines kvrouter follows.
+const (
+	EngineVLLM   = "vllm"
+	EngineSGLang = "sglang"
+	EngineTRTLLM = "trtllm"
+)
+
+// ParseEngine reads an engine name: vllm, sglang, trtllm, or "" (the
+// default).
+func ParseEngine(s string) (string, error) {
+	switch s {
+	case "", EngineVLLM, EngineSGLang, EngineTRTLLM:
+		return s, nil
+	}
+	return "", fmt.Errorf("engine %q, want vllm, sglang or trtllm", s)
 }
 
 // Role is a pod's part in prefill/decode disaggregation, as llm-d names
@@ -79,7 +99,7 @@ func (p Pod) Equal(q Pod) bool {
 	return p.Name == q.Name && p.IP == q.IP && p.Port == q.Port && p.Model == q.Model &&
 		slices.Equal(p.Aliases, q.Aliases) && slices.Equal(p.LoRAs, q.LoRAs) &&
 		p.EventPort == q.EventPort && p.ReplayPort == q.ReplayPort && p.DPSize == q.DPSize &&
-		p.DPRank == q.DPRank && p.DPRanks == q.DPRanks && p.Role == q.Role && p.Ready == q.Ready
+		p.DPRank == q.DPRank && p.DPRanks == q.DPRanks && p.Role == q.Role && p.Engine == q.Engine && p.Ready == q.Ready
 }
 
 // RankName is the name of data-parallel rank k of the pod named name:

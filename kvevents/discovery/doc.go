@@ -35,12 +35,14 @@
 //	kvrouter.io/port                the OpenAI server port (also /metrics); else the
 //	                                container port named "http", else Config.ServingPort (8000)
 //	kvrouter.io/events-port         KV events PUB port (default: asked of the pod, else 5557)
-//	kvrouter.io/replay-port         KV events replay ROUTER port (default 5558)
+//	kvrouter.io/replay-port         KV events replay ROUTER port (default: asked of the pod, else 5558)
 //	kvrouter.io/dp-size             data-parallel size (rank k publishes on the ports + k;
 //	                                each rank is a routing candidate of its own)
 //	kvrouter.io/role                prefill, decode or both: the pod's part in
 //	                                prefill/decode disaggregation (else llm-d's label
 //	                                llm-d.ai/role, else both)
+//	kvrouter.io/engine              vllm, sglang or trtllm: the engine whose KV events
+//	                                and metrics the pod serves (else pods.default_engine)
 //
 // A pod is reported once it has an IP. It is Ready when its Ready condition
 // is true and it is not being deleted; a pod that is not ready stays known

@@ -20,6 +20,7 @@ const (
 	AnnotationReplayPort  = "kvrouter.io/replay-port"
 	AnnotationDPSize      = "kvrouter.io/dp-size"
 	AnnotationRole        = "kvrouter.io/role"
+	AnnotationEngine      = "kvrouter.io/engine"
 	LabelModel            = "kvrouter.io/model"
 	// LabelRole is llm-d's label for a pod's prefill/decode role (prefill,
 	// decode, both), read when the pod has no kvrouter.io/role annotation.
@@ -70,6 +71,13 @@ func podFrom(k *corev1.Pod, cfg Config) (p pod.Pod, ok bool, problems []error) {
 			problems = append(problems, fmt.Errorf("%s or label %s: %w", AnnotationRole, LabelRole, err))
 		}
 		p.Role = role
+	}
+	if v, set := a[AnnotationEngine]; set {
+		engine, err := pod.ParseEngine(strings.TrimSpace(v))
+		if err != nil {
+			problems = append(problems, fmt.Errorf("annotation %s: %w", AnnotationEngine, err))
+		}
+		p.Engine = engine
 	}
 	return p, true, problems
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -41,6 +42,9 @@ type Scraper struct {
 	// staleAfter is the bound past which a failing pod's figures are stale
 	// (0: never), the router's Config.StaleMetricsAfter.
 	staleAfter time.Duration
+	// DefaultEngine is the engine of pods that name none (pod.Pod.Engine),
+	// whose metrics page it reads; "" is vLLM. Set before Run.
+	DefaultEngine string
 }
 
 // scrapePhases is the number of slots a round's scrapes are spread over.
@@ -245,7 +249,7 @@ func (st *scrapeState) record(l *Load, err error, interval time.Duration, now ti
 func (s *Scraper) scrape(ctx context.Context, m *Member, st *scrapeState, ranks []*Member, states []*scrapeState) error {
 	ctx, cancel := context.WithTimeout(ctx, s.interval*10)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Endpoint+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Endpoint+metricsPath(cmp.Or(m.Pod.Engine, s.DefaultEngine)), nil)
 	if err != nil {
 		return err
 	}
@@ -370,6 +374,10 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines, err error) {
 			continue
 		}
 		name := line[:strings.IndexAny(line+" ", "{ ")]
+		rest := line[len(name):]
+		if alias, ok := engineSeries[name]; ok {
+			name = alias
+		}
 		counter := counterSeries[name]
 		switch name {
 		case "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", cacheConfig:
@@ -378,7 +386,6 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines, err error) {
 				continue
 			}
 		}
-		rest := line[len(name):]
 		engine, labeled, set := "", false, ""
 		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
 			set = rest[:i]
@@ -428,6 +435,29 @@ func ParseVLLMEngines(r io.Reader) (all Queue, engines Engines, err error) {
 // cacheConfig is vLLM's info series of its KV cache's configuration.
 const cacheConfig = "vllm:cache_config_info"
 
+// engineSeries are the series of SGLang and TensorRT-LLM read as vLLM's,
+// as the Gateway API Inference Extension's model server protocol pairs
+// them: queued and running requests, the KV cache's use (a fraction), and
+// SGLang's cache configuration (page_size and num_pages labels).
+var engineSeries = map[string]string{
+	"sglang:num_queue_reqs":       "vllm:num_requests_waiting",
+	"sglang:num_running_reqs":     "vllm:num_requests_running",
+	"sglang:token_usage":          "vllm:kv_cache_usage_perc",
+	"sglang:cache_config_info":    cacheConfig,
+	"trtllm_num_requests_waiting": "vllm:num_requests_waiting",
+	"trtllm_num_requests_running": "vllm:num_requests_running",
+	"trtllm_kv_cache_utilization": "vllm:kv_cache_usage_perc",
+}
+
+// metricsPath is where an engine serves its Prometheus metrics:
+// trtllm-serve on /prometheus/metrics, the others on /metrics.
+func metricsPath(engine string) string {
+	if engine == "trtllm" {
+		return "/prometheus/metrics"
+	}
+	return "/metrics"
+}
+
 // maxCacheTokens bounds a KV cache's size read from its labels: no GPU
 // holds 2^40 tokens, and a sum over engines stays far from overflowing.
 const maxCacheTokens = 1 << 40
@@ -445,6 +475,10 @@ func cacheTokens(set string) int64 {
 	}
 	b, okB := labelValue(set, "num_gpu_blocks")
 	s, okS := labelValue(set, "block_size")
+	if !okB || !okS { // SGLang's names
+		b, okB = labelValue(set, "num_pages")
+		s, okS = labelValue(set, "page_size")
+	}
 	if !okB || !okS {
 		return -1
 	}

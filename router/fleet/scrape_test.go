@@ -496,3 +496,36 @@ func TestScraperRefusesCutPage(t *testing.T) {
 		}
 	})
 }
+
+// TestEngineMetrics reads SGLang's and TensorRT-LLM's queue, running and KV
+// use series (the names the Gateway API Inference Extension's model server
+// protocol gives them), and SGLang's cache size from its page labels.
+func TestEngineMetrics(t *testing.T) {
+	for name, page := range map[string]string{
+		"sglang": `# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m"} 3
+sglang:num_running_reqs{model_name="m"} 5
+sglang:token_usage{model_name="m"} 0.25
+sglang:cache_config_info{page_size="16",num_pages="1000"} 1
+`,
+		"trtllm": `trtllm_num_requests_waiting{model_name="m"} 3
+trtllm_num_requests_running{model_name="m"} 5
+trtllm_kv_cache_utilization{model_name="m"} 0.25
+`,
+	} {
+		q, _, err := ParseVLLMEngines(strings.NewReader(page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantTokens := int64(-1)
+		if name == "sglang" {
+			wantTokens = 16000
+		}
+		if q.Waiting != 3 || q.Running != 5 || q.KVUsage != 0.25 || q.KVTokens != wantTokens {
+			t.Errorf("%s: %+v, want 3 waiting, 5 running, 0.25 used, %d tokens", name, q, wantTokens)
+		}
+	}
+	if metricsPath("trtllm") != "/prometheus/metrics" || metricsPath("sglang") != "/metrics" || metricsPath("") != "/metrics" {
+		t.Error("metrics paths")
+	}
+}

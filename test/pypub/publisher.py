@@ -32,6 +32,26 @@ on stdin, one per line:
            as if lost on the wire
   reset    play a restart the subscriber cannot see on the socket: sequence
            numbers start again from 0 and the replay buffer is emptied
+With --engine sglang or trtllm a round is, instead, what that engine
+publishes (each written from the engine's own source, not from kvrouter's):
+
+  * sglang (sgl-project/sglang python/sglang/srt/disaggregation/kv_events.py
+    at 612d5790): batches [ts, events, attn_dp_rank]; one BlockStored per
+    16-token page as a tagged array [tag, block_hashes, parent_block_hash,
+    token_ids, block_size, lora_id], and the same as maps with a "type" key
+    (the form of later releases); block ids of SGLang's own, SHA-256 over
+    the parent's digest and the page's token ids as 4-byte little-endian
+    integers, the digest's first 8 bytes read as a signed 64-bit integer;
+    a removal; and a page of one token (SGLang's default page size);
+  * trtllm (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/
+    kv_cache_events.py): batches [ts, events, data_parallel_rank], events as
+    maps with a "type" key and vLLM's field names, 32-token blocks, ids the
+    first 8 bytes of a SHA-256 chain read as a signed integer; a removal.
+
+Its "expected" are then the hashes a router must index: its own (vLLM's,
+with --seed, 16-token blocks) of the token ids of the blocks live at the
+round's end.
+
 The script exits when stdin closes. Needs Debian's python3-zmq and
 python3-msgpack (run it with /usr/bin/python3).
 """
@@ -179,6 +199,61 @@ class Round:
                               + vllm_chain(self.seed, toks[:32], 16, extra=("alice",)))
 
 
+def engine_ids(tokens, size):
+    """An engine's own block ids: a SHA-256 chain over the parent's digest
+    and the block's token ids (uint32 little-endian), each id the digest's
+    first 8 bytes as a signed 64-bit integer."""
+    digest, ids = b"", []
+    for i in range(0, len(tokens) - size + 1, size):
+        digest = hashlib.sha256(digest + struct.pack("<%dI" % size, *tokens[i:i + size])).digest()
+        ids.append(struct.unpack(">q", digest[:8])[0])
+    return ids
+
+
+def engine_round(engine, base, rank, seed):
+    """One round of an engine's batches, and the router's hashes of the
+    blocks live at its end."""
+    ts = time.time()
+    batches = [msgpack.packb([ts, [["AllBlocksCleared"]], rank])]
+    start = (base + 137 * (base // 1000000)) % 50000  # each round its own tokens
+    toks = list(range(start, start + 128))
+    live = set()  # indexes of the router's 16-token blocks
+    if engine == "sglang":
+        ids = engine_ids(toks[:64], 16)
+        events = []
+        for i, page in enumerate(ids):  # one event per page, tagged arrays
+            parent = ids[i - 1] if i else None
+            events.append(["BlockStored", [page], parent, toks[i * 16:(i + 1) * 16], 16, None])
+        batches.append(msgpack.packb([ts, events, rank]))
+        live.update(range(4))
+        other = engine_ids(toks[64:], 16)  # another prompt, as maps
+        batches.append(msgpack.packb([ts, [
+            {"type": "BlockStored", "block_hashes": [page], "parent_block_hash": other[i - 1] if i else None,
+             "token_ids": toks[64 + i * 16:64 + (i + 1) * 16], "block_size": 16}
+            for i, page in enumerate(other)], rank]))
+        live.update(range(4, 8))
+        batches.append(msgpack.packb([ts, [["BlockRemoved", [other[3]]]], rank]))
+        live.discard(7)
+        one = engine_ids(toks[:1], 1)  # a page of one token: refused
+        batches.append(msgpack.packb([ts, [["BlockStored", one, None, toks[:1], 1, None]], rank]))
+        chains = [toks[:64], toks[64:]]
+    else:
+        ids = engine_ids(toks[:96], 32)
+        batches.append(msgpack.packb([ts, [
+            {"type": "BlockStored", "block_hashes": ids[:2], "parent_block_hash": None, "token_ids": toks[:64],
+             "block_size": 32, "lora_id": None, "medium": "GPU", "lora_name": None},
+            {"type": "BlockStored", "block_hashes": ids[2:], "parent_block_hash": ids[1], "token_ids": toks[64:96],
+             "block_size": 32, "lora_id": None, "medium": "GPU", "lora_name": None, "group_idx": 0}], rank]))
+        live.update(range(6))
+        batches.append(msgpack.packb([ts, [{"type": "BlockRemoved", "block_hashes": [ids[1]], "medium": "GPU"}], rank]))
+        live.difference_update({2, 3})
+        chains = [toks[:96]]
+    hashes = []
+    for chain in chains:
+        hashes += [value_of(d) for d in vllm_chain(seed, chain, 16)]
+    return batches, sorted(hashes[i] for i in live)
+
+
 class Publisher:
     def __init__(self, args):
         self.ctx = zmq.Context()
@@ -251,6 +326,8 @@ def main():
     ap.add_argument("--buffer", type=int, default=10000)
     ap.add_argument("--seed", help="PYTHONHASHSEED string: also publish events with real vLLM hashes")
     ap.add_argument("--idle", action="store_true", help="publish nothing until told")
+    ap.add_argument("--engine", choices=["sglang", "trtllm"],
+                    help="publish what this engine publishes instead (needs --seed)")
     ap.add_argument("--random-root", action="store_true",
                     help="chain the real events from 32 random bytes, as vLLM without PYTHONHASHSEED")
     args = ap.parse_args()
@@ -264,6 +341,12 @@ def main():
     def publish_round(lose=0):
         rnd = rounds[0]
         rounds[0] += 1
+        if args.engine:
+            batches, want = engine_round(args.engine, args.base + rnd * 1000000, args.rank, args.seed)
+            for i, payload in enumerate(batches):
+                p.publish(payload, lost=i < lose)
+            say({"round": rnd, "expected": want})
+            return
         r = Round(args.base + rnd * 1000000, args.rank, args.seed, root)
         for i, payload in enumerate(r.build()):
             p.publish(payload, lost=i < lose)

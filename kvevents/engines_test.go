@@ -1,0 +1,124 @@
+package kvevents
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kvrouter/kvevents/wire"
+	"github.com/kvrouter/kvrouter/kvindex/blockhash"
+)
+
+// foreignFixture is an applier of a pod whose engine names blocks by ids
+// of its own.
+func foreignFixture(t testing.TB) *applyFixture {
+	f := newApplyFixture(t)
+	f.a.foreign = true
+	f.a.rekey.follow("trtllm")
+	return f
+}
+
+// chainHashes is kvrouter's hashes of tokens, 16 to a block, from the root.
+func chainHashes(t testing.TB, tokens []uint32) []uint64 {
+	h, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256CBOR, Seed: "0", BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	d := h.Root()
+	for i := 0; i+16 <= len(tokens); i += 16 {
+		d = h.Block(d, i == 0, tokens[i:i+16], blockhash.Extra{})
+		out = append(out, d.Value())
+	}
+	return out
+}
+
+// TestForeignBlocksRechunked: an engine's 32-token blocks (TensorRT-LLM's
+// default) are two of kvrouter's 16-token blocks each, under kvrouter's
+// hashes whatever the engine's ids (signed, as SGLang and TensorRT-LLM
+// send them); a child continues its parent's chain, and a removal takes
+// both halves.
+func TestForeignBlocksRechunked(t *testing.T) {
+	f := foreignFixture(t)
+	tokens := u32s(0, 96)
+	want := chainHashes(t, tokens)
+	neg := func(v int64) uint64 { return uint64(v) }
+	first := wire.Event{Type: wire.BlockStored, Hashes: []uint64{neg(-7), 11}, Tokens: tokens[:64], BlockSize: 32}
+	child := wire.Event{Type: wire.BlockStored, Hashes: []uint64{neg(-3)}, Parent: 11, HasParent: true, Tokens: tokens[64:], BlockSize: 32}
+	if err := f.a.apply(&wire.Batch{Events: []wire.Event{first, child}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range want {
+		if !f.idx.Holds(f.id, h) {
+			t.Errorf("block %d (%d) not indexed", i, h)
+		}
+	}
+	if got := f.idx.PodEntries(f.id); got != len(want) {
+		t.Errorf("PodEntries = %d, want %d", got, len(want))
+	}
+	if err := f.a.apply(&wire.Batch{Events: []wire.Event{{Type: wire.BlockRemoved, Hashes: []uint64{11}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range want {
+		if held := f.idx.Holds(f.id, h); held != (i < 2 || i > 3) {
+			t.Errorf("after removing the second 32-token block: block %d held %v", i, held)
+		}
+	}
+}
+
+// TestForeignBlockSizeRefused: blocks that are no multiple of kvrouter's
+// (SGLang's default page of one token) cannot be indexed: counted, and
+// one WARN names the pod and the setting.
+func TestForeignBlockSizeRefused(t *testing.T) {
+	f := foreignFixture(t)
+	for i := range 3 {
+		e := wire.Event{Type: wire.BlockStored, Hashes: []uint64{uint64(100 + i)}, Tokens: u32s(i, 1), BlockSize: 1}
+		if i > 0 {
+			e.Parent, e.HasParent = uint64(99+i), true
+		}
+		if err := f.a.apply(&wire.Batch{Events: []wire.Event{e}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.idx.PodEntries(f.id); got != 0 {
+		t.Errorf("PodEntries = %d, want 0", got)
+	}
+	if got := testutil.ToFloat64(f.m.rekeyFailed[rekeyBlockSize]); got < 1 {
+		t.Errorf("rekey_failed_blocks_total{block_size} = %v, want counted", got)
+	}
+	if n := strings.Count(f.log.String(), "no multiple of kvrouter's block size"); n != 1 {
+		t.Errorf("%d WARNs of the block size, want 1: %s", n, f.log.String())
+	}
+}
+
+// TestForeignNeverVerified: a foreign pod's events are not checked
+// against vLLM's hashes (they never match), so the pod never turns
+// "mismatch" and its entries are never cleared for it.
+func TestForeignNeverVerified(t *testing.T) {
+	f := foreignFixture(t)
+	tokens := u32s(0, 160)
+	for i := range 10 {
+		e := wire.Event{Type: wire.BlockStored, Hashes: []uint64{uint64(1000 + i)}, Tokens: tokens[i*16 : (i+1)*16], BlockSize: 16}
+		if i > 0 {
+			e.Parent, e.HasParent = uint64(999+i), true
+		}
+		if err := f.a.apply(&wire.Batch{Events: []wire.Event{e}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.a.verify.state != VerifyUnknown {
+		t.Errorf("verification = %v, want unknown: a foreign pod is not verified", f.a.verify.state)
+	}
+	want := chainHashes(t, tokens)
+	var got []uint64
+	for _, h := range want {
+		if f.idx.Holds(f.id, h) {
+			got = append(got, h)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("indexed %d of kvrouter's %d blocks", len(got), len(want))
+	}
+}
