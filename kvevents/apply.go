@@ -57,6 +57,9 @@ type applier struct {
 	// foreign: the pod's engine names blocks by ids of its own (SGLang,
 	// TensorRT-LLM), so its blocks are always rekeyed, never verified.
 	foreign bool
+	// pending are stored keys not yet given to the index, in pendingTier.
+	pending     []uint64
+	pendingTier kvindex.Tier
 	// The layout last given to the index (GroupIndex): the groups'
 	// version, and whether the pod was rekeyed.
 	layoutVersion uint64
@@ -114,7 +117,11 @@ func (a *applier) apply(b *wire.Batch) error {
 			h = holdNone // its hashes are the pod's, its full-attention blocks kvrouter's
 		}
 		var err error
+		if h != holdRaw || e.Type != wire.BlockStored {
+			err = a.flush() // stores wait only for stores
+		}
 		switch {
+		case err != nil:
 		case h == holdNone:
 			a.m.groupSkipped[skip].Inc()
 			continue
@@ -136,11 +143,38 @@ func (a *applier) apply(b *wire.Batch) error {
 			a.m.clearEvent.Inc()
 		}
 		if err != nil {
+			a.pending = a.pending[:0]
 			return fmt.Errorf("kvevents: apply %v: %w", e.Type, err)
 		}
 		a.m.events[e.Type].Inc()
 	}
+	if err := a.flush(); err != nil {
+		return fmt.Errorf("kvevents: apply %v: %w", wire.BlockStored, err)
+	}
 	return a.syncLayout()
+}
+
+// store queues the keys of a stored event in tier for one Index.Stored
+// call with the events stored after it (an SGLang pod sends one event per
+// page): flush applies them, before any other event and at the batch's
+// end.
+func (a *applier) store(tier kvindex.Tier, keys []uint64) error {
+	if len(a.pending) > 0 && tier != a.pendingTier {
+		if err := a.flush(); err != nil {
+			return err
+		}
+	}
+	a.pending, a.pendingTier = append(a.pending, keys...), tier
+	return nil
+}
+
+func (a *applier) flush() error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	keys := a.pending
+	a.pending = a.pending[:0]
+	return a.idx.Stored(a.id, a.pendingTier, keys)
 }
 
 func (a *applier) rekeyed() bool { return a.rekey != nil && a.rekey.active }
@@ -183,12 +217,17 @@ func (a *applier) syncLayout() error {
 func (a *applier) stored(e *wire.Event) error {
 	if !a.foreign {
 		a.verify.observe(e)
+		if a.verify.state == VerifyMismatch != (a.rekey != nil && a.rekey.active) {
+			if err := a.flush(); err != nil { // the pod's keys are about to change
+				return err
+			}
+		}
 		if err := a.followVerification(); err != nil {
 			return err
 		}
 	}
 	if keys, ok := a.keys(e, true); ok {
-		return a.idx.Stored(a.id, e.Tier(), keys)
+		return a.store(e.Tier(), keys)
 	}
 	return nil
 }
@@ -276,6 +315,7 @@ func (a *applier) clear(reason clearReason, log *slog.Logger, pod string) error 
 	case clearExhausted:
 		a.m.clearExhausted.Inc()
 	}
+	a.pending = a.pending[:0]
 	if a.rekey != nil {
 		a.rekey.reset()
 	}

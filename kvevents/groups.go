@@ -139,6 +139,9 @@ type groups struct {
 	blockSize int
 	// version counts the changes of byIndex, for the applier's layout.
 	version uint64
+	// last is the group the last BlockStored named, as recorded (hasLast).
+	last    Group
+	hasLast bool
 }
 
 func newGroups(log *slog.Logger, pod string, blockSize int) *groups {
@@ -189,9 +192,13 @@ func (g *groups) judge(e *wire.Event) Group {
 
 // learn records the group of a BlockStored event and returns it.
 func (g *groups) learn(e *wire.Event) Group {
+	if l := g.last; g.hasLast && l.Index == e.GroupIdx && l.Kind == e.SpecKind && l.SlidingWindow == e.SlidingWindow && l.BlockSize == e.BlockSize {
+		return l // the group of the event before, as most events are
+	}
 	gr := g.judge(e)
 	old, known := g.byIndex[e.GroupIdx]
 	if known && old == gr {
+		g.last, g.hasLast = gr, true
 		return gr
 	}
 	if !known && len(g.byIndex) >= maxGroups {
@@ -206,6 +213,7 @@ func (g *groups) learn(e *wire.Event) Group {
 			"pod", g.pod, "group", gr.Index, "kind", gr.Kind, "reason", gr.Refused)
 	}
 	g.byIndex[e.GroupIdx] = gr
+	g.last, g.hasLast = gr, true
 	g.publish()
 	return gr
 }
@@ -235,6 +243,7 @@ func (g *groups) layout() []kvindex.Group {
 // reset forgets every group: a restarted publisher may serve another
 // model configuration.
 func (g *groups) reset() {
+	g.hasLast = false
 	if len(g.byIndex) == 0 {
 		return
 	}

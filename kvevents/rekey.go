@@ -104,7 +104,11 @@ func (r *rekeyer) stored(e *wire.Event) []uint64 {
 			return nil
 		}
 		parent, first = b.d, false
-		r.insert(e.Parent, b.d, 0, b.more) // a parent in use stays in the map
+		if r.seq-b.seq >= uint64(len(r.ring)/2) {
+			// A parent in use stays in the map: refreshed once it is
+			// older than half the ring (each SGLang page names the last).
+			r.insert(e.Parent, b.d, 0, b.more)
+		}
 	}
 	tier := uint8(1) << e.Tier()
 	k := e.BlockSize / bs
