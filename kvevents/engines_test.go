@@ -122,3 +122,98 @@ func TestForeignNeverVerified(t *testing.T) {
 		t.Errorf("indexed %d of kvrouter's %d blocks", len(got), len(want))
 	}
 }
+
+// FuzzForeignBlocks plays an engine's random stores (blocks of one, two or
+// three of kvrouter's, or of a size that is no multiple, from the root or
+// after a block seen before or never seen), removals and clears against a
+// foreign pod, and holds the index after each step to a model written from
+// the rekeying rule: each live block of the engine is its blocks of
+// kvrouter's, chained from its parent's last.
+func FuzzForeignBlocks(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 3, 0, 1, 1, 2, 0})
+	f.Add([]byte{1, 5, 0, 9, 2, 1, 4, 0, 0, 3, 3, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		fx := foreignFixture(t)
+		h, err := blockhash.NewHasher(blockhash.Config{Algorithm: blockhash.SHA256CBOR, Seed: "0", BlockSize: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type block struct {
+			last blockhash.Digest
+			keys []uint64
+		}
+		blocks := map[uint64]block{} // the engine's live blocks by id
+		var ids []uint64             // every id stored, in order
+		live := map[uint64]int{}     // kvrouter's hashes held, counted
+		next := func() byte {
+			if len(ops) == 0 {
+				return 0
+			}
+			b := ops[0]
+			ops = ops[1:]
+			return b
+		}
+		for step := 0; len(ops) > 0; step++ {
+			op, arg := next(), next()
+			var e wire.Event
+			switch op % 5 {
+			case 0, 1, 2: // store one block
+				k := int(arg%4) + 1 // 4: 24 tokens, refused
+				size := 16 * k
+				if k == 4 {
+					size = 24
+				}
+				id := uint64(step+1) << 8
+				e = wire.Event{Type: wire.BlockStored, Hashes: []uint64{id}, Tokens: u32s(int(arg)*100+step, size), BlockSize: size}
+				parent, first := h.Root(), true
+				known := true
+				if op%5 > 0 && len(ids) > 0 { // after a block: seen, or gone
+					pid := ids[int(arg)%len(ids)]
+					e.Parent, e.HasParent = pid, true
+					b, ok := blocks[pid]
+					parent, first, known = b.last, false, ok
+				}
+				if !known || k == 4 {
+					break
+				}
+				var keys []uint64
+				for j := range k {
+					parent = h.Block(parent, first && j == 0, e.Tokens[j*16:(j+1)*16], blockhash.Extra{})
+					keys = append(keys, parent.Value())
+					live[parent.Value()]++
+				}
+				blocks[id] = block{last: parent, keys: keys}
+				ids = append(ids, id)
+			case 3: // remove a block seen
+				if len(ids) == 0 {
+					continue
+				}
+				id := ids[int(arg)%len(ids)]
+				e = wire.Event{Type: wire.BlockRemoved, Hashes: []uint64{id}}
+				if b, ok := blocks[id]; ok {
+					for _, key := range b.keys {
+						if live[key]--; live[key] == 0 {
+							delete(live, key)
+						}
+					}
+					delete(blocks, id)
+				}
+			default:
+				e = wire.Event{Type: wire.AllBlocksCleared}
+				clear(blocks)
+				clear(live)
+			}
+			if err := fx.a.apply(&wire.Batch{Events: []wire.Event{e}}); err != nil {
+				t.Fatal(err)
+			}
+			for key := range live {
+				if !fx.idx.Holds(fx.id, key) {
+					t.Fatalf("step %d: block %d not indexed", step, key)
+				}
+			}
+			if got := fx.idx.PodEntries(fx.id); got != len(live) {
+				t.Fatalf("step %d: %d entries, want %d", step, got, len(live))
+			}
+		}
+	})
+}
