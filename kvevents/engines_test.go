@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvrouter/kvrouter/kvevents/wire"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
@@ -216,4 +217,35 @@ func FuzzForeignBlocks(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestForeignMultimodalCounted: TensorRT-LLM's mm_keys mark the blocks
+// with multimodal segments, whose hash inputs the event does not spell
+// out: those blocks are not indexed, and are counted.
+func TestForeignMultimodalCounted(t *testing.T) {
+	f := foreignFixture(t)
+	tokens := u32s(0, 64)
+	payload, err := msgpack.Marshal([]any{1.7e9, []any{map[string]any{
+		"type": "BlockStored", "block_hashes": []int64{-1, 2}, "parent_block_hash": nil, "token_ids": tokens, "block_size": 32,
+		"mm_keys": []any{nil, []any{map[string]any{"type": "mm_key", "hash": "9f3a", "start_offset": 3}}},
+	}}, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.a.dec.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.apply(b); err != nil {
+		t.Fatal(err)
+	}
+	want := chainHashes(t, tokens)
+	for i, h := range want {
+		if held := f.idx.Holds(f.id, h); held != (i < 2) {
+			t.Errorf("block %d held %v, want %v", i, held, i < 2)
+		}
+	}
+	if got := testutil.ToFloat64(f.m.rekeyFailed[rekeyExtraKeys]); got != 1 {
+		t.Errorf("rekey_failed_blocks_total{extra_keys} = %v, want 1", got)
+	}
 }

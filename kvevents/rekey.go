@@ -114,6 +114,9 @@ func (r *rekeyer) stored(e *wire.Event) []uint64 {
 	k := e.BlockSize / bs
 	for i, hash := range e.Hashes {
 		extra, ok := blockExtra(e, i, first && i == 0)
+		if e.MultimodalFrom > 0 && i >= e.MultimodalFrom-1 {
+			ok = false // multimodal inputs the event does not spell out
+		}
 		if !ok {
 			r.fail(rekeyExtraKeys, len(e.Hashes)-i)
 			break

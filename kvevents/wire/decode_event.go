@@ -27,6 +27,7 @@ const (
 	fGroupIdx
 	fSpecKind
 	fWindow
+	fMMKeys
 )
 
 // Positional layouts (msgspec array_like, tag first): index i of the array
@@ -63,6 +64,8 @@ func fieldByName(key []byte) field {
 		return fSpecKind
 	case "kv_cache_spec_sliding_window":
 		return fWindow
+	case "mm_keys":
+		return fMMKeys
 	default:
 		return fSkip
 	}
@@ -164,6 +167,8 @@ func (d *Decoder) field(e *Event, s *span, f field) error {
 		e.SlidingWindow, err = d.smallInt("kv_cache_spec_sliding_window")
 	case fExtraKeys:
 		err = d.extraKeys(s)
+	case fMMKeys:
+		err = d.mmKeys(e)
 	default:
 		err = d.skip(0)
 	}
@@ -288,6 +293,39 @@ func (d *Decoder) tokenList(s *span) error {
 }
 
 // extraKeys decodes the per-block list of extra-key tuples (or nil).
+// mmKeys reads TensorRT-LLM's mm_keys, one list of multimodal segments
+// per block: Event.MultimodalFrom names the first block with any.
+func (d *Decoder) mmKeys(e *Event) error {
+	if d.nilNext() {
+		return d.skip(0)
+	}
+	n, err := d.arrayLen()
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if e.MultimodalFrom == 0 && d.arrayNext() {
+			m, err := d.arrayLen()
+			if err != nil {
+				return err
+			}
+			if m > 0 {
+				e.MultimodalFrom = i + 1
+			}
+			for range m {
+				if err := d.skip(1); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := d.skip(1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (d *Decoder) extraKeys(s *span) error {
 	n, err := d.arrayLen()
 	if err != nil {

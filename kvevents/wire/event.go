@@ -85,6 +85,10 @@ type Event struct {
 	// SlidingWindow is the group's kv_cache_spec_sliding_window in tokens,
 	// 0 when absent (groups other than sliding window).
 	SlidingWindow int
+	// MultimodalFrom is 1 + the first block TensorRT-LLM's mm_keys give
+	// multimodal segments, whose hash inputs the event does not spell
+	// out; 0 when none.
+	MultimodalFrom int
 	// ExtraKeys holds each block's extra hash keys when the event carried
 	// them (one per block); nil when absent.
 	ExtraKeys []BlockExtra
