@@ -146,14 +146,7 @@ func FuzzForeignBlocks(f *testing.F) {
 		blocks := map[uint64]block{} // the engine's live blocks by id
 		var ids []uint64             // every id stored, in order
 		live := map[uint64]int{}     // kvrouter's hashes held, counted
-		next := func() byte {
-			if len(ops) == 0 {
-				return 0
-			}
-			b := ops[0]
-			ops = ops[1:]
-			return b
-		}
+		next := opReader(&ops)
 		for step := 0; len(ops) > 0; step++ {
 			op, arg := next(), next()
 			var e wire.Event

@@ -172,3 +172,16 @@ func u32s(lo, n int) []uint32 {
 	}
 	return out
 }
+
+// opReader returns the next byte of ops at each call, 0 once none is left:
+// the fuzz targets read their operations with it.
+func opReader(ops *[]byte) func() byte {
+	return func() byte {
+		if len(*ops) == 0 {
+			return 0
+		}
+		b := (*ops)[0]
+		*ops = (*ops)[1:]
+		return b
+	}
+}

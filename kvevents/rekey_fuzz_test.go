@@ -27,14 +27,7 @@ func FuzzRekey(f *testing.F) {
 			tokens []uint32
 		}
 		var blocks []seen // every block the pod published, in order
-		next := func() byte {
-			if len(ops) == 0 {
-				return 0
-			}
-			b := ops[0]
-			ops = ops[1:]
-			return b
-		}
+		next := opReader(&ops)
 		for len(ops) > 0 {
 			op, arg := next(), next()
 			var e wire.Event
