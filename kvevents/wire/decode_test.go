@@ -141,6 +141,21 @@ var decodeCases = []decodeCase{
 		}},
 	},
 	{
+		name: "SGLang's tagged arrays with signed ids, TensorRT-LLM's map with mm_keys",
+		payload: []any{6.0, []any{
+			[]any{"BlockStored", []any{int64(-5)}, int64(-9), tokens(0, 2), 2, nil},
+			map[string]any{"type": "BlockStored", "block_hashes": []any{int64(-7), 8}, "parent_block_hash": nil, "token_ids": tokens(2, 4), "block_size": 2,
+				"mm_keys": []any{nil, []any{map[string]any{"type": "mm_key", "hash": "ab", "start_offset": 1}}}},
+			map[string]any{"type": "BlockStored", "block_hashes": []any{9}, "token_ids": tokens(6, 2), "block_size": 2, "mm_keys": []any{[]any{}}},
+		}, 0},
+		compact: true,
+		want: Batch{TS: 6, HasDPRank: true, Events: []Event{
+			{Type: BlockStored, Hashes: []uint64{uint64(1<<64 - 5)}, Parent: uint64(1<<64 - 9), HasParent: true, Tokens: u32s(0, 2), BlockSize: 2},
+			{Type: BlockStored, Hashes: []uint64{uint64(1<<64 - 7), 8}, Tokens: u32s(2, 4), BlockSize: 2, MultimodalFrom: 2},
+			{Type: BlockStored, Hashes: []uint64{9}, Tokens: u32s(6, 2), BlockSize: 2},
+		}},
+	},
+	{
 		name: "raw digest hashes and parent",
 		payload: []any{5.0, []any{
 			[]any{"BlockStored", [][]byte{digest(0xaa), digest(0xbb)}, digest(0xcc), []any{}, 0, nil, "CPU"},
