@@ -217,7 +217,7 @@ func (a *applier) syncLayout() error {
 func (a *applier) stored(e *wire.Event) error {
 	if !a.foreign {
 		a.verify.observe(e)
-		if a.verify.state == VerifyMismatch != (a.rekey != nil && a.rekey.active) {
+		if a.rekey != nil && a.verify.state == VerifyMismatch != a.rekey.active {
 			if err := a.flush(); err != nil { // the pod's keys are about to change
 				return err
 			}

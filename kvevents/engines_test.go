@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvrouter/kvrouter/internal/pod"
 	"github.com/kvrouter/kvrouter/kvevents/wire"
 	"github.com/kvrouter/kvrouter/kvindex/blockhash"
 )
@@ -240,5 +242,24 @@ func TestForeignMultimodalCounted(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.m.rekeyFailed[rekeyExtraKeys]); got != 1 {
 		t.Errorf("rekey_failed_blocks_total{extra_keys} = %v, want 1", got)
+	}
+}
+
+// TestEngineChangeFollowedAfresh: a pod whose engine changes (an
+// annotation edited) is followed by a new subscriber of that engine.
+func TestEngineChangeFollowedAfresh(t *testing.T) {
+	checkGoroutines(t)
+	f := newFleet(t, testConfig())
+	p := pod.Pod{Name: "pod-a", IP: "127.0.0.1", EventPort: 1, ReplayPort: 2, Model: "m"}
+	for _, engine := range []string{"", pod.EngineSGLang, pod.EngineVLLM} {
+		p.Engine = engine
+		if err := f.mgr.Ensure(p); err != nil {
+			t.Fatal(err)
+		}
+		want := cmp.Or(engine, pod.EngineVLLM)
+		eventually(t, "the engine "+want, func() bool {
+			st := f.mgr.Status()
+			return len(st) == 1 && st[0].Engine == want
+		})
 	}
 }

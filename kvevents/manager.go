@@ -206,7 +206,8 @@ func (m *Manager) stopLocked(r *runningPod) {
 
 // sameStream reports whether a and b publish the same KV events: the
 // subscriber of a can go on following b.
+// Another engine names its blocks otherwise (foreign pods): a new one.
 func sameStream(a, b pod.Pod) bool {
 	return a.Name == b.Name && a.IP == b.IP && a.Model == b.Model && a.DPSize == b.DPSize &&
-		a.EventPort == b.EventPort && a.ReplayPort == b.ReplayPort
+		a.EventPort == b.EventPort && a.ReplayPort == b.ReplayPort && a.Engine == b.Engine
 }

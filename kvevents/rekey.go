@@ -104,9 +104,10 @@ func (r *rekeyer) stored(e *wire.Event) []uint64 {
 			return nil
 		}
 		parent, first = b.d, false
-		if r.seq-b.seq >= uint64(len(r.ring)/2) {
+		if r.seq-b.seq >= uint64(len(r.ring)/4) {
 			// A parent in use stays in the map: refreshed once it is
-			// older than half the ring (each SGLang page names the last).
+			// older than a quarter of the ring (each SGLang page names
+			// the last), so one reused within the rest is never lost.
 			r.insert(e.Parent, b.d, 0, b.more)
 		}
 	}

@@ -28,7 +28,10 @@ import (
 //	[{"data_parallel_rank": 0, ...}, ...]
 //
 // An endpoint bound to every interface (tcp://*:p, tcp://0.0.0.0:p,
-// tcp://[::]:p) or to loopback is reached on the pod's own address.
+// tcp://[::]:p) or to loopback is reached on the pod's own address. A
+// stream follows the entry of its rank; an answer of one entry is followed
+// whatever rank it names (an API server of one data-parallel rank, as each
+// target port of an InferencePool's pod is).
 
 // Sources modes (Config.Sources).
 const (
@@ -139,6 +142,11 @@ func parseSources(body []byte) (map[int]rawSource, error) {
 // pod's address host; an entry it cannot use is an error that says why.
 func resolveSource(sources map[int]rawSource, rank int, host string) (Source, error) {
 	r, ok := sources[rank]
+	if !ok && len(sources) == 1 {
+		for _, only := range sources { // one engine behind the API server: its own rank
+			r, ok = only, true
+		}
+	}
 	if !ok {
 		ranks := make([]int, 0, len(sources))
 		for k := range sources {

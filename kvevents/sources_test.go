@@ -61,13 +61,21 @@ func TestResolveSource(t *testing.T) {
 		}
 	}
 	refused := map[string]string{
-		`{"0": {"endpoint": "tcp://*:5557", "publisher": "null"}}`:          `publisher is "null"`,
-		`{"0": {"endpoint": "tcp://*:5557", "encoding": "json"}}`:           `encoding is "json"`,
-		`{"0": {"replay_endpoint": "tcp://*:5558"}}`:                        "no endpoint",
-		`{"0": {"endpoint": "ipc:///tmp/kv"}}`:                              "not a tcp:// endpoint",
-		`{"0": {"endpoint": "tcp://*:0"}}`:                                  "no bound port",
-		`{"0": {"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*"}}`: "replay endpoint",
-		`{"1": {"endpoint": "tcp://*:5557"}}`:                               "no entry for data-parallel rank 0 (the answer has [1])",
+		`{"0": {"endpoint": "tcp://*:5557", "publisher": "null"}}`:               `publisher is "null"`,
+		`{"0": {"endpoint": "tcp://*:5557", "encoding": "json"}}`:                `encoding is "json"`,
+		`{"0": {"replay_endpoint": "tcp://*:5558"}}`:                             "no endpoint",
+		`{"0": {"endpoint": "ipc:///tmp/kv"}}`:                                   "not a tcp:// endpoint",
+		`{"0": {"endpoint": "tcp://*:0"}}`:                                       "no bound port",
+		`{"0": {"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*"}}`:      "replay endpoint",
+		`{"1": {"endpoint": "tcp://*:5557"}, "2": {"endpoint": "tcp://*:5558"}}`: "no entry for data-parallel rank 0 (the answer has [1 2])",
+	}
+	// An API server of one rank answers that rank alone: followed.
+	one, err := parseSources([]byte(`{"3": {"endpoint": "tcp://*:6000"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := resolveSource(one, 0, "10.0.0.7"); err != nil || got.Endpoint != "tcp://10.0.0.7:6000" {
+		t.Errorf("a one-rank answer = %+v, %v; want it followed", got, err)
 	}
 	for body, want := range refused {
 		raw, err := parseSources([]byte(body))

@@ -324,3 +324,28 @@ func TestSetGroupsRefuses(t *testing.T) {
 		t.Error("SetGroups of an unknown pod = nil, want an error")
 	}
 }
+
+// TestPriceGroupsByNamespace: pricing a shared index's matches counts no
+// candidate of another model, even one whose layout has no full attention
+// (whose hit is read from its groups alone).
+func TestPriceGroupsByNamespace(t *testing.T) {
+	x := mustNew(t, Config{MaxEntries: 1 << 12, Shards: 4}, nil)
+	hs := randomHashes(rand.New(rand.NewPCG(2, 2)), 4)
+	var pods []PodID
+	for i, ns := range []string{"m", "other"} {
+		pods = append(pods, x.AddPod(fmt.Sprint("pod-", i), ns))
+		if err := x.SetGroups(pods[i], 4, []Group{{Index: 0, Kind: GroupSlidingWindow, Window: 5}}); err != nil {
+			t.Fatal(err)
+		}
+		keys := make([]uint64, len(hs))
+		for j, h := range hs {
+			keys[j] = GroupKey(h, 0)
+		}
+		mustStore(t, x, pods[i], TierGPU, keys...)
+	}
+	out := []PodMatch{{Pod: pods[0]}, {Pod: pods[1]}}
+	x.PriceGroups("m", hs, out, []Spot{{Cand: 9, Block: 0}, {Cand: 0, Block: -1}})
+	if out[0].Blocks != 4 || out[1].Blocks != 0 {
+		t.Errorf("PriceGroups = %+v, want 4 blocks for the model's pod and none for the other's", out)
+	}
+}

@@ -20,24 +20,29 @@ const SpotSpeculative = tierSpec
 // is on the GPU). Index.Match does this itself; an index that matches
 // elsewhere (a shared one) calls it with its own matches, against this
 // index's groups.
-func (x *Index) PriceGroups(hashes []uint64, out []PodMatch, spots []Spot) {
+func (x *Index) PriceGroups(namespace string, hashes []uint64, out []PodMatch, spots []Spot) {
 	sc, _ := x.scratch.Get().(*matchScratch)
 	if sc == nil {
 		sc = &matchScratch{}
 	}
 	defer x.scratch.Put(sc)
-	if !x.layouts(sc, out) {
+	if !x.layouts(sc, namespace, out) {
 		return
 	}
 	mask, all := x.rlockAll()
-	sc.spots = append(sc.spots[:0], spots...)
+	sc.spots = sc.spots[:0]
+	for _, s := range spots {
+		if s.Cand >= 0 && int(s.Cand) < len(out) && s.Block >= 0 && int(s.Block) < out[s.Cand].Blocks {
+			sc.spots = append(sc.spots, s)
+		}
+	}
 	x.price(sc, hashes, out)
 	x.runlockShards(mask, all)
 }
 
-// layouts fills sc.layout (by candidate) and the slots of the candidates
-// with a hybrid layout, reporting whether there are any.
-func (x *Index) layouts(sc *matchScratch, out []PodMatch) bool {
+// layouts fills sc.layout (by candidate): the layouts of the candidates
+// serving namespace, reporting whether there are any.
+func (x *Index) layouts(sc *matchScratch, namespace string, out []PodMatch) bool {
 	x.pods.RLock()
 	defer x.pods.RUnlock()
 	if n := len(x.pods.info); len(sc.slot) < n {
@@ -47,7 +52,7 @@ func (x *Index) layouts(sc *matchScratch, out []PodMatch) bool {
 	found := false
 	for i, m := range out {
 		sc.layout[i] = nil
-		if x.checkPodLocked(m.Pod) != nil {
+		if x.checkPodLocked(m.Pod) != nil || x.pods.info[m.Pod.index()].namespace != namespace {
 			continue
 		}
 		if l := x.pods.info[m.Pod.index()].layout; l != nil {

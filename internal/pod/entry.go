@@ -17,8 +17,8 @@ type Entry struct {
 	Model      string   `yaml:"model"`       // served base model; default pods.default_model
 	Aliases    []string `yaml:"aliases"`     // other names it serves the model under
 	LoRAs      []string `yaml:"loras"`       // LoRA adapters it serves
-	EventPort  int      `yaml:"event_port"`  // KV events PUB port; 0: 5557
-	ReplayPort int      `yaml:"replay_port"` // KV events replay port; 0: 5558
+	EventPort  int      `yaml:"event_port"`  // KV events PUB port; 0: asked of the pod, else 5557
+	ReplayPort int      `yaml:"replay_port"` // KV events replay port; 0: asked of the pod, else 5558
 	DPSize     int      `yaml:"dp_size"`     // data-parallel size; 0: 1
 	Role       string   `yaml:"role"`        // prefill, decode or both (default)
 	Engine     string   `yaml:"engine"`      // vllm, sglang or trtllm; default pods.default_engine

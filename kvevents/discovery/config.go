@@ -66,8 +66,8 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		what string
 		port int
-	}{{"serving port", c.ServingPort}, {"event port", max(c.EventPort, 1)}, {"replay port", max(c.ReplayPort, 1)}} {
-		if p.port <= 0 || p.port > 65535 {
+	}{{"serving port", c.ServingPort}, {"event port", c.EventPort}, {"replay port", c.ReplayPort}} {
+		if p.port < 0 || p.port > 65535 || (p.port == 0 && p.what == "serving port") {
 			errs = append(errs, fmt.Errorf("%s %d is not in [1, 65535]", p.what, p.port))
 		}
 	}

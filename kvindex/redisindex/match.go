@@ -120,7 +120,7 @@ func (x *Index) MatchLoad(namespace string, hashes []uint64, candidates []kvinde
 	if x.readTable(sc) {
 		x.count(sc, hashes, out)
 		if sc.hybrid {
-			x.local.PriceGroups(hashes, out, sc.spots)
+			x.local.PriceGroups(namespace, hashes, out, sc.spots)
 		}
 	}
 	if sc.withLoad {
