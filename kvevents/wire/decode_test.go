@@ -144,8 +144,10 @@ var decodeCases = []decodeCase{
 		name: "SGLang's tagged arrays with signed ids, TensorRT-LLM's map with mm_keys",
 		payload: []any{6.0, []any{
 			[]any{"BlockStored", []any{int64(-5)}, int64(-9), tokens(0, 2), 2, nil},
-			map[string]any{"type": "BlockStored", "block_hashes": []any{int64(-7), 8}, "parent_block_hash": nil, "token_ids": tokens(2, 4), "block_size": 2,
-				"mm_keys": []any{nil, []any{map[string]any{"type": "mm_key", "hash": "ab", "start_offset": 1}}}},
+			map[string]any{
+				"type": "BlockStored", "block_hashes": []any{int64(-7), 8}, "parent_block_hash": nil, "token_ids": tokens(2, 4), "block_size": 2,
+				"mm_keys": []any{nil, []any{map[string]any{"type": "mm_key", "hash": "ab", "start_offset": 1}}},
+			},
 			map[string]any{"type": "BlockStored", "block_hashes": []any{9}, "token_ids": tokens(6, 2), "block_size": 2, "mm_keys": []any{[]any{}}},
 		}, 0},
 		compact: true,
