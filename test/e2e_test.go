@@ -85,9 +85,17 @@ type fleetOptions struct {
 	sim func(i int, c *vllmsim.Config)
 	// role is pod i's prefill/decode role; nil: none.
 	role func(i int) kvpod.Role
-	// engine is the engine every pod plays (vllmsim.Config.Engine) and
-	// is followed as; "": vLLM.
-	engine string
+	// engines are the engines the pods play (vllmsim.Config.Engine) and
+	// are followed as, pod i the i-th modulo their number; none: vLLM.
+	engines []string
+}
+
+// engine is the engine pod i plays.
+func (o fleetOptions) engine(i int) string {
+	if len(o.engines) == 0 {
+		return ""
+	}
+	return o.engines[i%len(o.engines)]
 }
 
 func startFleet(t *testing.T) *fleet {
@@ -133,7 +141,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		if o.publisher != nil {
 			o.publisher(i, &pub)
 		}
-		simCfg := vllmsim.Config{Name: name, Model: model, LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize, Engine: o.engine}
+		simCfg := vllmsim.Config{Name: name, Model: model, LoRAs: []string{"alice"}, Tokenizer: tok, Chat: tmpl, Hash: hashCfg, Events: pub, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DPSize: o.dpSize, Engine: o.engine(i)}
 		if o.sim != nil {
 			o.sim(i, &simCfg)
 		}
@@ -147,7 +155,7 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		f.pods[name], f.sims[name] = addr, pod
 		rp := readyPod(t, name, addr, model)
-		rp.LoRAs, rp.DPSize, rp.Engine = []string{"alice"}, o.dpSize, o.engine
+		rp.LoRAs, rp.DPSize, rp.Engine = []string{"alice"}, o.dpSize, o.engine(i)
 		if o.role != nil {
 			rp.Role = o.role(i)
 		}

@@ -23,7 +23,7 @@ import (
 func TestE2EEngines(t *testing.T) {
 	for _, engine := range []string{kvpod.EngineSGLang, kvpod.EngineTRTLLM} {
 		t.Run(engine, func(t *testing.T) {
-			f := startFleetWith(t, fleetOptions{pods: 2, engine: engine})
+			f := startFleetWith(t, fleetOptions{pods: 2, engines: []string{engine}})
 			system := strings.Repeat("You answer questions about "+engine+" with care and precision. ", 12)
 			first := f.send(t, fmt.Sprintf(`{"model":"qwen3","prompt":%q,"max_tokens":1}`, system+"What is a page?"))
 			pod := first.UpstreamHeaders[router.HeaderPod]
@@ -73,6 +73,35 @@ func TestE2EEngines(t *testing.T) {
 				t.Errorf("%s's metrics read as %+v, %v: want its queue and KV use", engine, q, err)
 			}
 		})
+	}
+}
+
+// TestE2EMixedEngines: one model served by a vLLM pod and an SGLang pod
+// routes as one fleet: each pod's conversation follows it, whichever
+// engine names its blocks, and a prompt cached on both is reported on
+// both.
+func TestE2EMixedEngines(t *testing.T) {
+	f := startFleetWith(t, fleetOptions{pods: 2, engines: []string{kvpod.EngineVLLM, kvpod.EngineSGLang}})
+	shared := strings.Repeat("Both engines serve this model and hold this shared preamble. ", 10)
+	body := func(s string) string { return fmt.Sprintf(`{"model":"qwen3","prompt":%q,"max_tokens":1}`, s) }
+	for i, pod := range []string{"sim-0", "sim-1"} {
+		f.post(t, pod, body(shared+fmt.Sprintf("Conversation %d on %s.", i, pod)))
+	}
+	rep := &router.Report{}
+	if !poll(func() bool {
+		var err error
+		if rep, err = f.router.Score(router.Request{Path: "/v1/completions", Body: []byte(body(shared + "Who holds this?"))}); err != nil {
+			t.Fatal(err)
+		}
+		return len(rep.Pods) == 2 && rep.Pods[0].Matched > 0 && rep.Pods[0].Matched == rep.Pods[1].Matched
+	}) {
+		t.Fatalf("the shared preamble matched %+v, want the same blocks on both pods", rep.Pods)
+	}
+	for i, pod := range []string{"sim-0", "sim-1"} {
+		res := f.send(t, body(shared+fmt.Sprintf("Conversation %d on %s. And then?", i, pod)))
+		if h := res.UpstreamHeaders; h[router.HeaderPod] != pod || h[router.HeaderReason] != "prefix" {
+			t.Errorf("conversation %d went to %s (%s), want %s by prefix", i, h[router.HeaderPod], h[router.HeaderReason], pod)
+		}
 	}
 }
 
