@@ -84,8 +84,12 @@ func TestE2EMixedEngines(t *testing.T) {
 	f := startFleetWith(t, fleetOptions{pods: 2, engines: []string{kvpod.EngineVLLM, kvpod.EngineSGLang}})
 	shared := strings.Repeat("Both engines serve this model and hold this shared preamble. ", 10)
 	body := func(s string) string { return fmt.Sprintf(`{"model":"qwen3","prompt":%q,"max_tokens":1}`, s) }
+	// Each conversation's own part spans whole blocks of its own.
+	own := func(i int, pod string) string {
+		return strings.Repeat(fmt.Sprintf("Conversation %d runs on %s alone. ", i, pod), 6)
+	}
 	for i, pod := range []string{"sim-0", "sim-1"} {
-		f.post(t, pod, body(shared+fmt.Sprintf("Conversation %d on %s.", i, pod)))
+		f.post(t, pod, body(shared+own(i, pod)))
 	}
 	rep := &router.Report{}
 	if !poll(func() bool {
@@ -98,9 +102,14 @@ func TestE2EMixedEngines(t *testing.T) {
 		t.Fatalf("the shared preamble matched %+v, want the same blocks on both pods", rep.Pods)
 	}
 	for i, pod := range []string{"sim-0", "sim-1"} {
-		res := f.send(t, body(shared+fmt.Sprintf("Conversation %d on %s. And then?", i, pod)))
-		if h := res.UpstreamHeaders; h[router.HeaderPod] != pod || h[router.HeaderReason] != "prefix" {
+		res := f.send(t, body(shared+own(i, pod)+"And then?"))
+		h := res.UpstreamHeaders
+		if h[router.HeaderPod] != pod || h[router.HeaderReason] != "prefix" {
 			t.Errorf("conversation %d went to %s (%s), want %s by prefix", i, h[router.HeaderPod], h[router.HeaderReason], pod)
+		}
+		cached, _, _ := strings.Cut(h[router.HeaderCachedBlocks], "/")
+		if n, err := strconv.Atoi(cached); err != nil || n <= rep.Pods[0].Matched {
+			t.Errorf("conversation %d: %s blocks cached, want more than the shared preamble's %d", i, h[router.HeaderCachedBlocks], rep.Pods[0].Matched)
 		}
 	}
 }
