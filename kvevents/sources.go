@@ -203,7 +203,7 @@ func reachable(endpoint, host string) (string, error) {
 // locate finds where the stream's rank publishes: the pod's answer when it
 // is asked (Config.Sources), else, or when it serves no answer, the
 // configured or default ports. An answer kvrouter cannot use is an error:
-// nothing is followed until the next session asks again.
+// nothing is followed until the next connection asks again.
 func (st *stream) locate(ctx context.Context) error {
 	ports := Source{
 		From:     "ports",
@@ -214,7 +214,7 @@ func (st *stream) locate(ctx context.Context) error {
 	ask := st.cfg.Sources == SourcesAlways || (st.cfg.Sources == SourcesAuto && st.pod.EventPort == 0 && st.pod.ReplayPort == 0)
 	src, result, err := ports, sourcePorts, error(nil)
 	if ask {
-		raw, ferr := st.cfg.sources().fetch(ctx, st.pod.Endpoint())
+		raw, ferr := sharedSources().fetch(ctx, st.pod.Endpoint())
 		switch {
 		case errors.Is(ferr, errNoSources):
 			result = sourceAbsent
@@ -242,15 +242,13 @@ type sourcesClient struct {
 	timeout time.Duration
 }
 
-// sharedSources is the client of every Config that has none.
+// sharedSources is the client every stream asks its pod with.
 var sharedSources = sync.OnceValue(func() *sourcesClient {
 	return &sourcesClient{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}}, timeout: sourcesTimeout}
 })
 
 // sourcesTimeout bounds one question to a pod.
 const sourcesTimeout = 2 * time.Second
-
-func (c *Config) sources() *sourcesClient { return sharedSources() }
 
 // fetch asks the API server at addr (host:port) for its sources.
 func (c *sourcesClient) fetch(ctx context.Context, addr string) (map[int]rawSource, error) {

@@ -39,6 +39,19 @@ func conversation(id, turns int) []byte {
 	return []byte(`{"model":"qwen3","messages":[` + strings.Join(msgs, ",") + `]}`)
 }
 
+// benchConversations are the conversation sizes the prefix-cache
+// benchmarks route: about 8k and 100k tokens.
+var benchConversations = []struct {
+	name  string
+	turns int
+}{{"tokens=8k", 25}, {"tokens=100k", 315}}
+
+// prefixRigs returns two routers in one process: one without prefix
+// caches, one with the default.
+func prefixRigs(b *testing.B) (off, on *benchRig) {
+	return newBenchRigPrefix(b, "unused", 0), newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
+}
+
 // BenchmarkConversation routes the next turn of a chat conversation of
 // about 8k and 100k tokens right after its previous turn (the same
 // conversation without its last answer and question, about 500 tokens
@@ -48,13 +61,9 @@ func conversation(id, turns int) []byte {
 // previous turn's ids. Reported: each router's median decision and
 // tokenize stage, and the ratio of the decisions (on/off).
 func BenchmarkConversation(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		turns int
-	}{{"tokens=8k", 25}, {"tokens=100k", 315}} {
+	for _, bc := range benchConversations {
 		b.Run(bc.name, func(b *testing.B) {
-			off := newBenchRigPrefix(b, "unused", 0)
-			on := newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
+			off, on := prefixRigs(b)
 			var offT, onT, offTok, onTok []time.Duration
 			measure := func(rig *benchRig, body []byte, total, tok *[]time.Duration) {
 				d := routeChat(b, rig, body)
@@ -96,13 +105,9 @@ func BenchmarkConversation(b *testing.B) {
 // each router's median decision, their ratio (on/off), and the collector's
 // CPU time per pair of decisions with the full cache's heap live (gc-ms/op).
 func BenchmarkColdTurn(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		turns int
-	}{{"tokens=8k", 25}, {"tokens=100k", 315}} {
+	for _, bc := range benchConversations {
 		b.Run(bc.name, func(b *testing.B) {
-			off := newBenchRigPrefix(b, "unused", 0)
-			on := newBenchRigPrefix(b, "unused", tokenizer.DefaultPrefixCacheBytes)
+			off, on := prefixRigs(b)
 			route := func(rig *benchRig, body []byte) time.Duration { return routeChat(b, rig, body).Elapsed }
 			i := 1 << 20 // the filling conversations' ids are below
 			// Both routers route the filling conversations, so that their
