@@ -138,9 +138,9 @@ func trailersResponse(request bool) *extprocv3.ProcessingResponse {
 }
 
 // immediate turns a router refusal into Envoy's local reply: the status and
-// an OpenAI-style JSON error body. This is the one place refusals become
-// responses.
-func immediate(e *router.Error) *extprocv3.ProcessingResponse {
+// a JSON error body in the shape of the API of path (router.Error.Body).
+// This is the one place refusals become responses.
+func immediate(e *router.Error, path string) *extprocv3.ProcessingResponse {
 	headers := []string{"content-type", "application/json"}
 	if e.RetryAfter > 0 {
 		headers = append(headers, "retry-after", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
@@ -149,7 +149,7 @@ func immediate(e *router.Error) *extprocv3.ProcessingResponse {
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
 			Headers: setHeaders(headers...),
-			Body:    e.JSON(),
+			Body:    e.Body(path),
 			Details: "kvrouter_" + e.Type,
 		},
 	}}

@@ -163,7 +163,7 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) (bool,
 		st.srv.metrics.refused(413)
 		e := router.TooLarge(st.srv.cfg.MaxBodyBytes)
 		st.srv.router.Refused(st.req.ID, st.req.Path, "", e)
-		return true, st.send(immediate(e))
+		return true, st.send(immediate(e, st.req.Path))
 	}
 	// BUFFERED sends the whole body in one message, its end_of_stream false
 	// only when trailers follow; every body message needs an answer.
@@ -231,7 +231,7 @@ func (st *stream) finish(ctx context.Context, trailers bool) (bool, error) {
 			return false, fmt.Errorf("route request %s: %w", st.req.ID, err)
 		}
 		st.srv.metrics.refused(e.Status)
-		return true, st.send(immediate(e))
+		return true, st.send(immediate(e, st.req.Path))
 	}
 	st.decision = d
 	resp := requestHeadersResponse(destination(d))

@@ -16,6 +16,7 @@ import (
 // response byte arrives and Done when the request ends.
 type Decision struct {
 	RequestID string
+	API       Kind // the API of the request's path
 	Model     string
 	Pod       string
 	Address   string // ip:port for x-gateway-destination-endpoint
@@ -232,7 +233,7 @@ func (r *Router) observe(d *Decision) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("request_id", d.RequestID), slog.String("model", d.Model),
+		slog.String("request_id", d.RequestID), slog.String("api", d.API.String()), slog.String("model", d.Model),
 		slog.String("pod", d.Pod), slog.Int("cached_blocks", d.Matched),
 		slog.Int("total_blocks", d.Total), slog.String("reason", string(d.Reason)),
 		slog.Int64("decision_us", d.Elapsed.Microseconds()),
@@ -253,7 +254,7 @@ func (r *Router) observe(d *Decision) {
 func (r *Router) newDecision(req Request, ev evaluation, sc *scratch, i int, placed bool) *Decision {
 	m, sco := sc.members[i], sc.scores[i]
 	d := &Decision{
-		RequestID: req.ID, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: sco.DPRank,
+		RequestID: req.ID, API: ev.api, Model: ev.model, Pod: m.Pod.Name, Address: m.Endpoint, DPRank: sco.DPRank,
 		Matched: sco.Matched, Total: len(sc.hashes), Tokens: ev.tokens, Reason: ev.reason,
 		Stages: ev.stages, load: m.Load, router: r, pod: m.ID, prefill: sco.work,
 	}

@@ -6,6 +6,7 @@ import (
 
 // evaluation is what evaluate learned of a request besides the scores.
 type evaluation struct {
+	api      Kind
 	model    string
 	ns       string // the index namespace: the target's base model; "" for any pod
 	tokens   int
@@ -33,7 +34,7 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	t0 := time.Now()
 	snap := r.fleet.Snapshot()
 	kind := KindOf(req.Path)
-	var ev evaluation
+	ev := evaluation{api: kind}
 	var p *Parsed
 	if kind == KindOther {
 		ev.reason = ReasonOtherPath

@@ -19,6 +19,7 @@ type metrics struct {
 	// unknownObjectives counts requests naming an objective not known.
 	unknownObjectives prometheus.Counter
 	multimodal        prometheus.Counter
+	apis              *prometheus.CounterVec
 	// The router's queue (queue.go).
 	queued     prometheus.Gauge
 	queueExits *prometheus.CounterVec
@@ -64,6 +65,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "kvrouter", Subsystem: "router", Name: "decisions_moved_total",
 			Help: "Decisions moved to a fallback endpoint the proxy reports served the request.",
 		}),
+		apis: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kvrouter", Subsystem: "router", Name: "api_decisions_total",
+			Help: "Routing decisions by the API of the request path: completion, chat, messages (Anthropic), responses (OpenAI), other.",
+		}, []string{"api"}),
 		multimodal: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "kvrouter", Subsystem: "router", Name: "multimodal_requests_total",
 			Help: "Chat requests with media content parts: matched on the full blocks before their first media item only.",
@@ -112,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"routed", "timeout", "canceled"} {
 		m.capacityWaits.WithLabelValues(result)
 	}
-	if err := register(reg, stages, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.queued, m.queueExits, m.queueWait, m.capacityWaits, m.waiting); err != nil {
+	if err := register(reg, stages, m.decisions, m.refusals, m.duration, m.matched, m.total, m.moved, m.shed, m.unknownObjectives, m.multimodal, m.apis, m.queued, m.queueExits, m.queueWait, m.capacityWaits, m.waiting); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -133,6 +138,7 @@ func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 
 func (m *metrics) decided(d *Decision) {
 	m.decisions.WithLabelValues(string(d.Reason)).Inc()
+	m.apis.WithLabelValues(d.API.String()).Inc()
 	m.duration.Observe(d.Elapsed.Seconds())
 	for i, t := range [...]time.Duration{d.Stages.Parse, d.Stages.Tokenize, d.Stages.Hash, d.Stages.Match, d.Stages.Score} {
 		m.stages[i].Observe(t.Seconds())

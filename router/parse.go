@@ -18,6 +18,8 @@ const (
 	KindOther Kind = iota
 	KindCompletion
 	KindChat
+	KindMessages  // Anthropic Messages: POST /v1/messages
+	KindResponses // OpenAI Responses: POST /v1/responses
 )
 
 func (k Kind) String() string {
@@ -26,6 +28,10 @@ func (k Kind) String() string {
 		return "completion"
 	case KindChat:
 		return "chat"
+	case KindMessages:
+		return "messages"
+	case KindResponses:
+		return "responses"
 	default:
 		return "other"
 	}
@@ -41,6 +47,10 @@ func KindOf(path string) Kind {
 		return KindCompletion
 	case "/v1/chat/completions":
 		return KindChat
+	case "/v1/messages":
+		return KindMessages
+	case "/v1/responses":
+		return KindResponses
 	default:
 		return KindOther
 	}
@@ -56,8 +66,12 @@ type Parsed struct {
 	Prompt       string
 	PromptTokens []uint32
 	// Chat: the chat template's input, read in the same pass over the body
-	// as everything else.
+	// as everything else (Messages and Responses: converted as vLLM
+	// converts them into a chat request).
 	Chat *chat.Request
+	// PreviousResponseID is a Responses request's previous_response_id:
+	// the response whose stored conversation the prompt continues.
+	PreviousResponseID string
 	// chatErr is why Chat cannot be rendered: a value beyond the template
 	// engine's limits, which vLLM may still take. AppendTokens returns it,
 	// so the request is routed by load.
@@ -65,6 +79,11 @@ type Parsed struct {
 	// Body is the request body as received.
 	Body []byte
 }
+
+// RenderErr is why p.Chat cannot be rendered as vLLM renders it (nil when
+// it can): a value beyond the template engine's limits, or a body whose
+// prompt depends on what kvrouter cannot see (chat.ErrNotExact).
+func (p *Parsed) RenderErr() error { return p.chatErr }
 
 // Parse reads an OpenAI request body of the given kind in one pass. A body
 // the router cannot accept gives a 400 *Error naming the field.
@@ -78,10 +97,11 @@ func Parse(kind Kind, body []byte) (*Parsed, error) {
 	}
 	p := &Parsed{Kind: kind, Body: body}
 	var err error
-	if p.Model, err = s.model.text("model", true); err != nil {
+	// A Responses request may leave the model to the server.
+	if p.Model, err = s.model.text("model", kind != KindResponses); err != nil {
 		return nil, err
 	}
-	if p.Model == "" {
+	if p.Model == "" && !s.model.absent() {
 		return nil, badRequest("model", "model must not be empty")
 	}
 	if p.CacheSalt, err = s.cacheSalt.text("cache_salt", false); err != nil {
@@ -96,6 +116,10 @@ func Parse(kind Kind, body []byte) (*Parsed, error) {
 	case KindChat:
 		p.Chat, err = s.chatRequest()
 		p.chatErr = s.chat.Limit
+	case KindMessages:
+		err = s.messagesRequest(p)
+	case KindResponses:
+		err = s.responsesRequest(p)
 	}
 	if err != nil {
 		return nil, err

@@ -16,12 +16,16 @@ type bodyScan struct {
 	lx                                        jsonlex.Lexer
 	kind                                      Kind
 	model, cacheSalt, stream, reasoningEffort member
+	maxTokens, previousResponseID             member
 	prompt                                    promptScan
 	chat                                      chat.Fields
+	anthropic                                 chat.AnthropicFields
+	responses                                 chat.ResponsesFields
 }
 
 // member is what the scan kept of a top-level member: the kind of its
-// value (Invalid when absent), and the value when a string or a bool.
+// value (Invalid when absent), and the value when a string, a number (its
+// JSON text) or a bool.
 type member struct {
 	kind jsonlex.Kind
 	str  string
@@ -58,12 +62,27 @@ func (s *bodyScan) member(key []byte) error {
 		if s.kind == KindChat {
 			return s.read(&s.reasoningEffort)
 		}
-	default:
-		if s.kind == KindChat {
-			if ok, err := s.chat.Decode(key, &s.lx); ok {
-				return err
-			}
+	case "max_tokens":
+		if s.kind == KindMessages {
+			return s.read(&s.maxTokens)
 		}
+	case "previous_response_id":
+		if s.kind == KindResponses {
+			return s.read(&s.previousResponseID)
+		}
+	}
+	var ok bool
+	var err error
+	switch s.kind {
+	case KindChat:
+		ok, err = s.chat.Decode(key, &s.lx)
+	case KindMessages:
+		ok, err = s.anthropic.Decode(key, &s.lx)
+	case KindResponses:
+		ok, err = s.responses.Decode(key, &s.lx)
+	}
+	if ok {
+		return err
 	}
 	return s.lx.Skip()
 }
@@ -77,6 +96,10 @@ func (s *bodyScan) read(m *member) error {
 		m.str, err = s.lx.Str()
 	case jsonlex.Bool:
 		m.b, err = s.lx.Bool()
+	case jsonlex.Number:
+		var tok []byte
+		tok, err = s.lx.Number()
+		m.str = string(tok)
 	default:
 		err = s.lx.Skip()
 	}

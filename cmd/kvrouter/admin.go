@@ -184,26 +184,37 @@ func unixTime(ns int64) *time.Time {
 	return &t
 }
 
-// score answers POST /v1/score: a completions or chat request body scored
-// against every candidate pod, without routing it.
+// score answers POST /v1/score: the body of a routed path scored against
+// every candidate pod, without routing it. ?path= names the path (e.g.
+// /v1/messages); without it the body says: input for /v1/responses,
+// messages for /v1/chat/completions, else /v1/completions.
 func (a *app) score(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<20))
 	if err != nil {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
 		return
 	}
-	path := "/v1/completions"
-	var probe struct {
-		Messages json.RawMessage `json:"messages"`
-	}
-	if json.Unmarshal(body, &probe) == nil && probe.Messages != nil {
-		path = "/v1/chat/completions"
+	path := r.URL.Query().Get("path")
+	if path == "" {
+		path = "/v1/completions"
+		var probe struct {
+			Messages json.RawMessage `json:"messages"`
+			Input    json.RawMessage `json:"input"`
+		}
+		if json.Unmarshal(body, &probe) == nil {
+			switch {
+			case probe.Input != nil:
+				path = "/v1/responses"
+			case probe.Messages != nil:
+				path = "/v1/chat/completions"
+			}
+		}
 	}
 	rep, err := a.router.Score(router.Request{Path: path, Body: body})
 	if e := router.AsError(err); e != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(e.Status)
-		_, _ = w.Write(e.JSON())
+		_, _ = w.Write(e.Body(path))
 		return
 	}
 	if err != nil {

@@ -71,7 +71,7 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 			}
 			d, _ := req.Context().Value(decisionKey{}).(*router.Decision)
 			p.logger.Warn("pod unreachable", "request_id", d.RequestID, "pod", d.Pod, "error", err)
-			writeError(w, &router.Error{Status: http.StatusBadGateway, Type: "upstream_error", Message: "pod " + d.Pod + " did not answer"})
+			writeError(w, req.URL.Path, &router.Error{Status: http.StatusBadGateway, Type: "upstream_error", Message: "pod " + d.Pod + " did not answer"})
 		},
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -95,7 +95,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			e = router.TooLarge(int(p.maxBody))
 		}
 		p.router.Refused(requestID(req), req.URL.Path, "", e)
-		writeError(w, e)
+		writeError(w, req.URL.Path, e)
 		return
 	}
 	id := requestID(req)
@@ -110,7 +110,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			p.logger.Error("routing failed", "request_id", id, "path", req.URL.Path, "error", err)
 			e = &router.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
 		}
-		writeError(w, e)
+		writeError(w, req.URL.Path, e)
 		return
 	}
 	defer d.Done()
@@ -130,14 +130,14 @@ func requestID(req *http.Request) string {
 	return id
 }
 
-// writeError answers with an OpenAI-style JSON error.
-func writeError(w http.ResponseWriter, e *router.Error) {
+// writeError answers with a JSON error in the shape of the API of path.
+func writeError(w http.ResponseWriter, path string, e *router.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
 	}
 	w.WriteHeader(e.Status)
-	_, _ = w.Write(e.JSON())
+	_, _ = w.Write(e.Body(path))
 }
 
 // newRequestID returns a random 128-bit id in hex, as Envoy generates for

@@ -164,8 +164,11 @@ func (f *Fields) readFlags(req *Request) error {
 	return nil
 }
 
-// get returns d[key], or nil when absent.
+// get returns d[key], or nil when absent (or d is nil).
 func get(d *jinja.Dict, key string) jinja.Value {
+	if d == nil {
+		return nil
+	}
 	v, _ := d.Get(key)
 	return v
 }

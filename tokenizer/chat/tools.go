@@ -52,7 +52,7 @@ func parseArguments(args jinja.Value) jinja.Value {
 
 // dumpTools renders tools as vLLM's pydantic models dump them: type
 // "function" and function with name, description and parameters (null when
-// absent) and strict when set.
+// absent), and strict and defer_loading when set.
 func dumpTools(tools *jinja.List) *jinja.List {
 	out := make([]jinja.Value, len(tools.Items))
 	for i, t := range tools.Items {
@@ -69,8 +69,10 @@ func dumpTools(tools *jinja.List) *jinja.List {
 		for _, k := range []string{"name", "description", "parameters"} {
 			fn.SetString(k, get(src, k))
 		}
-		if strict := get(src, "strict"); strict != nil {
-			fn.SetString("strict", strict)
+		for _, k := range []string{"strict", "defer_loading"} { // dumped when set
+			if v := get(src, k); v != nil {
+				fn.SetString(k, v)
+			}
 		}
 		d := jinja.NewDict()
 		d.SetString("type", "function")

@@ -13,6 +13,10 @@ usage: /usr/bin/python3 jinja2_oracle.py < requests.jsonl > results.jsonl
 Every input line is a JSON object:
   {"template": SRC, "context": {...}, "now": ISO}          render SRC
   {"template": SRC, "chat": REQUEST, "config": PATH, "now": ISO}
+  {"template": SRC, "anthropic": BODY, "config": PATH, "now": ISO}
+  {"template": SRC, "responses": BODY, "config": PATH, "now": ISO}
+      the same for an Anthropic Messages or OpenAI Responses body, as vLLM
+      converts it into a chat request (agent_apis.py)
   {..., "named": {NAME: SRC}, "override": SRC_OR_NAME, "content_format": F}
       the same, SRC the model's template; named: the model's named
       templates (tokenizer_config.json's chat_template list); override: the
@@ -28,6 +32,7 @@ import json
 import sys
 import warnings
 
+import agent_apis
 import jinja2
 import jinja2.ext
 import jinja2.nodes
@@ -160,8 +165,10 @@ def part_text(p):
     """The text of a content part; None for a text part without text."""
     if isinstance(p, str):
         return p
-    if p.get("type") in ("text", "refusal"):
-        return p.get(p["type"])
+    if p.get("type") in ("text", "input_text", "output_text"):
+        return p.get("text")
+    if p.get("type") == "refusal":
+        return p.get("refusal")
     raise ValueError("unsupported content part type %r" % p.get("type"))
 
 
@@ -247,8 +254,9 @@ def tool_dump(tool):
     fn = tool["function"]
     out_fn = {"name": fn["name"], "description": fn.get("description"),
               "parameters": fn.get("parameters")}
-    if fn.get("strict") is not None:
-        out_fn["strict"] = fn["strict"]
+    for k in ("strict", "defer_loading"):
+        if fn.get(k) is not None:
+            out_fn[k] = fn[k]
     return {"type": "function", "function": out_fn}
 
 
@@ -354,6 +362,10 @@ def special_tokens(path):
 def handle(req):
     if "now" in req:
         NOW[0] = datetime.datetime.fromisoformat(req["now"])
+    if "anthropic" in req:
+        req = dict(req, chat=agent_apis.anthropic_chat(req["anthropic"]))
+    elif "responses" in req:
+        req = dict(req, chat=agent_apis.responses_chat(req["responses"]))
     if "chat" in req:
         src = req["template"]
         if "named" in req or "override" in req:
