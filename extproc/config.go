@@ -47,6 +47,14 @@ type Config struct {
 	// RESOURCE_EXHAUSTED, so a flood cannot starve the streams already
 	// routed. Default 4096.
 	MaxStreams int `yaml:"max_streams"`
+	// ResponseIDs asks Envoy for the body of OpenAI Responses API replies
+	// when its filter sends response bodies to no one (response_body_mode
+	// NONE, allow_mode_override true), to learn the response ids kvrouter
+	// sends requests continuing a response to. Every piece of those replies
+	// then makes a round trip through kvrouter. Replies whose body Envoy
+	// already streams through kvrouter (its shipped configuration) are
+	// read without it. Default false.
+	ResponseIDs bool `yaml:"response_ids"`
 	// TLS, when set, is what the server serves TLS with (its certificate,
 	// and client certificates it verifies); nil: plaintext.
 	TLS *tls.Config `yaml:"-"`

@@ -18,10 +18,14 @@ import (
 
 // stream is the state of one HTTP request's ext_proc stream.
 type stream struct {
-	srv      *Server
-	send     func(*extprocv3.ProcessingResponse) error
-	mode     BodyMode
-	respFDS  bool // response bodies arrive FULL_DUPLEX_STREAMED: echo them
+	srv     *Server
+	send    func(*extprocv3.ProcessingResponse) error
+	mode    BodyMode
+	respFDS bool // response bodies arrive FULL_DUPLEX_STREAMED: echo them
+	// respNone: Envoy announced it sends no response body (ask for it
+	// with Config.ResponseIDs); rid reads a Responses reply's id.
+	respNone bool
+	rid      router.ResponseIDReader
 	req      router.Request
 	body     []byte
 	buf      *[]byte // the pooled buffer body grew from; nil when body is not ours to recycle
@@ -81,6 +85,7 @@ func (st *stream) protocol(pc *extprocv3.ProtocolConfiguration) {
 		st.mode = Buffered
 	}
 	st.respFDS = pc.GetResponseBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	st.respNone = pc.GetResponseBodyMode() == filterv3.ProcessingMode_NONE
 }
 
 func headerValue(h *corev3.HeaderValue) string {
@@ -275,20 +280,32 @@ func (st *stream) sendChunks(request bool, body []byte, eos bool) error {
 // fallback list, the endpoint that served takes the request's load.
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) error {
 	c := &extprocv3.CommonResponse{}
+	resp := responseHeadersResponse(c)
 	if d := st.decision; d != nil {
 		d.Served(servedEndpoint(md))
 		d.Prefilled()
 		c.HeaderMutation = setHeaders(routingHeaders(d)...)
+		if st.respNone && st.srv.cfg.ResponseIDs && d.LearnsResponseID() && !h.GetEndOfStream() {
+			// Envoy sends the reply's body only when asked (its filter's
+			// allow_mode_override), every piece then awaiting an answer.
+			resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_STREAMED}
+			st.respNone = false
+		}
 	}
 	if h.GetEndOfStream() {
 		st.end()
 	}
-	return st.send(responseHeadersResponse(c))
+	return st.send(resp)
 }
 
 // responseBody echoes the pod's reply in FULL_DUPLEX_STREAMED mode (Envoy
 // keeps no copy) and acknowledges it otherwise.
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
+	if d := st.decision; d != nil && d.LearnsResponseID() {
+		if id := st.rid.Feed(b.GetBody()); id != "" {
+			d.ResponseID(id)
+		}
+	}
 	if b.GetEndOfStream() {
 		st.end()
 	}

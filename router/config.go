@@ -78,6 +78,11 @@ type Config struct {
 	// config file sets it as tokenizers.max_tokenize_bytes. Default 4 MiB;
 	// 0: no bound but the body's own.
 	MaxTokenizeBytes int `yaml:"-"`
+	// ResponseIDs bounds the OpenAI Responses API response ids remembered
+	// with the pod that produced each (responseids.go), the oldest
+	// forgotten first; 0 sends requests naming a response by prefix or
+	// load like any other. Default 100000 (about 10 MB).
+	ResponseIDs int `yaml:"response_ids"`
 	// Tuning is the policy's tuned numbers; DefaultTuning unless a
 	// simulation varies them.
 	Tuning Tuning `yaml:"-"`
@@ -106,6 +111,7 @@ func DefaultConfig() Config {
 		PDThresholdTokens:      512,
 		PrefillHeader:          "x-prefiller-host-port",
 		MaxTokenizeBytes:       4 << 20,
+		ResponseIDs:            100_000,
 		Tuning:                 DefaultTuning(),
 	}
 }
@@ -152,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if h := c.PrefillHeader; h == "" || strings.ToLower(h) != h || strings.ContainsAny(h, " :\t") {
 		bad("prefill_header", fmt.Sprintf("%q", h), "a lower-case header name")
+	}
+	if c.ResponseIDs < 0 {
+		bad("response_ids", c.ResponseIDs, ">= 0")
 	}
 	if c.MaxTokenizeBytes < 0 {
 		bad("max_tokenize_bytes", c.MaxTokenizeBytes, ">= 0")

@@ -11,6 +11,7 @@ type evaluation struct {
 	ns       string // the index namespace: the target's base model; "" for any pod
 	tokens   int
 	reason   Reason
+	pinned   int     // 1 + the candidate holding the response the request names (ReasonResponse); 0: none (Router.pin)
 	pressure float64 // the candidates' KV pressure
 	reuse    float64 // the candidates' eviction weight (Router.weights)
 	share    float64 // the candidates' mean share of a prompt found cached lately (Router.weights)
@@ -55,8 +56,17 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	if e := r.shed(req, ev.model, sc.members, t0); e != nil {
 		return ev, e
 	}
+	if id := responseIDOf(kind, p, req.Path); id != "" {
+		if ev.pinned = r.pin(snap, t, id, req.Subset, sc); ev.pinned < 0 {
+			return ev, responseGone(id)
+		}
+		if ev.pinned > 0 {
+			ev.reason = ReasonResponse
+		}
+	}
 	ev.stages.Parse = time.Since(t0)
 	switch {
+	case ev.pinned > 0: // its prompt holds what only that pod stored
 	case p == nil:
 	case r.cfg.MaxTokenizeBytes > 0 && len(req.Body) > r.cfg.MaxTokenizeBytes && p.PromptTokens == nil:
 		ev.reason = ReasonTooLong

@@ -61,14 +61,17 @@ const (
 	// template: picked by load.
 	ReasonNoChatTemplate Reason = "no-chat-template"
 	ReasonTokenizeError  Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
-	ReasonOtherPath      Reason = "other-path"     // not a completion or chat request: picked by load
+	ReasonOtherPath      Reason = "other-path"     // not a request the router tokenizes: picked by load
 	ReasonTooLong        Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
+	// ReasonResponse: a request continuing, reading or canceling a
+	// Responses API response: sent to the pod that produced it.
+	ReasonResponse Reason = "response"
 )
 
 // Reasons are every Reason, in the order above.
 var Reasons = []Reason{
 	ReasonPrefix, ReasonLoad, ReasonPlacement, ReasonNoTokenizer, ReasonTokenizerPending, ReasonNoChatTemplate,
-	ReasonTokenizeError, ReasonOtherPath, ReasonTooLong,
+	ReasonTokenizeError, ReasonOtherPath, ReasonTooLong, ReasonResponse,
 }
 
 // Index is the part of the block index the router reads and writes: a
@@ -131,6 +134,9 @@ type Router struct {
 	queue requestQueue
 	// homes are the prefixes' home pods (homes.go); nil when off.
 	homes *homeTable
+	// responses are the Responses API ids learned (responseids.go); nil
+	// when off.
+	responses *responseIDs
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -157,6 +163,9 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	if err := register(reg, podCollector{r}); err != nil {
 		return nil, err
+	}
+	if cfg.ResponseIDs > 0 {
+		r.responses = newResponseIDs(cfg.ResponseIDs)
 	}
 	if cfg.Homes {
 		if r.homes, err = newHomeTable(reg, r.now); err != nil {
@@ -324,6 +333,9 @@ func destinations(sc *scratch, pd bool, ok func(int) bool) func(int) bool {
 // the least used KV cache within the placement window (choose.go). placed
 // reports the latter.
 func (r *Router) pickPod(ev evaluation, sc *scratch, pd bool, allowed func(int) bool) (i int, placed bool) {
+	if ev.pinned > 0 { // only that pod holds the response the request names
+		return ev.pinned - 1, false
+	}
 	if r.homes != nil && !pd && len(sc.hashes) > 0 {
 		return r.routeHome(homeRequest{
 			ns: ev.ns, hashes: sc.hashes, bs: r.hasher.BlockSize(), scores: sc.scores, members: sc.members,

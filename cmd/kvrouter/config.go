@@ -205,6 +205,7 @@ var serveFlagTable = conf.Table{
 	{Name: "index-redis-ttl", Path: "index.redis.ttl", Help: "how long a block's key lives after its last write (Redis's maxmemory is the hard bound); 0: no TTL, maxmemory with allkeys-lfu the bound"},
 	{Name: "body-mode", Path: "extproc.body_mode", Help: "the request body mode Envoy's ext_proc filter uses: FULL_DUPLEX_STREAMED or BUFFERED"},
 	{Name: "max-body-bytes", Path: "extproc.max_body_bytes", Help: "largest request body accepted (413 beyond)"},
+	{Name: "extproc-response-ids", Path: "extproc.response_ids", Help: "ask Envoy for the body of Responses API replies to learn their response ids, when its filter sends none (response_body_mode NONE, allow_mode_override)"},
 	{Name: "max-streams", Path: "extproc.max_streams", Help: "ext_proc streams (requests in flight through Envoy) open at once; more are refused (Envoy: status_on_error)"},
 	{Name: "grpc-tls", Path: "extproc.tls.mode", Help: "TLS on the ext_proc port: on, off, or auto (on when discovering pods in Kubernetes)"},
 	{Name: "grpc-tls-cert", Path: "extproc.tls.cert_file", Help: "PEM certificate (chain) for the ext_proc port, reloaded on change; empty: self-signed"},

@@ -63,6 +63,9 @@ func New(r *router.Router, maxBody int64, transport http.RoundTripper, logger *s
 			d, _ := resp.Request.Context().Value(decisionKey{}).(*router.Decision)
 			d.Prefilled()
 			setRoutingHeaders(resp.Header, d)
+			if d.LearnsResponseID() && resp.StatusCode < 300 {
+				resp.Body = &responseIDBody{ReadCloser: resp.Body, d: d}
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
@@ -146,4 +149,21 @@ func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
 	return hex.EncodeToString(b[:])
+}
+
+// responseIDBody passes a Responses API reply through unchanged, reading
+// the response id from its first bytes (router.ResponseIDReader) for the
+// decision to learn.
+type responseIDBody struct {
+	io.ReadCloser
+	d  *router.Decision
+	rd router.ResponseIDReader
+}
+
+func (b *responseIDBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if id := b.rd.Feed(p[:n]); id != "" {
+		b.d.ResponseID(id)
+	}
+	return n, err
 }

@@ -359,3 +359,21 @@ func TestQueuedEventsWritten(t *testing.T) {
 	cancel()
 	<-ran
 }
+
+// TestResponsesShared: a response id one replica learned is found by
+// another, with the pod that produced it; an unknown id is not.
+func TestResponsesShared(t *testing.T) {
+	srv := redisserver.New(t)
+	a, b := newReplica(t, srv.Addr, "a", nil), newReplica(t, srv.Addr, "b", nil)
+	a.ShareResponse("resp_1", "p2")
+	waitFor(t, "the shared response id", 10*time.Second, func() bool {
+		pod, ok := b.SharedResponse("resp_1")
+		return ok && pod == "p2"
+	})
+	if pod, ok := b.SharedResponse("resp_2"); ok {
+		t.Errorf("unknown id: SharedResponse = %q, want none", pod)
+	}
+	if ttl := a.rdb.TTL(t.Context(), "test:resp:resp_1").Val(); ttl <= 0 {
+		t.Errorf("TTL of a shared id = %v, want one", ttl)
+	}
+}
