@@ -372,3 +372,24 @@ func serveExtProc(t *testing.T, cfg extproc.Config, r *router.Router) *envoyclie
 	t.Cleanup(func() { _ = conn.Close() })
 	return envoyclient.New(conn)
 }
+
+// TestE2EAgentRefusals: a body vLLM refuses gets vLLM's status and an error
+// in its API's own shape, and is routed nowhere.
+func TestE2EAgentRefusals(t *testing.T) {
+	f := startFleet(t)
+	for _, tt := range []struct {
+		path, body string
+		status     int
+		want       string
+	}{
+		{"/v1/messages", `{"model":"qwen3","messages":[{"role":"user","content":"hi"}]}`, 400, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens is required"}}`},
+		{"/v1/messages", `{"model":"qwen3","max_tokens":8,"messages":[{"role":"user","content":[{"type":"video"}]}]}`, 400, `"type":"invalid_request_error"`},
+		{"/v1/messages", `{"model":"nope","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, 404, `{"type":"error","error":{"type":"not_found_error"`},
+		{"/v1/responses", `{"model":"qwen3","input":[{"type":"function_call","name":"f"}]}`, 400, `{"error":{"message":"input[0].call_id must be a string","type":"invalid_request_error","param":"input[0].call_id","code":400}}`},
+	} {
+		res, err := f.envoy.Do(t.Context(), envoyclient.Request{Path: tt.path, Body: []byte(tt.body)})
+		if err != nil || res.Status != tt.status || res.Destination != "" || !strings.Contains(string(res.ClientBody), tt.want) {
+			t.Errorf("%s %s: %+v, %v; want %d with %s", tt.path, tt.body, res, err, tt.status, tt.want)
+		}
+	}
+}

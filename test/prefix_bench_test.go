@@ -24,9 +24,20 @@ import (
 // its first message tagged with id so that conversations differ from
 // their first bytes on.
 func conversation(id, turns int) []byte {
+	return conversationIn(router.KindChat, id, turns)
+}
+
+// conversationIn is conversation's body in the API of kind: chat, or the
+// same conversation as an Anthropic Messages or OpenAI Responses body
+// (which vLLM renders into the same prompt).
+func conversationIn(kind router.Kind, id, turns int) []byte {
 	const per = 250
 	words := strings.Fields("the router reads each request and sends it to the pod that already holds the longest prefix of its prompt in cache while weighing load 12 345 6789")
-	msgs := []string{fmt.Sprintf(`{"role":"system","content":"conversation %d: you are helpful."}`, id)}
+	system := fmt.Sprintf("conversation %d: you are helpful.", id)
+	var msgs []string
+	if kind == router.KindChat {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"system","content":%q}`, system))
+	}
 	for t := range turns {
 		var b strings.Builder
 		for i := 0; b.Len() < per*5; i++ {
@@ -35,6 +46,12 @@ func conversation(id, turns int) []byte {
 		}
 		role := [2]string{"user", "assistant"}[t%2]
 		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, role, b.String()))
+	}
+	switch kind {
+	case router.KindMessages:
+		return []byte(fmt.Sprintf(`{"model":"qwen3","max_tokens":1024,"system":%q,"messages":[%s]}`, system, strings.Join(msgs, ",")))
+	case router.KindResponses:
+		return []byte(fmt.Sprintf(`{"model":"qwen3","instructions":%q,"input":[%s]}`, system, strings.Join(msgs, ",")))
 	}
 	return []byte(`{"model":"qwen3","messages":[` + strings.Join(msgs, ",") + `]}`)
 }
@@ -147,10 +164,54 @@ func BenchmarkColdTurn(b *testing.B) {
 	}
 }
 
+// agentPaths are the paths of the APIs BenchmarkAgentTurn compares.
+var agentPaths = map[router.Kind]string{router.KindChat: "/v1/chat/completions", router.KindMessages: "/v1/messages", router.KindResponses: "/v1/responses"}
+
+// BenchmarkAgentTurn routes the next turn of a conversation of about 8k
+// and 100k tokens right after its previous turn, as a chat completion, an
+// Anthropic Messages and an OpenAI Responses body (three conversations of
+// the same shape), through one router with prefix caches, in rotating
+// order. It fails unless every measured turn reused the previous turn's
+// ids. Reported: each API's median decision and its ratio to the chat's.
+func BenchmarkAgentTurn(b *testing.B) {
+	kinds := []router.Kind{router.KindChat, router.KindMessages, router.KindResponses}
+	for _, bc := range benchConversations {
+		b.Run(bc.name, func(b *testing.B) {
+			_, rig := prefixRigs(b)
+			ts := map[router.Kind][]time.Duration{}
+			for i := 0; b.Loop(); i++ {
+				for k, kind := range kinds {
+					routeAt(b, rig, agentPaths[kind], conversationIn(kind, 3*i+k, bc.turns-2))
+				}
+				hits := rig.tokens.PrefixStats().Hits
+				for j := range kinds {
+					k := (i + j) % len(kinds)
+					d := routeAt(b, rig, agentPaths[kinds[k]], conversationIn(kinds[k], 3*i+k, bc.turns))
+					ts[kinds[k]] = append(ts[kinds[k]], d.Elapsed)
+				}
+				if rig.tokens.PrefixStats().Hits != hits+uint64(len(kinds)) {
+					b.Fatalf("turn %d: not every API's turn reused the previous turn's ids", i)
+				}
+			}
+			chat := medianMS(ts[router.KindChat])
+			b.ReportMetric(chat, "chat-p50-ms")
+			b.ReportMetric(medianMS(ts[router.KindMessages]), "messages-p50-ms")
+			b.ReportMetric(medianMS(ts[router.KindResponses]), "responses-p50-ms")
+			b.ReportMetric(medianMS(ts[router.KindMessages])/chat, "messages/chat")
+			b.ReportMetric(medianMS(ts[router.KindResponses])/chat, "responses/chat")
+		})
+	}
+}
+
 // routeChat routes a chat body through rig's router, failing the benchmark
 // on an error or a prompt not tokenized, and ends the decision.
 func routeChat(b *testing.B, rig *benchRig, body []byte) *router.Decision {
-	d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: body})
+	return routeAt(b, rig, "/v1/chat/completions", body)
+}
+
+// routeAt is routeChat for a body of the API of path.
+func routeAt(b *testing.B, rig *benchRig, path string, body []byte) *router.Decision {
+	d, err := rig.router.Route(context.Background(), router.Request{Path: path, Body: body})
 	if err != nil || d.Reason == router.ReasonTokenizeError {
 		b.Fatalf("Route = %+v, %v", d, err)
 	}
