@@ -241,8 +241,8 @@ func (s *bodyScan) checkChatTypes() error {
 	if _, ok := f.ChatTemplate.(string); f.ChatTemplate != nil && !ok {
 		return badRequest("chat_template", "chat_template must be a string")
 	}
-	if _, err := s.reasoningEffort.text("reasoning_effort", false); err != nil {
-		return err
+	if _, ok := f.ReasoningEffort.(string); f.ReasoningEffort != nil && !ok {
+		return badRequest("reasoning_effort", "reasoning_effort must be a string")
 	}
 	for _, flag := range []struct {
 		name string

@@ -13,14 +13,14 @@ import (
 // Parse checks it all afterwards, in a fixed order, so that a body with
 // several faults always gets the same 400.
 type bodyScan struct {
-	lx                                        jsonlex.Lexer
-	kind                                      Kind
-	model, cacheSalt, stream, reasoningEffort member
-	maxTokens, previousResponseID             member
-	prompt                                    promptScan
-	chat                                      chat.Fields
-	anthropic                                 chat.AnthropicFields
-	responses                                 chat.ResponsesFields
+	lx                            jsonlex.Lexer
+	kind                          Kind
+	model, cacheSalt, stream      member
+	maxTokens, previousResponseID member
+	prompt                        promptScan
+	chat                          chat.Fields
+	anthropic                     chat.AnthropicFields
+	responses                     chat.ResponsesFields
 }
 
 // member is what the scan kept of a top-level member: the kind of its
@@ -57,10 +57,6 @@ func (s *bodyScan) member(key []byte) error {
 	case "prompt":
 		if s.kind == KindCompletion {
 			return s.readPrompt()
-		}
-	case "reasoning_effort":
-		if s.kind == KindChat {
-			return s.read(&s.reasoningEffort)
 		}
 	case "max_tokens":
 		if s.kind == KindMessages {

@@ -104,6 +104,9 @@ func oneOf(v jinja.Value, param string, allowed ...string) (string, error) {
 // client's (checked to be an object), with its own settings merged over
 // them (vLLM's merge_kwargs: a None value is not set).
 func templateKwargs(client jinja.Value, set ...jinja.Value) (*jinja.Dict, error) {
+	if d, ok := client.(*jinja.Dict); ok && d == nil { // a typed nil: none
+		client = nil
+	}
 	base, err := optDict(client, "chat_template_kwargs")
 	if err != nil {
 		return nil, err

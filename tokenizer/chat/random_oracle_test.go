@@ -97,6 +97,9 @@ func (g *convGen) request() map[string]any {
 	if g.rng.Intn(3) == 0 {
 		req["chat_template_kwargs"] = map[string]any{"enable_thinking": g.rng.Intn(2) == 0}
 	}
+	if g.rng.Intn(3) == 0 {
+		req["reasoning_effort"] = []string{"none", "low", "high"}[g.rng.Intn(3)]
+	}
 	return req
 }
 

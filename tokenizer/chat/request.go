@@ -69,6 +69,7 @@ func ParseRequest(body []byte) (*Request, error) {
 type Fields struct {
 	Messages, Tools, Documents, Kwargs, ChatTemplate            jinja.Value
 	AddGenerationPrompt, ContinueFinalMessage, AddSpecialTokens jinja.Value
+	ReasoningEffort                                             jinja.Value
 	// Limit is the first error wrapping jinja.ErrLimit a member gave (JSON
 	// nested deeper than jinja reads, an integer outside int64): the
 	// member was read with those parts missing, and the request cannot be
@@ -98,6 +99,8 @@ func (f *Fields) Decode(key []byte, lx *jsonlex.Lexer) (bool, error) {
 		dst = &f.ContinueFinalMessage
 	case "add_special_tokens":
 		dst = &f.AddSpecialTokens
+	case "reasoning_effort":
+		dst = &f.ReasoningEffort
 	default:
 		return false, nil
 	}
@@ -138,6 +141,19 @@ func (f *Fields) Request() (*Request, error) {
 		if req.ChatTemplate, ok = f.ChatTemplate.(string); !ok {
 			return nil, errors.New("tokenizer: chat request: chat_template must be a string")
 		}
+	}
+	if f.ReasoningEffort != nil {
+		effort, ok := f.ReasoningEffort.(string)
+		if !ok {
+			return nil, errors.New("tokenizer: chat request: reasoning_effort must be a string")
+		}
+		// vLLM passes it to the template, with enable_thinking unless the
+		// client's kwargs set that (ChatCompletionRequest.build_chat_params).
+		kw, err := templateKwargs(req.Kwargs, "reasoning_effort", effort, "enable_thinking", enableThinking(req.Kwargs, effort))
+		if err != nil {
+			return nil, err
+		}
+		req.Kwargs = kw
 	}
 	return req, nil
 }

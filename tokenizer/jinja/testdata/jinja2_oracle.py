@@ -302,6 +302,11 @@ def render_chat(src, req, special, fmt="auto"):
                   documents=req.get("documents"), add_generation_prompt=gen,
                   continue_final_message=cont)
     kwargs.update(req.get("chat_template_kwargs") or {})
+    effort = req.get("reasoning_effort")
+    if effort is not None:  # vLLM passes it, and enable_thinking unless given
+        kwargs["reasoning_effort"] = effort
+        if "enable_thinking" not in (req.get("chat_template_kwargs") or {}):
+            kwargs["enable_thinking"] = effort != "none"
     for k in CONSUMED:
         kwargs.pop(k, None)
     gen = kwargs.pop("add_generation_prompt")
