@@ -33,7 +33,7 @@ func (r *Router) hashPrefix(tokens []uint32, extra blockhash.Extra, hit tokenize
 	start := len(sc.hashes)
 	reused := 0 // blocks
 	parent, first := r.hasher.Root(), true
-	if prev, ok := hit.Prev.(*chain); ok && prev.hasher == r.hasher && prev.extra == extra {
+	if prev, ok := hit.Prev.(*chain); ok && prev.hasher == r.hasher && sameKeys(prev.extra, extra) {
 		blocks := min(hit.Reused/bs, len(prev.hashes), len(tokens)/bs)
 		if k := blocks / digestEvery; k > 0 {
 			reused = k * digestEvery
@@ -58,4 +58,11 @@ func (r *Router) hashPrefix(tokens []uint32, extra blockhash.Extra, hit tokenize
 		c.digests = append(c.digests, sc.digests[(i+1)*digestEvery-1-reused])
 	}
 	cache.Attach(hit, c, c.size())
+}
+
+// sameKeys reports whether two prompts' blocks carry the same extra keys:
+// the same LoRA and salt, and no multimodal items (a prompt with them is
+// not hashed through the prefix cache).
+func sameKeys(a, b blockhash.Extra) bool {
+	return a.LoRA == b.LoRA && a.CacheSalt == b.CacheSalt && len(a.MM) == 0 && len(b.MM) == 0
 }

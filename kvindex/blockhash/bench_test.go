@@ -67,7 +67,7 @@ func BenchmarkHash(b *testing.B) {
 		var blocks [][]byte
 		parent := h.Root()
 		for i := 0; i < len(tokens); i += 16 {
-			enc := h.encodeBlock(nil, &parent, tokens[i:i+16], extra, i == 0)
+			enc := h.encodeBlock(nil, &parent, tokens[i:i+16], extra, i == 0, i)
 			blocks = append(blocks, enc)
 			parent = h.Block(parent, i == 0, tokens[i:i+16], extra)
 		}

@@ -175,6 +175,9 @@ type Extra struct {
 	LoRA string
 	// CacheSalt is the request's cache_salt; it is a key of block 0 only.
 	CacheSalt string
+	// MM are the prompt's multimodal items, by offset: a block their
+	// placeholders overlap carries a key of each (MMItem).
+	MM []MMItem
 }
 
 // Hasher computes vLLM's prefix-cache block hashes for one Config:
@@ -254,7 +257,7 @@ func (h *Hasher) Extend(dst []uint64, parent Digest, first bool, tokens []uint32
 	dst = slices.Grow(dst, n)
 	s := h.get()
 	for i := range n {
-		parent = h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens[i*bs:(i+1)*bs], extra, first && i == 0))
+		parent = h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens[i*bs:(i+1)*bs], extra, first && i == 0, i*bs))
 		dst = append(dst, parent.Value())
 	}
 	h.put(s)
@@ -273,7 +276,7 @@ func (h *Hasher) AppendDigests(dst []Digest, parent Digest, first bool, tokens [
 	dst = slices.Grow(dst, n)
 	s := h.get()
 	for i := range n {
-		parent = h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens[i*bs:(i+1)*bs], extra, first && i == 0))
+		parent = h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens[i*bs:(i+1)*bs], extra, first && i == 0, i*bs))
 		dst = append(dst, parent)
 	}
 	h.put(s)
@@ -287,19 +290,29 @@ func (h *Hasher) AppendDigests(dst []Digest, parent Digest, first bool, tokens [
 // LoRA name give the hash vLLM must have published.
 func (h *Hasher) Block(parent Digest, first bool, tokens []uint32, extra Extra) Digest {
 	s := h.get()
-	d := h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens, extra, first))
+	d := h.sum(s, h.encodeBlock(s.buf[:0], &parent, tokens, extra, first, 0))
 	h.put(s)
 	return d
 }
 
 // encodeBlock appends the serialization of the tuple vLLM hashes for one
 // block: (parent, tuple(tokens), extra keys or None).
-func (h *Hasher) encodeBlock(b []byte, parent *Digest, tokens []uint32, extra Extra, first bool) []byte {
+// start is the block's first token, counted as extra.MM's offsets are.
+func (h *Hasher) encodeBlock(b []byte, parent *Digest, tokens []uint32, extra Extra, first bool, start int) []byte {
 	salt := ""
 	if first {
 		salt = extra.CacheSalt
 	}
 	p := parent[SHA256Size-h.size:]
+	if len(extra.MM) > 0 {
+		var buf [4]mmKey
+		if keys := appendMMKeys(buf[:0], extra.MM, start, start+len(tokens)); len(keys) > 0 {
+			if h.cbor {
+				return appendCBORKeysBlock(b, p, tokens, extra.LoRA, keys, salt)
+			}
+			return appendPickleKeysBlock(b, p, tokens, extra.LoRA, keys, salt)
+		}
+	}
 	if h.cbor {
 		return appendCBORBlock(b, p, tokens, extra.LoRA, salt)
 	}

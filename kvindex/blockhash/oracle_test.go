@@ -21,7 +21,20 @@ type hashCase struct {
 	Tokens    []uint32  `json:"tokens"`
 	LoRA      string    `json:"lora"`
 	Salt      string    `json:"salt"`
-	Bytes     bool      `json:"bytes"` // also compare the encoded bytes
+	MM        []mmCase  `json:"mm,omitempty"` // multimodal items, by offset
+	Bytes     bool      `json:"bytes"`        // also compare the encoded bytes
+}
+
+// mmCase is a multimodal item as hash_oracle.py reads it: [identifier,
+// offset, length].
+type mmCase [3]any
+
+func (c hashCase) extra() Extra {
+	e := Extra{LoRA: c.LoRA, CacheSalt: c.Salt}
+	for _, m := range c.MM {
+		e.MM = append(e.MM, MMItem{Hash: m[0].(string), Offset: m[1].(int), Length: m[2].(int)})
+	}
+	return e
 }
 
 // oracleResult is hash_oracle.py's answer for one hashCase (hex strings).
@@ -131,6 +144,51 @@ func framingCases() []hashCase {
 	)
 }
 
+// mmCases have multimodal items: placeholders within a block, across
+// blocks, ending or starting at a boundary, adjacent, two in one block,
+// with and without a LoRA and a salt, offsets needing every integer width.
+func mmCases(rng *rand.Rand) []hashCase {
+	hash := func() string { return fmt.Sprintf("%064x", rng.Uint64()) }
+	var cases []hashCase
+	for i := range 64 {
+		c := hashCase{
+			Algo: []Algorithm{SHA256, SHA256CBOR}[i%2], Seed: oracleSeeds[i/2%len(oracleSeeds)],
+			BlockSize: []int{1, 4, 16, 300}[i/8%4], Bytes: i%3 == 0,
+		}
+		if i/4%2 == 1 {
+			c.LoRA = randomString(rng)
+		}
+		if i/16%2 == 1 {
+			c.Salt = randomString(rng)
+		}
+		n := c.BlockSize * (2 + rng.IntN(40))
+		if c.BlockSize == 300 {
+			n = 300 * (2 + rng.IntN(3))
+		}
+		for at := rng.IntN(c.BlockSize + 3); at < n; {
+			length := 1 + rng.IntN(3*c.BlockSize)
+			if rng.IntN(4) == 0 { // end on a block boundary
+				length = max(1, (at/c.BlockSize+1)*c.BlockSize-at)
+			}
+			c.MM = append(c.MM, mmCase{[]string{hash(), "a"}[min(rng.IntN(8), 1)], at, length})
+			at += length + []int{0, 1, c.BlockSize, 70000}[rng.IntN(4)]
+		}
+		c.Tokens = make([]uint32, n+rng.IntN(c.BlockSize))
+		for j := range c.Tokens {
+			c.Tokens[j] = randomToken(rng)
+		}
+		cases = append(cases, c)
+	}
+	return cases
+}
+
+// TestMultimodalKeysMatchPython compares the hashes of prompts with
+// multimodal items, every block overlapping a placeholder keyed with
+// (identifier, offset in the block), with Python's.
+func TestMultimodalKeysMatchPython(t *testing.T) {
+	diffOracle(t, mmCases(rand.New(rand.NewPCG(2026, 29))))
+}
+
 // runOracle pipes cases to hash_oracle.py in one Python process. Cases of
 // the xxhash algorithms need python3-xxhash: without it the test is skipped
 // locally and fails under CI=true.
@@ -230,7 +288,7 @@ func compareCase(c hashCase, want oracleResult) error {
 	if err != nil {
 		return err
 	}
-	extra := Extra{LoRA: c.LoRA, CacheSalt: c.Salt}
+	extra := c.extra()
 	digests := h.AppendDigests(nil, h.Root(), true, c.Tokens, extra)
 	if c.Bytes {
 		if err := compareBytes(h, c, extra, digests, want); err != nil {
@@ -266,7 +324,7 @@ func compareBytes(h *Hasher, c hashCase, extra Extra, digests []Digest, want ora
 	parent := h.Root()
 	for i := range want.BlockBytes {
 		bs := c.BlockSize
-		enc := h.encodeBlock(nil, &parent, c.Tokens[i*bs:(i+1)*bs], extra, i == 0)
+		enc := h.encodeBlock(nil, &parent, c.Tokens[i*bs:(i+1)*bs], extra, i == 0, i*bs)
 		if err := compareHex(fmt.Sprintf("block %d encoding", i), hex.EncodeToString(enc), want.BlockBytes[i]); err != nil {
 			return err
 		}

@@ -7,7 +7,8 @@ the Go code under test.
 
 stdin:  {"cases": [{"algo": "sha256"|"sha256_cbor"|"xxhash"|"xxhash_cbor", "seed": str,
           "block_size": int, "tokens": [int], "lora": str, "salt": str,
-          "bytes": bool}]}           ("" means no LoRA / no salt)
+          "mm": [[identifier, offset, length]], "bytes": bool}]}
+          ("" means no LoRA / no salt; mm: multimodal items by offset)
 stdout: {"python": version, "cbor2": version, "xxhash": version or "",
           "results": [{"root": hex,
           "blocks": [hex digest of every full block],
@@ -48,6 +49,22 @@ def digest(algo, data):
     return xxhash.xxh3_128_digest(data)
 
 
+def mm_keys(mm, start, end):
+    """vLLM's _gen_mm_extra_hash_keys: (identifier, offset from the block's
+    start) of every multimodal item whose placeholder overlaps [start, end)."""
+    keys = []
+    for ident, offset, length in mm:
+        if end > offset:
+            if start >= offset + length:
+                continue
+            keys.append((str(ident), offset - start))
+            if end >= offset + length:
+                continue
+            break
+        break
+    return keys
+
+
 def run_case(case):
     algo, size, tokens = case["algo"], case["block_size"], case["tokens"]
     want_bytes = case.get("bytes", False)
@@ -57,10 +74,12 @@ def run_case(case):
     if want_bytes:
         res["seed_bytes"] = seed_bytes.hex()
         res["block_bytes"] = []
+    mm = case.get("mm") or []  # [[identifier, offset, length]] by offset
     for i in range(len(tokens) // size):  # full blocks only
         keys = []
         if case["lora"]:
             keys.append(case["lora"])  # every block
+        keys.extend(mm_keys(mm, i * size, (i + 1) * size))
         if i == 0 and case["salt"]:
             keys.append(case["salt"])  # block 0 only
         extra = tuple(keys) if keys else None
