@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/router/fleet"
+	"github.com/kvrouter/kvrouter/router/render"
 )
 
 // Config is the routing policy's settings: the routing section of
@@ -83,6 +84,13 @@ type Config struct {
 	// forgotten first; 0 sends requests naming a response by prefix or
 	// load like any other. Default 100000 (about 10 MB).
 	ResponseIDs int `yaml:"response_ids"`
+	// Models are the models' tokenization modes (modes.go), set from the
+	// tokenizers section; a model not here is auto with no render
+	// endpoint configured.
+	Models map[string]ModelMode `yaml:"-"`
+	// Render bounds the calls to render endpoints. Default
+	// render.DefaultConfig().
+	Render render.Config `yaml:"-"`
 	// Tuning is the policy's tuned numbers; DefaultTuning unless a
 	// simulation varies them.
 	Tuning Tuning `yaml:"-"`
@@ -112,6 +120,7 @@ func DefaultConfig() Config {
 		PrefillHeader:          "x-prefiller-host-port",
 		MaxTokenizeBytes:       4 << 20,
 		ResponseIDs:            100_000,
+		Render:                 render.DefaultConfig(),
 		Tuning:                 DefaultTuning(),
 	}
 }

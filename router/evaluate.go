@@ -11,6 +11,7 @@ type evaluation struct {
 	ns       string // the index namespace: the target's base model; "" for any pod
 	tokens   int
 	reason   Reason
+	via      Mode    // how the prompt's ids were found; "" when they were not
 	pinned   int     // 1 + the candidate holding the response the request names (ReasonResponse); 0: none (Router.pin)
 	pressure float64 // the candidates' KV pressure
 	reuse    float64 // the candidates' eviction weight (Router.weights)
@@ -71,7 +72,7 @@ func (r *Router) evaluate(req Request, sc *scratch) (evaluation, error) {
 	case r.cfg.MaxTokenizeBytes > 0 && len(req.Body) > r.cfg.MaxTokenizeBytes && p.PromptTokens == nil:
 		ev.reason = ReasonTooLong
 	default:
-		ev.reason, ev.tokens = r.tokenize(t, p, sc, &ev.stages)
+		ev.reason, ev.tokens, ev.via = r.tokenize(t, req.Path, p, sc, &ev.stages)
 	}
 	if t != nil {
 		ev.ns = t.Base

@@ -18,6 +18,7 @@ import (
 const (
 	PartTokenizer    = "tokenizer"     // the model's tokenizer
 	PartChatTemplate = "chat_template" // the model's chat template, for chat requests
+	PartRender       = "render"        // the model's render endpoint, for a model rendered there
 )
 
 // PartState is whether kvrouter has one part of a model: without it the
@@ -54,7 +55,7 @@ type Health struct {
 func NewHealth(logger *slog.Logger, reg prometheus.Registerer) (*Health, error) {
 	h := &Health{logger: logger, gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "kvrouter", Subsystem: "router", Name: "model_ready",
-		Help: "1 when kvrouter has the part (tokenizer, chat_template) of the model that exact routing needs, 0 while the model's requests are routed by load alone.",
+		Help: "1 when kvrouter has the part (tokenizer, chat_template; render: the model's render endpoint answers) of the model that exact routing needs, 0 while the model's requests are routed by load alone.",
 	}, []string{"model", "part"})}
 	h.mu.m = map[partKey]*PartState{}
 	if err := register(reg, h.gauge); err != nil {
@@ -126,6 +127,8 @@ func partReason(part string, err error) Reason {
 		return ReasonTokenizerPending
 	case part == PartChatTemplate:
 		return ReasonNoChatTemplate
+	case part == PartRender:
+		return ReasonRenderFailed
 	}
 	return ReasonNoTokenizer
 }

@@ -68,10 +68,10 @@ func TestParseChat(t *testing.T) {
 		t.Fatalf("Parse(chat).Chat = nil, want the template's input")
 	}
 	thinking, _ := c.Kwargs.Get("enable_thinking")
-	if got := render(c.Messages); got != `[{"role": "user", "content": "hi"}]` {
+	if got := printJSON(c.Messages); got != `[{"role": "user", "content": "hi"}]` {
 		t.Errorf("Parse(chat).Chat.Messages = %s, want the message as sent", got)
 	}
-	if c.Tools == nil || render(c.Tools.Items) != `[{"type": "function"}]` || c.Documents != nil {
+	if c.Tools == nil || printJSON(c.Tools.Items) != `[{"type": "function"}]` || c.Documents != nil {
 		t.Errorf("Parse(chat).Chat tools, documents = %v, %v, want the tool and none", c.Tools, c.Documents)
 	}
 	if c.AddGenerationPrompt || !c.ContinueFinalMessage || !c.AddSpecialTokens || thinking != false || c.ChatTemplate != "{{ messages }}" {
@@ -87,7 +87,7 @@ func TestParseChat(t *testing.T) {
 // level and in messages, as in Python's json.loads.
 func TestParseChatRepeatedKeys(t *testing.T) {
 	p, err := Parse(KindChat, []byte(`{"messages":"x","model":"a","messages":[{"role":"user","role":"tool","content":"hi"}],"model":"b"}`))
-	if err != nil || p.Model != "b" || render(p.Chat.Messages) != `[{"role": "tool", "content": "hi"}]` {
+	if err != nil || p.Model != "b" || printJSON(p.Chat.Messages) != `[{"role": "tool", "content": "hi"}]` {
 		t.Fatalf("Parse(repeated keys) = %+v, %v, want model b and the last role", p, err)
 	}
 }
@@ -126,16 +126,16 @@ func checkSameAsParseRequest(t *testing.T, body string, got *chat.Request) {
 		if r.Kwargs != nil {
 			kwargs = r.Kwargs
 		}
-		return fmt.Sprintf("%s %s %s %s %q %v %v %v", render(r.Messages), render(tools), render([]jinja.Value{r.Documents}),
-			render([]jinja.Value{kwargs}), r.ChatTemplate, r.AddGenerationPrompt, r.ContinueFinalMessage, r.AddSpecialTokens)
+		return fmt.Sprintf("%s %s %s %s %q %v %v %v", printJSON(r.Messages), printJSON(tools), printJSON([]jinja.Value{r.Documents}),
+			printJSON([]jinja.Value{kwargs}), r.ChatTemplate, r.AddGenerationPrompt, r.ContinueFinalMessage, r.AddSpecialTokens)
 	}
 	if g, w := show(got), show(want); g != w {
 		t.Fatalf("Parse(chat, %q).Chat = %s, want %s as chat.ParseRequest reads it", body, g, w)
 	}
 }
 
-// render prints values as the template's tojson would.
-func render(vs []jinja.Value) string {
+// printJSON prints values as the template's tojson would.
+func printJSON(vs []jinja.Value) string {
 	s, err := jinja.ToJSON(jinja.NewList(vs...))
 	if err != nil {
 		return err.Error()

@@ -5,12 +5,15 @@ import "strconv"
 // Report is what POST /v1/score answers: how every candidate would score,
 // without routing.
 type Report struct {
-	Model      string   `json:"model"`
-	Reason     Reason   `json:"reason"`
-	Tokens     int      `json:"prompt_tokens"`
-	Blocks     []string `json:"block_hashes"` // decimal, as vLLM's events print them
-	KVPressure float64  `json:"kv_pressure"`  // prefills an uncached token costs for the fleet's KV use (Tuning.KVPressure)
-	Reuse      float64  `json:"reuse_weight"` // prefills it costs more for the cached block it evicts (Tuning.ReuseWeight)
+	Model  string `json:"model"`
+	Reason Reason `json:"reason"`
+	// Tokenization is how the prompt's ids were found: exact (kvrouter's
+	// tokenizer) or render (the model's render endpoint); "" when not.
+	Tokenization Mode     `json:"tokenization,omitempty"`
+	Tokens       int      `json:"prompt_tokens"`
+	Blocks       []string `json:"block_hashes"` // decimal, as vLLM's events print them
+	KVPressure   float64  `json:"kv_pressure"`  // prefills an uncached token costs for the fleet's KV use (Tuning.KVPressure)
+	Reuse        float64  `json:"reuse_weight"` // prefills it costs more for the cached block it evicts (Tuning.ReuseWeight)
 	// Placement is the widened tolerance a request that places a new
 	// prefix is picked within (Tuning.PlacementTolerance × the share of
 	// prompts found cached lately); 0 when the cheapest pod caches half of
@@ -31,7 +34,7 @@ func (r *Router) Score(req Request) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Model: ev.model, Reason: ev.reason, Tokens: ev.tokens, KVPressure: ev.pressure, Reuse: ev.reuse, Pods: sc.scores, Stages: ev.stages}
+	rep := &Report{Model: ev.model, Reason: ev.reason, Tokenization: ev.via, Tokens: ev.tokens, KVPressure: ev.pressure, Reuse: ev.reuse, Pods: sc.scores, Stages: ev.stages}
 	if len(sc.scores) > 0 {
 		rep.Placement = r.placement(sc.scores[cheapest(sc.scores, nil)], ev.tokens, ev.share, len(sc.scores))
 	}

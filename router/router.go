@@ -63,6 +63,12 @@ const (
 	ReasonTokenizeError  Reason = "tokenize-error" // the prompt could not be tokenized: picked by load
 	ReasonOtherPath      Reason = "other-path"     // not a request the router tokenizes: picked by load
 	ReasonTooLong        Reason = "too-long"       // a body over MaxTokenizeBytes, not tokenized: picked by load
+	// ReasonRenderFailed: the model's render endpoint failed (timeout,
+	// error, every endpoint's breaker open, too many calls in flight):
+	// picked by load.
+	ReasonRenderFailed Reason = "render-failed"
+	// ReasonTokenizationOff: the model's tokenization mode is load.
+	ReasonTokenizationOff Reason = "tokenization-off"
 	// ReasonResponse: a request continuing, reading or canceling a
 	// Responses API response: sent to the pod that produced it.
 	ReasonResponse Reason = "response"
@@ -71,7 +77,7 @@ const (
 // Reasons are every Reason, in the order above.
 var Reasons = []Reason{
 	ReasonPrefix, ReasonLoad, ReasonPlacement, ReasonNoTokenizer, ReasonTokenizerPending, ReasonNoChatTemplate,
-	ReasonTokenizeError, ReasonOtherPath, ReasonTooLong, ReasonResponse,
+	ReasonTokenizeError, ReasonOtherPath, ReasonTooLong, ReasonResponse, ReasonRenderFailed, ReasonTokenizationOff,
 }
 
 // Index is the part of the block index the router reads and writes: a
@@ -137,6 +143,8 @@ type Router struct {
 	// responses are the Responses API ids learned (responseids.go); nil
 	// when off.
 	responses *responseIDs
+	// renderer calls the models' render endpoints (modes.go).
+	renderer *renderer
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -166,6 +174,9 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	if cfg.ResponseIDs > 0 {
 		r.responses = newResponseIDs(cfg.ResponseIDs)
+	}
+	if r.renderer, err = newRenderer(cfg.Render, reg); err != nil {
+		return nil, err
 	}
 	if cfg.Homes {
 		if r.homes, err = newHomeTable(reg, r.now); err != nil {

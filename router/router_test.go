@@ -28,7 +28,7 @@ func (byteTokens) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, 
 	}
 	text := p.Prompt
 	if p.Chat != nil {
-		text = render(p.Chat.Messages)
+		text = printJSON(p.Chat.Messages)
 	}
 	for i := range len(text) {
 		dst = append(dst, uint32(text[i]))

@@ -10,42 +10,86 @@ import (
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
-// tokenize tokenizes p's prompt and appends its block hashes to sc.hashes. When
-// that is impossible the request is routed by load and the reason says why.
-func (r *Router) tokenize(t *fleet.Target, p *Parsed, sc *scratch, st *Stages) (Reason, int) {
+// tokenize tokenizes p's prompt (the body of a request to path) as the
+// model's mode says and appends its block hashes to sc.hashes. When that
+// is impossible the request is routed by load and the reason says why.
+// via is how the ids were found (ModeExact, ModeRender; "" when not).
+func (r *Router) tokenize(t *fleet.Target, path string, p *Parsed, sc *scratch, st *Stages) (reason Reason, tokens int, via Mode) {
 	t0 := time.Now()
-	tokens := p.PromptTokens
+	ids := p.PromptTokens
 	extra := blockhash.Extra{LoRA: t.LoRA, CacheSalt: p.CacheSalt}
-	if p.Chat != nil && tokens == nil && p.Chat.HasMedia() {
+	media := p.Chat != nil && ids == nil && p.Chat.HasMedia()
+	if media {
 		r.metrics.multimodal.Inc()
+	}
+	mm := r.modeOf(t.Base)
+	if ids == nil {
+		switch {
+		case mm.Mode == ModeLoad:
+			return ReasonTokenizationOff, 0, ""
+		case mm.Mode == ModeRender, mm.Mode == ModeAuto && (mm.RenderOnly || media && mm.Render != ""):
+			return r.tokenizeRendered(t, path, p, sc, st, extra, mm)
+		}
 	}
 	var hit tokenizer.PrefixHit
 	var cache *tokenizer.PrefixCache
-	if tokens == nil {
+	if ids == nil {
 		var err error
 		if pt, ok := r.tok.(prefixTokenizers); ok {
 			sc.tokens, hit, cache, err = pt.appendTokensPrefix(sc.tokens[:0], t.Base, p)
 		} else {
 			sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.Base, p)
 		}
-		tokens = sc.tokens
+		ids = sc.tokens
 		st.Tokenize = time.Since(t0)
 		if err != nil {
-			if reason, ok := missingReason(err); ok {
-				return reason, 0
+			reason, missing := missingReason(err)
+			if !missing {
+				reason = ReasonTokenizeError
+				r.tokenizeErrs.log(time.Now(), p.Model, err)
 			}
-			r.tokenizeErrs.log(time.Now(), p.Model, err)
-			return ReasonTokenizeError, 0
+			if mm.Mode == ModeAuto && mm.Render != "" { // what kvrouter cannot reproduce, vLLM renders
+				return r.tokenizeRendered(t, path, p, sc, st, extra, mm)
+			}
+			return reason, 0, ""
 		}
 	}
 	t1 := time.Now()
 	if cache != nil {
-		r.hashPrefix(tokens, extra, hit, cache, sc)
+		r.hashPrefix(ids, extra, hit, cache, sc)
 	} else {
-		sc.hashes = r.hasher.AppendHashes(sc.hashes, tokens, extra)
+		sc.hashes = r.hasher.AppendHashes(sc.hashes, ids, extra)
 	}
 	st.Hash = time.Since(t1)
-	return ReasonLoad, len(tokens)
+	return ReasonLoad, len(ids), ModeExact
+}
+
+// tokenizeRendered finds p's ids and multimodal items on the model's
+// render endpoints and hashes them. A failure is ReasonRenderFailed,
+// logged and in the model's health.
+func (r *Router) tokenizeRendered(t *fleet.Target, path string, p *Parsed, sc *scratch, st *Stages, extra blockhash.Extra, mm ModelMode) (Reason, int, Mode) {
+	t0 := time.Now()
+	items, err := r.renderTokens(mm, path, p, sc)
+	st.Tokenize += time.Since(t0)
+	if err != nil {
+		r.tokenizeErrs.log(time.Now(), p.Model, err)
+		r.health().Set(t.Base, PartRender, err)
+		return ReasonRenderFailed, 0, ""
+	}
+	r.health().Set(t.Base, PartRender, nil)
+	extra.MM = items
+	t1 := time.Now()
+	sc.hashes = r.hasher.AppendHashes(sc.hashes, sc.tokens, extra)
+	st.Hash = time.Since(t1)
+	return ReasonLoad, len(sc.tokens), ModeRender
+}
+
+// health is the models' health the tokenizers keep, or nil.
+func (r *Router) health() *Health {
+	if rt, ok := r.tok.(RegistryTokenizers); ok {
+		return rt.Health
+	}
+	return nil
 }
 
 // missingReason is the reason of a decision whose prompt could not be

@@ -53,6 +53,7 @@ func (a *app) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"prefix_cache":                 a.tokenizers.PrefixStats(),
 			"prefix_cache_bytes_per_model": a.tokenizers.PrefixCacheBytes(),
+			"models":                       a.router.Tokenization(),
 		})
 	})
 	handle("POST /v1/score", a.score)

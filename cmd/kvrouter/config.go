@@ -222,7 +222,7 @@ func serveFlags(c *config, fs *pflag.FlagSet) {
 	fs.StringVar(&c.file, "config", "", "a YAML config file (every field: config/kvrouter.example.yaml); flags given on the command line win over it")
 	serveFlagTable.Bind(fs, c)
 	fs.Var(conf.NewList(&c.podFlags), "pod", "a vLLM pod without Kubernetes: name=ip:port[,model=M][,events=PORT][,replay=PORT][,dp=N][,role=R][,engine=E] (repeatable; dp: data-parallel ranks behind the port, each routed to on its own; role: prefill, decode or both; engine: vllm, sglang or trtllm)")
-	fs.Var(conf.NewList(&c.modelFlags), "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL (repeatable); other models are the hub repository of their own name")
+	fs.Var(conf.NewList(&c.modelFlags), "model", "where a model's tokenizer is: NAME=DIR (tokenizer.json, tokenizer_config.json), NAME=hub:ORG/REPO[@REVISION], NAME=alias:MODEL or NAME=render:URL (vLLM's render endpoints; render:pods) (repeatable); other models are the hub repository of their own name")
 	fs.Var(conf.NewList(&c.templateFlags), "chat-template", "a model's chat template, as the pods' --chat-template: NAME=FILE, NAME=TEXT or NAME=TEMPLATE-NAME (repeatable)")
 	fs.Var(conf.NewList(&c.formatFlags), "chat-template-content-format", "a model's message content format, as the pods' --chat-template-content-format: NAME=auto, NAME=string or NAME=openai (repeatable)")
 	conf.Removed(fs, removedFlagKeys, removedKeys, removedSwitches, &c.flagProblems)

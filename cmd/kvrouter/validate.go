@@ -61,7 +61,7 @@ func (c config) validate(serviceHost string) (settings, error) {
 	nonNegative(p, "shutdown.drain_delay", c.Shutdown.DrainDelay)
 	nonNegative(p, "shutdown.timeout", c.Shutdown.Timeout)
 	s.index, s.ext, s.router = c.Index.Config, c.ExtProc.Config, c.Routing
-	s.router.MaxTokenizeBytes = c.Tokenizers.MaxTokenizeBytes
+	s.router.MaxTokenizeBytes, s.router.Models = c.Tokenizers.MaxTokenizeBytes, router.ModelModes(c.Tokenizers.Modes())
 	p.AddErr("hash", c.Hash.Validate())
 	p.AddErr("index", s.index.Validate())
 	p.AddErr("extproc", s.ext.Validate())

@@ -55,6 +55,33 @@ type Model struct {
 	// ContentFormat is the pods' --chat-template-content-format: auto,
 	// string or openai.
 	ContentFormat string `yaml:"chat_template_content_format"`
+	// Mode is how the model's prompts become token ids: auto (default),
+	// exact (kvrouter's tokenizer and template), render (vLLM's render
+	// endpoints) or load (none: routed by load).
+	Mode string `yaml:"mode"`
+	// Render is the model's render endpoint: an http(s) base URL (vllm
+	// launch render), or "pods" for the model's own pods; "": none.
+	Render string `yaml:"render"`
+}
+
+// ModeSpec is a model's mode and render endpoint, for the router; a
+// model with a render endpoint and no tokenizer source is render-only.
+type ModeSpec struct {
+	Mode, Render string
+	RenderOnly   bool
+}
+
+// Modes returns each model's ModeSpec that is not the default (auto, no
+// render endpoint).
+func (s Settings) Modes() map[string]ModeSpec {
+	out := map[string]ModeSpec{}
+	for name, m := range s.Models {
+		if m.Mode == "" && m.Render == "" {
+			continue
+		}
+		out[name] = ModeSpec{Mode: m.Mode, Render: m.Render, RenderOnly: m.Render != "" && m.Dir == "" && m.Repo == "" && m.Alias == ""}
+	}
+	return out
 }
 
 // Hub is where tokenizers missing from hf_cache are downloaded from.
@@ -83,7 +110,7 @@ func Default() Settings {
 }
 
 // modelFields are Model's YAML keys.
-var modelFields = []string{"dir", "repo", "revision", "alias", "chat_template", "chat_template_content_format"}
+var modelFields = []string{"dir", "repo", "revision", "alias", "chat_template", "chat_template_content_format", "mode", "render"}
 
 // UnmarshalYAML reads a bare directory or a mapping of Model's keys.
 func (m *Model) UnmarshalYAML(n *yaml.Node) error {
@@ -103,9 +130,12 @@ func (m *Model) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode((*plain)(m))
 }
 
-// Parse reads a --model value: DIR, hub:ORG/REPO[@REVISION] or
-// alias:MODEL.
+// Parse reads a --model value: DIR, hub:ORG/REPO[@REVISION],
+// alias:MODEL or render:URL (render:pods for the model's own pods).
 func Parse(spec string) Model {
+	if u, ok := strings.CutPrefix(spec, "render:"); ok {
+		return Model{Render: u}
+	}
 	if repo, ok := strings.CutPrefix(spec, "hub:"); ok {
 		id, rev, _ := strings.Cut(repo, "@")
 		return Model{Repo: id, Revision: rev}
@@ -128,7 +158,7 @@ func (s *Settings) ApplyFlags(model, template, format []string) []error {
 		for _, f := range model {
 			name, spec, ok := strings.Cut(f, "=")
 			if !ok || name == "" || spec == "" {
-				errs = append(errs, fmt.Errorf("--model: model %q: want NAME=DIR, NAME=hub:ORG/REPO[@REVISION] or NAME=alias:MODEL", f))
+				errs = append(errs, fmt.Errorf("--model: model %q: want NAME=DIR, NAME=hub:ORG/REPO[@REVISION], NAME=alias:MODEL or NAME=render:URL", f))
 				continue
 			}
 			s.Models[name] = Parse(spec)
@@ -208,6 +238,9 @@ func (s Settings) Resolve(hubToken string) (tokenizer.Config, map[string]chat.Op
 		if err := m.source(name, &cfg); err != nil {
 			errs = append(errs, err)
 		}
+		if err := m.checkMode(key); err != nil {
+			errs = append(errs, err)
+		}
 		if m.ChatTemplate == "" && m.ContentFormat == "" {
 			continue
 		}
@@ -232,6 +265,22 @@ func (s Settings) Resolve(hubToken string) (tokenizer.Config, map[string]chat.Op
 		bad("models: %w", err)
 	}
 	return cfg, chats, errors.Join(errs...)
+}
+
+// checkMode checks the model's mode and render endpoint.
+func (m Model) checkMode(key string) error {
+	switch m.Mode {
+	case "", "auto", "exact", "render", "load":
+	default:
+		return fmt.Errorf("%s.mode: %q, want auto, exact, render or load", key, m.Mode)
+	}
+	if m.Render == "" || m.Render == "pods" {
+		return nil
+	}
+	if u, err := url.Parse(m.Render); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("%s.render: %q, want pods or a base URL such as http://vllm-render:8000", key, m.Render)
+	}
+	return nil
 }
 
 // source checks where a model's tokenizer comes from and puts it in cfg.

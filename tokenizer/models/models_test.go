@@ -1,6 +1,7 @@
 package models
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,5 +106,43 @@ func TestApplyFlags(t *testing.T) {
 	s = Settings{Models: map[string]Model{"file": {Dir: "/f"}}}
 	if errs := s.ApplyFlags(nil, []string{"file=t"}, nil); errs != nil || s.Models["file"] != (Model{Dir: "/f", ChatTemplate: "t"}) {
 		t.Errorf("no --model: %+v, %v; want the file's model given the template", s.Models, errs)
+	}
+}
+
+func TestModesAndRender(t *testing.T) {
+	if m := Parse("render:http://render:8000"); m.Render != "http://render:8000" || m.Dir != "" {
+		t.Errorf("Parse(render:URL) = %+v", m)
+	}
+	s := Default()
+	s.HFCache = t.TempDir()
+	s.Models = map[string]Model{
+		"mistral": {Render: "http://render:8000"},
+		"kimi":    {Repo: "org/kimi", Render: "pods", Mode: "render"},
+		"plain":   {Repo: "org/plain"},
+		"off":     {Mode: "load"},
+	}
+	if _, _, err := s.Resolve(""); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]ModeSpec{
+		"mistral": {Render: "http://render:8000", RenderOnly: true},
+		"kimi":    {Mode: "render", Render: "pods"},
+		"off":     {Mode: "load"},
+	}
+	if got := s.Modes(); !maps.Equal(got, want) {
+		t.Errorf("Modes() = %v, want %v", got, want)
+	}
+	for _, tt := range []struct {
+		m    Model
+		want string
+	}{
+		{Model{Mode: "fast"}, `models.x.mode: "fast", want auto, exact, render or load`},
+		{Model{Render: "render:8000"}, `models.x.render: "render:8000", want pods or a base URL`},
+		{Model{Render: "http://render:8000/v1"}, `models.x.render: "http://render:8000/v1", want pods or a base URL`},
+	} {
+		s.Models = map[string]Model{"x": tt.m}
+		if _, _, err := s.Resolve(""); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Resolve(%+v) = %v, want %q", tt.m, err, tt.want)
+		}
 	}
 }
