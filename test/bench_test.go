@@ -68,6 +68,12 @@ func newBenchRig(b *testing.B, prompt string) *benchRig {
 // metrics (nil: none).
 func qwen3Router(tb testing.TB, prefixBytes int64, metrics prometheus.Registerer) (*router.Router, *tokenizer.Registry, *kvindex.Index, *blockhash.Hasher) {
 	tb.Helper()
+	return qwen3RouterWith(tb, prefixBytes, metrics, router.DefaultConfig())
+}
+
+// qwen3RouterWith is qwen3Router with the router's configuration cfg.
+func qwen3RouterWith(tb testing.TB, prefixBytes int64, metrics prometheus.Registerer, cfg router.Config) (*router.Router, *tokenizer.Registry, *kvindex.Index, *blockhash.Hasher) {
+	tb.Helper()
 	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"qwen3": qwen3Dir(tb)}, MaxLoaded: 2, PrefixCacheBytes: prefixBytes})
 	if err != nil {
 		tb.Fatal(err)
@@ -87,7 +93,7 @@ func qwen3Router(tb testing.TB, prefixBytes int64, metrics prometheus.Registerer
 		// to 12,500 tokens/s), so that decisions price them as in production.
 		fleet.Load(fmt.Sprintf("pod-%d", i)).SetSpeed(&kvfleet.Speed{Busy: 60, Tokens: 60 * 10000 * (0.9 + 0.05*float64(i))})
 	}
-	r, err := router.New(router.DefaultConfig(), fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), metrics)
+	r, err := router.New(cfg, fleet, index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, slog.New(slog.DiscardHandler), metrics)
 	if err != nil {
 		tb.Fatal(err)
 	}

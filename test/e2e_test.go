@@ -88,6 +88,10 @@ type fleetOptions struct {
 	// engines are the engines the pods play (vllmsim.Config.Engine) and
 	// are followed as, pod i the i-th modulo their number; none: vLLM.
 	engines []string
+	// routing adjusts the router's configuration; untokenized leaves the
+	// model out of kvrouter's tokenizers.
+	routing     func(*fleet, *router.Config)
+	untokenized bool
 }
 
 // engine is the engine pod i plays.
@@ -177,11 +181,19 @@ func startFleetWith(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{model: dir}, MaxLoaded: 2})
+	tokCfg := tokenizer.Config{Models: map[string]string{model: dir}, MaxLoaded: 2}
+	if o.untokenized {
+		tokCfg.Models = nil
+	}
+	reg, err := tokenizer.NewRegistry(tokCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.router, err = router.New(router.DefaultConfig(), f.routes, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, logger, nil); err != nil {
+	rcfg := router.DefaultConfig()
+	if o.routing != nil {
+		o.routing(f, &rcfg)
+	}
+	if f.router, err = router.New(rcfg, f.routes, f.index, hasher, router.RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}, logger, f.reg); err != nil {
 		t.Fatal(err)
 	}
 	ext, err := extproc.New(extproc.DefaultConfig(), f.router, logger, nil)
