@@ -69,6 +69,15 @@ func ModelModes(specs map[string]models.ModeSpec) map[string]ModelMode {
 	return out
 }
 
+// Tokenizes reports whether kvrouter may tokenize the base model's
+// prompts itself (it needs its tokenizer): not when the model is rendered
+// only (mode render, or a render endpoint and no tokenizer of its own) or
+// routed by load.
+func (r *Router) Tokenizes(base string) bool {
+	m := r.modeOf(base)
+	return m.Mode != ModeRender && m.Mode != ModeLoad && !m.RenderOnly
+}
+
 // modeOf is base model's tokenization.
 func (r *Router) modeOf(base string) ModelMode {
 	if m, ok := r.cfg.Models[base]; ok {

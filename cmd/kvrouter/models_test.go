@@ -164,6 +164,7 @@ func TestServeDegradedModels(t *testing.T) {
 		"--pod", "good=" + addr + ",model=Org/Good,events=1,replay=2",
 		"--pod", "missing=" + addr + ",model=Org/Missing,events=1,replay=2",
 		"--pod", "notmpl=" + addr + ",model=Org/NoTmpl,events=1,replay=2",
+		"--pod", "rendered=" + addr + ",model=Org/Rendered,events=1,replay=2", "--model", "Org/Rendered=render:http://127.0.0.1:1",
 	}
 	go func() { done <- run(ctx, args, io.Discard, pw); _ = pw.Close() }()
 	var logs syncBuffer
@@ -172,7 +173,7 @@ func TestServeDegradedModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, proxy := urls["admin server"], urls["OpenAI proxy"]
-	want := map[string]string{"good": "exact", "missing": "by load: tokenizer missing (no-tokenizer)", "notmpl": "by load: chat_template missing (no-chat-template)"}
+	want := map[string]string{"good": "exact", "missing": "by load: tokenizer missing (no-tokenizer)", "notmpl": "by load: chat_template missing (no-chat-template)", "rendered": ""}
 	var pods []struct{ Name, Tokenization string }
 	settled := func() bool {
 		getJSON(t, admin+"/debug/pods", &pods)
@@ -181,7 +182,7 @@ func TestServeDegradedModels(t *testing.T) {
 				return false
 			}
 		}
-		return len(pods) == 3
+		return len(pods) == 4
 	}
 	deadline := time.Now().Add(90 * time.Second) // a hang guard, not a performance bound
 	for !settled() {
@@ -201,6 +202,7 @@ func TestServeDegradedModels(t *testing.T) {
 			{"/v1/completions", `{"model":"Org/Missing","prompt":"hello"}`, "no-tokenizer"},
 			{"/v1/completions", `{"model":"Org/NoTmpl","prompt":"hello"}`, "load"},
 			{"/v1/chat/completions", chat("Org/NoTmpl", "hello"), "no-chat-template"},
+			{"/v1/chat/completions", chat("Org/Rendered", "hello"), "render-failed"},
 		} {
 			resp, err := http.Post(proxy+tt.path, "application/json", strings.NewReader(tt.body))
 			if err != nil {
@@ -211,6 +213,17 @@ func TestServeDegradedModels(t *testing.T) {
 				t.Errorf("%s %s = %d by %q, want 200 by %q", tt.path, tt.body, resp.StatusCode, got, tt.reason)
 			}
 		}
+	}
+	var toks struct {
+		Models []struct {
+			Model, Mode, Render string
+			RenderOnly          bool  `json:"render_only"`
+			RenderHealthy       *bool `json:"render_healthy"`
+		}
+	}
+	getJSON(t, admin+"/debug/tokenizers", &toks)
+	if m := toks.Models; len(m) != 1 || m[0].Model != "Org/Rendered" || m[0].Mode != "auto" || !m[0].RenderOnly || m[0].RenderHealthy == nil || *m[0].RenderHealthy {
+		t.Errorf("/debug/tokenizers models = %+v, want Org/Rendered, render-only, its render endpoint failing", m)
 	}
 	resp, err := http.Get(admin + "/readyz")
 	if err != nil {
@@ -232,6 +245,8 @@ func TestServeDegradedModels(t *testing.T) {
 		`kvrouter_router_model_ready{model="Org/Good",part="chat_template"} 1`,
 		`kvrouter_router_model_ready{model="Org/Missing",part="tokenizer"} 0`,
 		`kvrouter_router_model_ready{model="Org/NoTmpl",part="chat_template"} 0`,
+		`kvrouter_router_model_ready{model="Org/Rendered",part="render"} 0`,
+		`kvrouter_render_calls_total{outcome="error"} 2`,
 	} {
 		if !strings.Contains(string(b), series) {
 			t.Errorf("/metrics lacks %s", series)
@@ -242,11 +257,11 @@ func TestServeDegradedModels(t *testing.T) {
 		t.Fatalf("serve = %v", err)
 	}
 	out := logs.String()
-	if n := strings.Count(out, `"msg":"model part missing`); n != 2 {
-		t.Errorf("%d \"model part missing\" lines, want 2 (Org/Missing's tokenizer, Org/NoTmpl's template):\n%s", n, out)
+	if n := strings.Count(out, `"msg":"model part missing`); n != 3 {
+		t.Errorf("%d \"model part missing\" lines, want 3 (Org/Missing's tokenizer, Org/NoTmpl's template, Org/Rendered's render endpoint):\n%s", n, out)
 	}
-	if n := strings.Count(out, `"msg":"prompt not tokenized`); n != 1 {
-		t.Errorf("%d \"prompt not tokenized\" lines for 2 requests the template raised on, want 1:\n%s", n, out)
+	if n := strings.Count(out, `"msg":"prompt not tokenized`); n != 2 {
+		t.Errorf("%d \"prompt not tokenized\" lines for 2 requests the template raised on and 2 the render endpoint failed, want 1 each:\n%s", n, out)
 	}
 	for _, want := range []string{`"model":"Org/Missing"`, `404 Not Found`, `tokenizers.models.Org/Good.chat_template (` + raising + `)`, `no boom here`} {
 		if !strings.Contains(out, want) {

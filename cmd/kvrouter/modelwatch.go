@@ -77,6 +77,9 @@ func (a *app) checkParts(configured []string) {
 		}
 	}
 	for name := range names { // Health keys them as the router does
+		if !a.router.Tokenizes(name) {
+			continue // rendered, or routed by load: no tokenizer to fetch
+		}
 		st := a.tokenizers.Status(name)
 		switch {
 		case st.Ready:

@@ -26,7 +26,8 @@ type mmKey struct {
 // appendMMKeys appends the keys of the block of tokens [start, end): one
 // per item whose placeholder overlaps it, in the order of the items (by
 // offset). It is vLLM's _gen_mm_extra_hash_keys (vllm/v1/core/
-// kv_cache_utils.py, since vLLM's fix that added the offset).
+// kv_cache_utils.py at vLLM 001cabc1, since the fix that added the
+// offset).
 func appendMMKeys(dst []mmKey, items []MMItem, start, end int) []mmKey {
 	for _, it := range items {
 		if end <= it.Offset {
