@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -137,10 +138,20 @@ func (r *Router) renderEndpoints(mm ModelMode, members []*fleet.Member) []string
 }
 
 // renderTokens renders p through the model's render endpoints into
-// sc.tokens, with its multimodal items.
+// sc.tokens, with its multimodal items. An Anthropic Messages or OpenAI
+// Responses body whose render path the endpoints do not serve is
+// rendered as the chat request vLLM converts it to, when kvrouter's
+// conversion is exact.
 func (r *Router) renderTokens(mm ModelMode, path string, p *Parsed, sc *scratch) ([]blockhash.MMItem, error) {
 	media := p.Chat != nil && p.Chat.HasMedia()
-	ids, items, err := r.renderer.client.Render(context.Background(), sc.tokens[:0], r.renderEndpoints(mm, sc.members), path, p.Body, media)
+	endpoints := r.renderEndpoints(mm, sc.members)
+	ids, items, err := r.renderer.client.Render(context.Background(), sc.tokens[:0], endpoints, path, p.Body, media)
+	if errors.Is(err, render.ErrNotServed) && (p.Kind == KindMessages || p.Kind == KindResponses) && p.chatErr == nil {
+		var body []byte
+		if body, err = p.Chat.ChatBody(p.Model); err == nil {
+			ids, items, err = r.renderer.client.Render(context.Background(), sc.tokens[:0], endpoints, "/v1/chat/completions", body, media)
+		}
+	}
 	sc.tokens = ids
 	return items, err
 }

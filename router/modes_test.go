@@ -55,3 +55,35 @@ func TestTokenizationModes(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderAgentBodyAsChat: a render endpoint without /v1/messages/render
+// renders an Anthropic body as the chat request vLLM converts it to.
+func TestRenderAgentBodyAsChat(t *testing.T) {
+	tr := newTestRouter(t)
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.URL.Path)
+		var body struct {
+			Model    string
+			Messages []struct{ Role, Content string }
+		}
+		if r.URL.Path != "/v1/chat/completions/render" {
+			http.NotFound(w, r)
+			return
+		}
+		if json.NewDecoder(r.Body).Decode(&body) != nil || body.Model != "llama" || len(body.Messages) != 2 || body.Messages[0].Role != "system" || body.Messages[1].Content != "hi" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"token_ids": []int{1, 2, 3, 4, 5, 6, 7, 8}, "features": nil})
+	}))
+	t.Cleanup(srv.Close)
+	tr.cfg.Models = map[string]ModelMode{"llama": {Mode: ModeRender, Render: srv.URL}}
+	rep, err := tr.Score(Request{Path: "/v1/messages", Body: []byte(`{"model":"llama","max_tokens":9,"system":"be brief","messages":[{"role":"user","content":"hi"}]}`)})
+	if err != nil || rep.Tokenization != ModeRender || rep.Tokens != 8 {
+		t.Fatalf("Score = %+v, %v; want 8 tokens by render", rep, err)
+	}
+	if len(seen) != 2 || seen[0] != "/v1/messages/render" {
+		t.Errorf("render paths called: %v, want /v1/messages/render then /v1/chat/completions/render", seen)
+	}
+}

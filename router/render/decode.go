@@ -189,11 +189,12 @@ func (c *Client) recorded(b *breaker, now time.Time, outcome string) {
 	}
 }
 
-// Open reports whether ep's breaker is open now.
-func (c *Client) Open(ep string, now time.Time) bool {
+// Open reports whether ep's breaker for the render path of path is open
+// now.
+func (c *Client) Open(ep, path string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b := c.breakers[ep]
+	b := c.breakers[ep+" "+Path(path)]
 	return b != nil && now.Before(b.openTill)
 }
 

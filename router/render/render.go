@@ -170,7 +170,7 @@ func (c *Client) Render(ctx context.Context, dst []uint32, endpoints []string, p
 		if tries == 2 {
 			break
 		}
-		b := c.breaker(ep)
+		b := c.breaker(ep + " " + Path(path)) // a path one server lacks, another it serves
 		if !c.allowed(b, c.now()) {
 			continue
 		}

@@ -184,7 +184,7 @@ func TestRenderBreakerRecovers(t *testing.T) {
 	if err := render(); err != nil {
 		t.Fatalf("after the cooldown: Render = %v, want the trial call to succeed", err)
 	}
-	if c.Open(s.URL, now) {
+	if c.Open(s.URL, "/v1/completions", now) {
 		t.Error("breaker still open after a good trial")
 	}
 }

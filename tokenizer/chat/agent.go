@@ -136,3 +136,58 @@ func agentRequest(msgs []jinja.Value, tools *jinja.List, kwargs *jinja.Dict) *Re
 		hasMedia: hasMediaPart(msgs),
 	}
 }
+
+// ChatBody is the chat completions body of a converted request: its
+// messages, tools, chat_template_kwargs and generation flags, for a
+// render endpoint that serves /v1/chat/completions/render but not the
+// agent APIs' render paths.
+func (req *Request) ChatBody(model string) ([]byte, error) {
+	msgs := make([]jinja.Value, len(req.Messages))
+	for i, m := range req.Messages {
+		msgs[i] = m
+		d, ok := m.(*jinja.Dict)
+		calls, _ := get(d, "tool_calls").(*jinja.List)
+		if !ok || calls == nil {
+			continue
+		}
+		// A chat request's tool call arguments are a JSON string (vLLM
+		// parses it back before rendering).
+		out := make([]jinja.Value, len(calls.Items))
+		for j, c := range calls.Items {
+			cd, _ := c.(*jinja.Dict)
+			fn, _ := get(cd, "function").(*jinja.Dict)
+			args, isDict := get(fn, "arguments").(*jinja.Dict)
+			if !isDict {
+				out[j] = c
+				continue
+			}
+			text, err := jinja.ToJSON(args)
+			if err != nil {
+				return nil, fmt.Errorf("tokenizer: chat: %w", err)
+			}
+			fn2, c2 := jinja.NewDict(), jinja.NewDict()
+			copyMissing(cd, c2)
+			c2.SetString("function", fn2)
+			fn2.SetString("arguments", text)
+			copyMissing(fn, fn2)
+			out[j] = c2
+		}
+		m2 := jinja.NewDict()
+		copyMissing(d, m2)
+		m2.SetString("tool_calls", jinja.NewList(out...))
+		msgs[i] = m2
+	}
+	d := dict("model", model, "messages", jinja.NewList(msgs...),
+		"add_generation_prompt", req.AddGenerationPrompt, "continue_final_message", req.ContinueFinalMessage)
+	if req.Tools != nil {
+		d.SetString("tools", req.Tools)
+	}
+	if req.Kwargs != nil {
+		d.SetString("chat_template_kwargs", req.Kwargs)
+	}
+	s, err := jinja.ToJSON(d)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: chat: %w", err)
+	}
+	return []byte(s), nil
+}

@@ -276,3 +276,39 @@ func TestAgentAPIsAgainstJinja2(t *testing.T) {
 	}
 	t.Logf("%d of %d renders byte-identical, %d differ, the rest fail on both sides", same, len(queries), bad)
 }
+
+// TestChatBodyRendersAlike: the chat body of a converted request renders
+// the prompt the converted request does (its tool call arguments as JSON
+// strings, parsed back as vLLM parses them).
+func TestChatBodyRendersAlike(t *testing.T) {
+	c, _ := loadTemplateChat(t, chatTemplates[0])
+	g := &agentGen{rng: rand.New(rand.NewSource(11))}
+	rendered := 0
+	for i := range 20 {
+		api, b := "anthropic", g.anthropic()
+		if i%2 == 1 {
+			api, b = "responses", g.responses()
+		}
+		j, _ := json.Marshal(b)
+		req := agentRequestOf(t, api, j)
+		body, err := req.ChatBody("m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseRequest(body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		want, werr := c.Render(req)
+		got, gerr := c.Render(again)
+		if got != want || (werr == nil) != (gerr == nil) {
+			t.Fatalf("%s body %s renders %q (%v), the request %q (%v)", api, body, got, gerr, want, werr)
+		}
+		if werr == nil {
+			rendered++
+		}
+	}
+	if rendered < 15 {
+		t.Errorf("%d of 20 rendered", rendered)
+	}
+}
