@@ -103,13 +103,7 @@ func (p *pickler) saveInt(v int) {
 // is the tuple (lora?, (hash, off)..., salt?). Each str is a distinct
 // Python object but the one-character ones CPython shares.
 func appendPickleKeysBlock(b, parent []byte, tokens []uint32, lora string, keys []mmKey, salt string) []byte {
-	p := newPickler(b)
-	p.boundary() // the outer tuple
-	p.boundary() // the parent bytes
-	p.op(pkShortBinBytes, byte(len(parent)))
-	p.b = append(p.b, parent...)
-	p.memoize()
-	p.saveTokens(tokens)
+	p := newBlockPickler(b, parent, tokens)
 	p.boundary()      // the extra tuple
 	var strs [][2]any // the strings saved, with their memo index
 	save := func(s string) {

@@ -244,9 +244,9 @@ func appendPickleBlock(b, parent []byte, tokens []uint32, lora, salt string) []b
 	return appendPickleFramedBlock(b, parent, tokens, lora, salt)
 }
 
-// appendPickleFramedBlock is appendPickleBlock for any block, with CPython's
-// framing rules for pickles beyond one frame.
-func appendPickleFramedBlock(b, parent []byte, tokens []uint32, lora, salt string) []byte {
+// newBlockPickler starts the pickle of a block's tuple: the parent bytes
+// and tuple(tokens), the extra keys to follow.
+func newBlockPickler(b, parent []byte, tokens []uint32) pickler {
 	p := newPickler(b)
 	p.boundary() // the outer tuple
 	p.boundary() // the parent bytes
@@ -254,6 +254,13 @@ func appendPickleFramedBlock(b, parent []byte, tokens []uint32, lora, salt strin
 	p.b = append(p.b, parent...)
 	p.memoize()
 	p.saveTokens(tokens)
+	return p
+}
+
+// appendPickleFramedBlock is appendPickleBlock for any block, with CPython's
+// framing rules for pickles beyond one frame.
+func appendPickleFramedBlock(b, parent []byte, tokens []uint32, lora, salt string) []byte {
+	p := newBlockPickler(b, parent, tokens)
 	p.saveExtra(lora, salt)
 	p.op(pkTuple3)
 	p.memoize()
