@@ -123,8 +123,8 @@ func newRenderer(cfg render.Config, reg prometheus.Registerer) (*renderer, error
 	return rd, register(reg, rd.outcomes, rd.duration)
 }
 
-// renderEndpoints are the base URLs to render a model's request on: its
-// configured URL, or its candidate pods, starting at a rotating one.
+// renderEndpoints are where to render a model's request: its configured
+// URL, or its candidate pods (host:port), starting at a rotating one.
 func (r *Router) renderEndpoints(mm ModelMode, members []*fleet.Member) []string {
 	if mm.Render != "" && mm.Render != RenderPods {
 		return []string{mm.Render}
@@ -132,7 +132,7 @@ func (r *Router) renderEndpoints(mm ModelMode, members []*fleet.Member) []string
 	out := make([]string, 0, len(members))
 	start := int(r.renderer.turn.Add(1))
 	for i := range members {
-		out = append(out, "http://"+members[(start+i)%len(members)].Endpoint)
+		out = append(out, members[(start+i)%len(members)].Endpoint)
 	}
 	return out
 }
@@ -171,7 +171,7 @@ type ModelTokenization struct {
 // endpoint's health.
 func (r *Router) Tokenization() []ModelTokenization {
 	states := map[string]bool{}
-	for _, st := range r.health().States() {
+	for _, st := range r.modelHealth.States() {
 		if st.Part == PartRender {
 			states[st.Model] = st.Ready
 		}

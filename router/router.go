@@ -145,6 +145,9 @@ type Router struct {
 	responses *responseIDs
 	// renderer calls the models' render endpoints (modes.go).
 	renderer *renderer
+	// modelHealth is the models' health the tokenizers keep (their
+	// render endpoints' too); nil: none kept.
+	modelHealth *Health
 }
 
 // New returns a router over fleet (whose pods are registered in index),
@@ -177,6 +180,9 @@ func New(cfg Config, fleet *fleet.Fleet, index Index, hasher *blockhash.Hasher, 
 	}
 	if r.renderer, err = newRenderer(cfg.Render, reg); err != nil {
 		return nil, err
+	}
+	if rt, ok := tok.(RegistryTokenizers); ok {
+		r.modelHealth = rt.Health
 	}
 	if cfg.Homes {
 		if r.homes, err = newHomeTable(reg, r.now); err != nil {

@@ -43,15 +43,14 @@ func (r *Router) tokenize(t *fleet.Target, path string, p *Parsed, sc *scratch, 
 		ids = sc.tokens
 		st.Tokenize = time.Since(t0)
 		if err != nil {
-			reason, missing := missingReason(err)
-			if !missing {
-				reason = ReasonTokenizeError
-				r.tokenizeErrs.log(time.Now(), p.Model, err)
-			}
 			if mm.Mode == ModeAuto && mm.Render != "" { // what kvrouter cannot reproduce, vLLM renders
 				return r.tokenizeRendered(t, path, p, sc, st, extra, mm)
 			}
-			return reason, 0, ""
+			if reason, ok := missingReason(err); ok {
+				return reason, 0, ""
+			}
+			r.tokenizeErrs.log(time.Now(), p.Model, err)
+			return ReasonTokenizeError, 0, ""
 		}
 	}
 	t1 := time.Now()
@@ -73,23 +72,15 @@ func (r *Router) tokenizeRendered(t *fleet.Target, path string, p *Parsed, sc *s
 	st.Tokenize += time.Since(t0)
 	if err != nil {
 		r.tokenizeErrs.log(time.Now(), p.Model, err)
-		r.health().Set(t.Base, PartRender, err)
+		r.modelHealth.Set(t.Base, PartRender, err)
 		return ReasonRenderFailed, 0, ""
 	}
-	r.health().Set(t.Base, PartRender, nil)
+	r.modelHealth.Set(t.Base, PartRender, nil)
 	extra.MM = items
 	t1 := time.Now()
 	sc.hashes = r.hasher.AppendHashes(sc.hashes, sc.tokens, extra)
 	st.Hash = time.Since(t1)
 	return ReasonLoad, len(sc.tokens), ModeRender
-}
-
-// health is the models' health the tokenizers keep, or nil.
-func (r *Router) health() *Health {
-	if rt, ok := r.tok.(RegistryTokenizers); ok {
-		return rt.Health
-	}
-	return nil
 }
 
 // missingReason is the reason of a decision whose prompt could not be

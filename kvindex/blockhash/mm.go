@@ -2,6 +2,7 @@ package blockhash
 
 import (
 	"encoding/binary"
+	"slices"
 )
 
 // MMItem is a multimodal item of a prompt (an image, an audio clip, a
@@ -104,19 +105,22 @@ func (p *pickler) saveInt(v int) {
 // Python object but the one-character ones CPython shares.
 func appendPickleKeysBlock(b, parent []byte, tokens []uint32, lora string, keys []mmKey, salt string) []byte {
 	p := newBlockPickler(b, parent, tokens)
-	p.boundary()      // the extra tuple
-	var strs [][2]any // the strings saved, with their memo index
+	p.boundary() // the extra tuple
+	// The shared strings saved, with their memo index: a second one is a
+	// reference to the first.
+	type saved struct {
+		s    string
+		memo int
+	}
+	var shared []saved
 	save := func(s string) {
 		ref := -1
 		if sharedPyString(s) {
-			for _, e := range strs {
-				if e[0].(string) == s {
-					ref = e[1].(int)
-				}
+			if i := slices.IndexFunc(shared, func(e saved) bool { return e.s == s }); i >= 0 {
+				ref = shared[i].memo
+			} else {
+				shared = append(shared, saved{s, p.memo})
 			}
-		}
-		if ref < 0 {
-			strs = append(strs, [2]any{s, p.memo})
 		}
 		p.saveString(s, ref)
 	}

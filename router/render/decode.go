@@ -144,30 +144,30 @@ type breaker struct {
 	trial    bool // open, one call let through to see
 }
 
-func (c *Client) breaker(ep string) *breaker {
+// admit returns the breaker of endpoint ep's render path rp (a path one
+// server lacks, another it serves), and whether ep may be called now: its
+// breaker is closed, or open past its cooldown and no trial call is out.
+func (c *Client) admit(ep, rp string, now time.Time) (*breaker, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b := c.breakers[ep]
+	k := breakerKey{ep, rp}
+	b := c.breakers[k]
 	if b == nil {
 		b = &breaker{}
-		c.breakers[ep] = b
+		c.breakers[k] = b
 	}
-	return b
-}
-
-// allow reports whether the endpoint may be called now.
-func (c *Client) allowed(b *breaker, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	switch {
 	case b.openTill.IsZero():
-		return true
+		return b, true
 	case now.Before(b.openTill) || b.trial:
-		return false
+		return b, false
 	}
 	b.trial = true
-	return true
+	return b, true
 }
+
+// breakerKey names a breaker: an endpoint and a render path.
+type breakerKey struct{ ep, rp string }
 
 // recorded counts a call's outcome: an endpoint failure adds to its run
 // (opening the breaker at cfg.Failures, or at once after a trial); a
@@ -194,7 +194,7 @@ func (c *Client) recorded(b *breaker, now time.Time, outcome string) {
 func (c *Client) Open(ep, path string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b := c.breakers[ep+" "+Path(path)]
+	b := c.breakers[breakerKey{ep, Path(path)}]
 	return b != nil && now.Before(b.openTill)
 }
 

@@ -92,7 +92,7 @@ type Client struct {
 	sem      chan struct{}
 	seed     maphash.Seed
 	mu       sync.Mutex
-	breakers map[string]*breaker
+	breakers map[breakerKey]*breaker
 	reused   reuseCache
 	now      func() time.Time
 	// Observe, when set, is told each call's endpoint, outcome (Outcome)
@@ -114,7 +114,7 @@ func New(cfg Config, transport http.RoundTripper) *Client {
 	}
 	return &Client{
 		cfg: cfg, http: &http.Client{Transport: transport}, sem: make(chan struct{}, max(cfg.MaxInFlight, 1)),
-		seed: maphash.MakeSeed(), breakers: map[string]*breaker{}, now: time.Now,
+		seed: maphash.MakeSeed(), breakers: map[breakerKey]*breaker{}, now: time.Now,
 		reused: reuseCache{m: map[uint64]*reuseEntry{}},
 	}
 }
@@ -143,15 +143,19 @@ func Path(path string) string {
 	return strings.TrimSuffix(path, "/") + "/render"
 }
 
-// Render asks the endpoints (base URLs, "http://host:port"), the first
-// whose breaker lets it first, to render body for the request path; on
-// a failure of the endpoint's (not a 4xx) the next is asked, twice at
-// most. media selects MediaTimeout. The ids are appended to dst.
+// Render asks the endpoints (base URLs, "http://host:port", or a pod's
+// "host:port"), the first whose breaker lets it first, to render body for
+// the request path; on a failure of the endpoint's (not a 4xx) the next
+// is asked, twice at most. media selects MediaTimeout. The ids are
+// appended to dst.
 func (c *Client) Render(ctx context.Context, dst []uint32, endpoints []string, path string, body []byte, media bool) ([]uint32, []blockhash.MMItem, error) {
-	key := c.key(path, body)
-	if r, ok := c.reused.get(key, c.now()); ok {
-		c.observe("", OutcomeReused, 0)
-		return append(dst, r.IDs...), r.MM, nil
+	var key uint64
+	if c.cfg.Reuse > 0 {
+		key = c.key(path, body)
+		if r, ok := c.reused.get(key, c.now()); ok {
+			c.observe("", OutcomeReused, 0)
+			return append(dst, r.IDs...), r.MM, nil
+		}
 	}
 	select {
 	case c.sem <- struct{}{}:
@@ -164,20 +168,21 @@ func (c *Client) Render(ctx context.Context, dst []uint32, endpoints []string, p
 	if media {
 		timeout = c.cfg.MediaTimeout
 	}
+	rp := Path(path)
 	err := ErrOpen
 	tries := 0
 	for _, ep := range endpoints {
 		if tries == 2 {
 			break
 		}
-		b := c.breaker(ep + " " + Path(path)) // a path one server lacks, another it serves
-		if !c.allowed(b, c.now()) {
+		b, ok := c.admit(ep, rp, c.now())
+		if !ok {
 			continue
 		}
 		tries++
 		var r Result
 		t0 := time.Now()
-		r, err = c.call(ctx, ep, path, body, timeout, dst)
+		r, err = c.call(ctx, ep, rp, body, timeout, dst)
 		outcome := outcomeOf(err)
 		c.observe(ep, outcome, time.Since(t0))
 		c.recorded(b, c.now(), outcome)
@@ -230,11 +235,15 @@ func (c *Client) key(path string, body []byte) uint64 {
 	return h.Sum64()
 }
 
-// call renders once on ep.
-func (c *Client) call(ctx context.Context, ep, path string, body []byte, timeout time.Duration, dst []uint32) (Result, error) {
+// call renders once on ep, at its render path rp.
+func (c *Client) call(ctx context.Context, ep, rp string, body []byte, timeout time.Duration, dst []uint32) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(ep, "/")+Path(path), bytes.NewReader(body))
+	url := strings.TrimSuffix(ep, "/") + rp
+	if !strings.Contains(ep, "://") {
+		url = "http://" + url
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return Result{}, fmt.Errorf("render: %w", err)
 	}

@@ -32,7 +32,8 @@ func fieldErr(param, format string, args ...any) *FieldError {
 var ErrNotExact = errors.New("tokenizer: chat: the prompt vLLM renders for this body is not known exactly")
 
 // decodeMember reads the value lx is at into dst, noting in limit the
-// first jinja.ErrLimit as Fields.Decode does.
+// first error wrapping jinja.ErrLimit: the value is whole but for those
+// parts, and the request cannot be rendered.
 func decodeMember(dst *jinja.Value, lx *jsonlex.Lexer, limit *error) error {
 	v, err := jinja.DecodeJSON(lx)
 	if err != nil && errors.Is(err, jinja.ErrLimit) {
@@ -104,9 +105,6 @@ func oneOf(v jinja.Value, param string, allowed ...string) (string, error) {
 // client's (checked to be an object), with its own settings merged over
 // them (vLLM's merge_kwargs: a None value is not set).
 func templateKwargs(client jinja.Value, set ...jinja.Value) (*jinja.Dict, error) {
-	if d, ok := client.(*jinja.Dict); ok && d == nil { // a typed nil: none
-		client = nil
-	}
 	base, err := optDict(client, "chat_template_kwargs")
 	if err != nil {
 		return nil, err

@@ -158,7 +158,7 @@ func enableThinking(client, effort jinja.Value) jinja.Value {
 	if effort == nil {
 		return nil
 	}
-	if d, ok := client.(*jinja.Dict); ok && d != nil {
+	if d, ok := client.(*jinja.Dict); ok {
 		if _, set := d.Get("enable_thinking"); set {
 			return nil
 		}

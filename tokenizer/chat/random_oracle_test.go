@@ -107,47 +107,67 @@ func (g *convGen) request() map[string]any {
 // template in Go and with jinja2 plus vLLM's preprocessing. CHATS=n runs n
 // conversations per template (default 60).
 func TestRandomChatsAgainstJinja2(t *testing.T) {
-	o := pyoracle.Get(t)
+	pyoracle.Get(t)
 	n := 60
 	if v, err := strconv.Atoi(os.Getenv("CHATS")); err == nil {
 		n = v
 	}
 	g := &convGen{rng: rand.New(rand.NewSource(3))}
-	bodies := make([][]byte, n)
+	bodies := make([]oracleBody, n)
 	for i := range bodies {
-		bodies[i], _ = json.Marshal(g.request())
+		bodies[i].key = "chat"
+		bodies[i].json, _ = json.Marshal(g.request())
 	}
-	var reqs []any
+	same, bad, total := templatesAgainstJinja2(t, bodies, func(b oracleBody) *Request {
+		req, err := ParseRequest(b.json)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	})
+	t.Logf("%d of %d renders byte-identical, %d differ, the rest fail on both sides", same, total, bad)
+}
+
+// oracleBody is a request body and the oracle's key for its API: chat,
+// anthropic or responses.
+type oracleBody struct {
+	key  string
+	json []byte
+}
+
+// templatesAgainstJinja2 renders every body with every real template, in
+// Go (request gives its template input) and with the jinja2 oracle, and
+// reports the first 10 differences: it returns the renders byte-identical,
+// those that differ, and all.
+func templatesAgainstJinja2(t *testing.T, bodies []oracleBody, request func(oracleBody) *Request) (same, bad, total int) {
+	t.Helper()
+	o := pyoracle.Get(t)
+	var queries []any
 	var chats []*Template
 	for _, ct := range chatTemplates {
 		c, cfg := loadTemplateChat(t, ct)
 		chats = append(chats, c)
 		for _, b := range bodies {
-			reqs = append(reqs, map[string]any{"template": c.Template(), "chat": json.RawMessage(b), "config": cfg, "now": "2026-03-07T15:04:05"})
+			queries = append(queries, map[string]any{"template": c.Template(), b.key: json.RawMessage(b.json), "config": cfg, "now": "2026-03-07T15:04:05"})
 		}
 	}
-	res, err := o.Query(reqs)
+	res, err := o.Query(queries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, bad := 0, 0
 	for ti, c := range chats {
 		for i, b := range bodies {
-			req, err := ParseRequest(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := c.renderAt(req, oracleTime)
-			d := pyoracle.Check(out, err, res[ti*n+i])
+			out, err := c.renderAt(request(b), oracleTime)
+			d := pyoracle.Check(out, err, res[ti*len(bodies)+i])
 			switch {
 			case d != "":
 				if bad++; bad <= 10 {
-					t.Errorf("%s × %s:\n%s", chatTemplates[ti].name, b, d)
+					t.Errorf("%s × %s:\n%s", chatTemplates[ti].name, b.json, d)
 				}
 			case err == nil:
 				same++
 			}
 		}
 	}
-	t.Logf("%d of %d renders byte-identical, %d differ, the rest fail on both sides", same, len(reqs), bad)
+	return same, bad, len(queries)
 }

@@ -104,15 +104,7 @@ func (f *Fields) Decode(key []byte, lx *jsonlex.Lexer) (bool, error) {
 	default:
 		return false, nil
 	}
-	v, err := jinja.DecodeJSON(lx)
-	if err != nil && errors.Is(err, jinja.ErrLimit) { // v is whole but for those parts
-		if f.Limit == nil {
-			f.Limit = err
-		}
-		err = nil
-	}
-	*dst = v
-	return true, err
+	return true, decodeMember(dst, lx, &f.Limit)
 }
 
 // Request checks the fields' types and returns the template's input;
@@ -149,7 +141,7 @@ func (f *Fields) Request() (*Request, error) {
 		}
 		// vLLM passes it to the template, with enable_thinking unless the
 		// client's kwargs set that (ChatCompletionRequest.build_chat_params).
-		kw, err := templateKwargs(req.Kwargs, "reasoning_effort", effort, "enable_thinking", enableThinking(req.Kwargs, effort))
+		kw, err := templateKwargs(f.Kwargs, "reasoning_effort", effort, "enable_thinking", enableThinking(f.Kwargs, effort))
 		if err != nil {
 			return nil, err
 		}
