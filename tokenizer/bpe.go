@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/kvrouter/kvrouter/internal/jsonlex"
@@ -14,6 +15,11 @@ type bpe struct {
 	// vocab maps a token's text to its id. For byte-level models the key is
 	// the raw bytes the token stands for, not its byte-level spelling.
 	vocab *strTable
+	// longest is the length of the longest key of vocab.
+	longest int
+	// whole says, for each slot of vocab, whether the word that is its key
+	// merges into that one token: such a word is encoded by one lookup.
+	whole wholeWords
 	// merges maps a pair (left<<32 | right) to rank<<32 | merged id.
 	merges map[uint64]uint64
 	// byteLevel: words are raw bytes and start as one symbol per byte.
@@ -88,6 +94,10 @@ func (b *bpe) buildVocab(f *fileJSON) error {
 	if b.vocab, ok = newStrTable(vocab); !ok {
 		return fmt.Errorf("tokenizer: vocabulary of %d tokens too large", len(vocab))
 	}
+	for k := range vocab {
+		b.longest = max(b.longest, len(k))
+	}
+	b.whole = newWholeWords(b.vocab.cap())
 	for i := range b.byteID {
 		b.byteID[i] = -1
 		if b.byteLevel {
@@ -197,4 +207,28 @@ func (b *bpe) allBytes(ch string) bool {
 func (b *bpe) rank(l, r uint32) (rank, id uint32, ok bool) {
 	v, ok := b.merges[uint64(l)<<32|uint64(r)]
 	return uint32(v >> 32), uint32(v), ok
+}
+
+// wholeWords holds two bits per slot of a vocabulary's table: unknown, or
+// whether the key merges into its own token. A bit is learned the first
+// time its word is encoded the long way, so a vocabulary costs nothing more
+// to load; it is read and written without locks.
+type wholeWords []atomic.Uint32
+
+const (
+	wordUnknown = iota
+	wordWhole
+	wordSplit
+)
+
+func newWholeWords(slots int) wholeWords { return make(wholeWords, (slots+15)/16) }
+
+func (w wholeWords) get(slot int) uint32 { return w[slot/16].Load() >> (2 * (slot % 16)) & 3 }
+
+func (w wholeWords) set(slot int, whole bool) {
+	v := uint32(wordSplit)
+	if whole {
+		v = wordWhole
+	}
+	w[slot/16].Or(v << (2 * (slot % 16)))
 }

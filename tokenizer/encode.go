@@ -26,15 +26,33 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens boo
 // post-processor's prefix included, from rec.base on) and records a mark
 // after every added token matched in the raw text.
 func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecialTokens bool, rec *recorder) ([]uint32, error) {
+	n := len(text)
+	if rec != nil {
+		n -= rec.from.i
+	}
+	parts, counted := t.parts(n)
+	if counted {
+		defer longEncodes.Add(-1)
+	}
+	return t.appendEncodeIn(dst, text, addSpecialTokens, rec, parts)
+}
+
+// appendEncodeIn is appendEncode in parts (see splitParallel).
+func (t *Tokenizer) appendEncodeIn(dst []uint32, text string, addSpecialTokens bool, rec *recorder, parts int) ([]uint32, error) {
 	if addSpecialTokens && t.post != nil && (rec == nil || rec.from == (scanState{})) {
 		dst = append(dst, t.post.prefix...)
 	}
 	e := encoder{t: t, ids: dst, rec: rec}
+	var from scanState
+	var mark func(scanState)
+	if rec != nil {
+		from, mark = rec.from, e.mark
+	}
 	var err error
-	if rec == nil {
-		err = t.raw.split(text, e.segment, e.token)
+	if parts > 1 {
+		err = e.splitParallel(text, from, parts)
 	} else {
-		err = t.raw.splitFrom(text, rec.from, e.segment, e.token, e.mark)
+		err = t.raw.splitFrom(text, from, e.segment, e.token, mark)
 	}
 	if err != nil {
 		return dst, fmt.Errorf("tokenizer: encode: %w", err)
@@ -138,10 +156,12 @@ func (e *encoder) word(w string) {
 // encodeWord appends the ids of one pre-tokenized word.
 func (t *Tokenizer) encodeWord(dst []uint32, w string) ([]uint32, error) {
 	m := t.model
-	if m.ignoreMerges {
-		if id, ok := m.vocab.get(w); ok {
-			return append(dst, id), nil
-		}
+	slot, id, inVocab := 0, uint32(0), false
+	if len(w) <= m.longest {
+		slot, id, inVocab = m.vocab.slot(w)
+	}
+	if inVocab && (m.ignoreMerges || m.whole.get(slot) == wordWhole) {
+		return append(dst, id), nil
 	}
 	cacheable := len(w) <= maxCachedWord
 	if cacheable {
@@ -156,6 +176,9 @@ func (t *Tokenizer) encodeWord(dst []uint32, w string) ([]uint32, error) {
 	}
 	merged := m.merge(dst[start:])
 	dst = dst[:start+len(merged)]
+	if inVocab {
+		m.whole.set(slot, len(merged) == 1 && merged[0] == id)
+	}
 	if cacheable {
 		t.cache.put(w, dst[start:])
 	}

@@ -52,19 +52,29 @@ func newStrTable(m map[string]uint32) (*strTable, bool) {
 
 // get returns the id of key.
 func (t *strTable) get(key string) (uint32, bool) {
+	_, id, ok := t.slot(key)
+	return id, ok
+}
+
+// slot returns the slot of key (an index below len(t.slots), one per key)
+// and its id.
+func (t *strTable) slot(key string) (slot int, id uint32, ok bool) {
 	h := maphash.String(t.seed, key)
 	mask := uint64(len(t.slots) - 1)
 	tag, size := uint32(h>>32), uint32(len(key)+1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.size == 0 {
-			return 0, false
+			return 0, 0, false
 		}
 		if s.tag == tag && s.size == size && string(t.keys[s.off:s.off+size-1]) == key {
-			return s.id, true
+			return int(i), s.id, true
 		}
 	}
 }
+
+// cap returns the number of slots.
+func (t *strTable) cap() int { return len(t.slots) }
 
 // len returns the number of keys.
 func (t *strTable) len() int { return t.n }

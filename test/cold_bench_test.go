@@ -1,0 +1,85 @@
+package test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/router"
+)
+
+// coldBodies are n chat conversations of turns messages that differ from
+// their first bytes on.
+func coldBodies(n, turns int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = conversation(1<<24+i, turns)
+	}
+	return out
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkColdDecision routes chat conversations of about 8k and 100k
+// tokens that no router has seen, through a router without prefix caches,
+// so that every decision renders, tokenizes and hashes its whole prompt.
+// The sequential cases report the median decision, its stages, and the
+// CPU time of the whole process per decision (all its cores: work spread
+// over several is counted in full); the busy cases route from as many
+// goroutines as there are cores and report decisions per second.
+func BenchmarkColdDecision(b *testing.B) {
+	for _, bc := range benchConversations {
+		bodies := coldBodies(16, bc.turns)
+		rig := newBenchRigPrefix(b, "unused", 0)
+		b.Run(bc.name, func(b *testing.B) {
+			var total, stages, tok, hash []time.Duration
+			cpu0 := cpuTime(b)
+			for i := 0; b.Loop(); i++ {
+				d := routeChat(b, rig, bodies[i%len(bodies)])
+				s := d.Stages
+				total = append(total, d.Elapsed)
+				stages = append(stages, s.Parse+s.Tokenize+s.Hash+s.Match+s.Score)
+				tok, hash = append(tok, s.Tokenize), append(hash, s.Hash)
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(medianMS(total), "p50-ms")
+			b.ReportMetric(medianMS(stages), "stages-p50-ms")
+			b.ReportMetric(medianMS(tok), "tokenize-p50-ms")
+			b.ReportMetric(medianMS(hash), "hash-p50-ms")
+		})
+		b.Run(bc.name+"/busy", func(b *testing.B) {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for range 2 * runtime.GOMAXPROCS(0) {
+				wg.Go(func() {
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						d, err := rig.router.Route(context.Background(), router.Request{Path: "/v1/chat/completions", Body: bodies[i%int64(len(bodies))]})
+						if err != nil || d.Reason == router.ReasonTokenizeError {
+							b.Errorf("Route = %+v, %v", d, err)
+							return
+						}
+						d.Done()
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+		})
+	}
+}

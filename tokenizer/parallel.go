@@ -1,0 +1,164 @@
+package tokenizer
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// A long text is encoded on several cores when they are free. Text between
+// two added tokens matched in the raw text is encoded on its own (the
+// normalizer, the pre-tokenizer and the merges never see across an added
+// token; only whether the stretch starts the input matters), so the split
+// of the raw text is cut into parts between stretches, each part encoded
+// by its own goroutine, and their ids concatenated in order: the same ids
+// as one pass. A chat prompt has added tokens around every message; a
+// long text without any is encoded in one pass.
+const (
+	// minPart is the least raw text (bytes) of a part.
+	minPart = 16 << 10
+	// maxParts bounds the parts of one encoding.
+	maxParts = 8
+)
+
+// longEncodes counts the encodings of texts long enough to be parted that
+// are running in the process. An encoding takes GOMAXPROCS ÷ that many
+// parts, so a busy process (as many long encodings as cores) encodes each
+// in one pass and spends nothing on coordination.
+var longEncodes atomic.Int32
+
+// piece is one step of a raw split: a stretch of text (s not empty), an
+// added token, or a mark (with a recorder).
+type piece struct {
+	s     string
+	start int
+	id    uint32
+	kind  pieceKind
+	st    scanState
+}
+
+type pieceKind uint8
+
+const (
+	pieceText pieceKind = iota
+	pieceToken
+	pieceMark
+)
+
+// splitPool holds the pieces of a split and the id buffers of parts.
+var (
+	piecesPool = sync.Pool{New: func() any { return new([]piece) }}
+	idsPool    = sync.Pool{New: func() any { return new([]uint32) }}
+)
+
+// parts returns how many parts an encoding of n bytes of raw text takes
+// now, and whether it counted itself in longEncodes (then the caller
+// decrements it when done).
+func (t *Tokenizer) parts(n int) (parts int, counted bool) {
+	if n < 2*minPart || t.raw.empty() {
+		return 1, false
+	}
+	return partsFor(n, runtime.GOMAXPROCS(0), int(longEncodes.Add(1))), true
+}
+
+// partsFor is the number of parts of an encoding of n bytes of raw text
+// with procs cores and running long encodings (this one included).
+func partsFor(n, procs, running int) int {
+	if n < 2*minPart {
+		return 1
+	}
+	return max(1, min(procs/running, n/minPart, maxParts))
+}
+
+// splitParallel is the raw split of text from the state from, encoded in
+// parts (parts ≥ 2) as described above, into e.
+func (e *encoder) splitParallel(text string, from scanState, parts int) error {
+	pp := piecesPool.Get().(*[]piece)
+	defer func() {
+		clear(*pp)
+		*pp = (*pp)[:0]
+		piecesPool.Put(pp)
+	}()
+	ps := *pp
+	textBytes := 0
+	var mark func(scanState)
+	if e.rec != nil {
+		mark = func(st scanState) { ps = append(ps, piece{kind: pieceMark, st: st}) }
+	}
+	err := e.t.raw.splitFrom(text, from,
+		func(s string, start int) error {
+			ps = append(ps, piece{s: s, start: start})
+			textBytes += len(s)
+			return nil
+		},
+		func(id uint32) { ps = append(ps, piece{id: id, kind: pieceToken}) },
+		mark)
+	*pp = ps
+	if err != nil {
+		return err
+	}
+	// Cut before a stretch once a part holds its share of the text.
+	cuts := make([]int, 1, parts+1)
+	for i, acc := 0, 0; i < len(ps) && len(cuts) < parts; i++ {
+		if ps[i].kind != pieceText {
+			continue
+		}
+		if acc >= len(cuts)*textBytes/parts {
+			cuts = append(cuts, i)
+		}
+		acc += len(ps[i].s)
+	}
+	cuts = append(cuts, len(ps))
+	if len(cuts) < 3 {
+		return e.play(ps)
+	}
+	others := make([]encoder, len(cuts)-2)
+	errs := make([]error, len(others))
+	var wg sync.WaitGroup
+	for k := range others {
+		o := &others[k]
+		*o = encoder{t: e.t, ids: (*idsPool.Get().(*[]uint32))[:0]}
+		if e.rec != nil {
+			o.rec = &recorder{}
+		}
+		wg.Go(func() { errs[k] = o.play(ps[cuts[k+1]:cuts[k+2]]) })
+	}
+	err = e.play(ps[:cuts[1]])
+	wg.Wait()
+	for k := range others {
+		o := &others[k]
+		if err == nil {
+			err = errs[k]
+		}
+		if err == nil {
+			if e.rec != nil {
+				n := uint32(len(e.ids) - e.rec.base)
+				for _, m := range o.rec.marks {
+					m.n += n
+					e.rec.marks = append(e.rec.marks, m)
+				}
+			}
+			e.ids = append(e.ids, o.ids...)
+		}
+		ids := o.ids[:0]
+		idsPool.Put(&ids)
+	}
+	return err
+}
+
+// play encodes the pieces of a split in order.
+func (e *encoder) play(ps []piece) error {
+	for i := range ps {
+		switch p := &ps[i]; p.kind {
+		case pieceText:
+			if err := e.segment(p.s, p.start); err != nil {
+				return err
+			}
+		case pieceToken:
+			e.token(p.id)
+		case pieceMark:
+			e.mark(p.st)
+		}
+	}
+	return nil
+}

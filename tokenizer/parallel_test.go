@@ -1,0 +1,135 @@
+package tokenizer
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/kvrouter/kvrouter/tokenizer/internal/oracle"
+)
+
+// modelAdded returns the contents of model's added tokens.
+func modelAdded(t testing.TB, model string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(oracle.ModelDir(t, model), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := addedContents(t, data)
+	if len(out) == 0 {
+		t.Fatalf("%s has no added tokens", model)
+	}
+	return out
+}
+
+// withAdded joins the pieces of s between '|' with added tokens taken in
+// turn from added, from the k-th on.
+func withAdded(s string, added []string, k int) string {
+	pieces := strings.Split(s, "|")
+	var b strings.Builder
+	for i, p := range pieces {
+		if i > 0 {
+			b.WriteString(added[(k+i)%len(added)])
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// checkParts fails unless text encodes in 2 to 5 parts to the same ids,
+// and records the same marks, as in one pass; also resumed at a mark.
+func checkParts(t *testing.T, tok *Tokenizer, text string, special bool) {
+	t.Helper()
+	if !utf8.ValidString(text) {
+		text = validUTF8(text)
+	}
+	whole, err := tok.appendEncodeIn(nil, text, special, nil, 1)
+	wholeRec := &recorder{}
+	wholeMarked, errMarked := tok.appendEncodeIn(nil, text, special, wholeRec, 1)
+	if (err == nil) != (errMarked == nil) || err == nil && !slices.Equal(whole, wholeMarked) {
+		t.Fatalf("%q: recording changed the encoding: %v, %v then %v, %v", text, whole, err, wholeMarked, errMarked)
+	}
+	for parts := 2; parts <= 5; parts++ {
+		got, gotErr := tok.appendEncodeIn(nil, text, special, nil, parts)
+		if (err == nil) != (gotErr == nil) || err == nil && !slices.Equal(got, whole) {
+			t.Fatalf("%q in %d parts = %v, %v; in one pass %v, %v", text, parts, got, gotErr, whole, err)
+		}
+		if err != nil {
+			continue
+		}
+		rec := &recorder{}
+		got, _ = tok.appendEncodeIn(nil, text, special, rec, parts)
+		if !slices.Equal(got, whole) || !slices.Equal(rec.marks, wholeRec.marks) {
+			t.Fatalf("%q in %d parts, recorded: %v, marks %v; in one pass %v, marks %v", text, parts, got, rec.marks, whole, wholeRec.marks)
+		}
+		// Resumed after the first mark, as a prefix cache resumes.
+		if len(wholeRec.marks) > 0 {
+			m := wholeRec.marks[0]
+			rec := &recorder{from: m.state(), base: 0}
+			got, _ := tok.appendEncodeIn(slices.Clone(whole[:m.n]), text, special, rec, parts)
+			if !slices.Equal(got, whole) || !slices.Equal(rec.marks, wholeRec.marks[1:]) {
+				t.Fatalf("%q in %d parts resumed at %+v: %v, marks %v; in one pass %v, marks %v", text, parts, m, got, rec.marks, whole, wholeRec.marks[1:])
+			}
+		}
+	}
+}
+
+// FuzzEncodeParts checks that a text with added tokens (each '|' of the
+// input becomes one) encodes in parts byte for byte as in one pass, for
+// every model of the oracle, with and without the marks a prefix cache
+// records and resumed at one.
+func FuzzEncodeParts(f *testing.F) {
+	for i, s := range handWritten {
+		f.Add(s+"|"+s+"|", uint8(i), false)
+	}
+	f.Add("|a|", uint8(0), true)
+	f.Add(" |  hello|\n\n|world ", uint8(1), false)
+	f.Add("\xff|\xfe|x", uint8(2), true)
+	toks := make([]*Tokenizer, len(oracle.Models))
+	added := make([][]string, len(oracle.Models))
+	for i, m := range oracle.Models {
+		toks[i], added[i] = loadModel(f, m), modelAdded(f, m)
+	}
+	f.Fuzz(func(t *testing.T, s string, which uint8, special bool) {
+		k := int(which) % len(toks)
+		checkParts(t, toks[k], withAdded(s, added[k], int(which)), special)
+	})
+}
+
+// TestEncodePartsLongChat checks a long chat-shaped text (hundreds of
+// messages between added tokens) for every model of the oracle.
+func TestEncodePartsLongChat(t *testing.T) {
+	var b strings.Builder
+	for i := 0; b.Len() < 8*minPart; i++ {
+		fmt.Fprintf(&b, "|user\n%s message %d: it's 12.5%% done, isn't it?  \n\n|", handWritten[i%len(handWritten)], i)
+	}
+	for _, m := range oracle.Models {
+		t.Run(m, func(t *testing.T) {
+			tok := loadModel(t, m)
+			text := withAdded(b.String(), modelAdded(t, m), 0)
+			checkParts(t, tok, text, true)
+		})
+	}
+}
+
+func TestPartsFor(t *testing.T) {
+	for _, c := range []struct{ n, procs, running, want int }{
+		{2*minPart - 1, 8, 1, 1}, // too short to part
+		{2 * minPart, 2, 1, 2},
+		{100 * minPart, 2, 1, 2},
+		{100 * minPart, 2, 2, 1}, // as many long encodings as cores
+		{100 * minPart, 2, 3, 1},
+		{100 * minPart, 8, 2, 4},
+		{3 * minPart, 8, 1, 3},    // parts of minPart at least
+		{100 * minPart, 64, 1, 8}, // maxParts
+		{100 * minPart, 1, 1, 1},
+	} {
+		if got := partsFor(c.n, c.procs, c.running); got != c.want {
+			t.Errorf("partsFor(%d, %d, %d) = %d, want %d", c.n, c.procs, c.running, got, c.want)
+		}
+	}
+}
