@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -17,6 +18,8 @@ type addedSet struct {
 	token  []int32
 	tokens []addedToken
 	first  [256]bool // bytes some token starts with
+	firsts int       // how many bytes some token starts with
+	only   byte      // the byte every token starts with, when firsts == 1
 }
 
 type addedToken struct {
@@ -32,7 +35,11 @@ func (a *addedSet) add(content string, tok addedToken) {
 	if content == "" {
 		return
 	}
-	a.first[content[0]] = true
+	if !a.first[content[0]] {
+		a.first[content[0]] = true
+		a.firsts++
+		a.only = content[0]
+	}
 	node := uint32(0)
 	for i := 0; i < len(content); i++ {
 		key := node<<8 | uint32(content[i])
@@ -76,7 +83,13 @@ func (a *addedSet) longest(s string, i int) (n int, tok int32, reach int) {
 // the search (see longest).
 func (a *addedSet) next(s string, i int) (start, end int, tok int32, reach int, ok bool) {
 	for ; i < len(s); i++ {
-		if !a.first[s[i]] {
+		if a.firsts == 1 {
+			k := strings.IndexByte(s[i:], a.only)
+			if k < 0 {
+				break
+			}
+			i += k
+		} else if !a.first[s[i]] {
 			continue
 		}
 		n, t, r := a.longest(s, i)

@@ -92,6 +92,25 @@ type encoder struct {
 	first bool // the current segment starts the input
 	runs  [maxSteps]splitRun
 	next  [maxSteps]stepSink
+	words wordSink
+}
+
+// wordSink encodes the matches of an isolating split and the gaps between
+// them as words, in order.
+type wordSink struct {
+	e    *encoder
+	s    string
+	prev int // end of the last match
+}
+
+func (w *wordSink) match(a, b int) {
+	if a > w.prev {
+		w.e.word(w.s[w.prev:a])
+	}
+	if b > a {
+		w.e.word(w.s[a:b])
+	}
+	w.prev = b
 }
 
 func (e *encoder) mark(st scanState) {
@@ -141,6 +160,16 @@ func (e *encoder) split(s string, k int, first bool) {
 	}
 	if steps[k].meta != nil {
 		s = steps[k].transform(s, first)
+	}
+	if k == len(steps)-1 && steps[k].behavior == isolated {
+		// The last split, isolating: its matches and the gaps between
+		// them are the words.
+		e.words = wordSink{e: e, s: s}
+		steps[k].m.matches(s, &e.words)
+		if e.words.prev < len(s) {
+			e.word(s[e.words.prev:])
+		}
+		return
 	}
 	e.next[k] = stepSink{e: e, k: k + 1, first: first}
 	e.runs[k].run(&steps[k], s, &e.next[k])

@@ -19,6 +19,8 @@ const (
 	minPart = 16 << 10
 	// maxParts bounds the parts of one encoding.
 	maxParts = 8
+	// chunksPerPart is how many chunks the text of a part is cut into.
+	chunksPerPart = 4
 )
 
 // longEncodes counts the encodings of texts long enough to be parted that
@@ -97,13 +99,16 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	if err != nil {
 		return err
 	}
-	// Cut before a stretch once a part holds its share of the text.
-	cuts := make([]int, 1, parts+1)
-	for i, acc := 0, 0; i < len(ps) && len(cuts) < parts; i++ {
+	// Cut before a stretch once a chunk holds its share of the text. The
+	// workers (this goroutine and parts-1 others) take chunks in turn, so
+	// that a worker slowed by anything else takes fewer.
+	chunks := parts * chunksPerPart
+	cuts := make([]int, 1, chunks+1)
+	for i, acc := 0, 0; i < len(ps) && len(cuts) < chunks; i++ {
 		if ps[i].kind != pieceText {
 			continue
 		}
-		if acc >= len(cuts)*textBytes/parts {
+		if acc >= len(cuts)*textBytes/chunks {
 			cuts = append(cuts, i)
 		}
 		acc += len(ps[i].s)
@@ -112,23 +117,34 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	if len(cuts) < 3 {
 		return e.play(ps)
 	}
-	others := make([]encoder, len(cuts)-2)
-	errs := make([]error, len(others))
-	var wg sync.WaitGroup
-	for k := range others {
-		o := &others[k]
-		*o = encoder{t: e.t, ids: (*idsPool.Get().(*[]uint32))[:0]}
-		if e.rec != nil {
-			o.rec = &recorder{}
+	// Each chunk's encoder is its own allocation: side by side in one
+	// slice, two workers' encoders shared cache lines.
+	out := make([]*encoder, len(cuts)-1)
+	errs := make([]error, len(out))
+	var next atomic.Int32
+	work := func() {
+		for {
+			c := int(next.Add(1)) - 1
+			if c >= len(out) {
+				return
+			}
+			o := &encoder{t: e.t, ids: (*idsPool.Get().(*[]uint32))[:0]}
+			out[c] = o
+			if e.rec != nil {
+				o.rec = &recorder{}
+			}
+			errs[c] = o.play(ps[cuts[c]:cuts[c+1]])
 		}
-		wg.Go(func() { errs[k] = o.play(ps[cuts[k+1]:cuts[k+2]]) })
 	}
-	err = e.play(ps[:cuts[1]])
+	var wg sync.WaitGroup
+	for range min(parts, len(out)) - 1 {
+		wg.Go(work)
+	}
+	work()
 	wg.Wait()
-	for k := range others {
-		o := &others[k]
+	for c, o := range out {
 		if err == nil {
-			err = errs[k]
+			err = errs[c]
 		}
 		if err == nil {
 			if e.rec != nil {

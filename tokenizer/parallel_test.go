@@ -133,3 +133,36 @@ func TestPartsFor(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEncodeParts encodes a rendered Qwen3 chat of about 100k and 8k
+// tokens (words cached, as in a running process) in one pass and as
+// Encode does, in parts on the free cores.
+func BenchmarkEncodeParts(b *testing.B) {
+	tok := loadModel(b, "qwen3")
+	for _, bc := range []struct {
+		name  string
+		turns int
+	}{{"tokens=100k", 311}, {"tokens=8k", 25}} {
+		text := benchChat(1, bc.turns, 250)
+		for _, mode := range []string{"one-pass", "parts"} {
+			b.Run(bc.name+"/"+mode, func(b *testing.B) {
+				dst, err := tok.AppendEncode(nil, text, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(text)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if mode == "one-pass" {
+						dst, err = tok.appendEncodeIn(dst[:0], text, false, nil, 1)
+					} else {
+						dst, err = tok.AppendEncode(dst[:0], text, false)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

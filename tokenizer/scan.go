@@ -113,6 +113,13 @@ func contraction(s string, i int) int {
 // spanProp returns the end of the run of characters with property p from i.
 func spanProp(s string, i int, p unicode16.Prop) int {
 	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiProps[c]&p == 0 {
+				break
+			}
+			i++
+			continue
+		}
 		_, n, q := at(s, i)
 		if q&p == 0 {
 			break
