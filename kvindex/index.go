@@ -3,6 +3,7 @@ package kvindex
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,6 +199,52 @@ func (x *Index) shardIndex(h uint64) uint64 { return (h ^ h>>29) & x.mask }
 
 func (x *Index) shardOf(h uint64) *shard { return x.shards[x.shardIndex(h)] }
 
+// eachLocked calls f for every hash with its shard locked, each shard's
+// hashes in their order. A batch of at least two hashes per shard on
+// average locks each shard once (a decision's speculation of a long
+// prompt); a shorter one locks per hash. Shards are independent, so the
+// order across them does not matter.
+func (x *Index) eachLocked(hashes []uint64, f func(s *shard, h uint64)) {
+	if len(hashes) < 2*len(x.shards) {
+		for _, h := range hashes {
+			s := x.shardOf(h)
+			s.mu.Lock()
+			f(s, h)
+			s.mu.Unlock()
+		}
+		return
+	}
+	b := shardBatches.Get().(*shardBatch)
+	defer shardBatches.Put(b)
+	head := slices.Grow(b.head[:0], len(x.shards))[:len(x.shards)]
+	next := slices.Grow(b.next[:0], len(hashes))[:len(hashes)]
+	b.head, b.next = head, next
+	for i := range head {
+		head[i] = -1
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		k := x.shardIndex(hashes[i])
+		next[i], head[k] = head[k], int32(i)
+	}
+	for k, first := range head {
+		if first < 0 {
+			continue
+		}
+		s := x.shards[k]
+		s.mu.Lock()
+		for i := first; i >= 0; i = next[i] {
+			f(s, hashes[i])
+		}
+		s.mu.Unlock()
+	}
+}
+
+// shardBatch is eachLocked's scratch: the first hash of each shard and
+// the next of each hash, -1 ending a shard's.
+type shardBatch struct{ head, next []int32 }
+
+var shardBatches = sync.Pool{New: func() any { return new(shardBatch) }}
+
 // nowMs is the clock in wrapping milliseconds since the index was made.
 func (x *Index) nowMs() uint32 {
 	return uint32(x.now().Sub(x.epoch).Milliseconds())
@@ -211,12 +258,7 @@ func (x *Index) Stored(pod PodID, tier Tier, hashes []uint64) error {
 	}
 	var n opCounts
 	now := x.nowMs()
-	for _, h := range hashes {
-		s := x.shardOf(h)
-		s.mu.Lock()
-		s.storeLocked(h, pod.index(), tier, x.limit, now, &n)
-		s.mu.Unlock()
-	}
+	x.eachLocked(hashes, func(s *shard, h uint64) { s.storeLocked(h, pod.index(), tier, x.limit, now, &n) })
 	x.metrics.record(&n, len(hashes), 0)
 	return nil
 }
@@ -228,12 +270,7 @@ func (x *Index) Removed(pod PodID, tier Tier, hashes []uint64) error {
 		return err
 	}
 	var n opCounts
-	for _, h := range hashes {
-		s := x.shardOf(h)
-		s.mu.Lock()
-		s.removeLocked(h, pod.index(), tier, &n)
-		s.mu.Unlock()
-	}
+	x.eachLocked(hashes, func(s *shard, h uint64) { s.removeLocked(h, pod.index(), tier, &n) })
 	x.metrics.record(&n, 0, len(hashes))
 	return nil
 }
@@ -262,12 +299,7 @@ func (x *Index) Speculate(pod PodID, hashes []uint64) error {
 	var n opCounts
 	now := x.nowMs()
 	deadline := now + uint32(x.cfg.SpeculativeTTL.Milliseconds())
-	for _, h := range hashes {
-		s := x.shardOf(h)
-		s.mu.Lock()
-		s.speculateLocked(h, pod.index(), x.limit, now, deadline, &n)
-		s.mu.Unlock()
-	}
+	x.eachLocked(hashes, func(s *shard, h uint64) { s.speculateLocked(h, pod.index(), x.limit, now, deadline, &n) })
 	x.metrics.speculated(&n)
 	return nil
 }
@@ -285,12 +317,7 @@ func (x *Index) Settle(pod PodID, hashes []uint64) error {
 	var n opCounts
 	now := x.nowMs()
 	deadline := now + uint32(x.cfg.SpeculativeGrace.Milliseconds())
-	for _, h := range hashes {
-		s := x.shardOf(h)
-		s.mu.Lock()
-		s.settleLocked(h, pod.index(), now, deadline, &n)
-		s.mu.Unlock()
-	}
+	x.eachLocked(hashes, func(s *shard, h uint64) { s.settleLocked(h, pod.index(), now, deadline, &n) })
 	x.metrics.settledSpec(&n)
 	return nil
 }

@@ -144,6 +144,40 @@ func BenchmarkStored16(b *testing.B) {
 	}
 }
 
+// BenchmarkSpeculateSettle512 is what a decision and its end cost the
+// index for a 512-block prompt (an 8k-token chat): speculating the blocks
+// on the chosen pod, then settling them. "held": the pod holds the prompt
+// for real (a warm prompt); "new": blocks no pod holds, a new prompt each
+// time from 256 in turn (a cold one).
+func BenchmarkSpeculateSettle512(b *testing.B) {
+	for _, mode := range []string{"held", "new"} {
+		b.Run(mode, func(b *testing.B) {
+			x := mustNew(b, DefaultConfig(), nil)
+			rng := rand.New(rand.NewPCG(7, 8))
+			pod := x.AddPod("a", "m")
+			prompts := make([][]uint64, 256)
+			for i := range prompts {
+				prompts[i] = randomHashes(rng, 512)
+				if mode == "held" {
+					mustStore(b, x, pod, TierGPU, prompts[i]...)
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				hs := prompts[i%len(prompts)]
+				if err := x.Speculate(pod, hs); err != nil {
+					b.Fatal(err)
+				}
+				if err := x.Settle(pod, hs); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
 // BenchmarkEntryBytes fills an index with 10M entries and reports the heap
 // per entry: one pod per block (the worst case), and 8 pods per block.
 func BenchmarkEntryBytes(b *testing.B) {
