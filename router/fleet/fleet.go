@@ -115,11 +115,11 @@ type Load struct {
 // hot prefix's speculation once, not twice per request.
 type SpecLedger struct {
 	mu     sync.Mutex
-	blocks map[uint64]specCount
+	blocks specTable
 	peak   int // the most blocks since blocks was made
 }
 
-// ledgerKept is the most blocks whose map an emptied ledger keeps: a
+// ledgerKept is the most blocks whose table an emptied ledger keeps: a
 // larger burst's is dropped once the burst is over.
 const ledgerKept = 1 << 16
 
@@ -142,20 +142,16 @@ func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Dur
 	ms, every := now.UnixMilli(), refresh.Milliseconds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.blocks == nil {
-		s.blocks = make(map[uint64]specCount, len(hashes))
-	}
 	for _, h := range hashes {
-		c := s.blocks[h]
+		c := s.blocks.upsert(h)
 		if all || c.n == 0 || ms-c.told >= every {
 			dst = append(dst, h)
 			c.told = ms
 		}
 		c.n++
 		c.mark = max(c.mark, mark) // a decision that read the clock before another's claim keeps the later mark
-		s.blocks[h] = c
 	}
-	s.peak = max(s.peak, len(s.blocks))
+	s.peak = max(s.peak, s.blocks.len())
 	return dst
 }
 
@@ -166,20 +162,23 @@ func (s *SpecLedger) Release(dst, hashes []uint64) []uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range hashes {
-		c, ok := s.blocks[h]
-		switch {
+		if s.blocks.len() == 0 {
+			dst = append(dst, h) // not claimed: told as it was
+			continue
+		}
+		i, ok := s.blocks.find(h)
+		switch c := &s.blocks.slots[i].c; {
 		case !ok: // not claimed: told as it was
 			dst = append(dst, h)
 		case c.n <= 1:
-			delete(s.blocks, h)
+			s.blocks.remove(i)
 			dst = append(dst, h)
 		default:
 			c.n--
-			s.blocks[h] = c
 		}
 	}
-	if len(s.blocks) == 0 && s.peak > ledgerKept {
-		s.blocks, s.peak = nil, 0
+	if s.blocks.len() == 0 && s.peak > ledgerKept {
+		s.blocks, s.peak = specTable{}, 0
 	}
 	return dst
 }
@@ -196,7 +195,7 @@ func (s *SpecLedger) Fresh(hashes []uint64, since int64) int {
 	lo, hi := 0, len(hashes) // hashes[:lo] fresh; hashes[hi:] not
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if c, ok := s.blocks[hashes[mid]]; ok && c.mark > since {
+		if c := s.blocks.get(hashes[mid]); c.n > 0 && c.mark > since {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -209,7 +208,7 @@ func (s *SpecLedger) Fresh(hashes []uint64, since int64) int {
 func (s *SpecLedger) Speculated() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.blocks)
+	return s.blocks.len()
 }
 
 // Speed is what the pod's metrics taught of its prefill speed; nil while

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -49,8 +50,8 @@ func TestSpecLedger(t *testing.T) {
 	}
 	l.Claim(nil, big, at, refresh, false, 0)
 	l.Release(nil, big)
-	if l.blocks != nil {
-		t.Error("a ledger emptied after a burst of more than ledgerKept blocks kept its map")
+	if l.blocks.slots != nil {
+		t.Error("a ledger emptied after a burst of more than ledgerKept blocks kept its table")
 	}
 }
 
@@ -120,4 +121,68 @@ func TestMissShare(t *testing.T) {
 	check("restarted", 1-450.0/1500)
 	l.ObserveCache(at.Add(2*MissHalfLife+time.Second), c(8000, 100))
 	check("nothing queried since", 1-450.0/1500)
+}
+
+// TestSpecTableAgainstMap runs random claims and releases of a few hundred
+// blocks (tables of 64 to 1,024 slots, so that probe runs collide and
+// wrap) on a specTable and a Go map, and compares every block's count.
+func TestSpecTableAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tab specTable
+	want := map[uint64]uint32{}
+	keys := make([]uint64, 600)
+	for i := range keys {
+		keys[i] = rng.Uint64()
+	}
+	keys[0] = 0 // a hash of zero is a block like any other
+	for step := range 200_000 {
+		h := keys[rng.IntN(len(keys))]
+		if rng.IntN(2) == 0 {
+			tab.upsert(h).n++
+			want[h]++
+		} else if i, ok := tab.find(h); ok && tab.n > 0 {
+			if tab.slots[i].c.n <= 1 {
+				tab.remove(i)
+				delete(want, h)
+			} else {
+				tab.slots[i].c.n--
+				want[h]--
+			}
+		} else if want[h] != 0 {
+			t.Fatalf("step %d: %#x not found, want count %d", step, h, want[h])
+		}
+		if tab.len() != len(want) {
+			t.Fatalf("step %d: %d blocks, want %d", step, tab.len(), len(want))
+		}
+	}
+	for _, h := range keys {
+		if got := tab.get(h).n; got != want[h] {
+			t.Errorf("%#x: count %d, want %d", h, got, want[h])
+		}
+	}
+}
+
+// BenchmarkSpecLedger512 claims and releases a 512-block prompt (an
+// 8k-token chat's decision and its end) on a ledger where 64 other
+// decisions' prompts are in flight.
+func BenchmarkSpecLedger512(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	prompt := func() []uint64 {
+		hs := make([]uint64, 512)
+		for i := range hs {
+			hs[i] = rng.Uint64()
+		}
+		return hs
+	}
+	var l SpecLedger
+	at := time.Unix(100, 0)
+	for range 64 {
+		l.Claim(nil, prompt(), at, time.Second, false, 0)
+	}
+	hs, dst := prompt(), make([]uint64, 0, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = l.Claim(dst[:0], hs, at, time.Second, true, 0)
+		dst = l.Release(dst[:0], hs)
+	}
 }
