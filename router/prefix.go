@@ -41,7 +41,15 @@ func (r *Router) hashPrefix(tokens []uint32, extra blockhash.Extra, hit tokenize
 			sc.hashes = append(sc.hashes, prev.hashes[:reused]...)
 		}
 	}
-	sc.digests = r.hasher.AppendDigests(sc.digests[:0], parent, first, tokens[reused*bs:], extra)
+	// sc.digests holds the digests of blocks reused on; those hashed while
+	// a prompt encoded from its start was being encoded come first.
+	sc.digests = sc.digests[:0]
+	next := reused
+	if early := sc.early.digests; reused == 0 && len(early) > 0 {
+		sc.digests = append(sc.digests, early...)
+		next, parent, first = len(early), early[len(early)-1], false
+	}
+	sc.digests = r.hasher.AppendDigests(sc.digests, parent, first, tokens[next*bs:], extra)
 	for _, d := range sc.digests {
 		sc.hashes = append(sc.hashes, d.Value())
 	}
@@ -65,4 +73,49 @@ func (r *Router) hashPrefix(tokens []uint32, extra blockhash.Extra, hit tokenize
 // not hashed through the prefix cache).
 func sameKeys(a, b blockhash.Extra) bool {
 	return a.LoRA == b.LoRA && a.CacheSalt == b.CacheSalt && len(a.MM) == 0 && len(b.MM) == 0
+}
+
+// earlyHash hashes the full blocks of a prompt's ids as the tokenizer
+// tells that they are final, on the routing goroutine, while other cores
+// encode the rest of a long prompt (tokenizer.Progress): the hash chain,
+// sequential by construction, then mostly overlaps the encoding.
+// tokenize continues the chain after its digests.
+type earlyHash struct {
+	hasher  *blockhash.Hasher
+	extra   blockhash.Extra
+	digests []blockhash.Digest // of blocks 0, 1, …, chained from the root
+	add     tokenizer.Progress // hashes the new full blocks of ids
+}
+
+// reset readies h for a prompt hashed with hasher and extra.
+func (h *earlyHash) reset(hasher *blockhash.Hasher, extra blockhash.Extra) {
+	h.hasher, h.extra, h.digests = hasher, extra, h.digests[:0]
+	if h.add == nil {
+		h.add = func(ids []uint32) {
+			bs := h.hasher.BlockSize()
+			k := len(h.digests)
+			if len(ids)/bs <= k {
+				return
+			}
+			parent, first := h.hasher.Root(), true
+			if k > 0 {
+				parent, first = h.digests[k-1], false
+			}
+			h.digests = h.hasher.AppendDigests(h.digests, parent, first, ids[k*bs:len(ids)/bs*bs], h.extra)
+		}
+	}
+}
+
+// appendHashes appends the 64-bit hashes of ids' full blocks to dst,
+// continuing after the blocks hashed early.
+func (h *earlyHash) appendHashes(dst []uint64, ids []uint32) []uint64 {
+	if len(h.digests) == 0 {
+		return h.hasher.AppendHashes(dst, ids, h.extra)
+	}
+	for _, d := range h.digests {
+		dst = append(dst, d.Value())
+	}
+	k := len(h.digests)
+	dst, _ = h.hasher.Extend(dst, h.digests[k-1], false, ids[k*h.hasher.BlockSize():], h.extra)
+	return dst
 }

@@ -211,6 +211,7 @@ type scratch struct {
 	tokens  []uint32 // the prompt's ids while it is hashed
 	hashes  []uint64
 	digests []blockhash.Digest // the new blocks' digests, with a prefix cache
+	early   earlyHash          // blocks hashed while the prompt was still being encoded
 	ids     []kvindex.PodID
 	members []*fleet.Member
 	matches []kvindex.PodMatch

@@ -33,10 +33,11 @@ func (r *Router) tokenize(t *fleet.Target, path string, p *Parsed, sc *scratch, 
 	}
 	var hit tokenizer.PrefixHit
 	var cache *tokenizer.PrefixCache
+	sc.early.reset(r.hasher, extra)
 	if ids == nil {
 		var err error
 		if pt, ok := r.tok.(prefixTokenizers); ok {
-			sc.tokens, hit, cache, err = pt.appendTokensPrefix(sc.tokens[:0], t.Base, p)
+			sc.tokens, hit, cache, err = pt.appendTokensPrefix(sc.tokens[:0], t.Base, p, sc.early.add)
 		} else {
 			sc.tokens, err = r.tok.AppendTokens(sc.tokens[:0], t.Base, p)
 		}
@@ -57,7 +58,7 @@ func (r *Router) tokenize(t *fleet.Target, path string, p *Parsed, sc *scratch, 
 	if cache != nil {
 		r.hashPrefix(ids, extra, hit, cache, sc)
 	} else {
-		sc.hashes = r.hasher.AppendHashes(sc.hashes, ids, extra)
+		sc.hashes = sc.early.appendHashes(sc.hashes, ids)
 	}
 	st.Hash = time.Since(t1)
 	return ReasonLoad, len(ids), ModeExact

@@ -34,13 +34,14 @@ func (t RegistryTokenizers) Configured(model string) bool { return t.Registry.Co
 // model and encodes the prompt with that tokenizer, through the model's
 // prefix cache when the registry keeps one.
 func (t RegistryTokenizers) AppendTokens(dst []uint32, base string, p *Parsed) ([]uint32, error) {
-	dst, _, _, err := t.appendTokensPrefix(dst, base, p)
+	dst, _, _, err := t.appendTokensPrefix(dst, base, p, nil)
 	return dst, err
 }
 
 // appendTokensPrefix is AppendTokens, also returning what the model's
-// prefix cache reused and the cache (nil: none).
-func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error) {
+// prefix cache reused and the cache (nil: none), telling progress (nil:
+// none) of the ids final so far of a prompt encoded from its start.
+func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Parsed, progress tokenizer.Progress) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error) {
 	var none tokenizer.PrefixHit
 	tk, err := t.Registry.For(base)
 	if errors.Is(err, tokenizer.ErrUnknownModel) || errors.Is(err, tokenizer.ErrPending) {
@@ -85,10 +86,10 @@ func (t RegistryTokenizers) appendTokensPrefix(dst []uint32, base string, p *Par
 	}
 	c := tk.Prefixes()
 	if c == nil {
-		dst, err = tk.AppendEncode(dst, text, special)
+		dst, err = tk.AppendEncodeProgress(dst, text, special, progress)
 		return dst, none, nil, err
 	}
-	dst, hit, err := c.AppendEncode(dst, text, special)
+	dst, hit, err := c.AppendEncodeProgress(dst, text, special, progress)
 	return dst, hit, c, err
 }
 
@@ -105,7 +106,7 @@ func (t RegistryTokenizers) prefixStats() (tokenizer.PrefixStats, bool) {
 // only the blocks after the ids the next turn reuses.
 type prefixTokenizers interface {
 	Tokenizers
-	appendTokensPrefix(dst []uint32, base string, p *Parsed) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error)
+	appendTokensPrefix(dst []uint32, base string, p *Parsed, progress tokenizer.Progress) ([]uint32, tokenizer.PrefixHit, *tokenizer.PrefixCache, error)
 	prefixStats() (tokenizer.PrefixStats, bool)
 }
 

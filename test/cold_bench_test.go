@@ -43,20 +43,23 @@ func BenchmarkColdDecision(b *testing.B) {
 		bodies := coldBodies(16, bc.turns)
 		rig := newBenchRigPrefix(b, "unused", 0)
 		b.Run(bc.name, func(b *testing.B) {
-			var total, stages, tok, hash []time.Duration
+			var total, stages, parse, tok, hash, match []time.Duration
 			cpu0 := cpuTime(b)
 			for i := 0; b.Loop(); i++ {
 				d := routeChat(b, rig, bodies[i%len(bodies)])
 				s := d.Stages
 				total = append(total, d.Elapsed)
 				stages = append(stages, s.Parse+s.Tokenize+s.Hash+s.Match+s.Score)
-				tok, hash = append(tok, s.Tokenize), append(hash, s.Hash)
+				parse, tok = append(parse, s.Parse), append(tok, s.Tokenize)
+				hash, match = append(hash, s.Hash), append(match, s.Match)
 			}
 			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(medianMS(total), "p50-ms")
 			b.ReportMetric(medianMS(stages), "stages-p50-ms")
+			b.ReportMetric(medianMS(parse), "parse-p50-ms")
 			b.ReportMetric(medianMS(tok), "tokenize-p50-ms")
 			b.ReportMetric(medianMS(hash), "hash-p50-ms")
+			b.ReportMetric(medianMS(match), "match-p50-ms")
 		})
 		b.Run(bc.name+"/busy", func(b *testing.B) {
 			var next atomic.Int64

@@ -15,10 +15,7 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 
 // AppendEncode is Encode appending to dst.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
-	if !utf8.ValidString(text) {
-		text = validUTF8(text)
-	}
-	return t.appendEncode(dst, text, addSpecialTokens, nil)
+	return t.AppendEncodeProgress(dst, text, addSpecialTokens, nil)
 }
 
 // appendEncode encodes valid UTF-8 text. With a recorder it resumes at
@@ -26,6 +23,28 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecialTokens boo
 // post-processor's prefix included, from rec.base on) and records a mark
 // after every added token matched in the raw text.
 func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecialTokens bool, rec *recorder) ([]uint32, error) {
+	return t.appendEncodeProgress(dst, text, addSpecialTokens, rec, nil)
+}
+
+// Progress is told of the ids of an encoding as they become final: ids is
+// the destination slice extended by them (what it held before included),
+// a prefix of the result, longer at each call. It runs on the goroutine
+// that called the encoding, while other cores encode the rest of a long
+// text in parts (it is never called otherwise), so that the caller can
+// hash the first blocks meanwhile. It must not keep or change ids.
+type Progress func(ids []uint32)
+
+// AppendEncodeProgress is AppendEncode telling progress of the ids final
+// so far (see Progress).
+func (t *Tokenizer) AppendEncodeProgress(dst []uint32, text string, addSpecialTokens bool, progress Progress) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		text = validUTF8(text)
+	}
+	return t.appendEncodeProgress(dst, text, addSpecialTokens, nil, progress)
+}
+
+// appendEncodeProgress is appendEncode telling progress (nil: none).
+func (t *Tokenizer) appendEncodeProgress(dst []uint32, text string, addSpecialTokens bool, rec *recorder, progress Progress) ([]uint32, error) {
 	n := len(text)
 	if rec != nil {
 		n -= rec.from.i
@@ -34,15 +53,15 @@ func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecialTokens boo
 	if counted {
 		defer longEncodes.Add(-1)
 	}
-	return t.appendEncodeIn(dst, text, addSpecialTokens, rec, parts)
+	return t.appendEncodeIn(dst, text, addSpecialTokens, rec, parts, progress)
 }
 
 // appendEncodeIn is appendEncode in parts (see splitParallel).
-func (t *Tokenizer) appendEncodeIn(dst []uint32, text string, addSpecialTokens bool, rec *recorder, parts int) ([]uint32, error) {
+func (t *Tokenizer) appendEncodeIn(dst []uint32, text string, addSpecialTokens bool, rec *recorder, parts int, progress Progress) ([]uint32, error) {
 	if addSpecialTokens && t.post != nil && (rec == nil || rec.from == (scanState{})) {
 		dst = append(dst, t.post.prefix...)
 	}
-	e := encoder{t: t, ids: dst, rec: rec}
+	e := encoder{t: t, ids: dst, rec: rec, progress: progress}
 	var from scanState
 	var mark func(scanState)
 	if rec != nil {
@@ -85,14 +104,16 @@ func (m mark) state() scanState {
 
 // encoder is the state of one Encode call.
 type encoder struct {
-	t     *Tokenizer
-	ids   []uint32
-	err   error
-	rec   *recorder
-	first bool // the current segment starts the input
-	runs  [maxSteps]splitRun
-	next  [maxSteps]stepSink
-	words wordSink
+	t   *Tokenizer
+	ids []uint32
+	err error
+	rec *recorder
+	// progress, when set, is told of the ids final so far (splitParallel).
+	progress Progress
+	first    bool // the current segment starts the input
+	runs     [maxSteps]splitRun
+	next     [maxSteps]stepSink
+	words    wordSink
 }
 
 // wordSink encodes the matches of an isolating split and the gaps between

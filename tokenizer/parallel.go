@@ -101,7 +101,9 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	}
 	// Cut before a stretch once a chunk holds its share of the text. The
 	// workers (this goroutine and parts-1 others) take chunks in turn, so
-	// that a worker slowed by anything else takes fewer.
+	// that a worker slowed by anything else takes fewer. Each chunk's
+	// encoder is its own allocation: side by side in one slice, two
+	// workers' encoders shared cache lines.
 	chunks := parts * chunksPerPart
 	cuts := make([]int, 1, chunks+1)
 	for i, acc := 0, 0; i < len(ps) && len(cuts) < chunks; i++ {
@@ -117,48 +119,79 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	if len(cuts) < 3 {
 		return e.play(ps)
 	}
-	// Each chunk's encoder is its own allocation: side by side in one
-	// slice, two workers' encoders shared cache lines.
 	out := make([]*encoder, len(cuts)-1)
 	errs := make([]error, len(out))
+	finished := make(chan int, len(out))
 	var next atomic.Int32
-	work := func() {
-		for {
-			c := int(next.Add(1)) - 1
-			if c >= len(out) {
-				return
-			}
-			o := &encoder{t: e.t, ids: (*idsPool.Get().(*[]uint32))[:0]}
-			out[c] = o
-			if e.rec != nil {
-				o.rec = &recorder{}
-			}
-			errs[c] = o.play(ps[cuts[c]:cuts[c+1]])
+	claim := func() int { return int(next.Add(1)) - 1 }
+	encode := func(c int) {
+		o := &encoder{t: e.t, ids: (*idsPool.Get().(*[]uint32))[:0]}
+		if e.rec != nil {
+			o.rec = &recorder{}
 		}
+		out[c] = o
+		errs[c] = o.play(ps[cuts[c]:cuts[c+1]])
+		finished <- c
 	}
 	var wg sync.WaitGroup
+	defer wg.Wait() // before ps goes back to its pool, should progress panic
 	for range min(parts, len(out)) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
-	for c, o := range out {
-		if err == nil {
-			err = errs[c]
-		}
-		if err == nil {
-			if e.rec != nil {
-				n := uint32(len(e.ids) - e.rec.base)
-				for _, m := range o.rec.marks {
-					m.n += n
-					e.rec.marks = append(e.rec.marks, m)
-				}
+		wg.Go(func() {
+			for c := claim(); c < len(out); c = claim() {
+				encode(c)
 			}
-			e.ids = append(e.ids, o.ids...)
-		}
-		ids := o.ids[:0]
-		idsPool.Put(&ids)
+		})
 	}
+	// This goroutine publishes the chunks in order as they are done (and
+	// tells progress), and encodes chunks while none is ready to publish.
+	done, told := make([]bool, len(out)), len(e.ids)
+	for pub := 0; pub < len(out); {
+		for drained := false; !drained; {
+			select {
+			case c := <-finished:
+				done[c] = true
+			default:
+				drained = true
+			}
+		}
+		if done[pub] {
+			for ; pub < len(out) && done[pub]; pub++ {
+				err = e.publish(out[pub], err, errs[pub])
+			}
+			if err == nil && e.progress != nil && len(e.ids) > told {
+				told = len(e.ids)
+				e.progress(e.ids)
+			}
+			continue
+		}
+		if c := claim(); c < len(out) {
+			encode(c)
+			continue
+		}
+		done[<-finished] = true
+	}
+	return err
+}
+
+// publish appends the ids and marks of a chunk's encoder o to e's, unless
+// an earlier chunk failed (err) or this one did (oerr), and recycles o's
+// ids. It returns the first error.
+func (e *encoder) publish(o *encoder, err, oerr error) error {
+	if err == nil {
+		err = oerr
+	}
+	if err == nil {
+		if e.rec != nil {
+			n := uint32(len(e.ids) - e.rec.base)
+			for _, m := range o.rec.marks {
+				m.n += n
+				e.rec.marks = append(e.rec.marks, m)
+			}
+		}
+		e.ids = append(e.ids, o.ids...)
+	}
+	ids := o.ids[:0]
+	idsPool.Put(&ids)
 	return err
 }
 

@@ -47,14 +47,21 @@ func checkParts(t *testing.T, tok *Tokenizer, text string, special bool) {
 	if !utf8.ValidString(text) {
 		text = validUTF8(text)
 	}
-	whole, err := tok.appendEncodeIn(nil, text, special, nil, 1)
+	whole, err := tok.appendEncodeIn(nil, text, special, nil, 1, nil)
 	wholeRec := &recorder{}
-	wholeMarked, errMarked := tok.appendEncodeIn(nil, text, special, wholeRec, 1)
+	wholeMarked, errMarked := tok.appendEncodeIn(nil, text, special, wholeRec, 1, nil)
 	if (err == nil) != (errMarked == nil) || err == nil && !slices.Equal(whole, wholeMarked) {
 		t.Fatalf("%q: recording changed the encoding: %v, %v then %v, %v", text, whole, err, wholeMarked, errMarked)
 	}
 	for parts := 2; parts <= 5; parts++ {
-		got, gotErr := tok.appendEncodeIn(nil, text, special, nil, parts)
+		told := 0 // ids progress was told of
+		progress := func(ids []uint32) {
+			if len(ids) <= told || len(ids) > len(whole) || !slices.Equal(ids, whole[:len(ids)]) {
+				t.Fatalf("%q in %d parts: progress told %v after %d ids; the ids are %v", text, parts, ids, told, whole)
+			}
+			told = len(ids)
+		}
+		got, gotErr := tok.appendEncodeIn(nil, text, special, nil, parts, progress)
 		if (err == nil) != (gotErr == nil) || err == nil && !slices.Equal(got, whole) {
 			t.Fatalf("%q in %d parts = %v, %v; in one pass %v, %v", text, parts, got, gotErr, whole, err)
 		}
@@ -62,7 +69,7 @@ func checkParts(t *testing.T, tok *Tokenizer, text string, special bool) {
 			continue
 		}
 		rec := &recorder{}
-		got, _ = tok.appendEncodeIn(nil, text, special, rec, parts)
+		got, _ = tok.appendEncodeIn(nil, text, special, rec, parts, nil)
 		if !slices.Equal(got, whole) || !slices.Equal(rec.marks, wholeRec.marks) {
 			t.Fatalf("%q in %d parts, recorded: %v, marks %v; in one pass %v, marks %v", text, parts, got, rec.marks, whole, wholeRec.marks)
 		}
@@ -70,7 +77,7 @@ func checkParts(t *testing.T, tok *Tokenizer, text string, special bool) {
 		if len(wholeRec.marks) > 0 {
 			m := wholeRec.marks[0]
 			rec := &recorder{from: m.state(), base: 0}
-			got, _ := tok.appendEncodeIn(slices.Clone(whole[:m.n]), text, special, rec, parts)
+			got, _ := tok.appendEncodeIn(slices.Clone(whole[:m.n]), text, special, rec, parts, nil)
 			if !slices.Equal(got, whole) || !slices.Equal(rec.marks, wholeRec.marks[1:]) {
 				t.Fatalf("%q in %d parts resumed at %+v: %v, marks %v; in one pass %v, marks %v", text, parts, m, got, rec.marks, whole, wholeRec.marks[1:])
 			}
@@ -154,7 +161,7 @@ func BenchmarkEncodeParts(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					if mode == "one-pass" {
-						dst, err = tok.appendEncodeIn(dst[:0], text, false, nil, 1)
+						dst, err = tok.appendEncodeIn(dst[:0], text, false, nil, 1, nil)
 					} else {
 						dst, err = tok.AppendEncode(dst[:0], text, false)
 					}

@@ -178,9 +178,16 @@ func (c *PrefixCache) Attach(h PrefixHit, v any, size int64) {
 // same, but a text sharing a prefix with a cached one is encoded from the
 // end of that prefix on. The text is then cached.
 func (c *PrefixCache) AppendEncode(dst []uint32, text string, addSpecialTokens bool) ([]uint32, PrefixHit, error) {
+	return c.AppendEncodeProgress(dst, text, addSpecialTokens, nil)
+}
+
+// AppendEncodeProgress is AppendEncode telling progress of the ids final
+// so far (see Progress) when the text is encoded from its start, as a
+// text sharing no usable prefix with a cached one is.
+func (c *PrefixCache) AppendEncodeProgress(dst []uint32, text string, addSpecialTokens bool, progress Progress) ([]uint32, PrefixHit, error) {
 	t := c.t
 	if !utf8.ValidString(text) || len(text) > maxCachedText {
-		out, err := t.AppendEncode(dst, text, addSpecialTokens)
+		out, err := t.AppendEncodeProgress(dst, text, addSpecialTokens, progress)
 		return out, PrefixHit{}, err
 	}
 	c.lookups.Add(1)
@@ -214,7 +221,7 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string, addSpecialTokens b
 		lcp = commonPrefix(text, prev.text)
 		dst, reused, shared, err = c.resume(dst, text, addSpecialTokens, prev, lcp, rec)
 	default:
-		dst, err = t.appendEncode(dst, text, addSpecialTokens, rec)
+		dst, err = t.appendEncodeProgress(dst, text, addSpecialTokens, rec, progress)
 	}
 	if err != nil {
 		return dst, PrefixHit{}, err
