@@ -215,7 +215,11 @@ func (x *Index) eachLocked(hashes []uint64, f func(s *shard, h uint64)) {
 		return
 	}
 	b := shardBatches.Get().(*shardBatch)
-	defer shardBatches.Put(b)
+	defer func() {
+		if cap(b.next) <= maxKeptBatch {
+			shardBatches.Put(b)
+		}
+	}()
 	head := slices.Grow(b.head[:0], len(x.shards))[:len(x.shards)]
 	next := slices.Grow(b.next[:0], len(hashes))[:len(hashes)]
 	b.head, b.next = head, next
@@ -244,6 +248,10 @@ func (x *Index) eachLocked(hashes []uint64, f func(s *shard, h uint64)) {
 type shardBatch struct{ head, next []int32 }
 
 var shardBatches = sync.Pool{New: func() any { return new(shardBatch) }}
+
+// maxKeptBatch is the longest batch whose scratch goes back to the pool: a
+// longer one (an index filled in one call) is left to the collector.
+const maxKeptBatch = 1 << 16
 
 // nowMs is the clock in wrapping milliseconds since the index was made.
 func (x *Index) nowMs() uint32 {

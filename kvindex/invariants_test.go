@@ -22,18 +22,25 @@ func checkInvariants(t testing.TB, x *Index) {
 				t.Fatalf("shard %d: node ref %d beyond the shard's %d entries", si, nr, x.limit)
 			}
 			nd := s.nodeLocked(nr)
-			if !s.bits.matches(sl, nd.hash) {
-				t.Fatalf("shard %d: slot %#x of node %d does not carry the tag of its hash %#x", si, sl, nr, nd.hash)
+			if !s.bits.matches(sl, nd.hash()) {
+				t.Fatalf("shard %d: slot %#x of node %d does not carry the tag of its hash %#x", si, sl, nr, nd.hash())
 			}
-			if nd.n == 0 || int(nd.n) > 1<<nd.class {
-				t.Fatalf("shard %d: node %d has %d holders in class %d", si, nr, nd.n, nd.class)
+			all := s.capacityLocked(nd)
+			n := inUse(all)
+			if n == 0 || n > 1<<nd.class() || nd.class() > 0 && n <= 1<<nd.class()/4 {
+				t.Fatalf("shard %d: node %d has %d holders in class %d", si, nr, n, nd.class())
 			}
-			if _, got := s.lookupLocked(nd.hash); got != nr {
+			for i, h := range all[n:] {
+				if h != (holder{}) {
+					t.Fatalf("shard %d: node %d has holder %d in use after its %d", si, nr, n+i, n)
+				}
+			}
+			if _, got := s.lookupLocked(nd.hash()); got != nr {
 				t.Fatalf("shard %d: lookup of node %d's hash finds %d", si, nr, got)
 			}
 			v := s.vectorLocked(nr)
 			for i, h := range v {
-				r := holderRef(nd.class, nd.vec+uint32(i))
+				r := holderRef(nd.class(), nd.first()+uint32(i))
 				for _, o := range v[:i] {
 					if h.spec() && o.spec() && o.slot() == h.slot() {
 						t.Fatalf("shard %d: node %d has two speculative holders of pod %d", si, nr, h.slot())

@@ -87,16 +87,16 @@ func (s *shard) movedLocked(r ref) {
 // the holder's ref, or 0 when the block already has MaxHolders holders.
 func (s *shard) addHolderLocked(nr ref, hd holder) ref {
 	nd := s.nodeLocked(nr)
-	if int(nd.n) == 1<<nd.class {
-		if nd.class == numClasses-1 {
+	n := inUse(s.capacityLocked(nd))
+	if n == 1<<nd.class() {
+		if nd.class() == numClasses-1 {
 			return 0
 		}
-		s.moveVectorLocked(nr, nd.class+1)
+		s.moveVectorLocked(nr, nd.class()+1)
 	}
-	r := holderRef(nd.class, nd.vec+uint32(nd.n))
+	r := holderRef(nd.class(), nd.first()+uint32(n))
 	hd.node = nr
 	*s.holderLocked(r) = hd
-	nd.n++
 	return r
 }
 
@@ -105,23 +105,23 @@ func (s *shard) moveVectorLocked(nr ref, class uint8) {
 	nd := s.nodeLocked(nr)
 	v := s.allocVectorLocked(class)
 	c := &s.mu.classes[class]
-	copy(c.chunks[v>>chunkBits][v&(chunkSize-1):], s.vectorLocked(nr))
-	oldClass, oldVec := nd.class, nd.vec
-	nd.class, nd.vec = class, v
+	n := uint32(copy(c.chunks[v>>chunkBits][v&(chunkSize-1):], s.vectorLocked(nr)))
+	oldClass, oldVec := nd.class(), nd.first()
+	nd.setVector(class, v)
 	// Links between holders of this node point into the old vector: move
 	// them first, then point the other neighbors at the new places.
 	moved := func(r ref) ref {
 		i := uint32(r&indexMask) - 1
-		if r == 0 || uint8(r>>classShift) != oldClass || i < oldVec || i >= oldVec+uint32(nd.n) {
+		if r == 0 || uint8(r>>classShift) != oldClass || i < oldVec || i >= oldVec+n {
 			return r
 		}
 		return holderRef(class, v+i-oldVec)
 	}
-	for i := range uint32(nd.n) {
+	for i := range n {
 		h := s.holderLocked(holderRef(class, v+i))
 		h.older, h.newer = moved(h.older), moved(h.newer)
 	}
-	for i := range uint32(nd.n) {
+	for i := range n {
 		s.movedLocked(holderRef(class, v+i))
 	}
 	s.freeVectorLocked(oldClass, oldVec)
@@ -140,18 +140,18 @@ func (s *shard) dropHolderLocked(r ref) {
 	}
 	nr := h.node
 	nd := s.nodeLocked(nr)
-	last := holderRef(nd.class, nd.vec+uint32(nd.n-1))
+	n := inUse(s.capacityLocked(nd)) - 1 // left once r is gone
+	last := holderRef(nd.class(), nd.first()+uint32(n))
 	if r != last {
 		*h = *s.holderLocked(last)
 		s.movedLocked(r)
 	}
 	*s.holderLocked(last) = holder{}
-	nd.n--
-	switch {
-	case nd.n == 0:
+	switch class := nd.class(); {
+	case n == 0:
 		s.dropNodeLocked(nr)
-	case nd.class > 0 && int(nd.n) <= 1<<nd.class/4:
-		s.moveVectorLocked(nr, nd.class-1)
+	case class > 0 && n <= 1<<class/4:
+		s.moveVectorLocked(nr, class-1)
 	}
 }
 
@@ -163,7 +163,7 @@ func (s *shard) entriesLocked(pod uint32, fn func(hash uint64, tier Tier, count 
 	}
 	for r := s.mu.pods[sl].lruOld; r != 0; {
 		h := s.holderLocked(r)
-		fn(s.nodeLocked(h.node).hash, h.tier(), int(h.count()))
+		fn(s.nodeLocked(h.node).hash(), h.tier(), int(h.count()))
 		r = h.newer
 	}
 }

@@ -139,18 +139,21 @@ func (x *Index) matchBlocks(sc *matchScratch, hashes []uint64) int {
 	slot, cands := sc.slot, sc.c
 	var next []holder
 	if len(hashes) > 0 {
-		next = x.holdersLocked(hashes[0])
+		next = x.vectorOfLocked(hashes[0])
 	}
 	for i := range hashes {
 		holders := next
 		// Look the next block up before walking this one: the two chains
 		// of memory loads then overlap.
 		if i+1 < len(hashes) {
-			next = x.holdersLocked(hashes[i+1])
+			next = x.vectorOfLocked(hashes[i+1])
 		}
 		at, advanced := int32(i), 0
 		for j := range holders {
 			w := holders[j].word
+			if w == 0 { // the holders in use end
+				break
+			}
 			p := w >> slotShift
 			if int(p) >= len(slot) || slot[p] == 0 {
 				continue
@@ -190,6 +193,16 @@ func (st *candState) count(tier uint8, d int32) {
 	} else {
 		st.tiers[tier&tierBits] += d
 	}
+}
+
+// vectorOfLocked returns the whole vector of hash h, its holders in use
+// first (the others have no word); its shard is read-locked.
+func (x *Index) vectorOfLocked(h uint64) []holder {
+	s := x.shardOf(h)
+	if _, nr := s.lookupLocked(h); nr != 0 {
+		return s.capacityLocked(s.nodeLocked(nr))
+	}
+	return nil
 }
 
 // holdersLocked returns the holders of hash h; its shard is read-locked.

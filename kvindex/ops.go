@@ -14,7 +14,7 @@ type opCounts struct {
 func (s *shard) findLocked(nr ref, sl uint32, tier Tier, spec bool) ref {
 	nd := s.nodeLocked(nr)
 	for i := range s.vectorLocked(nr) {
-		r := holderRef(nd.class, nd.vec+uint32(i))
+		r := holderRef(nd.class(), nd.first()+uint32(i))
 		h := s.holderLocked(r)
 		if h.slot() == sl && h.spec() == spec && (spec || h.tier() == tier) {
 			return r
@@ -156,7 +156,7 @@ func (s *shard) pairLocked(nr ref, pod uint32, tier Tier) (specRef, realRef ref)
 		if v[i].slot() != pod {
 			continue
 		}
-		switch r := holderRef(nd.class, nd.vec+uint32(i)); {
+		switch r := holderRef(nd.class(), nd.first()+uint32(i)); {
 		case v[i].spec():
 			specRef = r
 		case v[i].tier() == tier:
@@ -184,7 +184,7 @@ func (s *shard) refreshLocked(r ref) {
 func (s *shard) addLocked(pos int, nr ref, h uint64, pod uint32, tier Tier, spec bool, stamp uint32) bool {
 	if nr == 0 {
 		nr = s.addNodeLocked(pos, h)
-	} else if int(s.nodeLocked(nr).n) == MaxHolders {
+	} else if len(s.vectorLocked(nr)) == MaxHolders {
 		return false
 	}
 	s.podLocked(pod)

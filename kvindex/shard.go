@@ -54,13 +54,28 @@ const (
 	MaxHolders = 1 << (numClasses - 1)
 )
 
-// node is one block hash of the shard.
+// node is one block hash of the shard: 12 bytes. Its holders are the
+// leading holders of its vector whose word is not zero (that of a holder in
+// use never is: it counts at least one store, or is speculative), so the
+// node keeps no count.
 type node struct {
-	hash  uint64
-	vec   uint32 // index of the first holder in the class slab
-	n     uint16 // holders in use
-	class uint8  // the vector holds 1<<class holders
+	lo, hi uint32 // the block hash, in halves: a node is 4-byte aligned
+	vec    uint32 // class<<classShift | index of the first holder in the class slab
 }
+
+func makeNode(h uint64, class uint8, v uint32) node {
+	return node{lo: uint32(h), hi: uint32(h >> 32), vec: uint32(class)<<classShift | v}
+}
+
+func (nd *node) hash() uint64 { return uint64(nd.hi)<<32 | uint64(nd.lo) }
+
+// class is the size class of the vector: it holds 1<<class holders.
+func (nd *node) class() uint8 { return uint8(nd.vec >> classShift) }
+
+// first is the index of the vector's first holder in its class slab.
+func (nd *node) first() uint32 { return nd.vec & indexMask }
+
+func (nd *node) setVector(class uint8, v uint32) { nd.vec = uint32(class)<<classShift | v }
 
 // holder is one (pod, tier) that holds a block, or a pod that will soon hold
 // it speculatively: 20 bytes.
@@ -186,10 +201,39 @@ func holderRef(class uint8, i uint32) ref { return ref(class)<<classShift | ref(
 
 // vectorLocked returns the holders in use of node r.
 func (s *shard) vectorLocked(r ref) []holder {
-	nd := s.nodeLocked(r)
-	c := &s.mu.classes[nd.class]
-	off := nd.vec & (chunkSize - 1)
-	return c.chunks[nd.vec>>chunkBits][off : off+uint32(nd.n)]
+	v := s.capacityLocked(s.nodeLocked(r))
+	return v[:inUse(v)]
+}
+
+// capacityLocked returns node nd's whole vector, its holders in use first.
+func (s *shard) capacityLocked(nd *node) []holder {
+	c := &s.mu.classes[nd.class()]
+	v := nd.first()
+	off := v & (chunkSize - 1)
+	return c.chunks[v>>chunkBits][off : off+1<<nd.class()]
+}
+
+// inUse is the number of holders in use of a vector: its leading holders
+// with a word.
+func inUse(v []holder) int {
+	if len(v) <= 8 { // most blocks have a few holders
+		for i := range v {
+			if v[i].word == 0 {
+				return i
+			}
+		}
+		return len(v)
+	}
+	lo, hi := 0, len(v) // v[:lo] in use, v[hi:] not
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if v[mid].word != 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 func (s *shard) allocVectorLocked(class uint8) uint32 {
@@ -261,7 +305,7 @@ func (s *shard) lookupLocked(h uint64) (int, ref) {
 		if sl == 0 {
 			return i, 0
 		}
-		if s.bits.matches(sl, h) && s.nodeLocked(s.bits.ref(sl)).hash == h {
+		if s.bits.matches(sl, h) && s.nodeLocked(s.bits.ref(sl)).hash() == h {
 			return i, s.bits.ref(sl)
 		}
 	}
@@ -270,7 +314,7 @@ func (s *shard) lookupLocked(h uint64) (int, ref) {
 // addNodeLocked creates the node of hash h at table position pos.
 func (s *shard) addNodeLocked(pos int, h uint64) ref {
 	r := ref(s.mu.nodes.alloc() + 1)
-	*s.nodeLocked(r) = node{hash: h, vec: s.allocVectorLocked(0)}
+	*s.nodeLocked(r) = makeNode(h, 0, s.allocVectorLocked(0))
 	s.mu.slots[pos] = s.bits.slot(r, h)
 	s.mu.used++
 	if s.mu.used*8 >= len(s.mu.slots)*7 {
@@ -287,7 +331,7 @@ func (s *shard) resizeLocked(n int) {
 		if sl == 0 {
 			continue
 		}
-		i := home(s.nodeLocked(s.bits.ref(sl)).hash, mask)
+		i := home(s.nodeLocked(s.bits.ref(sl)).hash(), mask)
 		for s.mu.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
@@ -298,8 +342,8 @@ func (s *shard) resizeLocked(n int) {
 // dropNodeLocked frees an empty node and its table slot.
 func (s *shard) dropNodeLocked(r ref) {
 	nd := s.nodeLocked(r)
-	pos, _ := s.lookupLocked(nd.hash)
-	s.freeVectorLocked(nd.class, nd.vec)
+	pos, _ := s.lookupLocked(nd.hash())
+	s.freeVectorLocked(nd.class(), nd.first())
 	s.mu.nodes.release(uint32(r - 1))
 	s.deleteSlotLocked(pos)
 }
@@ -310,7 +354,7 @@ func (s *shard) deleteSlotLocked(i int) {
 	slots := s.mu.slots
 	mask := len(slots) - 1
 	for j := (i + 1) & mask; slots[j] != 0; j = (j + 1) & mask {
-		k := home(s.nodeLocked(s.bits.ref(slots[j])).hash, mask)
+		k := home(s.nodeLocked(s.bits.ref(slots[j])).hash(), mask)
 		// Move slots[j] to i unless its home lies cyclically in (i, j].
 		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
 			slots[i] = slots[j]
