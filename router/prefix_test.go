@@ -29,32 +29,63 @@ func qwen3Dir(t testing.TB) string {
 	return dir
 }
 
+// qwen3Chats is a test router tokenizing model "llama" (and its LoRA
+// "alice") with Qwen3's tokenizer and chat template, prefix caches of
+// prefixBytes (0: none), and the conversations' cases of the hash tests:
+// plain, under a LoRA, with a cache_salt.
+type qwen3Chats struct {
+	tr *testRouter
+	rt RegistryTokenizers
+}
+
+var hashCases = []struct{ model, extra, lora, salt string }{
+	{"llama", "", "", ""},
+	{"alice", "", "alice", ""},
+	{"llama", `,"cache_salt":"s1"`, "", "s1"},
+}
+
+func newQwen3Chats(t *testing.T, prefixBytes int64) qwen3Chats {
+	t.Helper()
+	tr := newTestRouter(t)
+	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"llama": qwen3Dir(t)}, MaxLoaded: 1, PrefixCacheBytes: prefixBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := RegistryTokenizers{Registry: reg, Chats: chat.NewRegistry(reg, nil)}
+	tr.tok = rt
+	return qwen3Chats{tr: tr, rt: rt}
+}
+
+// whole returns the ids of a chat body tokenized whole, and their block
+// hashes under lora and salt, hashed whole.
+func (q qwen3Chats) whole(t *testing.T, body, lora, salt string) ([]uint32, []uint64) {
+	t.Helper()
+	tk, err := q.rt.Registry.For("llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := q.rt.Chats.For("llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := chat.ParseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := tmpl.Encode(tk, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, q.tr.hasher.AppendHashes(nil, ids, blockhash.Extra{LoRA: lora, CacheSalt: salt})
+}
+
 // TestPrefixCacheHashes routes the turns of growing conversations through
 // the tokenizer's prefix cache: every turn's block hashes must equal those
 // of its full tokenization hashed whole, under a LoRA and a cache_salt too,
 // and the turns after the first must reuse the previous turn's ids.
 func TestPrefixCacheHashes(t *testing.T) {
-	tr := newTestRouter(t)
-	reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"llama": qwen3Dir(t)}, MaxLoaded: 1, PrefixCacheBytes: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chats := chat.NewRegistry(reg, nil)
-	rt := RegistryTokenizers{Registry: reg, Chats: chats}
-	tr.tok = rt
-	tk, err := reg.For("llama")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := chats.For("llama")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct{ model, extra, lora, salt string }{
-		{"llama", "", "", ""},
-		{"alice", "", "alice", ""},
-		{"llama", `,"cache_salt":"s1"`, "", "s1"},
-	} {
+	q := newQwen3Chats(t, 8<<20)
+	for _, c := range hashCases {
 		var msgs []string
 		for turn := range 12 {
 			role := [2]string{"user", "assistant"}[turn%2]
@@ -64,19 +95,11 @@ func TestPrefixCacheHashes(t *testing.T) {
 				continue
 			}
 			body := fmt.Sprintf(`{"model":%q,"messages":[%s]%s}`, c.model, strings.Join(msgs, ","), c.extra)
-			rep, err := tr.Score(Request{Path: "/v1/chat/completions", Body: []byte(body)})
+			rep, err := q.tr.Score(Request{Path: "/v1/chat/completions", Body: []byte(body)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			req, err := chat.ParseRequest([]byte(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids, err := tmpl.Encode(tk, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := tr.hasher.AppendHashes(nil, ids, blockhash.Extra{LoRA: c.lora, CacheSalt: c.salt})
+			ids, want := q.whole(t, body, c.lora, c.salt)
 			if rep.Tokens != len(ids) || len(rep.Blocks) != len(want) {
 				t.Fatalf("%s turn %d: %d tokens, %d blocks, want %d and %d", c.model, turn, rep.Tokens, len(rep.Blocks), len(ids), len(want))
 			}
@@ -87,7 +110,7 @@ func TestPrefixCacheHashes(t *testing.T) {
 			}
 		}
 	}
-	s, on := rt.prefixStats()
+	s, on := q.rt.prefixStats()
 	if !on || s.Hits < 12 || s.TokensReused == 0 || s.ResyncFailures != 0 || s.Bytes == 0 || s.Budget != 8<<20 {
 		t.Errorf("prefix stats %+v (on %v): want hits on every turn after a conversation's first", s, on)
 	}
@@ -104,26 +127,8 @@ func TestHashesWhileEncoding(t *testing.T) {
 	defer runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
 	runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
 	for _, prefixBytes := range []int64{0, 64 << 20} {
-		tr := newTestRouter(t)
-		reg, err := tokenizer.NewRegistry(tokenizer.Config{Models: map[string]string{"llama": qwen3Dir(t)}, MaxLoaded: 1, PrefixCacheBytes: prefixBytes})
-		if err != nil {
-			t.Fatal(err)
-		}
-		chats := chat.NewRegistry(reg, nil)
-		tr.tok = RegistryTokenizers{Registry: reg, Chats: chats}
-		tk, err := reg.For("llama")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl, err := chats.For("llama")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range []struct{ model, extra, lora, salt string }{
-			{"llama", "", "", ""},
-			{"alice", "", "alice", ""},
-			{"llama", `,"cache_salt":"s1"`, "", "s1"},
-		} {
+		q := newQwen3Chats(t, prefixBytes)
+		for _, c := range hashCases {
 			var msgs []string
 			for turn := range 104 {
 				text := fmt.Sprintf("turn %d of %s, cache %d: %s", turn, c.model+c.salt, prefixBytes, strings.Repeat("words and 12345 numbers 中文 ", 30))
@@ -133,18 +138,10 @@ func TestHashesWhileEncoding(t *testing.T) {
 				}
 				body := fmt.Sprintf(`{"model":%q,"messages":[%s]%s}`, c.model, strings.Join(msgs, ","), c.extra)
 				sc := &scratch{}
-				if _, err := tr.evaluate(Request{Path: "/v1/chat/completions", Body: []byte(body)}, sc); err != nil {
+				if _, err := q.tr.evaluate(Request{Path: "/v1/chat/completions", Body: []byte(body)}, sc); err != nil {
 					t.Fatal(err)
 				}
-				req, err := chat.ParseRequest([]byte(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids, err := tmpl.Encode(tk, req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want := tr.hasher.AppendHashes(nil, ids, blockhash.Extra{LoRA: c.lora, CacheSalt: c.salt})
+				ids, want := q.whole(t, body, c.lora, c.salt)
 				if !slices.Equal(sc.hashes, want) {
 					t.Fatalf("%s%s, cache %d, turn %d: %d block hashes differ from the %d of the whole prompt", c.model, c.extra, prefixBytes, turn, len(sc.hashes), len(want))
 				}
