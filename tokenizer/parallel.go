@@ -10,16 +10,17 @@ import (
 // two added tokens matched in the raw text is encoded on its own (the
 // normalizer, the pre-tokenizer and the merges never see across an added
 // token; only whether the stretch starts the input matters), so the split
-// of the raw text is cut into parts between stretches, each part encoded
-// by its own goroutine, and their ids concatenated in order: the same ids
-// as one pass. A chat prompt has added tokens around every message; a
-// long text without any is encoded in one pass.
+// of the raw text is cut into chunks between stretches, which a number of
+// workers (the parts: the calling goroutine and parts-1 others) encode,
+// and their ids are concatenated in order: the same ids as one pass. A
+// chat prompt has added tokens around every message; a long text without
+// any is encoded in one pass.
 const (
-	// minPart is the least raw text (bytes) of a part.
+	// minPart is the least raw text (bytes) per worker.
 	minPart = 16 << 10
-	// maxParts bounds the parts of one encoding.
+	// maxParts bounds the workers of one encoding.
 	maxParts = 8
-	// chunksPerPart is how many chunks the text of a part is cut into.
+	// chunksPerPart is how many chunks per worker the text is cut into.
 	chunksPerPart = 4
 )
 
@@ -47,7 +48,7 @@ const (
 	pieceMark
 )
 
-// splitPool holds the pieces of a split and the id buffers of parts.
+// piecesPool holds the pieces of splits, idsPool the ids of chunks.
 var (
 	piecesPool = sync.Pool{New: func() any { return new([]piece) }}
 	idsPool    = sync.Pool{New: func() any { return new([]uint32) }}
@@ -72,8 +73,8 @@ func partsFor(n, procs, running int) int {
 	return max(1, min(procs/running, n/minPart, maxParts))
 }
 
-// splitParallel is the raw split of text from the state from, encoded in
-// parts (parts ≥ 2) as described above, into e.
+// splitParallel is the raw split of text from the state from, encoded by
+// parts workers (parts ≥ 2) as described above, into e.
 func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	pp := piecesPool.Get().(*[]piece)
 	defer func() {
