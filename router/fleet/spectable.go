@@ -36,7 +36,7 @@ func (t *specTable) get(h uint64) specCount {
 }
 
 // find returns h's slot, or the empty slot where it would go, and
-// whether h is there.
+// whether h is there. The table must have slots (upsert makes them).
 func (t *specTable) find(h uint64) (int, bool) {
 	mask := len(t.slots) - 1
 	for i := t.home(h, mask); ; i = (i + 1) & mask {
