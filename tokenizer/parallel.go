@@ -48,11 +48,19 @@ const (
 	pieceMark
 )
 
-// piecesPool holds the pieces of splits, idsPool the ids of chunks.
+// piecesPool holds the pieces of splits, chunkPool the encoders of chunks
+// (each its own allocation: side by side in one slice, two workers'
+// encoders shared cache lines), with their ids and marks.
 var (
 	piecesPool = sync.Pool{New: func() any { return new([]piece) }}
-	idsPool    = sync.Pool{New: func() any { return new([]uint32) }}
+	chunkPool  = sync.Pool{New: func() any { return new(chunkEncoder) }}
 )
+
+// chunkEncoder is the encoder of one chunk and its recorder.
+type chunkEncoder struct {
+	encoder
+	own recorder
+}
 
 // parts returns how many parts an encoding of n bytes of raw text takes
 // now, and whether it counted itself in longEncodes (then the caller
@@ -102,9 +110,7 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	}
 	// Cut before a stretch once a chunk holds its share of the text. The
 	// workers (this goroutine and parts-1 others) take chunks in turn, so
-	// that a worker slowed by anything else takes fewer. Each chunk's
-	// encoder is its own allocation: side by side in one slice, two
-	// workers' encoders shared cache lines.
+	// that a worker slowed by anything else takes fewer.
 	chunks := parts * chunksPerPart
 	cuts := make([]int, 1, chunks+1)
 	for i, acc := 0, 0; i < len(ps) && len(cuts) < chunks; i++ {
@@ -120,15 +126,17 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	if len(cuts) < 3 {
 		return e.play(ps)
 	}
-	out := make([]*encoder, len(cuts)-1)
+	out := make([]*chunkEncoder, len(cuts)-1)
 	errs := make([]error, len(out))
 	finished := make(chan int, len(out))
 	var next atomic.Int32
 	claim := func() int { return int(next.Add(1)) - 1 }
 	encode := func(c int) {
-		o := &encoder{t: e.t, ids: (*idsPool.Get().(*[]uint32))[:0]}
+		o := chunkPool.Get().(*chunkEncoder)
+		o.encoder = encoder{t: e.t, ids: o.ids[:0]}
 		if e.rec != nil {
-			o.rec = &recorder{}
+			o.own = recorder{marks: o.own.marks[:0]}
+			o.rec = &o.own
 		}
 		out[c] = o
 		errs[c] = o.play(ps[cuts[c]:cuts[c+1]])
@@ -175,9 +183,9 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 }
 
 // publish appends the ids and marks of a chunk's encoder o to e's, unless
-// an earlier chunk failed (err) or this one did (oerr), and recycles o's
-// ids. It returns the first error.
-func (e *encoder) publish(o *encoder, err, oerr error) error {
+// an earlier chunk failed (err) or this one did (oerr), and recycles o.
+// It returns the first error.
+func (e *encoder) publish(o *chunkEncoder, err, oerr error) error {
 	if err == nil {
 		err = oerr
 	}
@@ -191,8 +199,10 @@ func (e *encoder) publish(o *encoder, err, oerr error) error {
 		}
 		e.ids = append(e.ids, o.ids...)
 	}
-	ids := o.ids[:0]
-	idsPool.Put(&ids)
+	// Keep the buffers, not the text the pre-tokenization state points into.
+	o.encoder = encoder{ids: o.ids[:0]}
+	o.own = recorder{marks: o.own.marks[:0]}
+	chunkPool.Put(o)
 	return err
 }
 
