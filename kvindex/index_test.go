@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -390,4 +391,31 @@ func TestHolds(t *testing.T) {
 	if !x.Holds(c, 3) {
 		t.Error("Holds(c, 3) = false, want true")
 	}
+}
+
+// TestHoldersOverflow: a block holds at most MaxHolders holders; a store
+// or a speculation by one pod more is ignored, the index stays whole, and
+// the block keeps its holders.
+func TestHoldersOverflow(t *testing.T) {
+	x := mustNew(t, DefaultConfig(), nil)
+	const h = 0x1234
+	pods := make([]PodID, MaxHolders+1)
+	for i := range pods {
+		pods[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
+	}
+	for _, p := range pods[:MaxHolders] {
+		mustStore(t, x, p, TierGPU, h)
+	}
+	last := pods[MaxHolders]
+	mustStore(t, x, last, TierGPU, h)
+	if err := x.Speculate(last, []uint64{h}); err != nil {
+		t.Fatal(err)
+	}
+	if x.Holds(last, h) || !x.Holds(pods[0], h) || !x.Holds(pods[MaxHolders-1], h) {
+		t.Errorf("with %d holders: the one more holds %v, the first %v, the last admitted %v", MaxHolders, x.Holds(last, h), x.Holds(pods[0], h), x.Holds(pods[MaxHolders-1], h))
+	}
+	if n, _ := x.Len(); n != MaxHolders {
+		t.Errorf("Len() = %d, want %d", n, MaxHolders)
+	}
+	checkInvariants(t, x)
 }

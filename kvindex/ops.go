@@ -184,11 +184,12 @@ func (s *shard) refreshLocked(r ref) {
 func (s *shard) addLocked(pos int, nr ref, h uint64, pod uint32, tier Tier, spec bool, stamp uint32) bool {
 	if nr == 0 {
 		nr = s.addNodeLocked(pos, h)
-	} else if len(s.vectorLocked(nr)) == MaxHolders {
+	}
+	r := s.addHolderLocked(nr, holder{word: makeWord(pod, tier, spec, 1), stamp: stamp})
+	if r == 0 { // MaxHolders already
 		return false
 	}
 	s.podLocked(pod)
-	r := s.addHolderLocked(nr, holder{word: makeWord(pod, tier, spec, 1), stamp: stamp})
 	s.linkLocked(r)
 	return true
 }
