@@ -13,7 +13,8 @@ func checkInvariants(t testing.TB, x *Index) {
 		s.mu.Lock()
 		onNodes := map[ref]bool{}
 		reals, spec := 0, 0
-		for _, sl := range s.mu.slots {
+		mask := len(s.mu.slots) - 1
+		for pos, sl := range s.mu.slots {
 			if sl == 0 {
 				continue
 			}
@@ -24,6 +25,9 @@ func checkInvariants(t testing.TB, x *Index) {
 			nd := s.nodeLocked(nr)
 			if !s.bits.matches(sl, nd.hash()) {
 				t.Fatalf("shard %d: slot %#x of node %d does not carry the tag of its hash %#x", si, sl, nr, nd.hash())
+			}
+			if d, want := s.bits.disp(sl), min(uint32((pos-home(nd.hash(), mask))&mask), s.bits.dispMax); d != want {
+				t.Fatalf("shard %d: slot %#x at %d says %d places from home, want %d", si, sl, pos, d, want)
 			}
 			all := s.capacityLocked(nd)
 			n := inUse(all)

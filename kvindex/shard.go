@@ -257,37 +257,66 @@ func (s *shard) freeVectorLocked(class uint8, v uint32) {
 	c.free = append(c.free, v)
 }
 
-// slot is a hash table entry: a node ref in the low 32 bits and the low 32
-// bits of its hash above, so that probing compares hashes in the table
-// itself and dereferences a node only when they agree. 0 is empty (refs
-// start at 1).
+// slot is a hash table entry: a node ref in its low bits, then how far the
+// entry sits past its home position, then a tag of the node's hash (see
+// slotBits). 0 is empty (refs start at 1).
 type slot uint32
 
-// slotBits splits a slot between the node ref (its low refBits bits) and a
-// tag of the node's hash (the rest): probing compares tags in the table
-// itself and dereferences a node only when they agree. A shard holds at
-// most limit nodes (each holds an entry), so refs need bits.Len(limit)
-// bits; with the default 10M entries over 64 shards that leaves 14 tag
-// bits, and a probe past another hash dereferences its node once in 16,384.
+// slotBits splits a slot between the node ref (its low refBits bits), the
+// entry's distance from its home position (up to maxDispBits bits,
+// saturating), and a tag of the node's hash (the rest). Probing compares tags in the table
+// itself and dereferences a node only when they agree; deleting an entry
+// moves the entries after it back by their distances, reading a node only
+// for a distance that saturated. A shard holds at most limit nodes (each
+// holds an entry), so refs need bits.Len(limit) bits; with the default 10M
+// entries over 64 shards that leaves 4 distance bits and 10 tag bits, and a
+// probe past another hash dereferences its node once in 1,024.
 type slotBits struct {
-	refBits uint8
-	refMask uint32
+	refBits  uint8
+	tagShift uint8 // refBits + dispBits
+	refMask  uint32
+	dispMax  uint32 // a distance of dispMax or more is stored as dispMax
 }
+
+// maxDispBits is the room a slot gives the distance from home when its ref
+// leaves it: distances of 15 or more (rare below the table's 7/8 load) are
+// found by reading the node.
+const maxDispBits = 4
 
 func newSlotBits(limit int) slotBits {
 	n := uint8(bits.Len32(uint32(limit)))
-	return slotBits{refBits: n, refMask: uint32(1)<<n - 1}
+	d := min(maxDispBits, 32-n)
+	return slotBits{refBits: n, tagShift: n + d, refMask: uint32(1)<<n - 1, dispMax: uint32(1)<<d - 1}
 }
 
-func (b slotBits) slot(r ref, h uint64) slot {
-	return slot(uint32(h)<<b.refBits | uint32(r))
+// slot is the entry of node r with hash h, disp positions past its home.
+func (b slotBits) slot(r ref, h uint64, disp int) slot {
+	return slot(b.tag(h) | min(uint32(disp), b.dispMax)<<b.refBits | uint32(r))
+}
+
+func (b slotBits) tag(h uint64) uint32 {
+	if b.tagShift >= 32 {
+		return 0
+	}
+	return uint32(h) << b.tagShift
 }
 
 func (b slotBits) ref(s slot) ref { return ref(uint32(s) & b.refMask) }
 
+// disp is the entry's distance from its home position, or dispMax when it
+// is that or more.
+func (b slotBits) disp(s slot) uint32 { return uint32(s) >> b.refBits & b.dispMax }
+
+// moved is entry s moved back by dist positions from where it had
+// distance disp from its home.
+func (b slotBits) moved(s slot, disp, dist uint32) slot {
+	d := min(disp-dist, b.dispMax)
+	return slot(uint32(s)&^(b.dispMax<<b.refBits) | d<<b.refBits)
+}
+
 // matches reports whether s may hold hash h: their tags agree.
 func (b slotBits) matches(s slot, h uint64) bool {
-	return (uint32(s)^uint32(h)<<b.refBits)&^b.refMask == 0
+	return b.tagShift >= 32 || (uint32(s)^b.tag(h))>>b.tagShift == 0
 }
 
 // home is the table position hash h probes first.
@@ -315,7 +344,8 @@ func (s *shard) lookupLocked(h uint64) (int, ref) {
 func (s *shard) addNodeLocked(pos int, h uint64) ref {
 	r := ref(s.mu.nodes.alloc() + 1)
 	*s.nodeLocked(r) = makeNode(h, 0, s.allocVectorLocked(0))
-	s.mu.slots[pos] = s.bits.slot(r, h)
+	mask := len(s.mu.slots) - 1
+	s.mu.slots[pos] = s.bits.slot(r, h, (pos-home(h, mask))&mask)
 	s.mu.used++
 	if s.mu.used*8 >= len(s.mu.slots)*7 {
 		s.resizeLocked(len(s.mu.slots) * 2)
@@ -331,11 +361,13 @@ func (s *shard) resizeLocked(n int) {
 		if sl == 0 {
 			continue
 		}
-		i := home(s.nodeLocked(s.bits.ref(sl)).hash(), mask)
+		h := s.nodeLocked(s.bits.ref(sl)).hash()
+		k := home(h, mask)
+		i := k
 		for s.mu.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
-		s.mu.slots[i] = sl
+		s.mu.slots[i] = s.bits.slot(s.bits.ref(sl), h, (i-k)&mask)
 	}
 }
 
@@ -354,10 +386,15 @@ func (s *shard) deleteSlotLocked(i int) {
 	slots := s.mu.slots
 	mask := len(slots) - 1
 	for j := (i + 1) & mask; slots[j] != 0; j = (j + 1) & mask {
-		k := home(s.nodeLocked(s.bits.ref(slots[j])).hash(), mask)
-		// Move slots[j] to i unless its home lies cyclically in (i, j].
-		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
-			slots[i] = slots[j]
+		sl := slots[j]
+		d := s.bits.disp(sl)
+		if d == s.bits.dispMax {
+			d = uint32((j - home(s.nodeLocked(s.bits.ref(sl)).hash(), mask)) & mask)
+		}
+		// Move slots[j] to i unless its home lies cyclically in (i, j]:
+		// unless it sits fewer than j-i places past its home.
+		if dist := uint32((j - i) & mask); d >= dist {
+			slots[i] = s.bits.moved(sl, d, dist)
 			i = j
 		}
 	}
