@@ -109,25 +109,34 @@ func BenchmarkMatch512Groups(b *testing.B) {
 
 // BenchmarkStored16 applies one 16-block BlockStored event to an index in
 // steady state: full (each new entry evicts the least recently stored one),
-// or re-storing blocks the pod already holds.
+// or re-storing blocks the pod already holds. With pods, the events come
+// from that many pods in turn, each evicting whichever pod's entry is the
+// oldest.
 func BenchmarkStored16(b *testing.B) {
 	for _, bench := range []struct {
-		mode string
-		full int
-	}{{"evicting", 1 << 16}, {"refresh", 1 << 16}, {"evicting", 1 << 20}, {"refresh", 1 << 20}} {
-		mode, full := bench.mode, bench.full
-		b.Run(fmt.Sprintf("%s/entries=%d", mode, full), func(b *testing.B) {
+		mode       string
+		full, pods int
+	}{{"evicting", 1 << 16, 1}, {"refresh", 1 << 16, 1}, {"evicting", 1 << 20, 1}, {"refresh", 1 << 20, 1}, {"evicting", 1 << 20, 64}} {
+		mode, full, npods := bench.mode, bench.full, bench.pods
+		name := fmt.Sprintf("%s/entries=%d", mode, full)
+		if npods > 1 {
+			name = fmt.Sprintf("%s/pods=%d/entries=%d", mode, npods, full)
+		}
+		b.Run(name, func(b *testing.B) {
 			limit := full // full: every new entry evicts one
 			if mode == "refresh" {
 				limit *= 2 // room for shards that got more than their share
 			}
 			x := mustNew(b, Config{Shards: 64, MaxEntries: limit, SpeculativeTTL: 1}, nil)
-			pod := x.AddPod("a", "m")
+			pods := make([]PodID, npods)
+			for i := range pods {
+				pods[i] = x.AddPod(fmt.Sprintf("pod-%d", i), "m")
+			}
 			rng := rand.New(rand.NewPCG(3, 4))
 			batches := make([][]uint64, full/16)
 			for i := range batches {
 				batches[i] = randomHashes(rng, 16)
-				mustStore(b, x, pod, TierGPU, batches[i]...)
+				mustStore(b, x, pods[i%npods], TierGPU, batches[i]...)
 			}
 			if mode == "evicting" {
 				for i := range batches {
@@ -137,7 +146,7 @@ func BenchmarkStored16(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				mustStore(b, x, pod, TierGPU, batches[i%len(batches)]...)
+				mustStore(b, x, pods[i%npods], TierGPU, batches[i%len(batches)]...)
 				i++
 			}
 		})

@@ -88,7 +88,53 @@ func checkInvariants(t testing.TB, x *Index) {
 		if onLists != len(onNodes) {
 			t.Fatalf("shard %d: %d holders on nodes, %d on pod lists", si, len(onNodes), onLists)
 		}
+		checkOldest(t, si, s)
 		s.mu.Unlock()
+	}
+}
+
+// checkOldest verifies the tree of oldest LRU heads against a walk of every
+// pod: each leaf says whether its pod has an LRU head, each inner node holds
+// the older of its children, and the root is the pod with the oldest head.
+func checkOldest(t testing.TB, si int, s *shard) {
+	t.Helper()
+	best, bestAge := int32(-1), uint32(0)
+	for sl, ps := range s.mu.pods {
+		if age := s.mu.stamp - ps.oldStamp; ps.lruOld != 0 && (best < 0 || age > bestAge) {
+			best, bestAge = int32(sl), age
+		}
+	}
+	tr := s.mu.oldest
+	if len(tr) < 2 {
+		if best >= 0 {
+			t.Fatalf("shard %d: no tree of oldest heads, pod %d has one", si, best)
+		}
+		return
+	}
+	n := len(tr) / 2
+	if n < len(s.mu.pods) {
+		for sl := n; sl < len(s.mu.pods); sl++ {
+			if s.mu.pods[sl].lruOld != 0 {
+				t.Fatalf("shard %d: pod %d has an LRU head beyond the tree's %d leaves", si, sl, n)
+			}
+		}
+	}
+	for i := range n {
+		want := int32(-1)
+		if i < len(s.mu.pods) && s.mu.pods[i].lruOld != 0 {
+			want = int32(i)
+		}
+		if tr[n+i] != want {
+			t.Fatalf("shard %d: leaf of pod %d is %d, want %d", si, i, tr[n+i], want)
+		}
+	}
+	for i := n - 1; i >= 1; i-- {
+		if want := s.olderLocked(tr[2*i], tr[2*i+1]); tr[i] != want {
+			t.Fatalf("shard %d: tree node %d is pod %d, want %d", si, i, tr[i], want)
+		}
+	}
+	if tr[1] != best {
+		t.Fatalf("shard %d: tree says pod %d has the oldest head, the pods say %d", si, tr[1], best)
 	}
 }
 

@@ -42,6 +42,9 @@ func (s *shard) linkLocked(r ref) {
 	}
 	*newest = r
 	ps.n++
+	if h.older == 0 && !h.spec() {
+		s.lruHeadLocked(h.slot())
+	}
 }
 
 // unlinkLocked takes holder r off its pod's list.
@@ -62,8 +65,76 @@ func (s *shard) unlinkLocked(r ref) {
 	} else {
 		*newest = h.older
 	}
+	head := h.older == 0
 	h.older, h.newer = 0, 0
 	ps.n--
+	if head && !h.spec() {
+		s.lruHeadLocked(h.slot())
+	}
+}
+
+// lruHeadLocked records that the head of pod sl's LRU list changed: the
+// tree of oldest heads (shard.mu.oldest) is updated on the pod's path.
+//
+// The tree is a tournament over the pods' slots: leaf n+i is pod i when its
+// LRU list is not empty (-1 when it is), each inner node the one of its two
+// children whose head is older, so the root is the pod holding the shard's
+// least recently stored entry, and an eviction finds it without visiting
+// every pod. Two heads compare by their age, the store counter minus their
+// stamp: counted in wrapping 32-bit arithmetic, the order of two ages never
+// changes as the counter advances (until one of them passes 2^32 stores).
+func (s *shard) lruHeadLocked(sl uint32) {
+	t := s.mu.oldest
+	n := len(t) / 2
+	if int(sl) >= n {
+		s.rebuildOldestLocked()
+		return
+	}
+	i := n + int(sl)
+	t[i] = -1
+	if s.mu.pods[sl].lruOld != 0 {
+		t[i] = int32(sl)
+	}
+	for i > 1 {
+		i >>= 1
+		t[i] = s.olderLocked(t[2*i], t[2*i+1])
+	}
+}
+
+// rebuildOldestLocked makes the tree of oldest heads anew, sized for every
+// pod slot of the shard.
+func (s *shard) rebuildOldestLocked() {
+	n := 1
+	for n < len(s.mu.pods) {
+		n *= 2
+	}
+	t := s.mu.oldest[:0]
+	t = append(t, make([]int32, 2*n)...)
+	for i := range n {
+		t[n+i] = -1
+		if i < len(s.mu.pods) && s.mu.pods[i].lruOld != 0 {
+			t[n+i] = int32(i)
+		}
+	}
+	for i := n - 1; i >= 1; i-- {
+		t[i] = s.olderLocked(t[2*i], t[2*i+1])
+	}
+	s.mu.oldest = t
+}
+
+// olderLocked returns whichever of pods a and b (-1: none) has the older
+// LRU head; a on a tie.
+func (s *shard) olderLocked(a, b int32) int32 {
+	switch {
+	case b < 0:
+		return a
+	case a < 0:
+		return b
+	}
+	if s.mu.stamp-s.mu.pods[b].oldStamp > s.mu.stamp-s.mu.pods[a].oldStamp {
+		return b
+	}
+	return a
 }
 
 // movedLocked points the list neighbors of a holder that was copied to r

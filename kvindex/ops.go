@@ -90,16 +90,16 @@ func (s *shard) makeRoomLocked(limit int, now uint32, n *opCounts) bool {
 // speculative holder with the earliest deadline. Ages are taken in wrapping
 // 32-bit arithmetic from the store stamp or from now.
 func (s *shard) oldestLocked(spec bool, now uint32) ref {
+	if !spec {
+		if len(s.mu.oldest) < 2 || s.mu.oldest[1] < 0 {
+			return 0
+		}
+		return s.mu.pods[s.mu.oldest[1]].lruOld
+	}
 	var best ref
 	var bestAge uint32
 	for i := range s.mu.pods {
 		ps := &s.mu.pods[i]
-		if !spec {
-			if r, age := ps.lruOld, s.mu.stamp-ps.oldStamp; r != 0 && (best == 0 || age > bestAge) {
-				best, bestAge = r, age
-			}
-			continue
-		}
 		for _, r := range []ref{ps.specOld, ps.graceOld} {
 			if r == 0 {
 				continue

@@ -15,7 +15,8 @@ import (
 // Every holder is also on one list of its pod in this shard: real holders on
 // the pod's LRU list by store stamp (so clearing a pod costs only its
 // entries, and the least recently stored entry of the shard is the oldest
-// head among its pods), speculative ones on one of the pod's two FIFOs by
+// head among its pods, which a tree over the pods keeps at hand: see
+// lruHeadLocked), speculative ones on one of the pod's two FIFOs by
 // deadline: pending (deadline Config.SpeculativeTTL after the decision) or
 // grace (Config.SpeculativeGrace after Index.Settle). Each FIFO's entries
 // share one lifetime, so appending keeps it in deadline order. Moving a
@@ -32,6 +33,7 @@ type shard struct {
 		nodes   slab[node]
 		classes [numClasses]classSlab
 		pods    []podState // by pod index; a pod without holders here has n = 0
+		oldest  []int32    // tournament tree of the pods' LRU heads (lruHeadLocked)
 		stamp   uint32     // store counter, for LRU order across pods
 		real    int        // real holders
 		spec    int        // speculative holders
