@@ -112,11 +112,9 @@ func checkOldest(t testing.TB, si int, s *shard) {
 		return
 	}
 	n := len(tr) / 2
-	if n < len(s.mu.pods) {
-		for sl := n; sl < len(s.mu.pods); sl++ {
-			if s.mu.pods[sl].lruOld != 0 {
-				t.Fatalf("shard %d: pod %d has an LRU head beyond the tree's %d leaves", si, sl, n)
-			}
+	for sl := n; sl < len(s.mu.pods); sl++ {
+		if s.mu.pods[sl].lruOld != 0 {
+			t.Fatalf("shard %d: pod %d has an LRU head beyond the tree's %d leaves", si, sl, n)
 		}
 	}
 	for i := range n {

@@ -108,8 +108,7 @@ func (s *shard) rebuildOldestLocked() {
 	for n < len(s.mu.pods) {
 		n *= 2
 	}
-	t := s.mu.oldest[:0]
-	t = append(t, make([]int32, 2*n)...)
+	t := make([]int32, 2*n)
 	for i := range n {
 		t[n+i] = -1
 		if i < len(s.mu.pods) && s.mu.pods[i].lruOld != 0 {

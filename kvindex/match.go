@@ -207,11 +207,8 @@ func (x *Index) vectorOfLocked(h uint64) []holder {
 
 // holdersLocked returns the holders of hash h; its shard is read-locked.
 func (x *Index) holdersLocked(h uint64) []holder {
-	s := x.shardOf(h)
-	if _, nr := s.lookupLocked(h); nr != 0 {
-		return s.vectorLocked(nr)
-	}
-	return nil
+	v := x.vectorOfLocked(h)
+	return v[:inUse(v)]
 }
 
 // rlockShards read-locks every shard that holds one of hashes, in shard

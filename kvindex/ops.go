@@ -13,11 +13,10 @@ type opCounts struct {
 // kind: speculative (any tier), or real in tier. 0 if none.
 func (s *shard) findLocked(nr ref, sl uint32, tier Tier, spec bool) ref {
 	nd := s.nodeLocked(nr)
-	for i := range s.vectorLocked(nr) {
-		r := holderRef(nd.class(), nd.first()+uint32(i))
-		h := s.holderLocked(r)
-		if h.slot() == sl && h.spec() == spec && (spec || h.tier() == tier) {
-			return r
+	v := s.vectorLocked(nr)
+	for i := range v {
+		if h := &v[i]; h.slot() == sl && h.spec() == spec && (spec || h.tier() == tier) {
+			return holderRef(nd.class(), nd.first()+uint32(i))
 		}
 	}
 	return 0
