@@ -37,7 +37,9 @@ func cpuTime(b *testing.B) time.Duration {
 // The sequential cases report the median decision, its stages, and the
 // CPU time of the whole process per decision (all its cores: work spread
 // over several is counted in full); the busy cases route from as many
-// goroutines as there are cores and report decisions per second.
+// goroutines as there are cores and report decisions per second; the
+// score cases report the median stage sum of what /v1/score answers for
+// the same bodies (its stage_ns: the evaluation alone, nothing recorded).
 func BenchmarkColdDecision(b *testing.B) {
 	for _, bc := range benchConversations {
 		bodies := coldBodies(16, bc.turns)
@@ -60,6 +62,18 @@ func BenchmarkColdDecision(b *testing.B) {
 			b.ReportMetric(medianMS(tok), "tokenize-p50-ms")
 			b.ReportMetric(medianMS(hash), "hash-p50-ms")
 			b.ReportMetric(medianMS(match), "match-p50-ms")
+		})
+		b.Run(bc.name+"/score", func(b *testing.B) {
+			var stages []time.Duration
+			for i := 0; b.Loop(); i++ {
+				rep, err := rig.router.Score(router.Request{Path: "/v1/chat/completions", Body: bodies[i%len(bodies)]})
+				if err != nil || rep.Reason == router.ReasonTokenizeError {
+					b.Fatalf("Score = %+v, %v", rep, err)
+				}
+				s := rep.Stages
+				stages = append(stages, s.Parse+s.Tokenize+s.Hash+s.Match+s.Score)
+			}
+			b.ReportMetric(medianMS(stages), "stages-p50-ms")
 		})
 		b.Run(bc.name+"/busy", func(b *testing.B) {
 			var next atomic.Int64
