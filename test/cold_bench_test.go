@@ -2,6 +2,8 @@ package test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/fixture/sourcetext"
 	"github.com/kvrouter/kvrouter/router"
 )
 
@@ -18,6 +21,30 @@ func coldBodies(n, turns int) [][]byte {
 	out := make([][]byte, n)
 	for i := range out {
 		out[i] = conversation(1<<24+i, turns)
+	}
+	return out
+}
+
+// codeBodies are n chat conversations of at least size bytes whose
+// messages are kvrouter's own source files (see sourcetext), each
+// starting at another file, that differ from their first bytes on.
+func codeBodies(b *testing.B, n, size int) [][]byte {
+	files, err := sourcetext.Files("..", 2*size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		msgs := []map[string]string{{"role": "system", "content": fmt.Sprintf("conversation %d: you are a coding agent.", 1<<24+i)}}
+		for k, total := 0, 0; total < size; k++ {
+			f := files[(i*7+k)%len(files)]
+			msgs = append(msgs, map[string]string{"role": [2]string{"user", "assistant"}[k%2], "content": f})
+			total += len(f)
+		}
+		out[i], err = json.Marshal(map[string]any{"model": "qwen3", "messages": msgs})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 	return out
 }
@@ -44,25 +71,7 @@ func BenchmarkColdDecision(b *testing.B) {
 	for _, bc := range benchConversations {
 		bodies := coldBodies(16, bc.turns)
 		rig := newBenchRigPrefix(b, "unused", 0)
-		b.Run(bc.name, func(b *testing.B) {
-			var total, stages, parse, tok, hash, match []time.Duration
-			cpu0 := cpuTime(b)
-			for i := 0; b.Loop(); i++ {
-				d := routeChat(b, rig, bodies[i%len(bodies)])
-				s := d.Stages
-				total = append(total, d.Elapsed)
-				stages = append(stages, s.Parse+s.Tokenize+s.Hash+s.Match+s.Score)
-				parse, tok = append(parse, s.Parse), append(tok, s.Tokenize)
-				hash, match = append(hash, s.Hash), append(match, s.Match)
-			}
-			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
-			b.ReportMetric(medianMS(total), "p50-ms")
-			b.ReportMetric(medianMS(stages), "stages-p50-ms")
-			b.ReportMetric(medianMS(parse), "parse-p50-ms")
-			b.ReportMetric(medianMS(tok), "tokenize-p50-ms")
-			b.ReportMetric(medianMS(hash), "hash-p50-ms")
-			b.ReportMetric(medianMS(match), "match-p50-ms")
-		})
+		b.Run(bc.name, func(b *testing.B) { benchColdSequential(b, rig, bodies) })
 		b.Run(bc.name+"/score", func(b *testing.B) {
 			var stages []time.Duration
 			for i := 0; b.Loop(); i++ {
@@ -99,4 +108,34 @@ func BenchmarkColdDecision(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
 		})
 	}
+	// Coding agents' prompts: many more distinct words than the generated
+	// conversations above.
+	bodies, rig := codeBodies(b, 16, 350<<10), newBenchRigPrefix(b, "unused", 0)
+	b.Run("tokens=100k-code", func(b *testing.B) { benchColdSequential(b, rig, bodies) })
+}
+
+// benchColdSequential routes bodies in turn and reports the median
+// decision, its stages, the process's CPU time per decision and the
+// prompts' mean length in tokens.
+func benchColdSequential(b *testing.B, rig *benchRig, bodies [][]byte) {
+	var total, stages, parse, tok, hash, match []time.Duration
+	tokens := 0
+	cpu0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		d := routeChat(b, rig, bodies[i%len(bodies)])
+		tokens += d.Tokens
+		s := d.Stages
+		total = append(total, d.Elapsed)
+		stages = append(stages, s.Parse+s.Tokenize+s.Hash+s.Match+s.Score)
+		parse, tok = append(parse, s.Parse), append(tok, s.Tokenize)
+		hash, match = append(hash, s.Hash), append(match, s.Match)
+	}
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(medianMS(total), "p50-ms")
+	b.ReportMetric(medianMS(stages), "stages-p50-ms")
+	b.ReportMetric(medianMS(parse), "parse-p50-ms")
+	b.ReportMetric(medianMS(tok), "tokenize-p50-ms")
+	b.ReportMetric(medianMS(hash), "hash-p50-ms")
+	b.ReportMetric(medianMS(match), "match-p50-ms")
+	b.ReportMetric(float64(tokens)/float64(b.N), "tokens/op")
 }

@@ -69,7 +69,8 @@
 //
 // # Concurrency
 //
-// A Tokenizer is immutable after loading except for its word cache, which is
-// internally locked: one Tokenizer serves any number of goroutines. A
-// Registry and a PrefixCache are safe for concurrent use.
+// A Tokenizer is immutable after loading except for its caches of words: a
+// shared one, internally locked, and a pool of small ones that each
+// encoding takes for itself while it runs. One Tokenizer serves any number
+// of goroutines. A Registry and a PrefixCache are safe for concurrent use.
 package tokenizer

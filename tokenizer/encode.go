@@ -62,6 +62,8 @@ func (t *Tokenizer) appendEncodeIn(dst []uint32, text string, addSpecialTokens b
 		dst = append(dst, t.post.prefix...)
 	}
 	e := encoder{t: t, ids: dst, rec: rec, progress: progress}
+	e.hot = t.takeHot()
+	defer t.hot.Put(e.hot)
 	var from scanState
 	var mark func(scanState)
 	if rec != nil {
@@ -114,6 +116,7 @@ type encoder struct {
 	runs     [maxSteps]splitRun
 	next     [maxSteps]stepSink
 	words    wordSink
+	hot      *hotWords // nil: none (a chunk encoder between uses)
 }
 
 // wordSink encodes the matches of an isolating split and the gaps between
@@ -126,10 +129,10 @@ type wordSink struct {
 
 func (w *wordSink) match(a, b int) {
 	if a > w.prev {
-		w.e.word(w.s[w.prev:a])
+		w.e.wordAt(w.s, w.prev, a)
 	}
 	if b > a {
-		w.e.word(w.s[a:b])
+		w.e.wordAt(w.s, a, b)
 	}
 	w.prev = b
 }
@@ -196,11 +199,30 @@ func (e *encoder) split(s string, k int, first bool) {
 	e.runs[k].run(&steps[k], s, &e.next[k])
 }
 
-func (e *encoder) word(w string) {
+func (e *encoder) word(w string) { e.wordAt(w, 0, len(w)) }
+
+// wordAt encodes the word s[i:j], through e.hot when it is short.
+func (e *encoder) wordAt(s string, i, j int) {
 	if e.err != nil {
 		return
 	}
+	w, h := s[i:j], e.hot
+	if h == nil || len(w) > hotLongest {
+		e.ids, e.err = e.t.encodeWord(e.ids, w)
+		return
+	}
+	a, b, k := hotKey(s, i, j)
+	if x := &h[k]; x.a == a && x.b == b && x.n == uint8(len(w)+1) {
+		e.ids = append(e.ids, x.ids[:x.k]...)
+		return
+	}
+	n := len(e.ids)
 	e.ids, e.err = e.t.encodeWord(e.ids, w)
+	if got := e.ids[n:]; e.err == nil && len(got) <= hotIDs {
+		x := hotWord{a: a, b: b, n: uint8(len(w) + 1), k: uint8(len(got))}
+		copy(x.ids[:], got)
+		h[k] = x
+	}
 }
 
 // encodeWord appends the ids of one pre-tokenized word.

@@ -133,7 +133,7 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	claim := func() int { return int(next.Add(1)) - 1 }
 	encode := func(c int) {
 		o := chunkPool.Get().(*chunkEncoder)
-		o.encoder = encoder{t: e.t, ids: o.ids[:0]}
+		o.encoder = encoder{t: e.t, ids: o.ids[:0], hot: e.t.takeHot()}
 		if e.rec != nil {
 			o.own = recorder{marks: o.own.marks[:0]}
 			o.rec = &o.own
@@ -200,6 +200,7 @@ func (e *encoder) publish(o *chunkEncoder, err, oerr error) error {
 		e.ids = append(e.ids, o.ids...)
 	}
 	// Keep the buffers, not the text the pre-tokenization state points into.
+	e.t.hot.Put(o.hot)
 	o.encoder = encoder{ids: o.ids[:0]}
 	o.own = recorder{marks: o.own.marks[:0]}
 	chunkPool.Put(o)

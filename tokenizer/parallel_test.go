@@ -143,14 +143,20 @@ func TestPartsFor(t *testing.T) {
 
 // BenchmarkEncodeParts encodes a rendered Qwen3 chat of about 100k and 8k
 // tokens (words cached, as in a running process) in one pass and as
-// Encode does, in parts on the free cores.
+// Encode does, in parts on the free cores: generated from a short word
+// list, and (-code) of kvrouter's own source files, whose many more
+// distinct words are what a coding agent's prompt holds.
 func BenchmarkEncodeParts(b *testing.B) {
 	tok := loadModel(b, "qwen3")
 	for _, bc := range []struct {
-		name  string
-		turns int
-	}{{"tokens=100k", 311}, {"tokens=8k", 25}} {
-		text := benchChat(1, bc.turns, 250)
+		name string
+		text string
+	}{
+		{"tokens=100k", benchChat(1, 311)},
+		{"tokens=8k", benchChat(1, 25)},
+		{"tokens=100k-code", codeChat(b, 350<<10)},
+	} {
+		text := bc.text
 		for _, mode := range []string{"one-pass", "parts"} {
 			b.Run(bc.name+"/"+mode, func(b *testing.B) {
 				dst, err := tok.AppendEncode(nil, text, false)

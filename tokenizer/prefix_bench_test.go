@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/fixture/sourcetext"
 )
 
-// benchChat is a rendered Qwen3 chat of turns messages of about per
+// benchChat is a rendered Qwen3 chat of turns messages of about 250
 // tokens, tagged with id from its first bytes on, ending with the
 // generation prompt.
-func benchChat(id, turns, per int) string {
+func benchChat(id, turns int) string {
+	const per = 250
 	words := strings.Fields("the router reads each request and sends it to the pod that already holds the longest prefix of its prompt in cache while weighing load 12 345 6789")
 	var b strings.Builder
 	fmt.Fprintf(&b, "<|im_start|>system\nconversation %d: you are helpful.<|im_end|>\n", id)
@@ -20,6 +23,22 @@ func benchChat(id, turns, per int) string {
 			b.WriteByte(' ')
 		}
 		b.WriteString("<|im_end|>\n")
+	}
+	b.WriteString("<|im_start|>assistant\n")
+	return b.String()
+}
+
+// codeChat is a Qwen3 chat of at least n bytes whose messages are
+// kvrouter's own source files (see sourcetext), a coding agent's prompt.
+func codeChat(tb testing.TB, n int) string {
+	files, err := sourcetext.Files("..", n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("<|im_start|>system\nYou are a coding agent.<|im_end|>\n")
+	for i, f := range files {
+		fmt.Fprintf(&b, "<|im_start|>%s\n%s<|im_end|>\n", [2]string{"user", "assistant"}[i%2], f)
 	}
 	b.WriteString("<|im_start|>assistant\n")
 	return b.String()
@@ -47,8 +66,8 @@ func BenchmarkPrefixEncode(b *testing.B) {
 					i++
 					b.StopTimer()
 					// The previous turn lacks the last answer and question.
-					next := benchChat(i, bc.turns, 250)
-					prev := benchChat(i, bc.turns-2, 250)
+					next := benchChat(i, bc.turns)
+					prev := benchChat(i, bc.turns-2)
 					if mode == "warm" {
 						if _, _, err := c.AppendEncode(nil, prev, false); err != nil {
 							b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // maxTokenID bounds the ids a tokenizer file may use.
@@ -21,6 +22,7 @@ type Tokenizer struct {
 	model      *bpe
 	post       *template // nil: add_special_tokens adds nothing
 	cache      *wordCache
+	hot        *sync.Pool   // of *hotWords
 	prefixes   *PrefixCache // set by a Registry before it hands t out; nil: none
 	size       int
 }
@@ -57,7 +59,7 @@ func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	if !isNull(f.Truncation) || !isNull(f.Padding) {
 		return nil, errors.New("tokenizer: truncation and padding not supported")
 	}
-	t := &Tokenizer{cache: newWordCache()}
+	t := &Tokenizer{cache: newWordCache(), hot: newHotPool()}
 	if t.normalizer, err = newNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}
