@@ -131,9 +131,11 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	finished := make(chan int, len(out))
 	var next atomic.Int32
 	claim := func() int { return int(next.Add(1)) - 1 }
-	encode := func(c int) {
+	// Each worker encodes its chunks through one table of hot words (this
+	// goroutine through its own), which stays in that core's cache.
+	encode := func(c int, hot *hotWords) {
 		o := chunkPool.Get().(*chunkEncoder)
-		o.encoder = encoder{t: e.t, ids: o.ids[:0], hot: e.t.takeHot()}
+		o.encoder = encoder{t: e.t, ids: o.ids[:0], hot: hot}
 		if e.rec != nil {
 			o.own = recorder{marks: o.own.marks[:0]}
 			o.rec = &o.own
@@ -146,8 +148,10 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	defer wg.Wait() // before ps goes back to its pool, should progress panic
 	for range min(parts, len(out)) - 1 {
 		wg.Go(func() {
+			hot := e.t.takeHot()
+			defer e.t.hot.Put(hot)
 			for c := claim(); c < len(out); c = claim() {
-				encode(c)
+				encode(c, hot)
 			}
 		})
 	}
@@ -174,7 +178,7 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 			continue
 		}
 		if c := claim(); c < len(out) {
-			encode(c)
+			encode(c, e.hot)
 			continue
 		}
 		done[<-finished] = true
@@ -200,7 +204,6 @@ func (e *encoder) publish(o *chunkEncoder, err, oerr error) error {
 		e.ids = append(e.ids, o.ids...)
 	}
 	// Keep the buffers, not the text the pre-tokenization state points into.
-	e.t.hot.Put(o.hot)
 	o.encoder = encoder{ids: o.ids[:0]}
 	o.own = recorder{marks: o.own.marks[:0]}
 	chunkPool.Put(o)
