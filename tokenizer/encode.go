@@ -62,8 +62,8 @@ func (t *Tokenizer) appendEncodeIn(dst []uint32, text string, addSpecialTokens b
 		dst = append(dst, t.post.prefix...)
 	}
 	e := encoder{t: t, ids: dst, rec: rec, progress: progress}
-	e.hot = t.takeHot()
-	defer t.hot.Put(e.hot)
+	e.hot = t.hot.take()
+	defer t.hot.put(e.hot)
 	var from scanState
 	var mark func(scanState)
 	if rec != nil {
@@ -116,7 +116,7 @@ type encoder struct {
 	runs     [maxSteps]splitRun
 	next     [maxSteps]stepSink
 	words    wordSink
-	hot      *hotWords // nil: none (a chunk encoder between uses)
+	hot      *hotWords // nil: none (none free, or a chunk encoder between uses)
 }
 
 // wordSink encodes the matches of an isolating split and the gaps between

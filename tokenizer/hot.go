@@ -2,7 +2,9 @@ package tokenizer
 
 import (
 	"encoding/binary"
+	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 const (
@@ -35,13 +37,41 @@ type hotWord struct {
 	ids  [hotIDs]uint32 // they
 }
 
-func newHotPool() *sync.Pool {
-	return &sync.Pool{New: func() any { return new(hotWords) }}
+// hotPool is a Tokenizer's tables of hot words. At most limit are taken at
+// once, so that a burst of concurrent decisions cannot hold a table each
+// (a thousand streams would be 512 MiB): an encoding that finds every table taken
+// encodes without one, as fast as before tables existed.
+type hotPool struct {
+	pool  sync.Pool
+	taken atomic.Int32
+	limit int32
 }
 
-// takeHot returns a hotWords of t's for one encoding, which gives it back
-// to t.hot when done.
-func (t *Tokenizer) takeHot() *hotWords { return t.hot.Get().(*hotWords) }
+// newHotPool returns a pool that lends at most two tables per processor,
+// more than can run at once.
+func newHotPool() *hotPool {
+	p := &hotPool{limit: int32(2 * runtime.GOMAXPROCS(0))}
+	p.pool.New = func() any { return new(hotWords) }
+	return p
+}
+
+// take returns a table for one encoding or chunk worker, which gives it
+// back with put; nil when limit are taken.
+func (p *hotPool) take() *hotWords {
+	if p.taken.Add(1) > p.limit {
+		p.taken.Add(-1)
+		return nil
+	}
+	return p.pool.Get().(*hotWords)
+}
+
+// put gives back a table from take (nil: none was taken).
+func (p *hotPool) put(h *hotWords) {
+	if h != nil {
+		p.pool.Put(h)
+		p.taken.Add(-1)
+	}
+}
 
 // hotKey returns the bytes of the word s[i:j] (0 < j-i ≤ hotLongest) as
 // two words, zero padded, and its entry's index.

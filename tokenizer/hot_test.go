@@ -50,3 +50,39 @@ func TestHotWords(t *testing.T) {
 		}
 	}
 }
+
+// TestHotLimit checks that a tokenizer lends at most its limit of tables
+// at once, and that an encoding that finds none taken gets the ids one
+// with a table gets.
+func TestHotLimit(t *testing.T) {
+	tok, err := Load(oracle.ModelDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("<|im_start|>user\nthe hot words, it's 12.5% of them  \n<|im_end|>\n", 200)
+	want, err := tok.Encode(text, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken []*hotWords
+	for range tok.hot.limit {
+		h := tok.hot.take()
+		if h == nil {
+			t.Fatalf("table %d of %d refused", len(taken)+1, tok.hot.limit)
+		}
+		taken = append(taken, h)
+	}
+	if h := tok.hot.take(); h != nil {
+		t.Fatalf("a table past the limit of %d lent", tok.hot.limit)
+	}
+	got, err := tok.Encode(text, false)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("without a table: %v, %v; with one: %v", got, err, want)
+	}
+	for _, h := range taken {
+		tok.hot.put(h)
+	}
+	if h := tok.hot.take(); h == nil {
+		t.Fatal("no table lent after all came back")
+	}
+}

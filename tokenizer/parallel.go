@@ -148,8 +148,8 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	defer wg.Wait() // before ps goes back to its pool, should progress panic
 	for range min(parts, len(out)) - 1 {
 		wg.Go(func() {
-			hot := e.t.takeHot()
-			defer e.t.hot.Put(hot)
+			hot := e.t.hot.take()
+			defer e.t.hot.put(hot)
 			for c := claim(); c < len(out); c = claim() {
 				encode(c, hot)
 			}

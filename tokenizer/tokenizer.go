@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 )
 
 // maxTokenID bounds the ids a tokenizer file may use.
@@ -22,7 +21,7 @@ type Tokenizer struct {
 	model      *bpe
 	post       *template // nil: add_special_tokens adds nothing
 	cache      *wordCache
-	hot        *sync.Pool   // of *hotWords
+	hot        *hotPool
 	prefixes   *PrefixCache // set by a Registry before it hands t out; nil: none
 	size       int
 }
