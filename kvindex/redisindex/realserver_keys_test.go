@@ -147,7 +147,9 @@ func TestBlockKeysWithoutTTL(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(5, 6))
 			batch := make([]uint64, 16)
+			ticked := time.Now()
 			for range 4000 { // 64,000 new blocks, ~6 MB of keys
+				renewDue(a.Index, &ticked)
 				for j := range batch {
 					batch[j] = rng.Uint64()
 				}
@@ -400,8 +402,12 @@ func matchAgreesWithLocalView(t *testing.T, addr string, idle int, ttl time.Dura
 		}
 	}
 	var got, want []kvindex.PodMatch
+	ticked := time.Now()
 	for op := range 600 {
 		ms.Add(10)
+		if !run {
+			renewDue(x, &ticked)
+		}
 		pod := ids[rng.IntN(len(ids))]
 		ch := chains[rng.IntN(len(chains))]
 		from := rng.IntN(len(ch))

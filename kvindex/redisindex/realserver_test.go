@@ -62,6 +62,18 @@ func newReplica(t *testing.T, addr, name string, mutate func(*Config)) *replicaI
 	return r
 }
 
+// renewDue renews x's leases as Run does, once LeaseTTL/3 has passed
+// since *last. Leases run on the real clock, not a test's: a test that drives
+// an index without Run for seconds (hundreds of writes under -race on a
+// busy host) would otherwise find them lapsed, and its writes would stop
+// reaching Redis.
+func renewDue(x *Index, last *time.Time) {
+	if time.Since(*last) > x.cfg.LeaseTTL/3 {
+		x.tick()
+		*last = time.Now()
+	}
+}
+
 // match is Match over both pods, by pod name.
 func (r *replicaIndex) match(hashes []uint64) map[string]kvindex.PodMatch {
 	ids := []kvindex.PodID{r.pods["p1"], r.pods["p2"]}
