@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,8 +28,9 @@ func coldBodies(n, turns int) [][]byte {
 
 // codeBodies are n chat conversations of at least size bytes whose
 // messages are kvrouter's own source files (see sourcetext), each
-// starting at another file, that differ from their first bytes on.
-func codeBodies(b *testing.B, n, size int) [][]byte {
+// starting at another file, that differ from their first bytes on; with
+// one, the files are one user message.
+func codeBodies(b *testing.B, n, size int, one bool) [][]byte {
 	files, err := sourcetext.Files("..", 2*size)
 	if err != nil {
 		b.Fatal(err)
@@ -36,10 +38,18 @@ func codeBodies(b *testing.B, n, size int) [][]byte {
 	out := make([][]byte, n)
 	for i := range out {
 		msgs := []map[string]string{{"role": "system", "content": fmt.Sprintf("conversation %d: you are a coding agent.", 1<<24+i)}}
+		var joined strings.Builder
 		for k, total := 0, 0; total < size; k++ {
 			f := files[(i*7+k)%len(files)]
-			msgs = append(msgs, map[string]string{"role": [2]string{"user", "assistant"}[k%2], "content": f})
+			if one {
+				joined.WriteString(f)
+			} else {
+				msgs = append(msgs, map[string]string{"role": [2]string{"user", "assistant"}[k%2], "content": f})
+			}
 			total += len(f)
+		}
+		if one {
+			msgs = append(msgs, map[string]string{"role": "user", "content": joined.String()})
 		}
 		out[i], err = json.Marshal(map[string]any{"model": "qwen3", "messages": msgs})
 		if err != nil {
@@ -109,9 +119,11 @@ func BenchmarkColdDecision(b *testing.B) {
 		})
 	}
 	// Coding agents' prompts: many more distinct words than the generated
-	// conversations above.
-	bodies, rig := codeBodies(b, 16, 350<<10), newBenchRigPrefix(b, "unused", 0)
+	// conversations above; then the same files in one message.
+	bodies, rig := codeBodies(b, 16, 350<<10, false), newBenchRigPrefix(b, "unused", 0)
 	b.Run("tokens=100k-code", func(b *testing.B) { benchColdSequential(b, rig, bodies) })
+	bodies, rig = codeBodies(b, 16, 350<<10, true), newBenchRigPrefix(b, "unused", 0)
+	b.Run("tokens=100k-code-one-message", func(b *testing.B) { benchColdSequential(b, rig, bodies) })
 }
 
 // benchColdSequential routes bodies in turn and reports the median

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -13,8 +14,9 @@ import (
 // of the raw text is cut into chunks between stretches, which a number of
 // workers (the parts: the calling goroutine and parts-1 others) encode,
 // and their ids are concatenated in order: the same ids as one pass. A
-// chat prompt has added tokens around every message; a long text without
-// any is encoded in one pass.
+// chat prompt has added tokens around every message. Where the tokenizer
+// allows it (cutsAtLines), a stretch longer than a chunk's share, a long
+// message or a completion prompt, is cut further at line starts.
 const (
 	// minPart is the least raw text (bytes) per worker.
 	minPart = 16 << 10
@@ -112,6 +114,9 @@ func (e *encoder) splitParallel(text string, from scanState, parts int) error {
 	// workers (this goroutine and parts-1 others) take chunks in turn, so
 	// that a worker slowed by anything else takes fewer.
 	chunks := parts * chunksPerPart
+	if e.t.lineCuts {
+		ps = cutLines(ps, textBytes/chunks)
+	}
 	cuts := make([]int, 1, chunks+1)
 	for i, acc := 0, 0; i < len(ps) && len(cuts) < chunks; i++ {
 		if ps[i].kind != pieceText {
@@ -225,4 +230,96 @@ func (e *encoder) play(ps []piece) error {
 		}
 	}
 	return nil
+}
+
+// cutsAtLines reports whether t encodes a stretch of text as it encodes
+// the pieces it is cut into at line starts (after a '\n', before an ASCII
+// letter), one after the other. It does when nothing in its pipeline sees
+// across such a cut: no normalizer, or NFC (a letter is a starter that
+// composes with nothing before it); no added token matched in normalized
+// text holds a '\n'; no Metaspace and no ByteLevel prefix space (they treat
+// a piece's start); and pre-tokenization by isolating splits whose matches
+// never hold a '\n' and the letter after it, the last of which ends a
+// match at every line start and decides nothing there by looking ahead
+// (its newline run, `\s*[\r\n]+`, comes before `\s+(?!\S)`): the Llama-3,
+// Qwen, o200k and DeepSeek patterns, DeepSeek's digit and kana splits
+// before its last. Any other pipeline encodes each stretch in one piece.
+func (t *Tokenizer) cutsAtLines() bool {
+	switch t.normalizer.(type) {
+	case nil, nfcNormalizer:
+	default:
+		return false
+	}
+	for k := range t.normAdded.children {
+		if byte(k) == '\n' {
+			return false
+		}
+	}
+	if len(t.steps) == 0 {
+		return false // the whole stretch is one word
+	}
+	for i, st := range t.steps {
+		if st.meta != nil || st.prefixSpace || st.m == nil || st.behavior != isolated {
+			return false
+		}
+		switch st.m.(type) {
+		case scanner, o200k, deepseekWords:
+		case digits, kana:
+			if i == len(t.steps)-1 {
+				return false // its gaps may run across a line start
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// cutLines cuts the text pieces of ps at least twice share bytes long at
+// line starts about share bytes apart (see cutsAtLines). It returns ps
+// when it cuts none, a new slice when it does.
+func cutLines(ps []piece, share int) []piece {
+	if share < 1 {
+		return ps
+	}
+	var out []piece
+	for i, p := range ps {
+		if p.kind == pieceText && len(p.s) >= 2*share {
+			for len(p.s) >= 2*share {
+				k := lineStart(p.s, share)
+				if k < 0 {
+					break
+				}
+				if out == nil {
+					out = append(make([]piece, 0, len(ps)+16), ps[:i]...)
+				}
+				out = append(out, piece{s: p.s[:k], start: p.start})
+				p.s, p.start = p.s[k:], p.start+k
+			}
+		}
+		if out != nil {
+			out = append(out, p)
+		}
+	}
+	if out == nil {
+		return ps
+	}
+	return out
+}
+
+// lineStart is the first index of s from from on (from ≥ 1) that follows a
+// '\n' and holds an ASCII letter; -1 when there is none.
+func lineStart(s string, from int) int {
+	for i := from - 1; i < len(s)-1; {
+		j := strings.IndexByte(s[i:len(s)-1], '\n')
+		if j < 0 {
+			return -1
+		}
+		k := i + j + 1
+		if c := s[k] | 0x20; c >= 'a' && c <= 'z' {
+			return k
+		}
+		i = k
+	}
+	return -1
 }

@@ -179,3 +179,56 @@ func BenchmarkEncodeParts(b *testing.B) {
 		}
 	}
 }
+
+func TestLineCuts(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		from int
+		want int
+	}{
+		{"ab\ncd", 1, 3},
+		{"ab\ncd", 3, 3},
+		{"ab\ncd", 4, -1},
+		{"ab\n cd\n\nEf", 1, 8}, // not before a space or a newline
+		{"ab\n1\nZ", 1, 5},
+		{"ab\n\xc3\xa9", 1, -1}, // an ASCII letter only
+		{"ab\n", 1, -1},
+		{"\nx", 1, 1},
+	} {
+		if got := lineStart(c.s, c.from); got != c.want {
+			t.Errorf("lineStart(%q, %d) = %d, want %d", c.s, c.from, got, c.want)
+		}
+	}
+	ps := []piece{
+		{s: "one\ntwo\nthree\nfour", start: 0},
+		{kind: pieceToken, id: 7},
+		{s: "short", start: 25},
+		{s: "x\ny\nz\n", start: 40}, // shorter than twice the share
+		{s: "abcdefgh\nijk\nlm", start: 50},
+	}
+	got := cutLines(ps, 4)
+	want := []piece{
+		{s: "one\n", start: 0},
+		{s: "two\n", start: 4},
+		{s: "three\n", start: 8},
+		{s: "four", start: 14},
+		{kind: pieceToken, id: 7},
+		{s: "short", start: 25},
+		{s: "x\ny\nz\n", start: 40},
+		{s: "abcdefgh\n", start: 50},
+		{s: "ijk\nlm", start: 59},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("cutLines = %+v\nwant %+v", got, want)
+	}
+	if got := cutLines(ps[1:3], 4); &got[0] != &ps[1] {
+		t.Error("cutLines copied pieces it did not cut")
+	}
+	// The pipelines that allow cuts, and those that do not (a prepended
+	// or metaspace '▁', no pre-tokenizer).
+	for m, want := range map[string]bool{"qwen3": true, "llama3_1": true, "deepseek_v3": true, "gptoss": true, "llama2": false, "gemma3": false} {
+		if got := loadModel(t, m).lineCuts; got != want {
+			t.Errorf("%s: lineCuts = %v, want %v", m, got, want)
+		}
+	}
+}

@@ -24,6 +24,9 @@ type Tokenizer struct {
 	hot        *hotPool
 	prefixes   *PrefixCache // set by a Registry before it hands t out; nil: none
 	size       int
+	// lineCuts: a stretch of text encodes as its pieces cut at line
+	// starts would, one by one (see cutsAtLines).
+	lineCuts bool
 }
 
 // Prefixes returns the prefix cache a Registry keeps for t (see
@@ -84,6 +87,7 @@ func New(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 	}
+	t.lineCuts = t.cutsAtLines()
 	if t.post != nil {
 		for _, id := range append(t.post.prefix[:len(t.post.prefix):len(t.post.prefix)], t.post.suffix...) {
 			t.size = max(t.size, int(id)+1)
