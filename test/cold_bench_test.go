@@ -38,18 +38,16 @@ func codeBodies(b *testing.B, n, size int, one bool) [][]byte {
 	out := make([][]byte, n)
 	for i := range out {
 		msgs := []map[string]string{{"role": "system", "content": fmt.Sprintf("conversation %d: you are a coding agent.", 1<<24+i)}}
-		var joined strings.Builder
+		var texts []string
 		for k, total := 0, 0; total < size; k++ {
-			f := files[(i*7+k)%len(files)]
-			if one {
-				joined.WriteString(f)
-			} else {
-				msgs = append(msgs, map[string]string{"role": [2]string{"user", "assistant"}[k%2], "content": f})
-			}
-			total += len(f)
+			texts = append(texts, files[(i*7+k)%len(files)])
+			total += len(texts[k])
 		}
 		if one {
-			msgs = append(msgs, map[string]string{"role": "user", "content": joined.String()})
+			texts = []string{strings.Join(texts, "")}
+		}
+		for k, f := range texts {
+			msgs = append(msgs, map[string]string{"role": [2]string{"user", "assistant"}[k%2], "content": f})
 		}
 		out[i], err = json.Marshal(map[string]any{"model": "qwen3", "messages": msgs})
 		if err != nil {

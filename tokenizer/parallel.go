@@ -284,18 +284,16 @@ func cutLines(ps []piece, share int) []piece {
 	}
 	var out []piece
 	for i, p := range ps {
-		if p.kind == pieceText && len(p.s) >= 2*share {
-			for len(p.s) >= 2*share {
-				k := lineStart(p.s, share)
-				if k < 0 {
-					break
-				}
-				if out == nil {
-					out = append(make([]piece, 0, len(ps)+16), ps[:i]...)
-				}
-				out = append(out, piece{s: p.s[:k], start: p.start})
-				p.s, p.start = p.s[k:], p.start+k
+		for p.kind == pieceText && len(p.s) >= 2*share {
+			k := lineStart(p.s, share)
+			if k < 0 {
+				break
 			}
+			if out == nil {
+				out = append(make([]piece, 0, len(ps)+16), ps[:i]...)
+			}
+			out = append(out, piece{s: p.s[:k], start: p.start})
+			p.s, p.start = p.s[k:], p.start+k
 		}
 		if out != nil {
 			out = append(out, p)
@@ -316,7 +314,7 @@ func lineStart(s string, from int) int {
 			return -1
 		}
 		k := i + j + 1
-		if c := s[k] | 0x20; c >= 'a' && c <= 'z' {
+		if isASCIILetter(s[k]) {
 			return k
 		}
 		i = k
