@@ -115,72 +115,47 @@ type Load struct {
 // hot prefix's speculation once, not twice per request.
 type SpecLedger struct {
 	mu     sync.Mutex
-	blocks specTable
-	peak   int // the most blocks since blocks was made
+	chains specTree
 }
 
-// ledgerKept is the most blocks whose table an emptied ledger keeps: a
-// larger burst's is dropped once the burst is over.
-const ledgerKept = 1 << 16
-
-// specCount is one block's decisions in flight, when the index was last
-// told of its speculation (unix ms), and the pod's Load.Charged when the
-// last of them claimed it.
+// specCount is the claims of a run of blocks by decisions in flight,
+// when the index was last told of their speculation (unix ms), and the
+// pod's Load.Charged when the last of them claimed it.
 type specCount struct {
 	n    uint32
 	told int64
 	mark int64
 }
 
-// Claim counts a decision's speculation of hashes and appends to dst the
-// blocks the index must be told of: those no other decision in flight
-// speculated, those it was last told of refresh or longer before now, and
-// with all every one (the index may have dropped an entry it was told of:
-// a pod's store of the block confirms and ends its speculative holder).
-// mark is the pod's Load.Charged with the decision's own prompt counted.
+// Claim counts a decision's speculation of hashes, a prompt's chain from
+// its first block, and appends to dst the blocks the index must be told
+// of: those no other decision in flight speculated, those it was last
+// told of refresh or longer before now, and with all every one (the index
+// may have dropped an entry it was told of: a pod's store of the block
+// confirms and ends its speculative holder). mark is the pod's
+// Load.Charged with the decision's own prompt counted.
 func (s *SpecLedger) Claim(dst, hashes []uint64, now time.Time, refresh time.Duration, all bool, mark int64) []uint64 {
 	ms, every := now.UnixMilli(), refresh.Milliseconds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range hashes {
-		c := s.blocks.upsert(h)
+	s.chains.claim(hashes, func(run []uint64, c *specCount) {
 		if all || c.n == 0 || ms-c.told >= every {
-			dst = append(dst, h)
+			dst = append(dst, run...)
 			c.told = ms
 		}
-		c.n++
 		c.mark = max(c.mark, mark) // a decision that read the clock before another's claim keeps the later mark
-	}
-	s.peak = max(s.peak, s.blocks.len())
+	})
 	return dst
 }
 
 // Release ends a decision's speculation of hashes, as Claim counted it,
 // and appends to dst the blocks no decision in flight speculates any more:
-// those the index must settle. dst may be hashes[:0].
+// those the index must settle. dst may be hashes[:0]: the blocks appended
+// are never ahead of those read.
 func (s *SpecLedger) Release(dst, hashes []uint64) []uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range hashes {
-		if s.blocks.len() == 0 {
-			dst = append(dst, h) // not claimed: told as it was
-			continue
-		}
-		i, ok := s.blocks.find(h)
-		switch c := &s.blocks.slots[i].c; {
-		case !ok: // not claimed: told as it was
-			dst = append(dst, h)
-		case c.n <= 1:
-			s.blocks.remove(i)
-			dst = append(dst, h)
-		default:
-			c.n--
-		}
-	}
-	if s.blocks.len() == 0 && s.peak > ledgerKept {
-		s.blocks, s.peak = specTable{}, 0
-	}
-	return dst
+	return s.chains.release(dst, hashes)
 }
 
 // Fresh is how many of hashes (a prompt's chain), leading, a decision in
@@ -188,27 +163,18 @@ func (s *SpecLedger) Release(dst, hashes []uint64) []uint64 {
 // queued request will use before the pod allocates the cache's worth of
 // blocks that since stands for. A decision claims its prompt's chain from
 // the first block, so a block's last claim is no older than any later
-// block's, and Fresh searches for the first block claimed before.
+// block's, and Fresh stops at the first block claimed before.
 func (s *SpecLedger) Fresh(hashes []uint64, since int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lo, hi := 0, len(hashes) // hashes[:lo] fresh; hashes[hi:] not
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if c := s.blocks.get(hashes[mid]); c.n > 0 && c.mark > since {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo
+	return s.chains.fresh(hashes, func(c specCount) bool { return c.mark > since })
 }
 
 // Speculated is the number of blocks decisions in flight speculated.
 func (s *SpecLedger) Speculated() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.blocks.len()
+	return s.chains.blocks
 }
 
 // Speed is what the pod's metrics taught of its prefill speed; nil while

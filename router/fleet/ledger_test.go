@@ -9,9 +9,9 @@ import (
 )
 
 // TestSpecLedger: Claim tells the blocks no decision in flight holds and
-// those last told refresh or longer ago, or all of them when asked; Release tells the blocks the
-// last decision holding them let go, and those never claimed; an emptied
-// ledger holds nothing.
+// those last told refresh or longer ago, or all of them when asked; Release
+// tells the blocks the last decision holding them let go, and those never
+// claimed; an emptied ledger holds nothing.
 func TestSpecLedger(t *testing.T) {
 	var l SpecLedger
 	at := time.Unix(100, 0)
@@ -24,17 +24,17 @@ func TestSpecLedger(t *testing.T) {
 	}
 	check("first claim", l.Claim(nil, []uint64{1, 2, 3}, at, refresh, false, 0), []uint64{1, 2, 3})
 	check("overlapping claim", l.Claim(nil, []uint64{1, 2, 4}, at.Add(time.Second), refresh, false, 0), []uint64{4})
-	check("claim a refresh later", l.Claim(nil, []uint64{1, 3}, at.Add(refresh), refresh, false, 0), []uint64{1, 3})
+	check("claim a refresh later", l.Claim(nil, []uint64{1, 2}, at.Add(refresh), refresh, false, 0), []uint64{1, 2})
 	check("claim just short of the next", l.Claim(nil, []uint64{1}, at.Add(2*refresh-time.Millisecond), refresh, false, 0), nil)
 	if n := l.Speculated(); n != 4 {
 		t.Errorf("Speculated = %d, want 4", n)
 	}
-	// 1 is held by four decisions, 2 by two, 3 by two, 4 by one.
+	// 1 is held by four decisions, 2 by three, 3 by one, 4 by one.
 	first := []uint64{1, 2, 3}
-	check("release the first", l.Release(first[:0], first), nil)
-	check("release the second", l.Release(nil, []uint64{1, 2, 4}), []uint64{2, 4})
+	check("release the first", l.Release(first[:0], first), []uint64{3})
+	check("release the second", l.Release(nil, []uint64{1, 2, 4}), []uint64{4})
 	check("release one never claimed", l.Release(nil, []uint64{9}), []uint64{9})
-	check("release the third", l.Release(nil, []uint64{1, 3}), []uint64{3})
+	check("release the third", l.Release(nil, []uint64{1, 2}), []uint64{2})
 	check("release the last", l.Release(nil, []uint64{1}), []uint64{1})
 	if n := l.Speculated(); n != 0 {
 		t.Errorf("Speculated after every release = %d, want 0", n)
@@ -42,17 +42,152 @@ func TestSpecLedger(t *testing.T) {
 	check("claim again", l.Claim(nil, []uint64{1}, at.Add(time.Minute), refresh, false, 0), []uint64{1})
 	check("claim all", l.Claim(nil, []uint64{1, 2}, at.Add(time.Minute), refresh, true, 0), []uint64{1, 2})
 	check("release both", l.Release(nil, []uint64{1, 2}), []uint64{2})
-	l.Release(nil, []uint64{1})
+	check("release the first again", l.Release(nil, []uint64{1}), []uint64{1})
+	if l.chains.root.kids != nil || l.chains.blocks != 0 {
+		t.Errorf("an emptied ledger keeps %d runs, %d blocks", len(l.chains.root.kids), l.chains.blocks)
+	}
+}
 
-	big := make([]uint64, ledgerKept+1)
-	for i := range big {
-		big[i] = uint64(i)
+// TestSpecTreeRuns: a claim that ends or leaves a run splits it, and once
+// the claims through both halves are the same again the halves join.
+func TestSpecTreeRuns(t *testing.T) {
+	var l SpecLedger
+	at := time.Unix(100, 0)
+	runs := func(what string, want ...int) {
+		t.Helper()
+		var got []int
+		for r := &l.chains.root; len(r.kids) > 0; r = r.kids[0] {
+			got = append(got, len(r.kids[0].hashes))
+			if len(r.kids) > 1 {
+				got = append(got, -len(r.kids))
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: runs %v, want %v", what, got, want)
+		}
 	}
-	l.Claim(nil, big, at, refresh, false, 0)
-	l.Release(nil, big)
-	if l.blocks.slots != nil {
-		t.Error("a ledger emptied after a burst of more than ledgerKept blocks kept its table")
+	long, short, other := []uint64{1, 2, 3, 4, 5, 6}, []uint64{1, 2, 3}, []uint64{1, 2, 7, 8}
+	l.Claim(nil, long, at, time.Hour, false, 0)
+	runs("one claim", 6)
+	l.Claim(nil, short, at, time.Hour, false, 0)
+	runs("a claim ending inside", 3, 3)
+	l.Claim(nil, other, at, time.Hour, false, 0)
+	runs("a claim leaving", 2, 1, -2, 3)
+	l.Release(nil, other)
+	runs("released the one leaving", 3, 3)
+	l.Release(nil, short)
+	runs("released the one ending inside", 6)
+	if n := l.Speculated(); n != 6 {
+		t.Errorf("Speculated = %d, want 6", n)
 	}
+}
+
+// TestSpecTreeAgainstBlocks runs random claims, releases and Fresh
+// queries of prompts that share prefixes (each block's hash made from the
+// one before it, as a prompt's chain is) on a SpecLedger and on a model
+// that counts every block alone, and requires the same blocks told, in
+// the same order, and the same answers.
+func TestSpecTreeAgainstBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var l SpecLedger
+	m := blockModel{}
+	chain := func() []uint64 {
+		hs := make([]uint64, 1+rng.IntN(24))
+		h := uint64(0)
+		for i := range hs {
+			ways := 3 // on from any block; more from the first, so that a run's continuations are indexed
+			if i < 2 {
+				ways = 2 * kidsIndexed
+			}
+			h = h*0x9e3779b97f4a7c15 + uint64(rng.IntN(ways)) + 1
+			hs[i] = h
+		}
+		return hs
+	}
+	var flight [][]uint64
+	now := time.Unix(1000, 0)
+	const refresh = 50 * time.Millisecond
+	for step := range 100_000 {
+		now = now.Add(time.Duration(rng.IntN(4)) * time.Millisecond)
+		switch op := rng.IntN(8); {
+		case op < 3 || len(flight) == 0:
+			hs, all, mark := chain(), rng.IntN(10) == 0, int64(rng.IntN(1000))
+			got := l.Claim(nil, hs, now, refresh, all, mark)
+			want := m.claim(hs, now, refresh, all, mark)
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d: Claim(%v) told %v, want %v", step, hs, got, want)
+			}
+			flight = append(flight, hs)
+		case op < 6:
+			i := rng.IntN(len(flight))
+			hs := flight[i]
+			flight[i] = flight[len(flight)-1]
+			flight = flight[:len(flight)-1]
+			want := m.release(hs)
+			if got := l.Release(slices.Clone(hs)[:0], hs); !slices.Equal(got, want) {
+				t.Fatalf("step %d: Release(%v) told %v, want %v", step, hs, got, want)
+			}
+		default:
+			hs, since := chain(), int64(rng.IntN(1000))
+			if got, want := l.Fresh(hs, since), m.fresh(hs, since); got != want {
+				t.Fatalf("step %d: Fresh(%v, %d) = %d, want %d", step, hs, since, got, want)
+			}
+		}
+		if got, want := l.Speculated(), len(m); got != want {
+			t.Fatalf("step %d: Speculated = %d, want %d", step, got, want)
+		}
+	}
+	for _, hs := range flight {
+		l.Release(nil, hs)
+	}
+	if l.chains.root.kids != nil || l.chains.blocks != 0 {
+		t.Errorf("after every release: %d runs, %d blocks", len(l.chains.root.kids), l.chains.blocks)
+	}
+}
+
+// blockModel is the ledger's contract block by block.
+type blockModel map[uint64]*specCount
+
+func (m blockModel) claim(hashes []uint64, now time.Time, refresh time.Duration, all bool, mark int64) (told []uint64) {
+	ms, every := now.UnixMilli(), refresh.Milliseconds()
+	for _, h := range hashes {
+		c := m[h]
+		if c == nil {
+			c = &specCount{}
+			m[h] = c
+		}
+		if all || c.n == 0 || ms-c.told >= every {
+			told = append(told, h)
+			c.told = ms
+		}
+		c.n++
+		c.mark = max(c.mark, mark)
+	}
+	return told
+}
+
+func (m blockModel) release(hashes []uint64) (told []uint64) {
+	for _, h := range hashes {
+		switch c := m[h]; {
+		case c == nil:
+			told = append(told, h)
+		case c.n <= 1:
+			delete(m, h)
+			told = append(told, h)
+		default:
+			c.n--
+		}
+	}
+	return told
+}
+
+func (m blockModel) fresh(hashes []uint64, since int64) int {
+	for i, h := range hashes {
+		if c := m[h]; c == nil || c.mark <= since {
+			return i
+		}
+	}
+	return len(hashes)
 }
 
 // TestSpecLedgerFresh: Fresh is the leading blocks whose last claim was
@@ -121,47 +256,6 @@ func TestMissShare(t *testing.T) {
 	check("restarted", 1-450.0/1500)
 	l.ObserveCache(at.Add(2*MissHalfLife+time.Second), c(8000, 100))
 	check("nothing queried since", 1-450.0/1500)
-}
-
-// TestSpecTableAgainstMap runs random claims and releases of a few hundred
-// blocks (tables of 64 to 1,024 slots, so that probe runs collide and
-// wrap) on a specTable and a Go map, and compares every block's count.
-func TestSpecTableAgainstMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var tab specTable
-	want := map[uint64]uint32{}
-	keys := make([]uint64, 600)
-	for i := range keys {
-		keys[i] = rng.Uint64()
-	}
-	keys[0] = 0 // a hash of zero is a block like any other
-	for step := range 200_000 {
-		h := keys[rng.IntN(len(keys))]
-		if rng.IntN(2) == 0 {
-			tab.upsert(h).n++
-			want[h]++
-		} else if tab.len() == 0 {
-			continue
-		} else if i, ok := tab.find(h); ok {
-			if tab.slots[i].c.n <= 1 {
-				tab.remove(i)
-				delete(want, h)
-			} else {
-				tab.slots[i].c.n--
-				want[h]--
-			}
-		} else if want[h] != 0 {
-			t.Fatalf("step %d: %#x not found, want count %d", step, h, want[h])
-		}
-		if tab.len() != len(want) {
-			t.Fatalf("step %d: %d blocks, want %d", step, tab.len(), len(want))
-		}
-	}
-	for _, h := range keys {
-		if got := tab.get(h).n; got != want[h] {
-			t.Errorf("%#x: count %d, want %d", h, got, want[h])
-		}
-	}
 }
 
 // BenchmarkSpecLedger512 claims and releases a 512-block prompt (an
