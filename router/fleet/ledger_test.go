@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -80,6 +82,20 @@ func TestSpecTreeRuns(t *testing.T) {
 	if n := l.Speculated(); n != 6 {
 		t.Errorf("Speculated = %d, want 6", n)
 	}
+	l.Release(nil, long)
+
+	// A short run cut from a long prompt keeps only its own blocks.
+	long = make([]uint64, 10_000)
+	for i := range long {
+		long[i] = uint64(100 + i)
+	}
+	l.Claim(nil, long, at, time.Hour, false, 0)
+	l.Claim(nil, long[:1], at, time.Hour, false, 0)
+	l.Release(nil, long)
+	runs("a long prompt released, its first block held", 1)
+	if err := checkRuns(&l.chains); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestSpecTreeAgainstBlocks runs random claims, releases and Fresh
@@ -112,8 +128,8 @@ func TestSpecTreeAgainstBlocks(t *testing.T) {
 		switch op := rng.IntN(8); {
 		case op < 3 || len(flight) == 0:
 			hs, all, mark := chain(), rng.IntN(10) == 0, int64(rng.IntN(1000))
-			got := l.Claim(nil, hs, now, refresh, all, mark)
-			want := m.claim(hs, now, refresh, all, mark)
+			got := l.Claim([]uint64{7}, hs, now, refresh, all, mark)
+			want := append([]uint64{7}, m.claim(hs, now, refresh, all, mark)...)
 			if !slices.Equal(got, want) {
 				t.Fatalf("step %d: Claim(%v) told %v, want %v", step, hs, got, want)
 			}
@@ -124,7 +140,11 @@ func TestSpecTreeAgainstBlocks(t *testing.T) {
 			flight[i] = flight[len(flight)-1]
 			flight = flight[:len(flight)-1]
 			want := m.release(hs)
-			if got := l.Release(slices.Clone(hs)[:0], hs); !slices.Equal(got, want) {
+			dst := slices.Clone(hs)[:0]
+			if step%2 == 0 {
+				dst = hs[:0] // as the router settles: the released chain's own memory
+			}
+			if got := l.Release(dst, slices.Clone(hs)); !slices.Equal(got, want) {
 				t.Fatalf("step %d: Release(%v) told %v, want %v", step, hs, got, want)
 			}
 		default:
@@ -136,6 +156,9 @@ func TestSpecTreeAgainstBlocks(t *testing.T) {
 		if got, want := l.Speculated(), len(m); got != want {
 			t.Fatalf("step %d: Speculated = %d, want %d", step, got, want)
 		}
+		if err := checkRuns(&l.chains); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
 	}
 	for _, hs := range flight {
 		l.Release(nil, hs)
@@ -143,6 +166,41 @@ func TestSpecTreeAgainstBlocks(t *testing.T) {
 	if l.chains.root.kids != nil || l.chains.blocks != 0 {
 		t.Errorf("after every release: %d runs, %d blocks", len(l.chains.root.kids), l.chains.blocks)
 	}
+}
+
+// checkRuns checks that no run is empty or keeps more than three times
+// its blocks' memory, that every run is indexed under its first hash when
+// its parent indexes them, and that the spares are within their bounds.
+func checkRuns(t *specTree) error {
+	var check func(r *specRun) error
+	check = func(r *specRun) error {
+		if r.byHash != nil && len(r.byHash) != len(r.kids) {
+			return fmt.Errorf("a run indexes %d of its %d continuations", len(r.byHash), len(r.kids))
+		}
+		for _, k := range r.kids {
+			switch {
+			case len(k.hashes) == 0:
+				return errors.New("an empty run")
+			case cap(k.hashes) > 3*len(k.hashes):
+				return fmt.Errorf("a run of %d blocks keeps %d", len(k.hashes), cap(k.hashes))
+			case r.byHash != nil && r.byHash[k.hashes[0]] != k:
+				return fmt.Errorf("run %#x not indexed", k.hashes[0])
+			}
+			if err := check(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(t.spare) > spareRuns {
+		return fmt.Errorf("%d spare runs", len(t.spare))
+	}
+	for _, r := range t.spare {
+		if cap(r.hashes) > spareBlocks || len(r.kids) > 0 {
+			return fmt.Errorf("a spare run of %d blocks, %d continuations", cap(r.hashes), len(r.kids))
+		}
+	}
+	return check(&t.root)
 }
 
 // blockModel is the ledger's contract block by block.

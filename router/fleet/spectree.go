@@ -80,10 +80,15 @@ func (r *specRun) dropKid(k *specRun) {
 }
 
 // split cuts r after its first n blocks; the rest, with r's count and
-// continuations, becomes r's only continuation.
+// continuations, becomes r's only continuation. The rest is a copy, and
+// so is the first part unless it fills half of r's memory: a run's blocks
+// start its own array, and no run keeps more than about twice its blocks'
+// memory alive (a short run cut from a long prompt would keep all of it).
 func (r *specRun) split(n int) {
-	rest := &specRun{hashes: r.hashes[n:len(r.hashes):len(r.hashes)], c: r.c, kids: r.kids, byHash: r.byHash}
-	r.hashes = r.hashes[:n:n]
+	rest := &specRun{hashes: slices.Clone(r.hashes[n:]), c: r.c, kids: r.kids, byHash: r.byHash}
+	if r.hashes = r.hashes[:n]; 2*n < cap(r.hashes) {
+		r.hashes = slices.Clone(r.hashes)
+	}
 	r.kids, r.byHash = []*specRun{rest}, nil
 }
 
@@ -196,11 +201,11 @@ func (t *specTree) fresh(chain []uint64, ok func(c specCount) bool) int {
 }
 
 // newRun returns a run of a copy of hashes with a zero count, in the
-// memory of a dropped run when one has room. Runs never share memory: a
-// split leaves each half only its own blocks' capacity.
+// memory of a dropped run when it has room and is no more than twice as
+// large. Runs never share memory (see split).
 func (t *specTree) newRun(hashes []uint64) *specRun {
 	for i, r := range t.spare {
-		if cap(r.hashes) >= len(hashes) {
+		if c := cap(r.hashes); c >= len(hashes) && c <= 2*len(hashes) {
 			last := len(t.spare) - 1
 			t.spare[i], t.spare[last] = t.spare[last], nil
 			t.spare = t.spare[:last]
