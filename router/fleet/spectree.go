@@ -15,7 +15,7 @@ import "slices"
 // have the same count again.
 type specTree struct {
 	root   specRun // holds no blocks: its kids are the chains' first runs
-	blocks int     // blocks in the tree
+	blocks int     // blocks of the runs some claim holds
 	path   []*specRun
 	spare  []*specRun // dropped runs, whose memory new runs take
 }
@@ -137,6 +137,10 @@ func (t *specTree) walk(chain []uint64, split bool, visit func(r *specRun, n int
 func (t *specTree) claim(chain []uint64, tell func(hashes []uint64, c *specCount)) {
 	last := &t.root
 	i := t.walk(chain, true, func(r *specRun, _ int) bool {
+		if r.c.n == 0 { // a run no claim holds: as if new
+			r.c = specCount{}
+			t.blocks += len(r.hashes)
+		}
 		tell(r.hashes, &r.c)
 		r.c.n++
 		last = r
@@ -158,11 +162,15 @@ func (t *specTree) claim(chain []uint64, tell func(hashes []uint64, c *specCount
 func (t *specTree) release(dst, chain []uint64) []uint64 {
 	t.path = append(t.path[:0], &t.root)
 	i := t.walk(chain, true, func(r *specRun, _ int) bool {
-		if r.c.n > 0 {
-			r.c.n--
-		}
-		if r.c.n == 0 {
+		switch r.c.n {
+		case 0: // held by no claim (a chain released that was not claimed): told as it was
 			dst = append(dst, r.hashes...)
+		case 1:
+			r.c.n = 0
+			dst = append(dst, r.hashes...)
+			t.blocks -= len(r.hashes)
+		default:
+			r.c.n--
 		}
 		t.path = append(t.path, r)
 		return true
@@ -172,7 +180,6 @@ func (t *specTree) release(dst, chain []uint64) []uint64 {
 		r, parent := t.path[j], t.path[j-1]
 		if r.c.n == 0 && len(r.kids) == 0 {
 			parent.dropKid(r)
-			t.blocks -= len(r.hashes)
 			t.keep(r)
 			continue
 		}
