@@ -11,8 +11,8 @@ import "slices"
 // table: a cold 100k-token prompt's 6,400 blocks are a few runs.
 //
 // Runs are split where a claimed chain ends or leaves them, dropped when
-// no claim holds them, and joined to their only continuation when both
-// have the same count again.
+// no claim holds them and none continues them, and joined to their only
+// continuation when both have the same count again.
 type specTree struct {
 	root   specRun // holds no blocks: its kids are the chains' first runs
 	blocks int     // blocks of the runs some claim holds
@@ -131,9 +131,10 @@ func (t *specTree) walk(chain []uint64, split bool, visit func(r *specRun, n int
 }
 
 // claim counts one more claim of chain and calls tell with each run of
-// it whose count c was before the claim, so that the caller can decide
-// what to tell and update c's other fields; the blocks after the tree's
-// runs become a new run with count 1, passed to tell with a zero count.
+// it and its count c as it was before the claim (zero for a run no claim
+// held), so that the caller can decide what to tell and update c's other
+// fields; the blocks after the tree's runs become a new run with count 1,
+// passed to tell with a zero count.
 func (t *specTree) claim(chain []uint64, tell func(hashes []uint64, c *specCount)) {
 	last := &t.root
 	i := t.walk(chain, true, func(r *specRun, _ int) bool {
