@@ -167,7 +167,7 @@ func (s *SpecLedger) Release(dst, hashes []uint64) []uint64 {
 func (s *SpecLedger) Fresh(hashes []uint64, since int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.chains.fresh(hashes, func(c specCount) bool { return c.mark > since })
+	return s.chains.fresh(hashes, since)
 }
 
 // Speculated is the number of blocks decisions in flight speculated.

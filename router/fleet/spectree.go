@@ -195,11 +195,11 @@ func (t *specTree) release(dst, chain []uint64) []uint64 {
 }
 
 // fresh is how many leading blocks of chain lie on runs that some claim
-// holds and whose count ok accepts.
-func (t *specTree) fresh(chain []uint64, ok func(c specCount) bool) int {
+// holds, last claimed with a mark after since.
+func (t *specTree) fresh(chain []uint64, since int64) int {
 	n := 0
 	t.walk(chain, false, func(r *specRun, covered int) bool {
-		if r.c.n == 0 || !ok(r.c) {
+		if r.c.n == 0 || r.c.mark <= since {
 			return false
 		}
 		n += covered
