@@ -213,7 +213,11 @@ func (e *encoder) wordAt(s string, i, j int) {
 	}
 	a, b, k := hotKey(s, i, j)
 	if x := &h[k]; x.a == a && x.b == b && x.n == uint8(len(w)+1) {
-		e.ids = append(e.ids, x.ids[:x.k]...)
+		if x.k == 1 { // most words: one store, not a copy
+			e.ids = append(e.ids, x.ids[0])
+		} else {
+			e.ids = append(e.ids, x.ids[:x.k]...)
+		}
 		return
 	}
 	n := len(e.ids)

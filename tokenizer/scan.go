@@ -40,6 +40,16 @@ func at(s string, i int) (r rune, size int, p unicode16.Prop) {
 type scanner struct{ maxDigits int }
 
 func (sc scanner) matches(s string, sink matchSink) {
+	if w, ok := sink.(*wordSink); ok && w.prev == 0 {
+		// Matches tile the text: every one is a word, with no gaps.
+		for i := 0; i < len(s); {
+			e := sc.next(s, i)
+			w.e.wordAt(s, i, e)
+			i = e
+		}
+		w.prev = len(s)
+		return
+	}
 	for i := 0; i < len(s); {
 		e := sc.next(s, i)
 		sink.match(i, e)
@@ -50,6 +60,15 @@ func (sc scanner) matches(s string, sink matchSink) {
 // next returns the end of the match starting at i; every position starts
 // one, so matches tile the text.
 func (sc scanner) next(s string, i int) int {
+	// The common ASCII words first: letters, or a space and letters.
+	if c := s[i]; c < utf8.RuneSelf {
+		if asciiProps[c]&pL != 0 {
+			return spanProp(s, i+1, pL)
+		}
+		if c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiProps[s[i+1]]&pL != 0 {
+			return spanProp(s, i+2, pL)
+		}
+	}
 	r, n, p := at(s, i)
 	if r == '\'' {
 		if e := contraction(s, i+1); e > 0 {
