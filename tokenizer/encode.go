@@ -212,7 +212,12 @@ func (e *encoder) wordAt(s string, i, j int) {
 		return
 	}
 	a, b, k := hotKey(s, i, j)
-	if x := &h[k]; x.a == a && x.b == b && x.n == uint8(len(w)+1) {
+	set := (*[2]hotWord)(h[k : k+2])
+	x := &set[0]
+	if !x.holds(a, b, len(w)) {
+		x = &set[1]
+	}
+	if x.holds(a, b, len(w)) {
 		if x.k == 1 { // most words: one store, not a copy
 			e.ids = append(e.ids, x.ids[0])
 		} else {
@@ -225,7 +230,7 @@ func (e *encoder) wordAt(s string, i, j int) {
 	if got := e.ids[n:]; e.err == nil && len(got) <= hotIDs {
 		x := hotWord{a: a, b: b, n: uint8(len(w) + 1), k: uint8(len(got))}
 		copy(x.ids[:], got)
-		h[k] = x
+		set[1], set[0] = set[0], x
 	}
 }
 

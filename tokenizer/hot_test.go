@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -47,6 +48,50 @@ func TestHotWords(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestHotWordsTwoWays checks that two words of one set are both kept, the
+// newer first, and that the older one is then a hit (a miss would encode
+// it again and move it first).
+func TestHotWordsTwoWays(t *testing.T) {
+	tok := loadModel(t, "qwen3")
+	seen := map[uint32]string{}
+	var w1, w2 string
+	for i := 0; w2 == ""; i++ {
+		w := " " + strconv.FormatInt(int64(i), 26) // letters and digits
+		if strings.ContainsAny(w, "0123456789") {
+			continue // words of up to three ids: no digit
+		}
+		if ids, _ := tok.encodeWord(nil, w); len(ids) > hotIDs {
+			continue
+		}
+		if _, _, k := hotKey(w, 0, len(w)); seen[k] != "" {
+			w1, w2 = seen[k], w
+		} else {
+			seen[k] = w
+		}
+	}
+	e := encoder{t: tok, hot: new(hotWords)}
+	holds := func(x *hotWord, w string) bool {
+		a, b, _ := hotKey(w, 0, len(w))
+		return x.holds(a, b, len(w))
+	}
+	_, _, k := hotKey(w1, 0, len(w1))
+	set := (*[2]hotWord)(e.hot[k : k+2])
+	for pass, w := range []string{w1, w2, w1, w2} {
+		want, err := tok.encodeWord(nil, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.ids = e.ids[:0]
+		e.wordAt(w, 0, len(w))
+		if e.err != nil || !slices.Equal(e.ids, want) {
+			t.Fatalf("pass %d: %q = %v, %v; encodeWord: %v", pass, w, e.ids, e.err, want)
+		}
+		if pass > 0 && (!holds(&set[0], w2) || !holds(&set[1], w1)) {
+			t.Fatalf("pass %d (%q): the set does not hold %q then %q", pass, w, w2, w1)
 		}
 	}
 }
