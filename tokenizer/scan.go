@@ -63,10 +63,10 @@ func (sc scanner) next(s string, i int) int {
 	// The common ASCII words first: letters, or a space and letters.
 	if c := s[i]; c < utf8.RuneSelf {
 		if asciiProps[c]&pL != 0 {
-			return spanProp(s, i+1, pL)
+			return spanLetters(s, i+1)
 		}
 		if c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiProps[s[i+1]]&pL != 0 {
-			return spanProp(s, i+2, pL)
+			return spanLetters(s, i+2)
 		}
 	}
 	r, n, p := at(s, i)
@@ -76,11 +76,11 @@ func (sc scanner) next(s string, i int) int {
 		}
 	}
 	if p&pL != 0 {
-		return spanProp(s, i+n, pL)
+		return spanLetters(s, i+n)
 	}
 	if r != '\r' && r != '\n' && p&pN == 0 && i+n < len(s) {
 		if _, n2, p2 := at(s, i+n); p2&pL != 0 {
-			return spanProp(s, i+n+n2, pL)
+			return spanLetters(s, i+n+n2)
 		}
 	}
 	if p&pN != 0 {
@@ -129,18 +129,18 @@ func contraction(s string, i int) int {
 	return 0
 }
 
-// spanProp returns the end of the run of characters with property p from i.
-func spanProp(s string, i int, p unicode16.Prop) int {
+// spanLetters returns the end of the run of letters (\p{L}) from i.
+func spanLetters(s string, i int) int {
 	for i < len(s) {
 		if c := s[i]; c < utf8.RuneSelf {
-			if asciiProps[c]&p == 0 {
+			if asciiProps[c]&pL == 0 {
 				break
 			}
 			i++
 			continue
 		}
 		_, n, q := at(s, i)
-		if q&p == 0 {
+		if q&pL == 0 {
 			break
 		}
 		i += n
