@@ -22,13 +22,11 @@ const (
 // ids, used by one encoding at a time. A set is two entries in one 64-byte
 // cache line (the table is a large allocation, so page-aligned): the second
 // way costs no read of memory, and two words that share a set no longer
-// push each other out (on a coding agent's prompt, a warm table misses
-// 2.1% of its words instead of 4.5%). A new word takes the set's first
-// entry, and the one there moves to the second. A hit costs two unaligned
-// reads of the word, a multiplication and one read of memory the encoding
-// touched recently;
-// it replaces a hash of the word, the vocabulary's slot and key and, for a
-// word of several tokens, the shared word cache and its lock. A word's
+// push each other out. A new word takes the set's first entry, and the
+// one there moves to the second. A hit costs two unaligned reads of the
+// word, a multiplication and one read of memory the encoding touched
+// recently; it replaces a hash of the word, the vocabulary's slot and key
+// and, for a word of several tokens, the shared word cache and its lock. A word's
 // ids are a fact about its tokenizer, so entries stay valid from one
 // encoding to the next: each Tokenizer keeps its own pool of them, and a
 // hotWords comes back warm (sync.Pool keeps one per processor, which also
