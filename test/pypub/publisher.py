@@ -42,7 +42,7 @@ publishes (each written from the engine's own source, not from kvrouter's):
     (the form of later releases); block ids of SGLang's own, SHA-256 over
     the parent's digest and the page's token ids as 4-byte little-endian
     integers, the digest's first 8 bytes read as a signed 64-bit integer;
-    a removal; and a page of one token (SGLang's default page size);
+    a page of one token (SGLang's default page size); and a removal;
   * trtllm (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/
     kv_cache_events.py): batches [ts, events, data_parallel_rank], events as
     maps with a "type" key and vLLM's field names, 32-token blocks, ids the
@@ -232,10 +232,12 @@ def engine_round(engine, base, rank, seed):
              "token_ids": toks[64 + i * 16:64 + (i + 1) * 16], "block_size": 16}
             for i, page in enumerate(other)], rank]))
         live.update(range(4, 8))
-        batches.append(msgpack.packb([ts, [["BlockRemoved", [other[3]]]], rank]))
-        live.discard(7)
         one = engine_ids(toks[:1], 1)  # a page of one token: refused
         batches.append(msgpack.packb([ts, [["BlockStored", one, None, toks[:1], 1, None]], rank]))
+        # The removal comes last: once the index shows it, the refused page
+        # before it has been counted.
+        batches.append(msgpack.packb([ts, [["BlockRemoved", [other[3]]]], rank]))
+        live.discard(7)
         chains = [toks[:64], toks[64:]]
     else:
         ids = engine_ids(toks[:96], 32)
