@@ -200,12 +200,16 @@ func (x *Index) shardIndex(h uint64) uint64 { return (h ^ h>>29) & x.mask }
 func (x *Index) shardOf(h uint64) *shard { return x.shards[x.shardIndex(h)] }
 
 // eachLocked calls f for every hash with its shard locked, each shard's
-// hashes in their order. A batch of at least two hashes per shard on
-// average locks each shard once (a decision's speculation of a long
-// prompt); a shorter one locks per hash. Shards are independent, so the
-// order across them does not matter.
+// hashes in their order, prefetching the home slots of the hashes ahead
+// (prefetch.go). A batch of at least two hashes per shard on average locks
+// each shard once (a decision's speculation of a long prompt); a shorter
+// one locks per hash. Shards are independent, so the order across them does
+// not matter.
 func (x *Index) eachLocked(hashes []uint64, f func(s *shard, h uint64)) {
 	if len(hashes) < 2*len(x.shards) {
+		for _, h := range hashes {
+			x.shardOf(h).prefetchHome(h)
+		}
 		for _, h := range hashes {
 			s := x.shardOf(h)
 			s.mu.Lock()
@@ -216,36 +220,51 @@ func (x *Index) eachLocked(hashes []uint64, f func(s *shard, h uint64)) {
 	}
 	b := shardBatches.Get().(*shardBatch)
 	defer func() {
-		if cap(b.next) <= maxKeptBatch {
+		if cap(b.order) <= maxKeptBatch {
 			shardBatches.Put(b)
 		}
 	}()
-	head := slices.Grow(b.head[:0], len(x.shards))[:len(x.shards)]
-	next := slices.Grow(b.next[:0], len(hashes))[:len(hashes)]
-	b.head, b.next = head, next
-	for i := range head {
-		head[i] = -1
+	// Sort the hashes by shard, keeping each shard's in order.
+	start := slices.Grow(b.start[:0], len(x.shards)+1)[:len(x.shards)+1]
+	order := slices.Grow(b.order[:0], len(hashes))[:len(hashes)]
+	b.start, b.order = start, order
+	clear(start)
+	for _, h := range hashes {
+		start[x.shardIndex(h)+1]++
 	}
-	for i := len(hashes) - 1; i >= 0; i-- {
-		k := x.shardIndex(hashes[i])
-		next[i], head[k] = head[k], int32(i)
+	for k := 1; k < len(start); k++ {
+		start[k] += start[k-1]
 	}
-	for k, first := range head {
-		if first < 0 {
-			continue
+	for i, h := range hashes {
+		k := x.shardIndex(h)
+		order[start[k]] = int32(i)
+		start[k]++
+	}
+	for _, i := range order[:min(prefetchAhead, len(order))] {
+		x.shardOf(hashes[i]).prefetchHome(hashes[i])
+	}
+	var locked *shard
+	for j, i := range order {
+		if j+prefetchAhead < len(order) {
+			ha := hashes[order[j+prefetchAhead]]
+			x.shardOf(ha).prefetchHome(ha)
 		}
-		s := x.shards[k]
-		s.mu.Lock()
-		for i := first; i >= 0; i = next[i] {
-			f(s, hashes[i])
+		h := hashes[i]
+		if s := x.shardOf(h); s != locked {
+			if locked != nil {
+				locked.mu.Unlock()
+			}
+			s.mu.Lock()
+			locked = s
 		}
-		s.mu.Unlock()
+		f(locked, h)
 	}
+	locked.mu.Unlock()
 }
 
-// shardBatch is eachLocked's scratch: the first hash of each shard and
-// the next of each hash, -1 ending a shard's.
-type shardBatch struct{ head, next []int32 }
+// shardBatch is eachLocked's scratch: where each shard's hashes start in
+// order (then end, once placed), and the batch's positions sorted by shard.
+type shardBatch struct{ start, order []int32 }
 
 var shardBatches = sync.Pool{New: func() any { return new(shardBatch) }}
 

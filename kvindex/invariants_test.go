@@ -14,6 +14,9 @@ func checkInvariants(t testing.TB, x *Index) {
 		onNodes := map[ref]bool{}
 		reals, spec := 0, 0
 		mask := len(s.mu.slots) - 1
+		if pub := *s.table.Load(); len(pub) != len(s.mu.slots) || &pub[0] != &s.mu.slots[0] {
+			t.Fatalf("shard %d: the table published for prefetching has %d slots, not the shard's %d", si, len(pub), len(s.mu.slots))
+		}
 		for pos, sl := range s.mu.slots {
 			if sl == 0 {
 				continue

@@ -117,6 +117,9 @@ func (s *shard) oldestLocked(spec bool, now uint32) ref {
 func (s *shard) storeLocked(h uint64, pod uint32, tier Tier, limit int, now uint32, n *opCounts) {
 	s.expirePodLocked(pod, now)
 	s.mu.stamp++
+	if s.mu.real+s.mu.spec >= limit {
+		s.prefetchVictimLocked()
+	}
 	pos, nr := s.lookupLocked(h)
 	if _, ok := s.slotOfLocked(pod); ok && nr != 0 {
 		specRef, realRef := s.pairLocked(nr, pod, tier)

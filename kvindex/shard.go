@@ -3,6 +3,7 @@ package kvindex
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // A shard holds the blocks whose hashes map to it. Each block hash has a
@@ -25,8 +26,9 @@ import (
 // Nodes and holders live in fixed-size chunks and refer to each other by
 // 32-bit refs: the garbage collector never scans them.
 type shard struct {
-	bits slotBits // immutable
-	mu   struct {
+	bits  slotBits               // immutable
+	table atomic.Pointer[[]slot] // mu.slots as last published, for prefetching
+	mu    struct {
 		sync.RWMutex
 		slots   []slot // hash table: node of each hash, 0 = empty
 		used    int    // occupied slots
@@ -188,6 +190,7 @@ type classSlab struct {
 func newShard(limit int) *shard {
 	s := &shard{bits: newSlotBits(limit)}
 	s.mu.slots = make([]slot, minSlots)
+	s.publishLocked()
 	return s
 }
 
@@ -358,6 +361,7 @@ func (s *shard) addNodeLocked(pos int, h uint64) ref {
 func (s *shard) resizeLocked(n int) {
 	old := s.mu.slots
 	s.mu.slots = make([]slot, n)
+	s.publishLocked()
 	mask := n - 1
 	for _, sl := range old {
 		if sl == 0 {
