@@ -133,7 +133,8 @@ func (x *Index) markCandidates(sc *matchScratch, namespace string, candidates []
 
 // matchBlocks walks hashes block by block, advancing every candidate that
 // holds all blocks so far, and returns the longest match. The caller holds
-// the read locks of the shards of hashes.
+// the read locks of the shards of hashes. It prefetches the home slot of
+// the block prefetchAhead ahead (prefetch.go).
 func (x *Index) matchBlocks(sc *matchScratch, hashes []uint64) int {
 	now := x.nowMs()
 	slot, cands := sc.slot, sc.c
@@ -147,6 +148,9 @@ func (x *Index) matchBlocks(sc *matchScratch, hashes []uint64) int {
 		// of memory loads then overlap.
 		if i+1 < len(hashes) {
 			next = x.vectorOfLocked(hashes[i+1])
+		}
+		if i+prefetchAhead < len(hashes) {
+			x.shardOf(hashes[i+prefetchAhead]).prefetchHomeLocked(hashes[i+prefetchAhead])
 		}
 		at, advanced := int32(i), 0
 		for j := range holders {

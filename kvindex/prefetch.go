@@ -2,13 +2,14 @@ package kvindex
 
 // Prefetching a hash's home slot.
 //
-// A store, speculation or settling of a block starts with a read of its
-// hash's home slot, and in an index much larger than the processor's caches
-// that read is a miss to main memory, the largest single cost of an
+// A store, speculation, settling or match of a block starts with a read of
+// its hash's home slot, and in an index much larger than the processor's
+// caches that read is a miss to main memory, the largest single cost of an
 // operation (storing 16 new blocks into a 1M-entry index spends about half
 // its time there). A batch's hashes are known before any is processed, so
 // the slots of the hashes ahead are requested while the current one is
-// worked on, and their misses overlap.
+// worked on, and their misses overlap. A match, which stops at the first
+// block no candidate holds, asks prefetchAhead blocks ahead of its walk.
 //
 // Prefetching reads no memory that Go sees: it is a hint to the processor,
 // issued without the shard's lock from the table the shard last published
