@@ -5,8 +5,8 @@ package kvindex
 // A store, speculation, settling or match of a block starts with a read of
 // its hash's home slot, and in an index much larger than the processor's
 // caches that read is a miss to main memory, the largest single cost of an
-// operation (storing 16 new blocks into a 1M-entry index spends about half
-// its time there). A batch's hashes are known before any is processed, so
+// operation (without prefetching, storing 16 new blocks into a 1M-entry
+// index spent about half its time there). A batch's hashes are known before any is processed, so
 // the slots of the hashes ahead are requested while the current one is
 // worked on, and their misses overlap. A match, which stops at the first
 // block no candidate holds, asks prefetchAhead blocks ahead of its walk.
@@ -18,7 +18,7 @@ package kvindex
 // answer.
 
 // prefetchAhead is how many hashes ahead of the one being processed a long
-// batch prefetches.
+// batch, or a match, prefetches.
 const prefetchAhead = 8
 
 // publishLocked makes the current table the one prefetching reads.
