@@ -32,12 +32,16 @@
 // costs only its own entries and so that, when the index reaches
 // Config.MaxEntries, the least recently stored entry of the shard is evicted
 // first. Nodes and holders live in chunked arrays addressed by 32-bit
-// references: the garbage collector never scans them.
+// references: the garbage collector never scans them. An index larger than
+// the processor's caches misses to memory on each block's first table slot,
+// so batches and matches prefetch the slots of the blocks ahead of the one
+// they work on (prefetch.go), and those misses overlap.
 //
 // # Concurrency
 //
 // An Index is safe for concurrent use. Each shard has a read-write lock:
-// writers (events, speculation, clears) lock one shard per block; a match
+// writers (events, speculation, clears) lock the shard of each block, a
+// batch of at least two blocks per shard on average each shard once; a match
 // read-locks every shard its blocks fall in, in shard order, once, and
 // holds them while it walks. Matches run in parallel with each other. The
 // pod table has its own lock, taken briefly by every operation to check the
