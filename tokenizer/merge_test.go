@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -56,6 +57,30 @@ func TestNFC(t *testing.T) {
 		}
 		if got := nfcSlow(tt.in); got != tt.want {
 			t.Errorf("nfcSlow(%+q) = %+q, want %+q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestIsASCII puts one byte of 0x80 or more at every position of texts of
+// every length around the eight bytes isASCII reads at once.
+func TestIsASCII(t *testing.T) {
+	for n := range 33 {
+		text := []byte(strings.Repeat("a", n))
+		if !isASCII(string(text)) {
+			t.Fatalf("isASCII(%q) = false", text)
+		}
+		for i := range n {
+			for _, c := range []byte{0x80, 0xc3, 0xff} {
+				text[i] = c
+				if isASCII(string(text)) {
+					t.Fatalf("isASCII(%q) = true with %#x at %d", text, c, i)
+				}
+			}
+			text[i] = 0x7f
+			if !isASCII(string(text)) {
+				t.Fatalf("isASCII(%q) = false with 0x7f at %d", text, i)
+			}
+			text[i] = 'a'
 		}
 	}
 }

@@ -38,8 +38,16 @@ func nfc(s string) string {
 	return out
 }
 
+// isASCII reports whether s holds only ASCII bytes, eight at a time: a
+// long prompt's whole text passes here before it is encoded.
 func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if le64(s[i:])&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return false
 		}
