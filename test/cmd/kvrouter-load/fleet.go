@@ -78,6 +78,9 @@ func (k *kvr) launch(ctx context.Context, o options, args []string) error {
 	if o.tls {
 		args = append(args, "--grpc-tls", "on")
 	}
+	if o.buffered {
+		args = append(args, "--body-mode", "BUFFERED")
+	}
 	k.cmd = exec.Command(o.kvrouter, args...)
 	out, err := k.cmd.StderrPipe()
 	if err != nil {
@@ -102,6 +105,9 @@ func (k *kvr) launch(ctx context.Context, o options, args []string) error {
 		return err
 	}
 	k.client = envoyclient.New(k.conn)
+	if o.buffered {
+		k.client.Mode = envoyclient.Buffered
+	}
 	return k.waitReady(ctx)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,5 +91,12 @@ func TestCheckMemory(t *testing.T) {
 	}
 	if errs := checkMemory([]soakSample{{heap: -1}}, -1, 120<<10, 1<<20, 128*mib, 700<<10, io.Discard); len(errs) != 1 {
 		t.Errorf("no heap read: %v, want one error", errs)
+	}
+}
+
+func TestBodyModeFlag(t *testing.T) {
+	err := run(t.Context(), []string{"-body-mode", "STREAMED"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-body-mode") {
+		t.Errorf("run with -body-mode STREAMED = %v, want a -body-mode error", err)
 	}
 }

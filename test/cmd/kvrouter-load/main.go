@@ -19,11 +19,25 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 )
 
 func main() {
+	// Envoy keeps no pool of buffers to clear. gRPC's default hands every
+	// received message over 32 KiB (the body kvrouter sends back) a 1 MiB
+	// buffer and clears it: a fifth of this tool's CPU, taken from the two
+	// cores it shares with kvrouter. Buffers in steps of two clear at most
+	// twice the message.
+	pool, err := mem.NewBinaryTieredBufferPool(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvrouter-load: %v\n", err)
+		os.Exit(1)
+	}
+	experimental.SetDefaultBufferPool(pool)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err = run(ctx, os.Args[1:], os.Stdout)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvrouter-load: %v\n", err)
