@@ -179,8 +179,10 @@ func TestBufferedMode(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.BodyMode = Buffered
 	h := start(t, cfg)
+	big := `{"model":"qwen","prompt":"` + strings.Repeat("x", 200_000) + `"}` // one message of many frames
 	for _, req := range []envoyclient.Request{
 		{Path: "/v1/completions", Body: []byte(body)},
+		{Path: "/v1/completions", Body: []byte(big)},
 		{Path: "/v1/completions", Body: []byte(body), Trailers: [][2]string{{"x-t", "1"}}},
 		{Method: "GET", Path: "/v1/models"},
 	} {
@@ -189,6 +191,9 @@ func TestBufferedMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkRouted(t, res, req.Body)
+		if got := h.router.last(); !bytes.Equal(got.Body, req.Body) {
+			t.Errorf("router saw %d bytes, want the %d sent", len(got.Body), len(req.Body))
+		}
 	}
 }
 
