@@ -57,9 +57,9 @@ func messageOf(v any) proto.Message {
 // pieces (one per HTTP/2 frame: anything over 16 KiB) is joined in a
 // pooled buffer first, as gRPC's own codec does, but from kvrouter's pool:
 // gRPC's default gives a message over 32 KiB (a BUFFERED body, a large
-// streamed chunk) a 1 MiB buffer and clears all of it, a tenth of a
-// BUFFERED 8k chat's CPU. The decoded message copies what it keeps, so
-// the buffer goes back at once.
+// streamed chunk) a 1 MiB buffer and clears all of it (see the BUFFERED
+// row of docs/performance.md's load tests). The decoded message copies
+// what it keeps, so the buffer goes back at once.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m := messageOf(v)
 	if m == nil {

@@ -27,9 +27,8 @@ import (
 func main() {
 	// Envoy keeps no pool of buffers to clear. gRPC's default hands every
 	// received message over 32 KiB (the body kvrouter sends back) a 1 MiB
-	// buffer and clears it: a fifth of this tool's CPU, taken from the two
-	// cores it shares with kvrouter. Buffers in steps of two clear at most
-	// twice the message.
+	// buffer and clears it, CPU taken from the cores this tool shares with
+	// kvrouter. Buffers in steps of two clear at most twice the message.
 	pool, err := mem.NewBinaryTieredBufferPool(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvrouter-load: %v\n", err)
