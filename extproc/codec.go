@@ -3,44 +3,41 @@ package extproc
 import (
 	"fmt"
 
-	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 )
 
-// sendBufferExponents are the capacities (powers of two, 2 KiB to 8 MiB)
-// of the buffers messages to Envoy are marshaled into. gRPC's default
-// pool jumps from 32 KiB to 1 MiB, so every re-sent body chunk (up to
-// Config.ChunkBytes, 62,000 bytes by default) took a 1 MiB buffer that
-// gRPC clears on each use and allocates again whenever a collection
-// emptied the pool: most of a decision's garbage. Here a chunk takes at
-// most twice its size.
-var sendBufferExponents = []uint8{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+// bufferExponents are the capacities (powers of two, 2 KiB to 8 MiB) of
+// the buffers messages to Envoy are marshaled into and messages from it
+// joined in. gRPC's default pool jumps from 32 KiB to 1 MiB, so every
+// re-sent body chunk (up to Config.ChunkBytes, 62,000 bytes by default)
+// took a 1 MiB buffer that gRPC clears on each use and allocates again
+// whenever a collection emptied the pool: most of a decision's garbage.
+// Here a message takes at most twice its size.
+var bufferExponents = []uint8{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
 
 // minSendBuffer is the smallest buffer gRPC returns to its pool after
 // writing (it keeps none of 1 KiB or less).
 const minSendBuffer = 1<<10 + 1
 
-// codec is gRPC's proto codec with buffers sized for kvrouter's messages,
-// sent and received.
+// codec is gRPC's proto codec (its name, its wire format) with buffers
+// sized for kvrouter's messages, sent and received.
 type codec struct {
-	encoding.CodecV2
 	pool mem.BufferPool
 }
 
 func newCodec() (codec, error) {
-	pool, err := mem.NewBinaryTieredBufferPool(sendBufferExponents...)
+	pool, err := mem.NewBinaryTieredBufferPool(bufferExponents...)
 	if err != nil {
-		return codec{}, fmt.Errorf("extproc: send buffers: %w", err)
+		return codec{}, fmt.Errorf("extproc: gRPC buffers: %w", err)
 	}
-	base := encoding.GetCodecV2(grpcproto.Name)
-	if base == nil {
-		return codec{}, fmt.Errorf("extproc: no %q gRPC codec registered", grpcproto.Name)
-	}
-	return codec{CodecV2: base, pool: pool}, nil
+	return codec{pool: pool}, nil
 }
+
+// Name is the codec's content subtype, that of gRPC's proto codec.
+func (codec) Name() string { return grpcproto.Name }
 
 // messageOf is v as a protobuf message; nil when it is none.
 func messageOf(v any) proto.Message {
