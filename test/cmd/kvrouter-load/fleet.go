@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 	"github.com/kvrouter/kvrouter/internal/fixture/kvlog"
 	"github.com/kvrouter/kvrouter/internal/fixture/vllmpub"
@@ -78,8 +79,8 @@ func (k *kvr) launch(ctx context.Context, o options, args []string) error {
 	if o.tls {
 		args = append(args, "--grpc-tls", "on")
 	}
-	if o.buffered {
-		args = append(args, "--body-mode", "BUFFERED")
+	if o.bodyMode != "" {
+		args = append(args, "--body-mode", string(o.bodyMode))
 	}
 	k.cmd = exec.Command(o.kvrouter, args...)
 	out, err := k.cmd.StderrPipe()
@@ -105,7 +106,7 @@ func (k *kvr) launch(ctx context.Context, o options, args []string) error {
 		return err
 	}
 	k.client = envoyclient.New(k.conn)
-	if o.buffered {
+	if o.bodyMode == extproc.Buffered {
 		k.client.Mode = envoyclient.Buffered
 	}
 	return k.waitReady(ctx)

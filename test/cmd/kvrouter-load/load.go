@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kvrouter/extproc"
 	"github.com/kvrouter/kvrouter/internal/fixture/envoyclient"
 )
 
@@ -29,9 +30,9 @@ type options struct {
 	fill             int // index entries before measuring
 	holders          int // pods that hold the measured prompt's blocks
 	markdown         bool
-	pprofDir         string // write kvrouter's CPU and allocation profiles of each stage here
-	tls              bool   // ext_proc over TLS (self-signed), as in a cluster
-	buffered         bool   // BUFFERED request bodies: the whole body in one message
+	pprofDir         string           // write kvrouter's CPU and allocation profiles of each stage here
+	tls              bool             // ext_proc over TLS (self-signed), as in a cluster
+	bodyMode         extproc.BodyMode // how Envoy sends request bodies, and kvrouter expects them
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.workers, "workers", 8, "concurrent requests at rate 0")
 	fs.BoolVar(&o.tls, "tls", false, "serve and call ext_proc over TLS (a self-signed certificate), as kvrouter does in a cluster")
 	var bodyMode string
-	fs.StringVar(&bodyMode, "body-mode", "FULL_DUPLEX_STREAMED", "the request body mode, as Envoy's ext_proc filter and kvrouter's --body-mode are set: FULL_DUPLEX_STREAMED (the body in chunks) or BUFFERED (the whole body in one message)")
+	fs.StringVar(&bodyMode, "body-mode", string(extproc.FullDuplexStreamed), "the request body mode, as Envoy's ext_proc filter and kvrouter's --body-mode are set: "+string(extproc.FullDuplexStreamed)+" (the body in chunks) or "+string(extproc.Buffered)+" (the whole body in one message)")
 	fs.DurationVar(&o.stage, "stage", 10*time.Second, "how long each rate is sent")
 	fs.IntVar(&o.fill, "fill", 0, "index entries to publish before measuring (e.g. 10000000)")
 	fs.IntVar(&o.holders, "holders", 2, "pods that hold the measured prompt's blocks")
@@ -80,12 +81,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-rates: %w", err)
 		}
 	}
-	switch bodyMode {
-	case "FULL_DUPLEX_STREAMED":
-	case "BUFFERED":
-		o.buffered = true
-	default:
-		return fmt.Errorf("-body-mode %q: want FULL_DUPLEX_STREAMED or BUFFERED", bodyMode)
+	if o.bodyMode = extproc.BodyMode(bodyMode); o.bodyMode != extproc.FullDuplexStreamed && o.bodyMode != extproc.Buffered {
+		return fmt.Errorf("-body-mode %q: want %s or %s", bodyMode, extproc.FullDuplexStreamed, extproc.Buffered)
 	}
 	if o.kind != "chat" && o.kind != "completion" {
 		return fmt.Errorf("-kind %q: want chat or completion", o.kind)
