@@ -23,6 +23,14 @@ const (
 	Buffered BodyMode = "BUFFERED"
 )
 
+// Validate reports m's problem if it is not a mode kvrouter routes with.
+func (m BodyMode) Validate() error {
+	if m != FullDuplexStreamed && m != Buffered {
+		return fmt.Errorf("%q, want %s or %s", m, FullDuplexStreamed, Buffered)
+	}
+	return nil
+}
+
 // Config configures a Server. BodyMode, MaxBodyBytes and MaxStreams are
 // the extproc section of kvrouter's config file; the rest are the
 // package's own.
@@ -74,8 +82,8 @@ func DefaultConfig() Config {
 // Validate reports every problem of c at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.BodyMode != FullDuplexStreamed && c.BodyMode != Buffered {
-		errs = append(errs, fmt.Errorf("body_mode: %q, want %s or %s", c.BodyMode, FullDuplexStreamed, Buffered))
+	if err := c.BodyMode.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("body_mode: %w", err))
 	}
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max_body_bytes: %d, want > 0", c.MaxBodyBytes))

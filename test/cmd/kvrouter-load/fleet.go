@@ -79,9 +79,7 @@ func (k *kvr) launch(ctx context.Context, o options, args []string) error {
 	if o.tls {
 		args = append(args, "--grpc-tls", "on")
 	}
-	if o.bodyMode != "" {
-		args = append(args, "--body-mode", string(o.bodyMode))
-	}
+	args = append(args, "--body-mode", string(o.bodyMode))
 	k.cmd = exec.Command(o.kvrouter, args...)
 	out, err := k.cmd.StderrPipe()
 	if err != nil {

@@ -47,8 +47,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&rates, "rates", "", "rising request rates per second, comma-separated; 0: as fast as -workers allow (default: by prompt size)")
 	fs.IntVar(&o.workers, "workers", 8, "concurrent requests at rate 0")
 	fs.BoolVar(&o.tls, "tls", false, "serve and call ext_proc over TLS (a self-signed certificate), as kvrouter does in a cluster")
-	var bodyMode string
-	fs.StringVar(&bodyMode, "body-mode", string(extproc.FullDuplexStreamed), "the request body mode, as Envoy's ext_proc filter and kvrouter's --body-mode are set: "+string(extproc.FullDuplexStreamed)+" (the body in chunks) or "+string(extproc.Buffered)+" (the whole body in one message)")
+	fs.StringVar((*string)(&o.bodyMode), "body-mode", string(extproc.FullDuplexStreamed), "the request body mode, as Envoy's ext_proc filter and kvrouter's --body-mode are set: "+string(extproc.FullDuplexStreamed)+" (the body in chunks) or "+string(extproc.Buffered)+" (the whole body in one message)")
 	fs.DurationVar(&o.stage, "stage", 10*time.Second, "how long each rate is sent")
 	fs.IntVar(&o.fill, "fill", 0, "index entries to publish before measuring (e.g. 10000000)")
 	fs.IntVar(&o.holders, "holders", 2, "pods that hold the measured prompt's blocks")
@@ -81,8 +80,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-rates: %w", err)
 		}
 	}
-	if o.bodyMode = extproc.BodyMode(bodyMode); o.bodyMode != extproc.FullDuplexStreamed && o.bodyMode != extproc.Buffered {
-		return fmt.Errorf("-body-mode %q: want %s or %s", bodyMode, extproc.FullDuplexStreamed, extproc.Buffered)
+	if err := o.bodyMode.Validate(); err != nil {
+		return fmt.Errorf("-body-mode: %w", err)
 	}
 	if o.kind != "chat" && o.kind != "completion" {
 		return fmt.Errorf("-kind %q: want chat or completion", o.kind)
